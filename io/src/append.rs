@@ -1,0 +1,150 @@
+//! Append-only files over block-aligned I/O.
+//!
+//! O_DIRECT accepts only whole aligned blocks, while logs append byte strings of
+//! any length. [`AppendFile`] bridges the two in one place: it keeps the bytes of the
+//! last, partial block in memory and writes them again, followed by the new bytes
+//! and zero padding to the next block boundary, with every append. The device thus
+//! rewrites at most one block per append; the rewritten prefix is byte-for-byte what
+//! the block already held, so a torn rewrite cannot damage bytes that an earlier
+//! sync made durable (a sector is written whole or not at all).
+//!
+//! A write that fails leaves the logical length where it was: the caller decides
+//! whether the file is still usable (the partition log rewinds to its high
+//! watermark with [`AppendFile::rewind`]; the WAL latches).
+
+use std::io;
+
+use crate::file::{BlockFile, BLOCK_BYTES};
+use crate::{align_down, align_up};
+
+/// A position in an [`AppendFile`] to rewind to: the logical length and the bytes
+/// of its partial last block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendMark {
+    len: u64,
+    tail: Vec<u8>,
+}
+
+impl AppendMark {
+    /// The logical length at the mark.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the mark is at the start of the file.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// An append-only view of a [`BlockFile`].
+pub struct AppendFile<F> {
+    file: F,
+    len: u64,
+    tail: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl<F: BlockFile> AppendFile<F> {
+    /// Starts appending at `len`, reading the partial block before it from the
+    /// device. Bytes past `len` are ignored and will be overwritten.
+    pub async fn open_at(file: F, len: u64) -> io::Result<Self> {
+        let tail_len = (len - align_down(len)) as usize;
+        let mut tail = Vec::with_capacity(BLOCK_BYTES);
+        if tail_len > 0 {
+            let mut block = vec![0u8; BLOCK_BYTES];
+            file.read_at(align_down(len), &mut block).await?;
+            tail.extend_from_slice(&block[..tail_len]);
+        }
+        Ok(Self {
+            file,
+            len,
+            tail,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Logical length: every byte appended so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was appended.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The underlying file, for reads and syncs.
+    pub fn file(&self) -> &F {
+        &self.file
+    }
+
+    /// Gives the file back.
+    pub fn into_file(self) -> F {
+        self.file
+    }
+
+    /// Writes `parts` after the current end, as one device write. Not durable
+    /// until [`AppendFile::sync`].
+    pub async fn append(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let added: usize = parts.iter().map(|p| p.len()).sum();
+        if added == 0 {
+            return Ok(());
+        }
+        let start = align_down(self.len);
+        let end = self.len + added as u64;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.reserve(align_up(end - start) as usize);
+        scratch.extend_from_slice(&self.tail);
+        for part in parts {
+            scratch.extend_from_slice(part);
+        }
+        let data_len = scratch.len();
+        scratch.resize(align_up(end - start) as usize, 0);
+        let result = self.file.write_at(start, &scratch).await;
+        if result.is_ok() {
+            let new_tail_start = (align_down(end) - start) as usize;
+            self.tail.clear();
+            self.tail
+                .extend_from_slice(&scratch[new_tail_start..data_len]);
+            self.len = end;
+        }
+        self.scratch = scratch;
+        debug_assert_eq!(self.tail.len() as u64, self.len - align_down(self.len));
+        result
+    }
+
+    /// `fdatasync` of the file.
+    pub async fn sync(&self) -> io::Result<()> {
+        self.file.sync_data().await
+    }
+
+    /// The current position, to [`AppendFile::rewind`] to after a failure.
+    pub fn mark(&self) -> AppendMark {
+        AppendMark {
+            len: self.len,
+            tail: self.tail.clone(),
+        }
+    }
+
+    /// Forgets everything appended after `mark`; the next append overwrites it.
+    pub fn rewind(&mut self, mark: &AppendMark) {
+        assert!(mark.len <= self.len, "rewind only moves backwards");
+        self.len = mark.len;
+        self.tail.clear();
+        self.tail.extend_from_slice(&mark.tail);
+    }
+}
+
+/// Reads `len` bytes at the unaligned position `pos`, with aligned device reads.
+pub async fn read_exact_at<F: BlockFile>(file: &F, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+    let start = align_down(pos);
+    let end = align_up(pos + len as u64);
+    let mut buf = vec![0u8; (end - start) as usize];
+    file.read_at(start, &mut buf).await?;
+    let skip = (pos - start) as usize;
+    buf.drain(..skip);
+    buf.truncate(len);
+    Ok(buf)
+}

@@ -1,0 +1,102 @@
+//! The persistence interface every durable structure is written against.
+//!
+//! The contract is deliberately the one O_DIRECT gives, and no more:
+//!
+//! - Writes and reads are positional, and both position and length are multiples of
+//!   [`BLOCK_BYTES`]. Callers that append byte strings use [`crate::AppendFile`].
+//! - A write that returned is *not* durable. Only a completed [`BlockFile::sync_data`]
+//!   makes every write that returned before it durable. A crash may keep any subset
+//!   of the 512-byte sectors written since the last completed sync, so a hole of
+//!   zeros or stale bytes may sit in front of bytes that did survive.
+//! - A failed `sync_data` says nothing about which of those writes survived.
+//! - Directory operations ([`Storage::create`], [`Storage::rename`],
+//!   [`Storage::remove`]) sync the directory before they return: a file that was
+//!   created is still there after a crash, and a rename is all or nothing.
+//!
+//! There is no default implementation of any method: each one states a durability
+//! property that an implementation must decide to provide, not inherit.
+
+use std::io;
+
+/// Alignment and granularity of every device write and read, in bytes. 4 KiB is the
+/// physical block size of the NVMe and virtio disks Narad targets; using it (rather
+/// than the 512-byte logical size) means no read-modify-write inside the device.
+pub const BLOCK_BYTES: usize = 4096;
+
+/// The unit a crash keeps or loses atomically: a device sector.
+pub const SECTOR_BYTES: usize = 512;
+
+const _: () = assert!(BLOCK_BYTES % SECTOR_BYTES == 0);
+
+/// An open file accessed with direct, block-aligned I/O.
+#[allow(async_fn_in_trait)]
+pub trait BlockFile {
+    /// Writes `data` at `pos`. Both must be multiples of [`BLOCK_BYTES`]. The bytes
+    /// are not durable until a later `sync_data` completes.
+    async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()>;
+
+    /// Fills `buf` from the device at `pos`; both aligned. Bytes past the end of the
+    /// file read as zeros. Returns the number of bytes that were inside the file.
+    async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// `fdatasync`: makes every write that returned before this call durable.
+    async fn sync_data(&self) -> io::Result<()>;
+
+    /// The file's current size in bytes.
+    async fn size(&self) -> io::Result<u64>;
+
+    /// Sets the file's size. Growing fills with zeros. Durable after `sync_data`.
+    async fn truncate(&self, len: u64) -> io::Result<()>;
+
+    /// Closes the file; pending writes are not synced by closing.
+    async fn close(self) -> io::Result<()>;
+}
+
+/// How [`Storage::open`] treats a missing or existing file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// The file must exist.
+    Existing,
+    /// Create the file if it is missing (and sync the directory); keep it otherwise.
+    CreateOrOpen,
+}
+
+/// A namespace of files below one root directory, addressed by relative paths with
+/// `/` separators. Cheap to clone: every clone addresses the same files.
+#[allow(async_fn_in_trait)]
+pub trait Storage: Clone + 'static {
+    /// The file type this storage opens.
+    type File: BlockFile;
+
+    /// Opens a file for reading and writing.
+    async fn open(&self, path: &str, mode: OpenMode) -> io::Result<Self::File>;
+
+    /// Renames `from` to `to`, replacing `to`, and syncs the directory.
+    async fn rename(&self, from: &str, to: &str) -> io::Result<()>;
+
+    /// Removes a file and syncs its directory. A missing file is not an error.
+    async fn remove(&self, path: &str) -> io::Result<()>;
+
+    /// Creates a directory and its parents, syncing each parent it changed.
+    async fn create_dir_all(&self, path: &str) -> io::Result<()>;
+
+    /// Removes a directory and everything below it, then syncs its parent.
+    async fn remove_dir_all(&self, path: &str) -> io::Result<()>;
+
+    /// Names of the entries directly inside `dir`, sorted. Missing dir: empty.
+    async fn list(&self, dir: &str) -> io::Result<Vec<String>>;
+
+    /// Bytes this storage may still allocate before writes fail with `ENOSPC`, when
+    /// the implementation knows (the fault-injecting disk does; the real one says
+    /// `None`).
+    fn space_left_bytes(&self) -> Option<u64>;
+}
+
+/// Joins a directory and a name into a storage path.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}

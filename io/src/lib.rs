@@ -1,0 +1,45 @@
+//! Narad's I/O layer: the only crate that touches the kernel, glommio, clocks and
+//! randomness.
+//!
+//! Everything durable in Narad (the ingress WAL, the partition logs) is written
+//! through the narrow interface in [`file`]: block-aligned positional writes and
+//! reads, `fdatasync`, and directory operations that are durable when they return.
+//! Two implementations exist and the storage code is generic over them:
+//!
+//! - [`dma`]: O_DIRECT files on io_uring through glommio's `DmaFile`. Reads really
+//!   read the device, so a read-back after `fdatasync` checks what the disk holds.
+//! - [`sim`]: an in-memory disk with an honest crash model (unsynced writes survive a
+//!   crash as any subset of 512-byte sectors), injected `EIO` on `fdatasync`, `ENOSPC`
+//!   on writes and bit flips on reads, all drawn from a seed.
+//!
+//! [`append`] builds the append-only file every log uses on top of either: it keeps
+//! the unaligned tail block in memory and rewrites it with the next write, so
+//! callers append byte strings of any length while the device only ever sees
+//! aligned blocks. [`rt`] wraps the runtime: executors, timers, task spawning.
+//!
+//! Concurrency rule: every type here is `!Send` and lives on the core (shard) that
+//! created it. Nothing in this crate takes a lock.
+
+pub mod append;
+pub mod dma;
+pub mod file;
+pub mod rt;
+pub mod sim;
+
+pub use append::AppendFile;
+pub use file::{BlockFile, Storage, BLOCK_BYTES, SECTOR_BYTES};
+
+/// Rounds `value` up to a multiple of [`BLOCK_BYTES`].
+pub const fn align_up(value: u64) -> u64 {
+    value.div_ceil(BLOCK_BYTES as u64) * BLOCK_BYTES as u64
+}
+
+/// Rounds `value` down to a multiple of [`BLOCK_BYTES`].
+pub const fn align_down(value: u64) -> u64 {
+    value / BLOCK_BYTES as u64 * BLOCK_BYTES as u64
+}
+
+/// Whether `value` is a multiple of [`BLOCK_BYTES`].
+pub const fn is_aligned(value: u64) -> bool {
+    value % BLOCK_BYTES as u64 == 0
+}

@@ -1,0 +1,82 @@
+//! The runtime seam: executors, timers, task spawning and the wall clock.
+//!
+//! Storage code asks this module for time and for background tasks so that the
+//! rest of the code base never names glommio. Protocol state machines do not use it
+//! at all: they take the time as an argument.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use glommio::task::JoinHandle;
+pub use glommio::TaskQueueHandle;
+pub use std::time::Instant;
+
+/// Sleeps on the current executor's timer wheel.
+pub async fn sleep(duration: Duration) {
+    glommio::timer::sleep(duration).await;
+}
+
+/// Spawns a task on the current shard's executor.
+pub fn spawn_local<T: 'static>(future: impl Future<Output = T> + 'static) -> JoinHandle<T> {
+    glommio::spawn_local(future).detach()
+}
+
+/// Yields to other tasks of this executor.
+pub async fn yield_now() {
+    glommio::yield_if_needed().await;
+}
+
+/// Monotonic now.
+pub fn now() -> Instant {
+    Instant::now()
+}
+
+/// Wall-clock milliseconds since the Unix epoch.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs `future` to completion on a new single-core executor in this thread (for
+/// tests, tools and benchmarks). `pin_cpu` pins the executor to one CPU.
+pub fn run_local<T: Send + 'static>(
+    pin_cpu: Option<usize>,
+    future: impl Future<Output = T> + 'static,
+) -> T {
+    raise_memlock_limit();
+    let placement = match pin_cpu {
+        Some(cpu) => glommio::Placement::Fixed(cpu),
+        None => glommio::Placement::Unbound,
+    };
+    let executor = glommio::LocalExecutorBuilder::new(placement)
+        .make()
+        .expect("cannot start an io_uring executor (see README: locked memory)");
+    executor.run(future)
+}
+
+/// Raises RLIMIT_MEMLOCK's soft limit to its hard limit: io_uring registers its
+/// buffers in locked memory and runs slower without. Returns the soft limit now in
+/// force, in bytes.
+pub fn raise_memlock_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) != 0 {
+            return 0;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    limit.rlim_cur
+}

@@ -1,0 +1,478 @@
+//! A fault-injecting in-memory disk for crash and fault tests.
+//!
+//! The model keeps, per file, the bytes a reader sees (`current`) apart from the
+//! bytes that a completed `sync_data` made durable (`durable`), plus the set of
+//! 512-byte sectors written since that sync. A crash ([`SimDisk::crash`]) stops
+//! every open handle; [`SimDisk::reboot`] then decides the fate of every unsynced
+//! sector independently, from the seeded generator: it either carries its new bytes
+//! or keeps what the durable image had there (stale bytes of a recycled file, or
+//! zeros past the durable end). So a torn write can leave a hole in front of sectors
+//! that did survive, which is what a real disk with a volatile cache is allowed to
+//! do. Directory operations are durable when they return, as the
+//! [`Storage`](crate::file::Storage) contract says.
+//!
+//! Faults, all drawn from the one seed so a failing test replays exactly:
+//! - `fdatasync` fails with `EIO` ([`SimFaults::sync_eio_ppm`], or
+//!   [`SimDisk::fail_next_syncs`]); the writes it covered stay unsynced.
+//! - writes fail with `ENOSPC` once the disk's capacity is used
+//!   ([`SimDisk::set_capacity`]); nothing of a refused write is applied.
+//! - reads flip one bit of the returned bytes ([`SimFaults::read_flip_ppm`], or
+//!   [`SimDisk::flip_next_reads`]); the stored bytes stay intact.
+//! - a crash at the N-th write or sync ([`SimDisk::crash_at_op`]).
+//!
+//! Lives on one core: `Rc<RefCell<_>>` inside, `!Send`, never awaited on I/O.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::rc::Rc;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::file::{BlockFile, OpenMode, Storage, SECTOR_BYTES};
+use crate::{align_up, is_aligned};
+
+/// Probabilities of spontaneous faults, in parts per million of operations.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SimFaults {
+    /// Chance that one `sync_data` fails with `EIO`.
+    pub sync_eio_ppm: u32,
+    /// Chance that one read returns a flipped bit.
+    pub read_flip_ppm: u32,
+}
+
+/// Counters a test can assert on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimStats {
+    /// Completed `sync_data` calls (successful ones).
+    pub syncs: u64,
+    /// Calls to `write_at` that were applied.
+    pub writes: u64,
+    /// Bytes handed to `write_at` (what the device would write).
+    pub bytes_written: u64,
+    /// Bytes read through `read_at`.
+    pub bytes_read: u64,
+}
+
+#[derive(Default)]
+struct FileData {
+    current: Vec<u8>,
+    durable: Vec<u8>,
+    dirty_sectors: BTreeSet<u64>,
+    length_dirty: bool,
+}
+
+struct Inner {
+    rng: ChaCha8Rng,
+    faults: SimFaults,
+    names: BTreeMap<String, u64>,
+    dirs: BTreeSet<String>,
+    inodes: BTreeMap<u64, FileData>,
+    next_inode: u64,
+    generation: u64,
+    crashed: bool,
+    ops: u64,
+    crash_at_op: Option<u64>,
+    fail_next_syncs: u32,
+    flip_next_reads: u32,
+    capacity_bytes: Option<u64>,
+    stats: SimStats,
+}
+
+/// The simulated disk. Clones share it.
+#[derive(Clone)]
+pub struct SimDisk {
+    inner: Rc<RefCell<Inner>>,
+}
+
+/// A handle to one simulated file; dead after a crash.
+pub struct SimFile {
+    disk: SimDisk,
+    inode: u64,
+    generation: u64,
+}
+
+fn crashed_error() -> io::Error {
+    io::Error::other("simulated crash: the process is gone")
+}
+
+impl SimDisk {
+    /// An empty disk whose every random choice comes from `seed`.
+    pub fn new(seed: u64, faults: SimFaults) -> Self {
+        let mut dirs = BTreeSet::new();
+        dirs.insert(String::new());
+        Self {
+            inner: Rc::new(RefCell::new(Inner {
+                rng: ChaCha8Rng::seed_from_u64(seed),
+                faults,
+                names: BTreeMap::new(),
+                dirs,
+                inodes: BTreeMap::new(),
+                next_inode: 1,
+                generation: 0,
+                crashed: false,
+                ops: 0,
+                crash_at_op: None,
+                fail_next_syncs: 0,
+                flip_next_reads: 0,
+                capacity_bytes: None,
+                stats: SimStats::default(),
+            })),
+        }
+    }
+
+    /// Crashes when the operation counter (writes and syncs) reaches `op`: that
+    /// operation and everything after it fail until [`SimDisk::reboot`].
+    pub fn crash_at_op(&self, op: u64) {
+        self.inner.borrow_mut().crash_at_op = Some(op);
+    }
+
+    /// Writes and syncs performed so far.
+    pub fn ops(&self) -> u64 {
+        self.inner.borrow().ops
+    }
+
+    /// Whether the disk has crashed and awaits a reboot.
+    pub fn is_crashed(&self) -> bool {
+        self.inner.borrow().crashed
+    }
+
+    /// Stops the process now: every handle fails from here on.
+    pub fn crash(&self) {
+        self.inner.borrow_mut().crashed = true;
+    }
+
+    /// Power comes back: each unsynced sector keeps its new bytes or loses them, by
+    /// the seeded generator, and old handles stay dead.
+    pub fn reboot(&self) {
+        let mut inner = self.inner.borrow_mut();
+        let Inner { rng, inodes, .. } = &mut *inner;
+        for data in inodes.values_mut() {
+            settle_after_crash(data, rng);
+        }
+        inner.crashed = false;
+        inner.crash_at_op = None;
+        inner.generation += 1;
+    }
+
+    /// The next `n` successful-looking syncs fail with `EIO` instead.
+    pub fn fail_next_syncs(&self, n: u32) {
+        self.inner.borrow_mut().fail_next_syncs = n;
+    }
+
+    /// The next `n` reads each return one flipped bit.
+    pub fn flip_next_reads(&self, n: u32) {
+        self.inner.borrow_mut().flip_next_reads = n;
+    }
+
+    /// Limits the bytes all files may occupy; writes past it fail with `ENOSPC`.
+    pub fn set_capacity(&self, capacity_bytes: Option<u64>) {
+        self.inner.borrow_mut().capacity_bytes = capacity_bytes;
+    }
+
+    /// Changes the spontaneous fault rates.
+    pub fn set_faults(&self, faults: SimFaults) {
+        self.inner.borrow_mut().faults = faults;
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> SimStats {
+        self.inner.borrow().stats
+    }
+
+    /// Flips bit `bit` of the byte at `offset` of a file, durably: bit rot.
+    pub fn rot(&self, path: &str, offset: usize, bit: u8) {
+        let mut inner = self.inner.borrow_mut();
+        let inode = inner.names[path];
+        let data = inner.inodes.get_mut(&inode).expect("named inode exists");
+        data.current[offset] ^= 1 << bit;
+        if offset < data.durable.len() {
+            data.durable[offset] ^= 1 << bit;
+        }
+    }
+
+    /// The bytes a reader sees in a file now (for assertions).
+    pub fn contents(&self, path: &str) -> Option<Vec<u8>> {
+        let inner = self.inner.borrow();
+        let inode = inner.names.get(path)?;
+        Some(inner.inodes[inode].current.clone())
+    }
+
+    fn used_bytes(inner: &Inner) -> u64 {
+        inner
+            .names
+            .values()
+            .map(|inode| align_up(inner.inodes[inode].current.len() as u64))
+            .sum()
+    }
+
+    /// Counts an operation and crashes if its number was drawn.
+    fn tick(inner: &mut Inner) -> io::Result<()> {
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        inner.ops += 1;
+        if inner.crash_at_op.is_some_and(|op| inner.ops >= op) {
+            inner.crashed = true;
+            return Err(crashed_error());
+        }
+        Ok(())
+    }
+
+    fn check_handle(inner: &Inner, generation: u64) -> io::Result<()> {
+        if inner.crashed || generation != inner.generation {
+            return Err(crashed_error());
+        }
+        Ok(())
+    }
+
+    fn parent_exists(inner: &Inner, path: &str) -> bool {
+        let parent = path.rsplit_once('/').map_or("", |(dir, _)| dir);
+        inner.dirs.contains(parent)
+    }
+}
+
+fn settle_after_crash(data: &mut FileData, rng: &mut ChaCha8Rng) {
+    let mut image = data.durable.clone();
+    // A truncate not yet synced may or may not have reached the disk.
+    if data.length_dirty && rng.random_bool(0.5) && data.current.len() < image.len() {
+        image.truncate(data.current.len());
+    }
+    let sector = SECTOR_BYTES as u64;
+    for &s in &data.dirty_sectors {
+        let start = (s * sector) as usize;
+        if start >= data.current.len() || !rng.random_bool(0.5) {
+            continue;
+        }
+        let end = (start + SECTOR_BYTES).min(data.current.len());
+        if image.len() < end {
+            image.resize(end, 0);
+        }
+        image[start..end].copy_from_slice(&data.current[start..end]);
+    }
+    data.current = image.clone();
+    data.durable = image;
+    data.dirty_sectors.clear();
+    data.length_dirty = false;
+}
+
+impl BlockFile for SimFile {
+    async fn write_at(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
+        assert!(is_aligned(pos) && is_aligned(bytes.len() as u64));
+        let mut guard = self.disk.inner.borrow_mut();
+        let inner = &mut *guard;
+        SimDisk::check_handle(inner, self.generation)?;
+        SimDisk::tick(inner)?;
+        let end = pos as usize + bytes.len();
+        let old_len = inner.inodes[&self.inode].current.len();
+        if end > old_len {
+            if let Some(capacity) = inner.capacity_bytes {
+                let grow = align_up(end as u64) - align_up(old_len as u64);
+                if SimDisk::used_bytes(inner) + grow > capacity {
+                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+                }
+            }
+        }
+        let data = inner.inodes.get_mut(&self.inode).expect("open inode exists");
+        if data.current.len() < end {
+            data.current.resize(end, 0);
+            data.length_dirty = true;
+        }
+        data.current[pos as usize..end].copy_from_slice(bytes);
+        let sector = SECTOR_BYTES as u64;
+        for s in pos / sector..(end as u64).div_ceil(sector) {
+            data.dirty_sectors.insert(s);
+        }
+        inner.stats.writes += 1;
+        inner.stats.bytes_written += bytes.len() as u64;
+        Ok(())
+    }
+
+    async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+        assert!(is_aligned(pos) && is_aligned(buf.len() as u64));
+        let mut guard = self.disk.inner.borrow_mut();
+        let inner = &mut *guard;
+        SimDisk::check_handle(inner, self.generation)?;
+        let data = &inner.inodes[&self.inode];
+        let start = (pos as usize).min(data.current.len());
+        let end = (pos as usize + buf.len()).min(data.current.len());
+        let n = end - start;
+        buf[..n].copy_from_slice(&data.current[start..end]);
+        buf[n..].fill(0);
+        inner.stats.bytes_read += n as u64;
+        let spontaneous = inner.faults.read_flip_ppm > 0
+            && inner.rng.random_range(0..1_000_000) < inner.faults.read_flip_ppm;
+        let forced = inner.flip_next_reads > 0;
+        if (forced || spontaneous) && n > 0 {
+            if forced {
+                inner.flip_next_reads -= 1;
+            }
+            let byte = inner.rng.random_range(0..n);
+            let bit = inner.rng.random_range(0..8);
+            buf[byte] ^= 1 << bit;
+        }
+        Ok(n)
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        let mut guard = self.disk.inner.borrow_mut();
+        let inner = &mut *guard;
+        SimDisk::check_handle(inner, self.generation)?;
+        SimDisk::tick(inner)?;
+        let spontaneous = inner.faults.sync_eio_ppm > 0
+            && inner.rng.random_range(0..1_000_000) < inner.faults.sync_eio_ppm;
+        if inner.fail_next_syncs > 0 || spontaneous {
+            inner.fail_next_syncs = inner.fail_next_syncs.saturating_sub(1);
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        let data = inner.inodes.get_mut(&self.inode).expect("open inode exists");
+        data.durable = data.current.clone();
+        data.dirty_sectors.clear();
+        data.length_dirty = false;
+        inner.stats.syncs += 1;
+        Ok(())
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        let inner = self.disk.inner.borrow();
+        SimDisk::check_handle(&inner, self.generation)?;
+        Ok(inner.inodes[&self.inode].current.len() as u64)
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        let mut guard = self.disk.inner.borrow_mut();
+        let inner = &mut *guard;
+        SimDisk::check_handle(inner, self.generation)?;
+        SimDisk::tick(inner)?;
+        let data = inner.inodes.get_mut(&self.inode).expect("open inode exists");
+        if (len as usize) > data.current.len() {
+            // Growing writes zeros: model them as written sectors.
+            let sector = SECTOR_BYTES as u64;
+            let from = data.current.len() as u64 / sector;
+            data.current.resize(len as usize, 0);
+            for s in from..len.div_ceil(sector) {
+                data.dirty_sectors.insert(s);
+            }
+        } else {
+            data.current.truncate(len as usize);
+        }
+        data.length_dirty = true;
+        Ok(())
+    }
+
+    async fn close(self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Storage for SimDisk {
+    type File = SimFile;
+
+    async fn open(&self, path: &str, mode: OpenMode) -> io::Result<SimFile> {
+        let mut guard = self.inner.borrow_mut();
+        let inner = &mut *guard;
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        let inode = match inner.names.get(path) {
+            Some(&inode) => inode,
+            None if mode == OpenMode::CreateOrOpen => {
+                if !SimDisk::parent_exists(inner, path) {
+                    return Err(io::Error::from_raw_os_error(libc::ENOENT));
+                }
+                let inode = inner.next_inode;
+                inner.next_inode += 1;
+                inner.inodes.insert(inode, FileData::default());
+                inner.names.insert(path.to_string(), inode);
+                inode
+            }
+            None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        };
+        Ok(SimFile {
+            disk: self.clone(),
+            inode,
+            generation: inner.generation,
+        })
+    }
+
+    async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut inner = self.inner.borrow_mut();
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        let inode = inner
+            .names
+            .remove(from)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+        inner.names.insert(to.to_string(), inode);
+        Ok(())
+    }
+
+    async fn remove(&self, path: &str) -> io::Result<()> {
+        let mut inner = self.inner.borrow_mut();
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        inner.names.remove(path);
+        Ok(())
+    }
+
+    async fn create_dir_all(&self, path: &str) -> io::Result<()> {
+        let mut inner = self.inner.borrow_mut();
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        let mut rel = String::new();
+        for part in path.split('/') {
+            rel = crate::file::join(&rel, part);
+            inner.dirs.insert(rel.clone());
+        }
+        Ok(())
+    }
+
+    async fn remove_dir_all(&self, path: &str) -> io::Result<()> {
+        let mut inner = self.inner.borrow_mut();
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        let prefix = format!("{path}/");
+        inner.names.retain(|name, _| !name.starts_with(&prefix));
+        inner
+            .dirs
+            .retain(|dir| dir != path && !dir.starts_with(&prefix));
+        Ok(())
+    }
+
+    async fn list(&self, dir: &str) -> io::Result<Vec<String>> {
+        let inner = self.inner.borrow();
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let direct_child = |path: &String| -> Option<String> {
+            let rest = path.strip_prefix(&prefix)?;
+            (!rest.is_empty() && !rest.contains('/')).then(|| rest.to_string())
+        };
+        let mut names: Vec<String> = inner
+            .names
+            .keys()
+            .chain(inner.dirs.iter())
+            .filter_map(direct_child)
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn space_left_bytes(&self) -> Option<u64> {
+        let inner = self.inner.borrow();
+        inner
+            .capacity_bytes
+            .map(|capacity| capacity.saturating_sub(SimDisk::used_bytes(&inner)))
+    }
+}

@@ -1,0 +1,29 @@
+//! Narad's per-core broker logic.
+//!
+//! Every type in this crate lives on one shard (one core) and is `!Send`; shards
+//! talk to each other only through messages. Durable structures are generic over
+//! [`narad_io::Storage`], so the same code runs on O_DIRECT files in production and
+//! on the fault-injecting disk in crash tests.
+//!
+//! Map:
+//! - [`ids`]: typed identifiers and positions (`Seq`, `Offset`, `IncarnationId`).
+//! - [`wal`]: the ingress WAL, one per shard: group commit, segments, checkpoint,
+//!   compaction, recovery, the failure latch.
+//! - [`log`]: the partition log: CRC-framed batches, commit durable (append,
+//!   fdatasync, read back, verify, advance the high watermark), recovery, index,
+//!   roll, retention and the recent-frame cache.
+
+#[cfg(all(
+    not(debug_assertions),
+    any(
+        feature = "broken-ack-before-fsync",
+        feature = "broken-checkpoint-past-uncommitted",
+        feature = "broken-no-readback",
+        feature = "broken-no-torn-truncation"
+    )
+))]
+compile_error!("the broken-* features exist only to show that tests fail; never build them in release");
+
+pub mod ids;
+pub mod log;
+pub mod wal;

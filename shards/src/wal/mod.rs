@@ -1,0 +1,1 @@
+//! The ingress WAL (in progress).
