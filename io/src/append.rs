@@ -43,6 +43,7 @@ pub struct AppendFile<F> {
     len: u64,
     tail: Vec<u8>,
     scratch: Vec<u8>,
+    device_bytes_written: u64,
 }
 
 impl<F: BlockFile> AppendFile<F> {
@@ -61,6 +62,7 @@ impl<F: BlockFile> AppendFile<F> {
             len,
             tail,
             scratch: Vec::new(),
+            device_bytes_written: 0,
         })
     }
 
@@ -72,6 +74,12 @@ impl<F: BlockFile> AppendFile<F> {
     /// Whether nothing was appended.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// Bytes handed to the device by this handle so far, padding and rewritten tail
+    /// blocks included: the numerator of write amplification.
+    pub fn device_bytes_written(&self) -> u64 {
+        self.device_bytes_written
     }
 
     /// The underlying file, for reads and syncs.
@@ -109,6 +117,7 @@ impl<F: BlockFile> AppendFile<F> {
             self.tail
                 .extend_from_slice(&scratch[new_tail_start..data_len]);
             self.len = end;
+            self.device_bytes_written += scratch.len() as u64;
         }
         self.scratch = scratch;
         debug_assert_eq!(self.tail.len() as u64, self.len - align_down(self.len));

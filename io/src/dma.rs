@@ -6,10 +6,18 @@
 //! for the duration of the I/O, and the callers' staging buffers must stay free for
 //! the next batch while the write is in flight. Directory operations go through
 //! glommio's `Directory` so the directory `fsync` also runs on the ring.
+//!
+//! glommio decides once per device and thread whether O_DIRECT I/O may use its
+//! polled ring, by reading the first sector of the first file opened there, and
+//! caches the answer. [`DmaStorage::open`] settles that probe with a file that
+//! holds a block (see `settle_iopoll_probe`) before it opens anything else.
 
+use std::cell::RefCell;
 use std::io;
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use glommio::io::{DmaFile, OpenOptions};
 
@@ -83,10 +91,7 @@ impl BlockFile for DmaBlockFile {
         // or the file ends, and zero the rest as the contract says.
         while filled < buf.len() {
             let want = buf.len() - filled;
-            let got = self
-                .file
-                .read_at_aligned(pos + filled as u64, want)
-                .await?;
+            let got = self.file.read_at_aligned(pos + filled as u64, want).await?;
             let n = got.len();
             buf[filled..filled + n].copy_from_slice(&got[..n]);
             filled += n;
@@ -124,6 +129,7 @@ impl Storage for DmaStorage {
     type File = DmaBlockFile;
 
     async fn open(&self, path: &str, mode: OpenMode) -> io::Result<DmaBlockFile> {
+        settle_iopoll_probe(&self.root).await?;
         let full = self.path(path);
         let existed = full.exists();
         let file = OpenOptions::new()
@@ -183,7 +189,12 @@ impl Storage for DmaStorage {
         };
         let mut names = Vec::new();
         for entry in entries {
-            names.push(entry?.file_name().to_string_lossy().into_owned());
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            // Another task of this shard may be between creating and removing a
+            // probe file; it is never part of the namespace callers see.
+            if !name.starts_with(IOPOLL_PROBE_PREFIX) {
+                names.push(name);
+            }
         }
         names.sort();
         Ok(names)
@@ -192,4 +203,52 @@ impl Storage for DmaStorage {
     fn space_left_bytes(&self) -> Option<u64> {
         None
     }
+}
+
+/// Name prefix of the short-lived files that settle glommio's iopoll probe.
+const IOPOLL_PROBE_PREFIX: &str = ".iopoll-probe";
+
+/// Probe files created by this process, so that shards probing the same directory
+/// at once never share (and truncate) one file.
+static IOPOLL_PROBE_FILES_CREATED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Devices (`st_dev`) on which this thread's glommio has cached a true answer.
+    /// A process sees a handful of devices, so a list is enough.
+    static IOPOLL_PROBED_DEVICES: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Makes glommio's iopoll probe for `root`'s device read real bytes from the device.
+///
+/// The probe's read of an empty file ends at end-of-file without reaching the
+/// device, so it succeeds even where the device has no poll queues (a virtio disk,
+/// for one). glommio then caches "pollable" for the device and every
+/// later read on it fails with `EOPNOTSUPP`. A new segment is exactly such an empty
+/// file, so before the first open on a device this opens a synced one-block file
+/// instead, which lets the probe see the device's true answer; the file is removed
+/// right after. Files below `root` are assumed to live on `root`'s device.
+async fn settle_iopoll_probe(root: &Path) -> io::Result<()> {
+    let device = std::fs::metadata(root)?.dev();
+    if IOPOLL_PROBED_DEVICES.with(|devices| devices.borrow().contains(&device)) {
+        return Ok(());
+    }
+    let serial = IOPOLL_PROBE_FILES_CREATED.fetch_add(1, Ordering::Relaxed);
+    let probe = root.join(format!(
+        "{IOPOLL_PROBE_PREFIX}.{}.{serial}",
+        std::process::id()
+    ));
+    let opened = async {
+        std::fs::write(&probe, [0u8; BLOCK_BYTES])?;
+        // Synced so that the block is allocated and written: a read of a delayed or
+        // unwritten extent would again be answered without the device.
+        std::fs::File::open(&probe)?.sync_data()?;
+        DmaFile::open(&probe).await?.close().await?;
+        io::Result::Ok(())
+    }
+    .await;
+    let removed = std::fs::remove_file(&probe);
+    opened?;
+    removed?;
+    IOPOLL_PROBED_DEVICES.with(|devices| devices.borrow_mut().push(device));
+    Ok(())
 }

@@ -40,7 +40,7 @@ pub fn unix_ms() -> u64 {
 
 /// Runs `future` to completion on a new single-core executor in this thread (for
 /// tests, tools and benchmarks). `pin_cpu` pins the executor to one CPU.
-pub fn run_local<T: Send + 'static>(
+pub fn run_local<T: 'static>(
     pin_cpu: Option<usize>,
     future: impl Future<Output = T> + 'static,
 ) -> T {

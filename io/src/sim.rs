@@ -274,7 +274,10 @@ impl BlockFile for SimFile {
                 }
             }
         }
-        let data = inner.inodes.get_mut(&self.inode).expect("open inode exists");
+        let data = inner
+            .inodes
+            .get_mut(&self.inode)
+            .expect("open inode exists");
         if data.current.len() < end {
             data.current.resize(end, 0);
             data.length_dirty = true;
@@ -326,9 +329,18 @@ impl BlockFile for SimFile {
             inner.fail_next_syncs = inner.fail_next_syncs.saturating_sub(1);
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        let data = inner.inodes.get_mut(&self.inode).expect("open inode exists");
-        data.durable = data.current.clone();
-        data.dirty_sectors.clear();
+        let data = inner
+            .inodes
+            .get_mut(&self.inode)
+            .expect("open inode exists");
+        // Copy only what changed since the last sync: segments are large and
+        // syncs frequent, and a whole-file copy per sync dominates test time.
+        data.durable.resize(data.current.len(), 0);
+        for s in std::mem::take(&mut data.dirty_sectors) {
+            let start = (s as usize * SECTOR_BYTES).min(data.current.len());
+            let end = (start + SECTOR_BYTES).min(data.current.len());
+            data.durable[start..end].copy_from_slice(&data.current[start..end]);
+        }
         data.length_dirty = false;
         inner.stats.syncs += 1;
         Ok(())
@@ -345,7 +357,10 @@ impl BlockFile for SimFile {
         let inner = &mut *guard;
         SimDisk::check_handle(inner, self.generation)?;
         SimDisk::tick(inner)?;
-        let data = inner.inodes.get_mut(&self.inode).expect("open inode exists");
+        let data = inner
+            .inodes
+            .get_mut(&self.inode)
+            .expect("open inode exists");
         if (len as usize) > data.current.len() {
             // Growing writes zeros: model them as written sectors.
             let sector = SECTOR_BYTES as u64;

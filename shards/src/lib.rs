@@ -22,7 +22,9 @@
         feature = "broken-no-torn-truncation"
     )
 ))]
-compile_error!("the broken-* features exist only to show that tests fail; never build them in release");
+compile_error!(
+    "the broken-* features exist only to show that tests fail; never build them in release"
+);
 
 pub mod ids;
 pub mod log;

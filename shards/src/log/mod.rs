@@ -1,1 +1,398 @@
-//! The partition log (in progress).
+//! The partition log: one directory of segment files per partition, the only place
+//! a record becomes visible to consumers.
+//!
+//! Which cores: every shard runs partition logs, and each log lives on the one
+//! shard that owns its partition. A log is `!Send`, single-writer (`&mut self`), and
+//! takes no lock; the commit combiner above it serialises commits.
+//!
+//! Map of this folder:
+//! - `mod.rs` (here): configuration, errors, the public types, open, close, stats.
+//! - [`frame`]: the CRC-framed batch of records, its encoder and decoders.
+//! - [`envelope`]: one record's bytes inside a frame (key, commit time, payload).
+//! - `commit.rs`: [`PartitionLog::commit_durable`]: append, fdatasync, read back
+//!   from the device, verify, advance the high watermark; failure handling.
+//! - `read.rs`: [`PartitionLog::read`]: cache first, then the index, then frames.
+//! - `segment.rs`: segment files, opening and recovery, preparation, roll,
+//!   retention, lazy loading of sealed segments' indexes.
+//! - [`recovery`]: byte scans: the verified tail at open, index rebuilds,
+//!   resynchronising after a corrupt frame.
+//! - [`index`]: the sparse offset index and its file.
+//! - [`cache`]: the bounded cache of recent frames.
+//!
+//! Invariants (asserted in release builds where a break would lose or corrupt data):
+//! - Offsets are dense: a commit of n records takes exactly `[hwm, hwm + n)`.
+//! - The high watermark only moves forward, and only after the frames holding the
+//!   records were fsynced, read back from the device and verified.
+//! - Nothing at or above the high watermark is ever returned by a read.
+//! - Commit times never go backwards along the partition.
+//! - After a failed fdatasync the log refuses every commit until it is reopened:
+//!   the kernel may have dropped the dirty pages, so what is on disk is unknown.
+
+pub mod cache;
+mod commit;
+pub mod envelope;
+pub mod frame;
+pub mod index;
+mod read;
+pub mod recovery;
+mod segment;
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io;
+use std::ops::Range;
+
+use bytes::Bytes;
+use narad_io::{AppendFile, BlockFile, Storage, BLOCK_BYTES};
+
+use self::cache::FrameCache;
+use self::index::{SparseIndex, INDEX_ENTRIES_MAX};
+use self::segment::SealedSegment;
+use crate::ids::Offset;
+
+pub use self::segment::RetentionOutcome;
+
+/// Largest payload of one record: the ingress WAL's record limit.
+pub const RECORD_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// Largest segment, commit or preparation chunk a configuration may ask for:
+/// segment positions are stored as `u32` in the index.
+const CONFIG_BYTES_MAX: u64 = 1024 * 1024 * 1024;
+
+/// Sealed segments one retention run deletes at most, so a run has a bounded cost.
+pub const RETENTION_SEGMENTS_PER_RUN_MAX: usize = 64;
+
+const _: () = assert!(
+    RECORD_BYTES_MAX + envelope::KEY_BYTES_MAX + 64 < frame::FRAME_BYTES_MAX,
+    "any single valid record fits one frame"
+);
+const _: () = assert!(CONFIG_BYTES_MAX * 2 <= u32::MAX as u64);
+
+/// Tuning of one partition log. Operator-facing names carry their units.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// A segment rolls before a commit would take it past this size.
+    pub segment_bytes_max: u64,
+    /// A segment rolls once its first record is this old, so slow topics seal too
+    /// and retention can delete them. Keep it at most `retention_ms`, so data goes
+    /// between one and two retention periods after it was committed.
+    pub segment_ms: u64,
+    /// Sealed segments whose newest record is older than this are deleted.
+    pub retention_ms: u64,
+    /// zstd level for frame payloads; `None` stores them uncompressed.
+    pub zstd_level: Option<i32>,
+    /// Byte budget of this partition's recent-frame cache.
+    pub cache_bytes_max: usize,
+    /// The active segment is grown by writing zeros in chunks of this size ahead of
+    /// the write position (0: grow by appending).
+    pub prep_chunk_bytes: u64,
+    /// One index entry per this many bytes of segment data.
+    pub index_interval_bytes: u64,
+    /// Largest commit, checked both on its records (before compression) and on
+    /// its frames as written.
+    pub commit_bytes_max: usize,
+    /// A commit is cut into frames of about this many records-area bytes, so a
+    /// reader decodes (and decompresses) a bounded amount to reach one record.
+    pub frame_area_bytes_target: usize,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes_max: 64 * 1024 * 1024,
+            segment_ms: 24 * 3600 * 1000,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            zstd_level: None,
+            cache_bytes_max: 1024 * 1024,
+            prep_chunk_bytes: 1024 * 1024,
+            index_interval_bytes: 128 * 1024,
+            commit_bytes_max: 64 * 1024 * 1024,
+            frame_area_bytes_target: 1024 * 1024,
+        }
+    }
+}
+
+impl LogConfig {
+    /// The most bytes a segment file can hold that the log ever reads: one full
+    /// segment or one commit, plus a preparation chunk. A larger file on disk is not
+    /// one the log wrote; reading it whole would only risk memory.
+    pub fn segment_file_bytes_max(&self) -> u64 {
+        self.segment_bytes_max.max(self.commit_bytes_max as u64)
+            + self.prep_chunk_bytes
+            + BLOCK_BYTES as u64
+    }
+
+    /// Checks the relations the log relies on.
+    pub fn validate(&self) -> Result<(), LogError> {
+        let fail = |why: &str| Err(LogError::Config(why.to_string()));
+        let segment_span = self.segment_bytes_max.max(self.commit_bytes_max as u64);
+        if !(4096..=CONFIG_BYTES_MAX).contains(&self.segment_bytes_max) {
+            return fail("segment_bytes_max must be within 4 KiB..1 GiB");
+        }
+        if self.commit_bytes_max as u64 > CONFIG_BYTES_MAX || self.commit_bytes_max == 0 {
+            return fail("commit_bytes_max must be within 1 B..1 GiB");
+        }
+        if self.prep_chunk_bytes % BLOCK_BYTES as u64 != 0
+            || self.prep_chunk_bytes > CONFIG_BYTES_MAX
+        {
+            return fail("prep_chunk_bytes must be a multiple of 4 KiB, at most 1 GiB");
+        }
+        if self.index_interval_bytes < 512
+            || segment_span / self.index_interval_bytes >= INDEX_ENTRIES_MAX as u64
+        {
+            return fail("index_interval_bytes too small for the segment size");
+        }
+        if self.frame_area_bytes_target == 0 || self.frame_area_bytes_target > 64 * 1024 * 1024 {
+            return fail("frame_area_bytes_target must be within 1 B..64 MiB");
+        }
+        if self.segment_ms == 0 || self.retention_ms == 0 {
+            return fail("segment_ms and retention_ms must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// What went wrong. Every variant leaves nothing above the high watermark visible.
+#[derive(Debug)]
+pub enum LogError {
+    /// A device operation failed; the commit (if any) was discarded and a retry
+    /// may succeed.
+    Io {
+        /// What the log was doing.
+        op: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+    /// fdatasync failed: the commit was discarded and the log is now poisoned.
+    SyncFailed(io::Error),
+    /// An earlier fdatasync failed; reopen the log.
+    Poisoned,
+    /// The bytes read back from the device after the fsync are not the ones
+    /// written; the commit was discarded and a retry may succeed.
+    ReadBackMismatch {
+        /// Offset of the first record of the frame that did not verify.
+        offset: Offset,
+        /// Why.
+        detail: String,
+    },
+    /// The records cannot be committed as given (too large); nothing was written.
+    InvalidBatch(String),
+    /// The offset is below the oldest retained one.
+    AgedOut {
+        /// The offset asked for.
+        requested: Offset,
+        /// The oldest offset still in the log.
+        oldest: Offset,
+    },
+    /// The configuration breaks a relation the log relies on.
+    Config(String),
+}
+
+impl fmt::Display for LogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogError::Io { op, source } => write!(f, "partition log {op}: {source}"),
+            LogError::SyncFailed(e) => {
+                write!(f, "partition log fdatasync failed, log poisoned: {e}")
+            }
+            LogError::Poisoned => {
+                write!(f, "partition log poisoned by an earlier fdatasync failure")
+            }
+            LogError::ReadBackMismatch { offset, detail } => {
+                write!(
+                    f,
+                    "partition log read-back mismatch at offset {offset}: {detail}"
+                )
+            }
+            LogError::InvalidBatch(why) => write!(f, "invalid batch: {why}"),
+            LogError::AgedOut { requested, oldest } => {
+                write!(
+                    f,
+                    "offset {requested} aged out; oldest retained is {oldest}"
+                )
+            }
+            LogError::Config(why) => write!(f, "invalid partition log configuration: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for LogError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LogError::Io { source, .. } | LogError::SyncFailed(source) => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Wraps an I/O error with the step that failed.
+fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> LogError {
+    move |source| LogError::Io { op, source }
+}
+
+/// One record to commit.
+#[derive(Clone, Copy, Debug)]
+pub struct RecordRef<'a> {
+    /// The key, if the producer gave one.
+    pub key: Option<&'a [u8]>,
+    /// The payload.
+    pub payload: &'a [u8],
+}
+
+/// One committed record, as read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Its offset.
+    pub offset: Offset,
+    /// Its key, if it has one.
+    pub key: Option<Bytes>,
+    /// When it became visible (never decreasing along the partition).
+    pub commit_time_ms: u64,
+    /// Its payload.
+    pub payload: Bytes,
+}
+
+/// One item of a read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadItem {
+    /// A record.
+    Record(Record),
+    /// Offsets whose bytes are unreadable (bit rot): the consume path skips them.
+    Corrupt(Range<Offset>),
+}
+
+/// The answer to [`PartitionLog::read`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadBatch {
+    /// Records and corrupt ranges, in offset order, contiguous from the offset
+    /// asked for.
+    pub items: Vec<ReadItem>,
+    /// Where the next read should start.
+    pub next_offset: Offset,
+}
+
+/// A snapshot of the log's shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogStats {
+    /// The oldest offset still retained.
+    pub oldest_offset: Offset,
+    /// The high watermark: the next offset to be committed.
+    pub next_offset: Offset,
+    /// Segment files, the active one included.
+    pub segment_count: usize,
+    /// Bytes of frames in all segments.
+    pub size_bytes: u64,
+    /// Corrupt ranges recovery found in the active segment.
+    pub corrupt_gap_count: usize,
+    /// Bytes charged to the recent-frame cache.
+    pub cache_bytes: usize,
+}
+
+/// The segment being appended to.
+struct ActiveSegment<F> {
+    base: Offset,
+    file: AppendFile<F>,
+    /// Bytes of the file that exist on the device (zeros past the data).
+    prepared_bytes: u64,
+    /// The data bytes of the file's last, partial block: every append rewrites
+    /// them, so the read-back checks they are still there.
+    tail_block: Vec<u8>,
+    index: SparseIndex,
+    first_commit_ms: Option<u64>,
+}
+
+/// One partition's log. See the module documentation.
+pub struct PartitionLog<S: Storage> {
+    storage: S,
+    dir: String,
+    config: LogConfig,
+    sealed: VecDeque<SealedSegment>,
+    active: ActiveSegment<S::File>,
+    high_watermark: Offset,
+    last_commit_ms: u64,
+    poisoned: bool,
+    cache: FrameCache,
+    gaps: Vec<Range<Offset>>,
+    /// One open handle to a sealed segment, for reads: thousands of partitions
+    /// cannot keep every segment open.
+    sealed_file: Option<(Offset, S::File)>,
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Opens (creating if needed) the log in `dir`, a storage-relative path, and
+    /// recovers its high watermark from the verified tail of the active segment.
+    pub async fn open(storage: S, dir: &str, config: LogConfig) -> Result<Self, LogError> {
+        config.validate()?;
+        let opened = segment::open_segments(&storage, dir, &config).await?;
+        let cache = FrameCache::new(config.cache_bytes_max);
+        let mut log = Self {
+            storage,
+            dir: dir.to_string(),
+            config,
+            sealed: opened.sealed,
+            active: opened.active,
+            high_watermark: opened.next_offset,
+            last_commit_ms: opened.last_commit_ms,
+            poisoned: false,
+            cache,
+            gaps: opened.gaps,
+            sealed_file: None,
+        };
+        if log.active.first_commit_ms.is_none() && !log.sealed.is_empty() {
+            // The active segment is empty: the newest commit time is the last
+            // sealed segment's, which keeps commit times monotonic across restarts.
+            let last = log.sealed.len() - 1;
+            log.last_commit_ms = log.sealed_index(last).await?.max_commit_ms;
+        }
+        for gap in &log.gaps {
+            tracing::warn!(dir = %log.dir, start = gap.start.0, end = gap.end.0, "partition log has a corrupt gap (bit rot); its records are unreadable");
+        }
+        Ok(log)
+    }
+
+    /// Closes the log. Every commit that returned `Ok` is already durable.
+    pub async fn close(self) -> Result<(), LogError> {
+        if let Some((_, file)) = self.sealed_file {
+            file.close().await.map_err(io_err("close sealed segment"))?;
+        }
+        self.active
+            .file
+            .into_file()
+            .close()
+            .await
+            .map_err(io_err("close active segment"))
+    }
+
+    /// The high watermark: every offset below it is visible, none at or above.
+    pub fn high_watermark(&self) -> Offset {
+        self.high_watermark
+    }
+
+    /// The oldest offset still retained.
+    pub fn oldest_offset(&self) -> Offset {
+        self.sealed.front().map_or(self.active.base, |s| s.base)
+    }
+
+    /// Whether a failed fdatasync poisoned the log.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Offset ranges recovery found unreadable in the active segment.
+    pub fn corrupt_gaps(&self) -> &[Range<Offset>] {
+        &self.gaps
+    }
+
+    /// The log's shape now.
+    pub fn stats(&self) -> LogStats {
+        let sealed_bytes: u64 = self.sealed.iter().map(|s| s.data_bytes).sum();
+        LogStats {
+            oldest_offset: self.oldest_offset(),
+            next_offset: self.high_watermark,
+            segment_count: self.sealed.len() + 1,
+            size_bytes: sealed_bytes + self.active.file.len(),
+            corrupt_gap_count: self.gaps.len(),
+            cache_bytes: self.cache.charged_bytes(),
+        }
+    }
+}

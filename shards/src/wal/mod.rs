@@ -1,1 +1,461 @@
-//! The ingress WAL (in progress).
+//! The ingress WAL: where a produce becomes durable before its 202.
+//!
+//! One WAL per shard, under `ingress/shard-<i>/`, written only by that shard's
+//! core. Map:
+//! - [`frame`]: the frame and record encoding.
+//! - [`segment`]: segment names, the recovery scan and the torn-tail rule.
+//! - [`checkpoint`]: the 4 KiB checkpoint block.
+//! - [`progress`]: the done-set that computes the checkpoint (sans-IO).
+//! - `writer`: the group-commit flush loop and segment rolls.
+//! - `upkeep`: the lazy checkpoint flush, compaction and segment preparation.
+//! - [`reader`]: the dispatcher's sequential reader.
+//!
+//! Group commit. An append encodes its frame into a shared staging buffer, takes
+//! the next sequence number, wakes the flush loop and waits. The flush loop swaps the
+//! staging buffer for a spare (so appends keep staging during the I/O), writes what
+//! it took in one write per run of at most 16 MiB, `fdatasync`s, and only then
+//! releases the callers in that batch. A caller whose record is staged has no way
+//! to withdraw it: dropping the future does not unstage, and the record is flushed,
+//! replayed and dispatched like any other; the caller simply never learns the
+//! outcome. A batch (`append_many`) stages its records back to back under one
+//! borrow of the staging state, so they take consecutive sequence numbers.
+//!
+//! The latch. A failed write or `fdatasync` fails every caller of the batch in
+//! flight and every append after it, until the process restarts: a second write on
+//! top of a region of unknown content could be acknowledged and then lost.
+//!
+//! Memory: two staging buffers, each kept at most [`STAGING_KEEP_BYTES`] between
+//! batches and never grown past [`WalConfig::staging_bytes_max`] (appenders wait
+//! for the flush instead); one chunk buffer per reader; the segment list.
+
+pub mod checkpoint;
+pub mod frame;
+pub mod progress;
+pub mod reader;
+pub mod segment;
+mod upkeep;
+mod writer;
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::poll_fn;
+use std::io;
+use std::ops::Range;
+use std::rc::Rc;
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use narad_io::Storage;
+
+pub use frame::IngressRecord;
+pub use progress::DispatchProgress;
+pub use reader::WalReader;
+
+use crate::ids::Seq;
+
+/// A staging buffer larger than this is shrunk back after its flush.
+pub const STAGING_KEEP_BYTES: usize = 4 << 20;
+
+/// How the WAL lays out and paces its work.
+#[derive(Clone, Debug)]
+pub struct WalConfig {
+    /// Segment size; a segment rolls before a frame would cross it.
+    pub segment_bytes_max: u64,
+    /// `storage.ingress_wal_prealloc`: prepare the next segment off the append path
+    /// (recycling a compacted one, else zero-filling) so appends overwrite blocks
+    /// that are already allocated and an `fdatasync` never changes the file size.
+    pub prealloc: bool,
+    /// Staged bytes past which appenders wait for the flush in progress.
+    pub staging_bytes_max: usize,
+    /// How long a stored checkpoint may sit written but not yet synced.
+    pub checkpoint_sync_delay: Duration,
+    /// Compacted segments kept for recycling.
+    pub spare_segments_max: usize,
+    /// A fully dispatched active segment past this size is rotated so it can be
+    /// compacted.
+    pub rotate_dispatched_bytes_min: u64,
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes_max: 64 << 20,
+            prealloc: true,
+            staging_bytes_max: 32 << 20,
+            checkpoint_sync_delay: Duration::from_millis(250),
+            spare_segments_max: 2,
+            rotate_dispatched_bytes_min: 1 << 20,
+        }
+    }
+}
+
+/// Why a WAL operation failed.
+#[derive(Debug, Clone)]
+pub enum WalError {
+    /// The record breaks the format's limits; nothing was staged.
+    Invalid(&'static str),
+    /// A write or sync failed; the WAL refuses appends until restart.
+    Latched(Rc<str>),
+    /// Recovery or a read met a corrupt frame where only good frames may be.
+    Corrupt(Rc<str>),
+    /// An I/O error outside the append path (opening, reading).
+    Io(Rc<str>),
+    /// The WAL is shutting down.
+    Closed,
+}
+
+impl fmt::Display for WalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WalError::Invalid(why) => write!(f, "invalid WAL record: {why}"),
+            WalError::Latched(why) => {
+                write!(f, "ingress WAL failed and is latched until restart: {why}")
+            }
+            WalError::Corrupt(why) => write!(f, "ingress WAL corrupt: {why}"),
+            WalError::Io(why) => write!(f, "ingress WAL I/O error: {why}"),
+            WalError::Closed => write!(f, "ingress WAL is closed"),
+        }
+    }
+}
+
+impl std::error::Error for WalError {}
+
+impl From<io::Error> for WalError {
+    fn from(e: io::Error) -> Self {
+        WalError::Io(e.to_string().into())
+    }
+}
+
+/// Counters for benchmarks and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalStats {
+    /// Records appended (durable or not).
+    pub records: u64,
+    /// Flushes (group commits) that completed.
+    pub flushes: u64,
+    /// `fdatasync`s of segment files.
+    pub syncs: u64,
+    /// Frame bytes staged.
+    pub frame_bytes: u64,
+    /// Bytes handed to the device for segments, padding included.
+    pub device_bytes: u64,
+    /// Segments rolled.
+    pub rolls: u64,
+    /// Segments compacted away.
+    pub compactions: u64,
+    /// Rolls that found a prepared segment ready.
+    pub prepared_rolls: u64,
+    /// Checkpoint `fdatasync`s.
+    pub checkpoint_syncs: u64,
+}
+
+/// State shared by appenders, the flush loop, the upkeep task and readers, all on
+/// one core. Never borrowed across an `.await`.
+struct Shared {
+    staging: Vec<u8>,
+    spare: Vec<u8>,
+    /// Positions in `staging` where a new segment starts.
+    roll_points: Vec<usize>,
+    next_seq: Seq,
+    /// Every sequence number below this is durable.
+    durable_next: Seq,
+    /// `next_seq` when the flush in progress took its buffer.
+    inflight_end: Seq,
+    staging_waiters: Vec<Waker>,
+    inflight_waiters: Vec<Waker>,
+    durable_listeners: Vec<Waker>,
+    flusher: Option<Waker>,
+    latched: Option<Rc<str>>,
+    closing: bool,
+    /// Bytes of the active segment, staged frames included.
+    active_bytes: u64,
+    /// First sequence numbers of the segments, oldest first; the last is active.
+    segments: VecDeque<Seq>,
+    roll_requested: bool,
+    spares: Vec<String>,
+    prep_ready: bool,
+    prep_running: bool,
+    checkpoint_wanted: Seq,
+    checkpoint_written: Seq,
+    checkpoint_synced: Seq,
+    upkeep_signal: bool,
+    upkeep: Option<Waker>,
+    stats: WalStats,
+}
+
+impl Shared {
+    fn wake_upkeep(&mut self) {
+        self.upkeep_signal = true;
+        if let Some(waker) = self.upkeep.take() {
+            waker.wake();
+        }
+    }
+}
+
+struct Inner<S: Storage> {
+    storage: S,
+    dir: String,
+    config: WalConfig,
+    shared: RefCell<Shared>,
+    tasks: RefCell<Vec<narad_io::rt::JoinHandle<()>>>,
+}
+
+/// A handle to one shard's ingress WAL. Clones share it.
+pub struct Wal<S: Storage> {
+    inner: Rc<Inner<S>>,
+}
+
+impl<S: Storage> Clone for Wal<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: Storage> Wal<S> {
+    /// Opens (or creates) the WAL in `dir`: recovers the segments, truncates a torn
+    /// tail of the last one, reads and re-syncs the checkpoint, and starts the flush
+    /// loop and the upkeep task on this executor.
+    pub async fn open(storage: S, dir: &str, config: WalConfig) -> Result<Self, WalError> {
+        assert!(config.segment_bytes_max >= 2 * narad_io::BLOCK_BYTES as u64);
+        storage.create_dir_all(dir).await?;
+        let recovered = writer::recover(&storage, dir).await?;
+        let writer::Recovered {
+            active,
+            segments,
+            next_seq,
+            checkpoint,
+            checkpoint_file,
+            spares,
+            prep_ready,
+        } = recovered;
+        let shared = Shared {
+            staging: Vec::new(),
+            spare: Vec::new(),
+            roll_points: Vec::new(),
+            next_seq,
+            durable_next: next_seq,
+            inflight_end: next_seq,
+            staging_waiters: Vec::new(),
+            inflight_waiters: Vec::new(),
+            durable_listeners: Vec::new(),
+            flusher: None,
+            latched: None,
+            closing: false,
+            active_bytes: active.len(),
+            segments,
+            roll_requested: false,
+            spares,
+            prep_ready,
+            prep_running: false,
+            checkpoint_wanted: checkpoint,
+            checkpoint_written: checkpoint,
+            checkpoint_synced: checkpoint,
+            upkeep_signal: false,
+            upkeep: None,
+            stats: WalStats::default(),
+        };
+        let wal = Wal {
+            inner: Rc::new(Inner {
+                storage,
+                dir: dir.to_string(),
+                config,
+                shared: RefCell::new(shared),
+                tasks: RefCell::new(Vec::new()),
+            }),
+        };
+        let flusher = narad_io::rt::spawn_local(writer::flush_loop(wal.clone(), active));
+        let upkeep = narad_io::rt::spawn_local(upkeep::upkeep_loop(wal.clone(), checkpoint_file));
+        wal.inner.tasks.borrow_mut().extend([flusher, upkeep]);
+        if wal.inner.config.prealloc {
+            upkeep::start_preparation(&wal);
+        }
+        Ok(wal)
+    }
+
+    /// Appends one record and returns its sequence number once it is durable.
+    pub async fn append(&self, record: &IngressRecord<'_>) -> Result<Seq, WalError> {
+        self.append_many(std::slice::from_ref(record))
+            .await
+            .map(|seqs| seqs.start)
+    }
+
+    /// Appends records with consecutive sequence numbers and returns them once the
+    /// last is durable. Every record is checked before any is staged.
+    pub async fn append_many(&self, records: &[IngressRecord<'_>]) -> Result<Range<Seq>, WalError> {
+        for record in records {
+            record.check().map_err(WalError::Invalid)?;
+        }
+        let total_bytes: usize = records.iter().map(IngressRecord::frame_len).sum();
+        self.wait_for_staging_room(total_bytes).await?;
+        let seqs = self.stage(records);
+        if seqs.is_empty() {
+            return Ok(seqs);
+        }
+        self.wait_durable(Seq(seqs.end.0 - 1)).await?;
+        Ok(seqs)
+    }
+
+    fn stage(&self, records: &[IngressRecord<'_>]) -> Range<Seq> {
+        let mut guard = self.inner.shared.borrow_mut();
+        let sh = &mut *guard;
+        let first = sh.next_seq;
+        for record in records {
+            let frame_len = record.frame_len() as u64;
+            let full = sh.active_bytes > 0
+                && sh.active_bytes + frame_len > self.inner.config.segment_bytes_max;
+            if full || (sh.roll_requested && sh.active_bytes > 0) {
+                sh.roll_points.push(sh.staging.len());
+                sh.segments.push_back(sh.next_seq);
+                sh.active_bytes = 0;
+                sh.roll_requested = false;
+            }
+            record.encode_frame(sh.next_seq, &mut sh.staging);
+            sh.active_bytes += frame_len;
+            sh.stats.frame_bytes += frame_len;
+            sh.next_seq = sh.next_seq.next();
+        }
+        sh.stats.records += records.len() as u64;
+        if let Some(waker) = sh.flusher.take() {
+            waker.wake();
+        }
+        first..sh.next_seq
+    }
+
+    /// Waits while the staging buffer is too full to take `bytes` more (unless it
+    /// is empty: one oversized batch always gets in).
+    async fn wait_for_staging_room(&self, bytes: usize) -> Result<(), WalError> {
+        poll_fn(|cx| {
+            let mut sh = self.inner.shared.borrow_mut();
+            if let Some(why) = &sh.latched {
+                return Poll::Ready(Err(WalError::Latched(why.clone())));
+            }
+            if sh.closing {
+                return Poll::Ready(Err(WalError::Closed));
+            }
+            if sh.staging.is_empty()
+                || sh.staging.len() + bytes <= self.inner.config.staging_bytes_max
+            {
+                return Poll::Ready(Ok(()));
+            }
+            sh.staging_waiters.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Waits until `seq` is durable, or the WAL latched before it was.
+    async fn wait_durable(&self, seq: Seq) -> Result<(), WalError> {
+        poll_fn(|cx| {
+            let mut sh = self.inner.shared.borrow_mut();
+            if sh.durable_next > seq {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(why) = &sh.latched {
+                return Poll::Ready(Err(WalError::Latched(why.clone())));
+            }
+            if seq < sh.inflight_end {
+                sh.inflight_waiters.push(cx.waker().clone());
+            } else {
+                sh.staging_waiters.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Waits until some record at or past `seq` is durable (for the dispatcher),
+    /// or the WAL latched or closed.
+    pub async fn wait_durable_past(&self, seq: Seq) {
+        poll_fn(|cx| {
+            let mut sh = self.inner.shared.borrow_mut();
+            if sh.durable_next > seq || sh.latched.is_some() || sh.closing {
+                return Poll::Ready(());
+            }
+            sh.durable_listeners.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Every sequence number below this is durable.
+    pub fn durable_next(&self) -> Seq {
+        self.inner.shared.borrow().durable_next
+    }
+
+    /// The sequence number the next append will take.
+    pub fn next_seq(&self) -> Seq {
+        self.inner.shared.borrow().next_seq
+    }
+
+    /// Stores the dispatch checkpoint (the first record not yet committed). It is
+    /// written at once and made durable within the checkpoint sync delay; the WAL
+    /// compacts only behind a durable value. Values never move backwards.
+    pub fn store_checkpoint(&self, seq: Seq) {
+        let mut sh = self.inner.shared.borrow_mut();
+        assert!(
+            seq <= sh.durable_next,
+            "checkpoint {seq} past the durable end {}",
+            sh.durable_next
+        );
+        if seq > sh.checkpoint_wanted {
+            sh.checkpoint_wanted = seq;
+            sh.wake_upkeep();
+        }
+    }
+
+    /// The checkpoint as last stored (it may not be durable yet).
+    pub fn checkpoint(&self) -> Seq {
+        self.inner.shared.borrow().checkpoint_wanted
+    }
+
+    /// The checkpoint as last made durable.
+    pub fn synced_checkpoint(&self) -> Seq {
+        self.inner.shared.borrow().checkpoint_synced
+    }
+
+    /// Records a restart would replay: durable end minus the durable checkpoint.
+    pub fn dispatch_backlog_records(&self) -> u64 {
+        let sh = self.inner.shared.borrow();
+        sh.durable_next.0 - sh.checkpoint_synced.0
+    }
+
+    /// Whether the failure latch is set.
+    pub fn is_latched(&self) -> bool {
+        self.inner.shared.borrow().latched.is_some()
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> WalStats {
+        self.inner.shared.borrow().stats
+    }
+
+    /// Segment files on disk (the active one included).
+    pub fn segment_count(&self) -> usize {
+        self.inner.shared.borrow().segments.len()
+    }
+
+    /// A reader starting at `from`, for the dispatcher.
+    pub fn reader(&self, from: Seq) -> WalReader<S> {
+        WalReader::new(self.clone(), from)
+    }
+
+    /// Flushes what is staged, makes the checkpoint durable and stops the tasks.
+    /// Appends after this fail with [`WalError::Closed`].
+    pub async fn close(&self) {
+        {
+            let mut sh = self.inner.shared.borrow_mut();
+            sh.closing = true;
+            if let Some(waker) = sh.flusher.take() {
+                waker.wake();
+            }
+            sh.wake_upkeep();
+        }
+        let tasks: Vec<_> = self.inner.tasks.borrow_mut().drain(..).collect();
+        for task in tasks {
+            task.await;
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! A smoke test of the real disk: O_DIRECT files on io_uring through `DmaStorage`.
+//!
+//! It cannot crash the machine, so it checks only what a single process can see:
+//! bytes appended and synced read back through O_DIRECT after the file is closed and
+//! reopened, and the directory operations do what the `Storage` contract says. The
+//! files live under the build's temporary directory rather than `/tmp`, because
+//! `/tmp` is often tmpfs, which may refuse O_DIRECT.
+
+use std::io;
+
+use narad_io::append::read_exact_at;
+use narad_io::dma::DmaStorage;
+use narad_io::file::OpenMode;
+use narad_io::{rt, AppendFile, BlockFile, Storage, BLOCK_BYTES};
+
+fn record(i: usize) -> Vec<u8> {
+    // Lengths that are not multiples of anything, so appends straddle blocks.
+    let len = 1 + (i * 977) % 9000;
+    (0..len).map(|j| (i * 31 + j) as u8).collect()
+}
+
+async fn append_sync_reopen_read(storage: DmaStorage) -> io::Result<()> {
+    storage.create_dir_all("topics/orders").await?;
+    let path = "topics/orders/00000000.log";
+    let mut expected = Vec::new();
+    let mut file =
+        AppendFile::open_at(storage.open(path, OpenMode::CreateOrOpen).await?, 0).await?;
+    for i in 0..20 {
+        let bytes = record(i);
+        let (head, rest) = bytes.split_at(bytes.len() / 2);
+        file.append(&[head, rest]).await?;
+        expected.extend_from_slice(&bytes);
+        if i % 5 == 4 {
+            file.sync().await?;
+        }
+    }
+    file.sync().await?;
+    assert_eq!(file.len(), expected.len() as u64);
+    file.into_file().close().await?;
+
+    let reopened = storage.open(path, OpenMode::Existing).await?;
+    let size = reopened.size().await?;
+    assert_eq!(
+        size % BLOCK_BYTES as u64,
+        0,
+        "the device saw only whole blocks"
+    );
+    assert!(size >= expected.len() as u64);
+    assert_eq!(read_exact_at(&reopened, 0, expected.len()).await?, expected);
+    // An unaligned read in the middle exercises the skip and truncate of the helper.
+    assert_eq!(
+        read_exact_at(&reopened, 5000, 3000).await?,
+        expected[5000..8000]
+    );
+
+    // Carry on appending after the reopen, from the logical length.
+    let mut file = AppendFile::open_at(reopened, expected.len() as u64).await?;
+    file.append(&[b"tail"]).await?;
+    file.sync().await?;
+    expected.extend_from_slice(b"tail");
+    assert_eq!(
+        read_exact_at(file.file(), 0, expected.len()).await?,
+        expected
+    );
+    file.into_file().close().await?;
+
+    // Reads past the end come back as zeros and report only the bytes inside.
+    let file = storage.open(path, OpenMode::Existing).await?;
+    let mut buf = vec![0xAAu8; 2 * BLOCK_BYTES];
+    let inside = file.read_at(size + BLOCK_BYTES as u64, &mut buf).await?;
+    assert!(inside <= buf.len());
+    assert!(buf[inside..].iter().all(|&b| b == 0));
+    file.close().await?;
+    Ok(())
+}
+
+async fn rename_remove_list(storage: DmaStorage) -> io::Result<()> {
+    storage.create_dir_all("state").await?;
+    let tmp = storage
+        .open("state/offset.tmp", OpenMode::CreateOrOpen)
+        .await?;
+    let block = vec![7u8; BLOCK_BYTES];
+    tmp.write_at(0, &block).await?;
+    tmp.sync_data().await?;
+    tmp.close().await?;
+    storage.rename("state/offset.tmp", "state/offset").await?;
+    assert_eq!(storage.list("state").await?, vec!["offset"]);
+
+    let renamed = storage.open("state/offset", OpenMode::Existing).await?;
+    let mut buf = vec![0u8; BLOCK_BYTES];
+    assert_eq!(renamed.read_at(0, &mut buf).await?, BLOCK_BYTES);
+    assert_eq!(buf, block);
+    renamed.close().await?;
+
+    for name in ["b", "a", "c"] {
+        storage
+            .open(&format!("state/{name}"), OpenMode::CreateOrOpen)
+            .await?
+            .close()
+            .await?;
+    }
+    assert_eq!(storage.list("state").await?, vec!["a", "b", "c", "offset"]);
+    storage.remove("state/b").await?;
+    storage.remove("state/b").await?;
+    assert_eq!(storage.list("state").await?, vec!["a", "c", "offset"]);
+    let missing = storage.open("state/b", OpenMode::Existing).await;
+    assert_eq!(
+        missing.err().map(|e| e.kind()),
+        Some(io::ErrorKind::NotFound)
+    );
+
+    storage.remove_dir_all("state").await?;
+    storage.remove_dir_all("state").await?;
+    assert!(storage.list("state").await?.is_empty());
+    assert!(storage.space_left_bytes().is_none());
+    Ok(())
+}
+
+/// Regression: glommio probed iopoll support with the first file opened on a
+/// device; a new, empty file made the probe pass on a disk without poll queues, and
+/// every later O_DIRECT read failed with EOPNOTSUPP.
+async fn first_open_is_a_new_empty_file(storage: DmaStorage) -> io::Result<()> {
+    let file = storage.open("fresh", OpenMode::CreateOrOpen).await?;
+    let block = vec![3u8; BLOCK_BYTES];
+    file.write_at(0, &block).await?;
+    file.sync_data().await?;
+    // An overwrite of a written block, then a read: the two operations that took
+    // the polled path and failed.
+    let block = vec![4u8; BLOCK_BYTES];
+    file.write_at(0, &block).await?;
+    let mut buf = vec![0u8; BLOCK_BYTES];
+    assert_eq!(file.read_at(0, &mut buf).await?, BLOCK_BYTES);
+    assert_eq!(buf, block);
+    file.close().await?;
+    // The file that settled the probe is gone and was never listed.
+    assert_eq!(storage.list("").await?, vec!["fresh"]);
+    Ok(())
+}
+
+fn temp_root() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("create a temporary directory")
+}
+
+#[test]
+fn dma_files_read_back_what_was_appended() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    rt::run_local(None, append_sync_reopen_read(storage)).expect("real disk I/O");
+}
+
+#[test]
+fn dma_directory_operations() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    rt::run_local(None, rename_remove_list(storage)).expect("real disk I/O");
+    assert!(!root.path().join("state").exists());
+}
+
+#[test]
+fn dma_reads_work_when_the_first_file_opened_is_empty() {
+    // Each test runs on its own thread, and glommio caches the probe per thread, so
+    // this really is the first open on the device for this executor.
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    rt::run_local(None, first_open_is_a_new_empty_file(storage)).expect("real disk I/O");
+    let names: Vec<_> = std::fs::read_dir(root.path())
+        .expect("read the temporary directory")
+        .map(|entry| entry.expect("a directory entry").file_name())
+        .collect();
+    assert_eq!(names, vec!["fresh"], "no probe file is left behind");
+}

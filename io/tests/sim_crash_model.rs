@@ -1,0 +1,414 @@
+//! Tests of the simulated disk's crash model and injected faults.
+//!
+//! Every crash test in the storage crates trusts this model, so it is checked here
+//! against the contract in `narad_io::file`: synced bytes survive a crash, unsynced
+//! sectors survive or vanish one by one (so holes occur), and each injected fault
+//! does exactly what it claims and nothing more. Seeds are swept rather than drawn,
+//! so a failure names the seed that replays it.
+
+use std::io;
+
+use futures_lite::future::block_on;
+use narad_io::append::read_exact_at;
+use narad_io::file::OpenMode;
+use narad_io::sim::{SimDisk, SimFaults, SimFile};
+use narad_io::{AppendFile, BlockFile, Storage, BLOCK_BYTES, SECTOR_BYTES};
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Seeds swept by the crash tests. Each unsynced sector survives with probability
+/// one half, so a few hundred seeds observe every outcome the tests look for with
+/// overwhelming probability, and the sweep is deterministic anyway.
+const SEEDS_MAX: u64 = 300;
+
+fn new_disk(seed: u64) -> SimDisk {
+    SimDisk::new(seed, SimFaults::default())
+}
+
+async fn open(disk: &SimDisk, path: &str) -> SimFile {
+    disk.open(path, OpenMode::CreateOrOpen)
+        .await
+        .expect("open on a disk without faults")
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut bytes = vec![0u8; len];
+    ChaCha8Rng::seed_from_u64(seed).fill_bytes(&mut bytes);
+    bytes
+}
+
+/// `bytes` padded with zeros to `len`, which is what a reader sees past a short file.
+fn padded(bytes: &[u8], len: usize) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    out.resize(len.max(bytes.len()), 0);
+    out
+}
+
+/// What one seed's crash left behind.
+struct CrashOutcome {
+    /// Some unsynced sector carried its new bytes across the crash.
+    unsynced_kept: bool,
+    /// Some unsynced sector lost its new bytes.
+    unsynced_lost: bool,
+}
+
+/// Appends random lengths with random syncs, crashes, reboots and checks the file
+/// sector by sector: below the synced length every byte must survive, and every
+/// sector is either wholly what the last sync made durable or wholly what was written
+/// after it.
+async fn crash_after_random_appends(seed: u64) -> CrashOutcome {
+    let disk = new_disk(seed);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut file = AppendFile::open_at(open(&disk, "log").await, 0)
+        .await
+        .unwrap();
+    let mut durable_image: Vec<u8> = Vec::new();
+    let mut synced_len = 0usize;
+    let appends = rng.random_range(1..20);
+    for i in 0..appends {
+        let len = rng.random_range(0..10_000);
+        file.append(&[&pattern(len, seed * 1000 + i)])
+            .await
+            .unwrap();
+        if rng.random_bool(0.3) {
+            file.sync().await.unwrap();
+            synced_len = file.len() as usize;
+            durable_image = disk.contents("log").unwrap();
+        }
+    }
+    // Always leave some unsynced bytes so that every seed exercises the tear.
+    file.append(&[&pattern(6000, !seed)]).await.unwrap();
+    let at_crash = disk.contents("log").unwrap();
+    let expected = read_exact_at(file.file(), 0, file.len() as usize)
+        .await
+        .unwrap();
+    disk.crash();
+    disk.reboot();
+
+    let after = disk.contents("log").expect("the file's name is durable");
+    assert!(after.len() >= synced_len, "seed {seed}: lost synced length");
+    assert_eq!(
+        after[..synced_len],
+        expected[..synced_len],
+        "seed {seed}: synced bytes changed across the crash"
+    );
+    let span = after.len().max(at_crash.len()).max(durable_image.len());
+    let (after, old, new) = (
+        padded(&after, span),
+        padded(&durable_image, span),
+        padded(&at_crash, span),
+    );
+    let mut outcome = CrashOutcome {
+        unsynced_kept: false,
+        unsynced_lost: false,
+    };
+    for start in (0..span).step_by(SECTOR_BYTES) {
+        let sector = start..(start + SECTOR_BYTES).min(span);
+        let (a, o, n) = (&after[sector.clone()], &old[sector.clone()], &new[sector]);
+        assert!(
+            a == o || a == n,
+            "seed {seed}: sector at {start} is a mix of old and new bytes"
+        );
+        if o != n {
+            outcome.unsynced_kept |= a == n;
+            outcome.unsynced_lost |= a == o;
+        }
+    }
+    outcome
+}
+
+#[test]
+fn synced_bytes_survive_and_unsynced_sectors_tear() {
+    let mut kept = 0;
+    let mut lost = 0;
+    for seed in 0..SEEDS_MAX {
+        let outcome = block_on(crash_after_random_appends(seed));
+        kept += outcome.unsynced_kept as u32;
+        lost += outcome.unsynced_lost as u32;
+    }
+    assert!(kept > 0, "no seed kept an unsynced sector");
+    assert!(lost > 0, "no seed lost an unsynced sector");
+}
+
+/// A crash may keep a later sector and lose an earlier one: the hole a log's
+/// recovery has to stop at rather than read across.
+#[test]
+fn a_crash_can_leave_a_hole_before_surviving_sectors() {
+    let block = pattern(BLOCK_BYTES, 1);
+    let mut holes = 0;
+    let mut whole = 0;
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            file.write_at(0, &block).await.unwrap();
+            disk.crash();
+            disk.reboot();
+            let after = padded(&disk.contents("f").unwrap(), BLOCK_BYTES);
+            let survived: Vec<bool> = after
+                .chunks(SECTOR_BYTES)
+                .zip(block.chunks(SECTOR_BYTES))
+                .map(|(a, b)| a == b)
+                .collect();
+            for (a, b) in after.chunks(SECTOR_BYTES).zip(block.chunks(SECTOR_BYTES)) {
+                assert!(a == b || a.iter().all(|&x| x == 0), "seed {seed}");
+            }
+            if survived.iter().all(|&s| s) {
+                whole += 1;
+            }
+            let first_lost = survived.iter().position(|&s| !s);
+            if first_lost.is_some_and(|i| survived[i..].iter().any(|&s| s)) {
+                holes += 1;
+            }
+        });
+    }
+    assert!(holes > 0, "no seed tore a hole before a surviving sector");
+    assert!(whole > 0, "no seed kept the whole unsynced block");
+}
+
+#[test]
+fn handles_opened_before_a_crash_stay_dead() {
+    block_on(async {
+        let disk = new_disk(3);
+        let file = open(&disk, "f").await;
+        file.write_at(0, &pattern(BLOCK_BYTES, 2)).await.unwrap();
+        file.sync_data().await.unwrap();
+        disk.crash();
+        assert!(disk.is_crashed());
+        assert!(file.write_at(0, &[0u8; BLOCK_BYTES]).await.is_err());
+        assert!(disk.open("f", OpenMode::Existing).await.is_err());
+        assert!(disk.list("").await.is_err());
+        disk.reboot();
+        assert!(!disk.is_crashed());
+
+        let mut buf = vec![0u8; BLOCK_BYTES];
+        assert!(file.read_at(0, &mut buf).await.is_err());
+        assert!(file.write_at(0, &buf).await.is_err());
+        assert!(file.sync_data().await.is_err());
+        assert!(file.size().await.is_err());
+        assert!(file.truncate(0).await.is_err());
+
+        let fresh = disk.open("f", OpenMode::Existing).await.unwrap();
+        assert_eq!(fresh.read_at(0, &mut buf).await.unwrap(), BLOCK_BYTES);
+        assert_eq!(buf, pattern(BLOCK_BYTES, 2));
+    });
+}
+
+#[test]
+fn a_failed_sync_returns_eio_and_leaves_writes_unsynced() {
+    let block = pattern(BLOCK_BYTES, 4);
+    let mut lost = 0;
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            file.write_at(0, &block).await.unwrap();
+            disk.fail_next_syncs(2);
+            for _ in 0..2 {
+                let err = file.sync_data().await.unwrap_err();
+                assert_eq!(err.raw_os_error(), Some(libc::EIO), "seed {seed}");
+            }
+            assert_eq!(disk.stats().syncs, 0);
+            // The writes are still visible to readers before the crash.
+            assert_eq!(disk.contents("f").unwrap(), block);
+            disk.crash();
+            disk.reboot();
+            if padded(&disk.contents("f").unwrap(), BLOCK_BYTES) != block {
+                lost += 1;
+            }
+        });
+    }
+    assert!(
+        lost > 0,
+        "a write covered only by failed syncs always survived"
+    );
+}
+
+#[test]
+fn only_the_requested_number_of_syncs_fail() {
+    block_on(async {
+        let disk = new_disk(5);
+        let file = open(&disk, "f").await;
+        let block = pattern(BLOCK_BYTES, 5);
+        file.write_at(0, &block).await.unwrap();
+        disk.fail_next_syncs(1);
+        assert!(file.sync_data().await.is_err());
+        file.sync_data().await.expect("the second sync succeeds");
+        assert_eq!(disk.stats().syncs, 1);
+        // That sync covered the write, so every seed's crash keeps it.
+        disk.crash();
+        disk.reboot();
+        assert_eq!(disk.contents("f").unwrap(), block);
+    });
+}
+
+#[test]
+fn a_full_disk_refuses_writes_with_enospc_and_applies_nothing() {
+    block_on(async {
+        let disk = new_disk(6);
+        disk.set_capacity(Some(2 * BLOCK_BYTES as u64));
+        let file = open(&disk, "f").await;
+        let first = pattern(BLOCK_BYTES, 6);
+        file.write_at(0, &first).await.unwrap();
+        assert_eq!(disk.space_left_bytes(), Some(BLOCK_BYTES as u64));
+        let writes_before = disk.stats().writes;
+
+        let err = file
+            .write_at(BLOCK_BYTES as u64, &pattern(2 * BLOCK_BYTES, 7))
+            .await
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(28));
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(disk.contents("f").unwrap(), first, "nothing applied");
+        assert_eq!(disk.stats().writes, writes_before);
+        assert_eq!(file.size().await.unwrap(), BLOCK_BYTES as u64);
+
+        // Overwrites inside the file need no new space and still succeed, and the
+        // last free block can be filled.
+        let second = pattern(BLOCK_BYTES, 8);
+        file.write_at(0, &second).await.unwrap();
+        file.write_at(BLOCK_BYTES as u64, &second).await.unwrap();
+        assert_eq!(disk.space_left_bytes(), Some(0));
+        let err = open(&disk, "g")
+            .await
+            .write_at(0, &second)
+            .await
+            .unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+    });
+}
+
+#[test]
+fn an_append_refused_for_space_keeps_the_logical_length() {
+    block_on(async {
+        let disk = new_disk(9);
+        disk.set_capacity(Some(BLOCK_BYTES as u64));
+        let mut file = AppendFile::open_at(open(&disk, "f").await, 0)
+            .await
+            .unwrap();
+        file.append(&[b"abc"]).await.unwrap();
+        let err = file.append(&[&[1u8; BLOCK_BYTES]]).await.unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+        assert_eq!(file.len(), 3);
+        // Freeing space lets the same append go through, after the old bytes.
+        disk.set_capacity(None);
+        file.append(&[b"def"]).await.unwrap();
+        assert_eq!(read_exact_at(file.file(), 0, 6).await.unwrap(), b"abcdef");
+    });
+}
+
+#[test]
+fn a_read_flip_changes_one_returned_bit_and_not_the_disk() {
+    block_on(async {
+        for seed in 0..32 {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            let data = pattern(2 * BLOCK_BYTES, seed);
+            file.write_at(0, &data).await.unwrap();
+            disk.flip_next_reads(1);
+            let mut buf = vec![0u8; 2 * BLOCK_BYTES];
+            file.read_at(0, &mut buf).await.unwrap();
+            let flipped_bits: u32 = buf
+                .iter()
+                .zip(&data)
+                .map(|(a, b)| (a ^ b).count_ones())
+                .sum();
+            assert_eq!(flipped_bits, 1, "seed {seed}");
+            assert_eq!(
+                disk.contents("f").unwrap(),
+                data,
+                "seed {seed}: disk intact"
+            );
+            // Only the requested read was damaged.
+            file.read_at(0, &mut buf).await.unwrap();
+            assert_eq!(buf, data, "seed {seed}");
+        }
+    });
+}
+
+#[test]
+fn a_renamed_file_keeps_its_contents_across_a_crash() {
+    block_on(async {
+        let disk = new_disk(10);
+        let data = pattern(BLOCK_BYTES, 10);
+        let file = open(&disk, "segment.tmp").await;
+        file.write_at(0, &data).await.unwrap();
+        file.sync_data().await.unwrap();
+        disk.rename("segment.tmp", "segment").await.unwrap();
+        let missing = disk.open("segment.tmp", OpenMode::Existing).await;
+        assert_eq!(
+            missing.err().and_then(|e| e.raw_os_error()),
+            Some(libc::ENOENT)
+        );
+        disk.crash();
+        disk.reboot();
+        let renamed = disk.open("segment", OpenMode::Existing).await.unwrap();
+        let mut buf = vec![0u8; BLOCK_BYTES];
+        renamed.read_at(0, &mut buf).await.unwrap();
+        assert_eq!(buf, data);
+        assert_eq!(disk.list("").await.unwrap(), vec!["segment"]);
+    });
+}
+
+#[test]
+fn list_returns_sorted_direct_children() {
+    block_on(async {
+        let disk = new_disk(11);
+        disk.create_dir_all("topics/orders/0").await.unwrap();
+        disk.create_dir_all("topics/audit").await.unwrap();
+        for path in [
+            "wal",
+            "topics/zeta",
+            "topics/alpha",
+            "topics/orders/0/00000000.log",
+            "topics/orders/meta",
+        ] {
+            open(&disk, path).await;
+        }
+        assert_eq!(disk.list("").await.unwrap(), vec!["topics", "wal"]);
+        assert_eq!(
+            disk.list("topics").await.unwrap(),
+            vec!["alpha", "audit", "orders", "zeta"]
+        );
+        assert_eq!(disk.list("topics/orders").await.unwrap(), vec!["0", "meta"]);
+        assert!(disk.list("missing").await.unwrap().is_empty());
+
+        disk.remove("topics/zeta").await.unwrap();
+        disk.remove("topics/zeta")
+            .await
+            .expect("a missing file is fine");
+        disk.remove_dir_all("topics/orders").await.unwrap();
+        assert_eq!(disk.list("topics").await.unwrap(), vec!["alpha", "audit"]);
+    });
+}
+
+#[test]
+fn a_file_needs_its_parent_directory() {
+    block_on(async {
+        let disk = new_disk(12);
+        let err = disk
+            .open("no/such/dir/f", OpenMode::CreateOrOpen)
+            .await
+            .err()
+            .expect("the parent is missing");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    });
+}
+
+#[test]
+fn crash_at_op_stops_that_operation_and_every_later_one() {
+    block_on(async {
+        let disk = new_disk(13);
+        let file = open(&disk, "f").await;
+        let block = pattern(BLOCK_BYTES, 13);
+        disk.crash_at_op(3);
+        file.write_at(0, &block).await.unwrap();
+        file.sync_data().await.unwrap();
+        assert_eq!(disk.ops(), 2);
+        assert!(file.write_at(BLOCK_BYTES as u64, &block).await.is_err());
+        assert!(disk.is_crashed());
+        disk.reboot();
+        // The synced first block survives; the refused write never happened.
+        assert_eq!(disk.contents("f").unwrap(), block);
+    });
+}

@@ -1,0 +1,309 @@
+//! The read path: records by offset, strictly below the high watermark.
+//!
+//! Runs on the shard that owns the partition. Order of sources: the recent-frame
+//! cache (no I/O; it always ends at the high watermark), then the segment holding
+//! the offset, entered through its sparse index, so a read scans at most one index
+//! interval plus one frame before the first record it returns.
+//!
+//! A frame that fails its CRC is reported as [`ReadItem::Corrupt`] with the offsets
+//! it makes unreadable: the reader resynchronises on the next valid frame of the
+//! segment, or gives up the rest of the segment if none follows. Never a panic, and
+//! never a silent skip.
+//!
+//! Invariants: items are contiguous from the offset asked for and never reach the
+//! high watermark; a read always makes progress (one record even above
+//! `max_bytes`); reads from disk are bounded by the segment's size.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use narad_io::append::read_exact_at;
+use narad_io::{BlockFile, Storage};
+
+use super::envelope::decode_envelope;
+use super::frame::{check_frame, decode_header, records_area, split_records, FRAME_HEADER_BYTES};
+use super::index::SparseIndex;
+use super::recovery::find_frame;
+use super::{io_err, LogError, PartitionLog, ReadBatch, ReadItem, Record};
+use crate::ids::Offset;
+
+/// Bytes a segment read fetches at once: several frames per device read.
+const READ_WINDOW_BYTES: usize = 256 * 1024;
+
+/// The read being assembled, with its limits.
+struct Assembly {
+    batch: ReadBatch,
+    records_max: usize,
+    bytes_max: usize,
+    bytes: usize,
+    /// The high watermark: nothing at or above it is returned.
+    end: Offset,
+    /// A record was refused for `max_bytes`: the read ends before it.
+    stopped: bool,
+}
+
+impl Assembly {
+    fn full(&self) -> bool {
+        self.stopped
+            || self.batch.items.len() >= self.records_max
+            || self.bytes >= self.bytes_max
+            || self.batch.next_offset >= self.end
+    }
+
+    /// Adds a record at `next_offset`; false (and nothing added) when the batch is
+    /// full or the record would overflow `max_bytes` behind other items.
+    fn push_record(&mut self, record: Record) -> bool {
+        assert_eq!(
+            record.offset, self.batch.next_offset,
+            "reads are contiguous"
+        );
+        let size = record.payload.len() + record.key.as_ref().map_or(0, Bytes::len);
+        if self.full() {
+            return false;
+        }
+        if !self.batch.items.is_empty() && self.bytes + size > self.bytes_max {
+            self.stopped = true;
+            return false;
+        }
+        self.bytes += size;
+        self.batch.next_offset = record.offset.next();
+        self.batch.items.push(ReadItem::Record(record));
+        true
+    }
+
+    /// Reports `range` as unreadable, clipped to what this read still covers.
+    fn push_corrupt(&mut self, range: Range<Offset>) {
+        let start = range.start.max(self.batch.next_offset);
+        let end = range.end.min(self.end);
+        if start >= end || self.full() {
+            return;
+        }
+        assert_eq!(
+            start, self.batch.next_offset,
+            "corrupt ranges are contiguous with the read"
+        );
+        self.batch.items.push(ReadItem::Corrupt(start..end));
+        self.batch.next_offset = end;
+    }
+
+    /// Adds the records of one frame's area from `next_offset` on. A records area
+    /// that passed its CRC but does not decode (a writer bug) is reported corrupt.
+    fn push_frame(&mut self, base: Offset, count: u32, area: &Bytes) {
+        let end = Offset(base.0 + u64::from(count));
+        if end <= self.batch.next_offset {
+            return;
+        }
+        let Ok(ranges) = split_records(area, count) else {
+            self.push_corrupt(base..end);
+            return;
+        };
+        let skip = (self.batch.next_offset.0.saturating_sub(base.0)) as usize;
+        for (i, range) in ranges.into_iter().enumerate().skip(skip) {
+            let offset = Offset(base.0 + i as u64);
+            let envelope = area.slice(range);
+            let Ok(view) = decode_envelope(&envelope) else {
+                self.push_corrupt(offset..offset.next());
+                continue;
+            };
+            let record = Record {
+                offset,
+                key: view.key.map(|k| envelope.slice(k)),
+                commit_time_ms: view.commit_time_ms,
+                payload: envelope.slice(view.payload),
+            };
+            if !self.push_record(record) {
+                return;
+            }
+        }
+    }
+}
+
+/// A window of segment bytes, refilled as a scan moves on.
+struct Window {
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl Window {
+    /// Makes `[pos, pos + len)` available (clamped to `limit`) and returns it.
+    async fn get<F: BlockFile>(
+        &mut self,
+        file: &F,
+        pos: u64,
+        len: usize,
+        limit: u64,
+    ) -> Result<&[u8], LogError> {
+        let len = len.min(limit.saturating_sub(pos) as usize);
+        let inside = pos >= self.start && pos + len as u64 <= self.start + self.bytes.len() as u64;
+        if !inside {
+            let fetch = len
+                .max(READ_WINDOW_BYTES)
+                .min(limit.saturating_sub(pos) as usize);
+            self.bytes = read_exact_at(file, pos, fetch)
+                .await
+                .map_err(io_err("read segment"))?;
+            self.start = pos;
+        }
+        let at = (pos - self.start) as usize;
+        Ok(&self.bytes[at..at + len])
+    }
+}
+
+/// Where a segment read runs: the segment's file, index, offset end and byte end.
+struct SegmentView<'a, F> {
+    file: &'a F,
+    index: &'a SparseIndex,
+    end: Offset,
+    limit_bytes: u64,
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Reads up to `max_records` records (and about `max_bytes` of keys and
+    /// payloads, at least one record) from `from`, strictly below the high
+    /// watermark. Offsets below the oldest retained one are `AgedOut`.
+    pub async fn read(
+        &mut self,
+        from: Offset,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<ReadBatch, LogError> {
+        let oldest = self.oldest_offset();
+        if from < oldest {
+            return Err(LogError::AgedOut {
+                requested: from,
+                oldest,
+            });
+        }
+        let mut assembly = Assembly {
+            batch: ReadBatch {
+                items: Vec::new(),
+                next_offset: from,
+            },
+            records_max: max_records,
+            bytes_max: max_bytes,
+            bytes: 0,
+            end: self.high_watermark,
+            stopped: false,
+        };
+        // Bounded: every pass adds an item or moves to a later segment.
+        while !assembly.full() {
+            let before = (assembly.batch.next_offset, assembly.batch.items.len());
+            self.read_step(&mut assembly).await?;
+            if (assembly.batch.next_offset, assembly.batch.items.len()) == before {
+                break;
+            }
+        }
+        assert!(assembly.batch.next_offset <= self.high_watermark.max(from));
+        Ok(assembly.batch)
+    }
+
+    /// One source: the cache, a recovered gap, or one segment.
+    async fn read_step(&mut self, assembly: &mut Assembly) -> Result<(), LogError> {
+        let at = assembly.batch.next_offset;
+        if self.cache.start().is_some_and(|start| start <= at) {
+            for frame in self.cache.frames_from(at) {
+                assembly.push_frame(frame.base, frame.count, &frame.area);
+                if assembly.full() {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        if let Some(gap) = self.gaps.iter().find(|g| g.contains(&at)) {
+            assembly.push_corrupt(gap.clone());
+            return Ok(());
+        }
+        if at >= self.active.base {
+            let view = SegmentView {
+                file: self.active.file.file(),
+                index: &self.active.index,
+                end: self.high_watermark,
+                limit_bytes: self.active.file.len(),
+            };
+            return read_segment(view, assembly).await;
+        }
+        let i = self.sealed.partition_point(|s| s.base <= at) - 1;
+        let (base, end, limit_bytes) = (
+            self.sealed[i].base,
+            self.sealed[i].end,
+            self.sealed[i].data_bytes,
+        );
+        self.sealed_index(i).await?;
+        self.sealed_file(base).await?;
+        let view = SegmentView {
+            file: &self.sealed_file.as_ref().expect("opened above").1,
+            index: self.sealed[i].index.as_ref().expect("loaded above"),
+            end,
+            limit_bytes,
+        };
+        read_segment(view, assembly).await
+    }
+}
+
+/// Reads frames of one segment from the index point at or before the read's next
+/// offset, until the read is full or the segment ends.
+async fn read_segment<F: BlockFile>(
+    view: SegmentView<'_, F>,
+    assembly: &mut Assembly,
+) -> Result<(), LogError> {
+    let (mut expected, mut pos) = view.index.lookup(assembly.batch.next_offset);
+    let mut window = Window {
+        start: 0,
+        bytes: Vec::new(),
+    };
+    while expected < view.end && !assembly.full() {
+        let header_bytes = window
+            .get(view.file, pos, FRAME_HEADER_BYTES, view.limit_bytes)
+            .await?;
+        let frame_len = decode_header(header_bytes)
+            .map(|h| h.frame_bytes())
+            .unwrap_or(0);
+        let frame = window
+            .get(view.file, pos, frame_len, view.limit_bytes)
+            .await?;
+        match check_frame(frame) {
+            Ok((header, stored)) if header.base_offset == expected && frame.len() == frame_len => {
+                match records_area(&header, stored) {
+                    Ok(area) => assembly.push_frame(
+                        header.base_offset,
+                        header.record_count,
+                        &Bytes::from(area),
+                    ),
+                    Err(_) => assembly.push_corrupt(expected..header.end_offset()),
+                }
+                pos += frame_len as u64;
+                expected = header.end_offset();
+            }
+            _ => match resync(&view, pos, expected).await? {
+                Some((next_pos, next_base)) => {
+                    assembly.push_corrupt(expected..next_base);
+                    (pos, expected) = (next_pos, next_base);
+                }
+                None => {
+                    assembly.push_corrupt(expected..view.end);
+                    return Ok(());
+                }
+            },
+        }
+    }
+    Ok(())
+}
+
+/// After a corrupt frame at `pos`: the next valid frame of the segment that holds
+/// later offsets than `expected`, by a scan of the rest of the segment (a rare
+/// path, bounded by the segment's size).
+async fn resync<F: BlockFile>(
+    view: &SegmentView<'_, F>,
+    pos: u64,
+    expected: Offset,
+) -> Result<Option<(u64, Offset)>, LogError> {
+    let rest = view.limit_bytes.saturating_sub(pos) as usize;
+    let bytes = read_exact_at(view.file, pos, rest)
+        .await
+        .map_err(io_err("read segment"))?;
+    let end = view.end;
+    let found = find_frame(&bytes, 1, |_, h| {
+        h.base_offset > expected && h.end_offset() <= end
+    });
+    Ok(found.map(|(at, h)| (pos + at as u64, h.base_offset)))
+}

@@ -1,0 +1,407 @@
+//! Segment files: opening and recovering them, preparing the active one, rolling
+//! by size and age, retention, and lazy loading of sealed segments' indexes.
+//!
+//! Runs on the shard that owns the partition. Files in the partition directory:
+//! `<20-digit base offset>.log` (frames; the last one by name is active) and
+//! `<20-digit base offset>.index` (a sealed segment's sparse index).
+//!
+//! Preparation. O_DIRECT appends that grow the file make every fdatasync commit a
+//! size change through the file system journal, and pre-zeroing a whole 64 MiB
+//! segment per partition is out of the question with thousands of partitions per
+//! node (and would double the disk they take). So the active segment is grown by
+//! *writing zeros* (allocated blocks, not unwritten extents, which measured ~2x
+//! slower) in chunks of `prep_chunk_bytes` (1 MiB) ahead of the write position,
+//! in front of the commit that needs them. Only about one commit per chunk pays a
+//! size change in its fdatasync; the cost is at most one chunk of extra disk per
+//! partition and one extra write of zeros per byte appended (sequential, and
+//! coalesced into one 1 MiB write). A zeroed region reads as a bad magic, which
+//! every scanner takes as the end of the data. Sealing trims the file to its data,
+//! so sealed segments hold frames and nothing else.
+//!
+//! Invariants: segment bases increase and each sealed segment holds exactly the
+//! offsets from its base to the next segment's base; a segment is sealed only
+//! after its data is synced and trimmed; the active segment is never deleted by
+//! retention; retention deletes from the oldest segment only, at most
+//! [`RETENTION_SEGMENTS_PER_RUN_MAX`] per run.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use narad_io::append::read_exact_at;
+use narad_io::file::{join, OpenMode};
+use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage};
+
+use super::index::{index_file_name, load_index, persist_index, SparseIndex};
+use super::recovery::{frame_commit_ms, scan_sealed, scan_tail};
+use super::{
+    io_err, ActiveSegment, LogConfig, LogError, PartitionLog, RETENTION_SEGMENTS_PER_RUN_MAX,
+};
+use crate::ids::Offset;
+
+/// A segment no longer appended to.
+#[derive(Debug)]
+pub(super) struct SealedSegment {
+    /// Its first offset.
+    pub base: Offset,
+    /// The next segment's base: the offset after its last record.
+    pub end: Offset,
+    /// Bytes of frames in the file.
+    pub data_bytes: u64,
+    /// Loaded on first use.
+    pub index: Option<SparseIndex>,
+}
+
+/// What a retention run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    /// Segments deleted.
+    pub segments_deleted: usize,
+    /// Bytes of frames deleted.
+    pub bytes_deleted: u64,
+}
+
+/// What opening the directory found.
+pub(super) struct OpenedSegments<F> {
+    pub sealed: VecDeque<SealedSegment>,
+    pub active: ActiveSegment<F>,
+    pub next_offset: Offset,
+    pub last_commit_ms: u64,
+    pub gaps: Vec<Range<Offset>>,
+}
+
+/// The segment file's name for the segment starting at `base`.
+pub(super) fn segment_file_name(base: Offset) -> String {
+    format!("{:020}.log", base.0)
+}
+
+fn parse_base(name: &str, suffix: &str) -> Option<Offset> {
+    let digits = name.strip_suffix(suffix)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().map(Offset)
+}
+
+/// Lists the directory, sets sealed segments up without reading them, and recovers
+/// the active (last) one.
+pub(super) async fn open_segments<S: Storage>(
+    storage: &S,
+    dir: &str,
+    config: &LogConfig,
+) -> Result<OpenedSegments<S::File>, LogError> {
+    storage
+        .create_dir_all(dir)
+        .await
+        .map_err(io_err("create partition dir"))?;
+    let names = storage
+        .list(dir)
+        .await
+        .map_err(io_err("list partition dir"))?;
+    let mut bases: Vec<Offset> = names.iter().filter_map(|n| parse_base(n, ".log")).collect();
+    bases.sort();
+    for name in &names {
+        // A temporary index from a crash, or the index of a segment retention
+        // deleted just before a crash: neither is referenced any more.
+        let orphan_index =
+            parse_base(name, ".index").is_some_and(|b| bases.binary_search(&b).is_err());
+        if name.ends_with(".tmp") || orphan_index {
+            storage
+                .remove(&join(dir, name))
+                .await
+                .map_err(io_err("remove stale file"))?;
+        }
+    }
+    let active_base = bases.pop().unwrap_or(Offset(0));
+    let mut sealed = VecDeque::with_capacity(bases.len());
+    for (i, &base) in bases.iter().enumerate() {
+        let end = bases.get(i + 1).copied().unwrap_or(active_base);
+        let path = join(dir, &segment_file_name(base));
+        let file = storage
+            .open(&path, OpenMode::Existing)
+            .await
+            .map_err(io_err("open sealed segment"))?;
+        let file_bytes = file.size().await.map_err(io_err("size sealed segment"))?;
+        // Never trust a length from the disk beyond what the log could have written.
+        let data_bytes = file_bytes.min(config.segment_file_bytes_max());
+        file.close().await.map_err(io_err("close sealed segment"))?;
+        sealed.push_back(SealedSegment {
+            base,
+            end,
+            data_bytes,
+            index: None,
+        });
+    }
+    let recovered = recover_active(storage, dir, active_base, config).await?;
+    Ok(OpenedSegments {
+        sealed,
+        active: recovered.0,
+        next_offset: recovered.1,
+        last_commit_ms: recovered.2,
+        gaps: recovered.3,
+    })
+}
+
+type Recovered<F> = (ActiveSegment<F>, Offset, u64, Vec<Range<Offset>>);
+
+/// Scans the active segment for its verified tail and positions the appender
+/// after it.
+async fn recover_active<S: Storage>(
+    storage: &S,
+    dir: &str,
+    base: Offset,
+    config: &LogConfig,
+) -> Result<Recovered<S::File>, LogError> {
+    let path = join(dir, &segment_file_name(base));
+    let file = storage
+        .open(&path, OpenMode::CreateOrOpen)
+        .await
+        .map_err(io_err("open active segment"))?;
+    let size = file.size().await.map_err(io_err("size active segment"))?;
+    // An active segment never holds more than one segment or one commit plus a
+    // preparation chunk; reading more would only read garbage.
+    let readable = config.segment_file_bytes_max();
+    let bytes = read_exact_at(&file, 0, size.min(readable) as usize)
+        .await
+        .map_err(io_err("read active segment"))?;
+    let scan = scan_tail(&bytes, base, config.index_interval_bytes);
+    let times = |pos: Option<usize>| pos.and_then(|p| frame_commit_ms(&bytes[p..]));
+    let first_commit_ms = times(scan.first_frame_pos).map(|t| t.0);
+    let last_commit_ms = times(scan.last_frame_pos).map_or(0, |t| t.1);
+    let data_bytes = scan.data_bytes;
+    // Zero what a torn commit left after the tail, so stale frames can never be
+    // mistaken for data by a later scan. Losing this write to a crash is harmless:
+    // the scan rules already refuse those frames.
+    let garbage_end = bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |p| p as u64 + 1);
+    if garbage_end > align_up(data_bytes) {
+        let from = align_up(data_bytes);
+        let zeros = vec![0u8; (align_up(garbage_end) - from) as usize];
+        file.write_at(from, &zeros)
+            .await
+            .map_err(io_err("scrub torn tail"))?;
+        file.sync_data().await.map_err(LogError::SyncFailed)?;
+        tracing::info!(
+            dir,
+            data_bytes,
+            garbage_end,
+            "partition log cut a torn tail"
+        );
+    }
+    let appender = AppendFile::open_at(file, data_bytes)
+        .await
+        .map_err(io_err("position appender"))?;
+    let active = ActiveSegment {
+        base,
+        file: appender,
+        prepared_bytes: align_down(size).max(align_up(data_bytes)),
+        tail_block: bytes[align_down(data_bytes) as usize..data_bytes as usize].to_vec(),
+        index: scan.index,
+        first_commit_ms,
+    };
+    Ok((active, scan.next_offset, last_commit_ms, scan.gaps))
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Makes sure the active file exists on the device, zeroed, up to `end`, by
+    /// writing zero chunks ahead of the write position (see the module docs).
+    pub(super) async fn prepare_active(&mut self, end: u64) -> Result<(), LogError> {
+        let chunk = self.config.prep_chunk_bytes;
+        if chunk == 0 || end <= self.active.prepared_bytes {
+            return Ok(());
+        }
+        let target = (align_up(end) + chunk).div_ceil(chunk) * chunk;
+        let zeros = vec![0u8; chunk as usize];
+        // Bounded: target - prepared is at most one commit plus two chunks.
+        while self.active.prepared_bytes < target {
+            let from = self.active.prepared_bytes;
+            let len = (target - from).min(chunk);
+            let file = self.active.file.file();
+            file.write_at(from, &zeros[..len as usize])
+                .await
+                .map_err(io_err("prepare segment"))?;
+            self.active.prepared_bytes = from + len;
+        }
+        Ok(())
+    }
+
+    /// Rolls the active segment if its first record is `segment_ms` old. Call it
+    /// from a periodic task so slow topics seal too. Returns whether it rolled.
+    pub async fn maybe_roll(&mut self, now_ms: u64) -> Result<bool, LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned);
+        }
+        if !self.roll_due_by_age(now_ms) {
+            return Ok(false);
+        }
+        self.roll().await?;
+        Ok(true)
+    }
+
+    pub(super) fn roll_due_by_age(&self, now_ms: u64) -> bool {
+        self.active
+            .first_commit_ms
+            .is_some_and(|first| now_ms.saturating_sub(first) >= self.config.segment_ms)
+    }
+
+    /// Seals the active segment (trim, sync, write its index) and starts a new one
+    /// at the high watermark.
+    pub(super) async fn roll(&mut self) -> Result<(), LogError> {
+        let data_bytes = self.active.file.len();
+        assert!(data_bytes > 0, "only a segment with records is sealed");
+        assert_eq!(
+            self.active.index.end, self.high_watermark,
+            "the active index ends at the high watermark"
+        );
+        let file = self.active.file.file();
+        file.truncate(data_bytes)
+            .await
+            .map_err(io_err("trim segment"))?;
+        self.active.prepared_bytes = align_up(data_bytes);
+        if let Err(e) = file.sync_data().await {
+            self.poisoned = true;
+            return Err(LogError::SyncFailed(e));
+        }
+        if let Err(e) = persist_index(&self.storage, &self.dir, &self.active.index).await {
+            // The index is rebuilt from the segment when missing; sealing goes on.
+            tracing::warn!(dir = %self.dir, error = %e, "partition log could not write a segment index");
+        }
+        let base = self.high_watermark;
+        let path = join(&self.dir, &segment_file_name(base));
+        let new_file = self
+            .storage
+            .open(&path, OpenMode::CreateOrOpen)
+            .await
+            .map_err(io_err("create segment"))?;
+        let appender = AppendFile::open_at(new_file, 0)
+            .await
+            .map_err(io_err("position appender"))?;
+        let old = std::mem::replace(
+            &mut self.active,
+            ActiveSegment {
+                base,
+                file: appender,
+                prepared_bytes: 0,
+                tail_block: Vec::new(),
+                index: SparseIndex::new(base),
+                first_commit_ms: None,
+            },
+        );
+        old.file
+            .into_file()
+            .close()
+            .await
+            .map_err(io_err("close sealed segment"))?;
+        assert!(
+            self.sealed.back().is_none_or(|s| s.end == old.base),
+            "segments are contiguous"
+        );
+        self.sealed.push_back(SealedSegment {
+            base: old.base,
+            end: base,
+            data_bytes,
+            index: Some(old.index),
+        });
+        Ok(())
+    }
+
+    /// Deletes whole sealed segments, oldest first, whose newest record is older
+    /// than `retention_ms`. The active segment is never deleted: `maybe_roll`
+    /// seals it by age first.
+    pub async fn enforce_retention(&mut self, now_ms: u64) -> Result<RetentionOutcome, LogError> {
+        let mut outcome = RetentionOutcome::default();
+        for _ in 0..RETENTION_SEGMENTS_PER_RUN_MAX {
+            if self.sealed.is_empty() {
+                break;
+            }
+            let newest_ms = self.sealed_index(0).await?.max_commit_ms;
+            if now_ms.saturating_sub(newest_ms) < self.config.retention_ms {
+                break;
+            }
+            let segment = self.sealed.front().expect("checked non-empty");
+            let base = segment.base;
+            if self.sealed_file.as_ref().is_some_and(|(b, _)| *b == base) {
+                if let Some((_, file)) = self.sealed_file.take() {
+                    file.close().await.map_err(io_err("close sealed segment"))?;
+                }
+            }
+            // The segment first, then its index: a crash in between leaves an
+            // orphan index, which open removes.
+            let log_path = join(&self.dir, &segment_file_name(base));
+            self.storage
+                .remove(&log_path)
+                .await
+                .map_err(io_err("remove segment"))?;
+            let index_path = join(&self.dir, &index_file_name(base));
+            self.storage
+                .remove(&index_path)
+                .await
+                .map_err(io_err("remove index"))?;
+            let removed = self.sealed.pop_front().expect("checked non-empty");
+            outcome.segments_deleted += 1;
+            outcome.bytes_deleted += removed.data_bytes;
+        }
+        Ok(outcome)
+    }
+
+    /// The index of sealed segment `i`, loaded from its file or rebuilt by a scan.
+    pub(super) async fn sealed_index(&mut self, i: usize) -> Result<&SparseIndex, LogError> {
+        if self.sealed[i].index.is_none() {
+            let segment = &self.sealed[i];
+            let (base, end, data_bytes) = (segment.base, segment.end, segment.data_bytes);
+            let loaded = load_index(&self.storage, &self.dir, base)
+                .await
+                .map_err(io_err("load index"))?
+                .filter(|index| index.end == end && index.data_bytes == data_bytes);
+            let index = match loaded {
+                Some(index) => index,
+                None => self.rebuild_index(base, end, data_bytes).await?,
+            };
+            self.sealed[i].index = Some(index);
+        }
+        Ok(self.sealed[i].index.as_ref().expect("just loaded"))
+    }
+
+    async fn rebuild_index(
+        &mut self,
+        base: Offset,
+        end: Offset,
+        data_bytes: u64,
+    ) -> Result<SparseIndex, LogError> {
+        let file = self.sealed_file(base).await?;
+        let bytes = read_exact_at(file, 0, data_bytes as usize)
+            .await
+            .map_err(io_err("read segment"))?;
+        let (mut index, last_pos) = scan_sealed(&bytes, base, self.config.index_interval_bytes);
+        if let Some((_, last_ms)) = last_pos.and_then(|p| frame_commit_ms(&bytes[p..])) {
+            index.note_commit_ms(last_ms);
+        }
+        // A corrupt end is reported by reads; the index still spans the segment.
+        index.end = end;
+        index.set_data_bytes(data_bytes);
+        tracing::info!(dir = %self.dir, base = base.0, "partition log rebuilt a segment index");
+        if let Err(e) = persist_index(&self.storage, &self.dir, &index).await {
+            tracing::warn!(dir = %self.dir, error = %e, "partition log could not write a rebuilt index");
+        }
+        Ok(index)
+    }
+
+    /// The open handle of the sealed segment starting at `base`, opening it (and
+    /// closing the previous one) if needed.
+    pub(super) async fn sealed_file(&mut self, base: Offset) -> Result<&S::File, LogError> {
+        if self.sealed_file.as_ref().is_none_or(|(b, _)| *b != base) {
+            if let Some((_, old)) = self.sealed_file.take() {
+                old.close().await.map_err(io_err("close sealed segment"))?;
+            }
+            let path = join(&self.dir, &segment_file_name(base));
+            let file = self
+                .storage
+                .open(&path, OpenMode::Existing)
+                .await
+                .map_err(io_err("open sealed segment"))?;
+            self.sealed_file = Some((base, file));
+        }
+        Ok(&self.sealed_file.as_ref().expect("just opened").1)
+    }
+}

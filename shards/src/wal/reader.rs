@@ -1,0 +1,136 @@
+//! The dispatcher's reader: walks durable records in sequence order.
+//!
+//! Runs on the WAL's shard, beside the writer. It never reads past the durable end,
+//! so it never sees a record that could still be lost. It keeps its own file
+//! handle and one chunk buffer; because the writer keeps appending to the active
+//! segment after a chunk was read, a frame that does not decode where a durable
+//! one must be is read again from the device once before it counts as corrupt.
+
+use narad_io::file::{join, OpenMode};
+use narad_io::Storage;
+
+use super::frame::IngressRecord;
+use super::segment::{frame_at, segment_name, ChunkBuf};
+use super::{Wal, WalError};
+use crate::ids::Seq;
+
+struct OpenSegment<F> {
+    first: Seq,
+    file: F,
+    /// Byte position of the frame carrying `seq`.
+    pos: u64,
+    seq: Seq,
+}
+
+/// A sequential reader over one WAL's durable records.
+pub struct WalReader<S: Storage> {
+    wal: Wal<S>,
+    next: Seq,
+    segment: Option<OpenSegment<S::File>>,
+    chunk: ChunkBuf,
+}
+
+impl<S: Storage> WalReader<S> {
+    pub(super) fn new(wal: Wal<S>, from: Seq) -> Self {
+        Self {
+            wal,
+            next: from,
+            segment: None,
+            chunk: ChunkBuf::default(),
+        }
+    }
+
+    /// The sequence number the next record read will carry.
+    pub fn position(&self) -> Seq {
+        self.next
+    }
+
+    /// Moves the reader to `seq` (a rescan goes back, a skip goes forward).
+    pub fn seek(&mut self, seq: Seq) {
+        if seq < self.next {
+            self.segment = None;
+        }
+        self.next = seq;
+    }
+
+    /// Hands up to `max_records` durable records to `visit`, in order, without
+    /// copying them. Returns how many it visited (0 when caught up).
+    pub async fn read(
+        &mut self,
+        max_records: usize,
+        mut visit: impl FnMut(Seq, IngressRecord<'_>),
+    ) -> Result<usize, WalError> {
+        let mut visited = 0;
+        while visited < max_records && self.next < self.wal.durable_next() {
+            self.open_segment_for(self.next).await?;
+            let seg = self.segment.as_mut().expect("opened above");
+            let mut retried = false;
+            let (seq, len) = loop {
+                match frame_at(&mut self.chunk, &seg.file, seg.pos).await? {
+                    Ok((seq, len)) if seq == seg.seq => break (seq, len),
+                    bad if retried => {
+                        return Err(WalError::Corrupt(
+                            format!(
+                                "{} at byte {}: expected seq {}, found {bad:?}",
+                                segment_name(seg.first),
+                                seg.pos,
+                                seg.seq
+                            )
+                            .into(),
+                        ))
+                    }
+                    _ => {
+                        self.chunk.invalidate();
+                        retried = true;
+                    }
+                }
+            };
+            if seq >= self.next {
+                let bytes = self.chunk.bytes_at(&seg.file, seg.pos, len).await?;
+                let frame = super::frame::decode_frame(bytes)
+                    .map_err(|e| WalError::Corrupt(format!("{e:?}").into()))?;
+                let record = IngressRecord::decode_body(frame.body)
+                    .map_err(|e| WalError::Corrupt(format!("seq {seq}: {e:?}").into()))?;
+                visit(seq, record);
+                visited += 1;
+                self.next = seq.next();
+            }
+            seg.pos += len as u64;
+            seg.seq = seq.next();
+        }
+        Ok(visited)
+    }
+
+    /// Makes `self.segment` the segment holding `seq`, positioned at or before it.
+    async fn open_segment_for(&mut self, seq: Seq) -> Result<(), WalError> {
+        let first = {
+            let sh = self.wal.inner.shared.borrow();
+            let index = sh.segments.partition_point(|&first| first <= seq);
+            if index == 0 {
+                return Err(WalError::Corrupt(
+                    format!("seq {seq} is below the oldest WAL segment (already compacted)").into(),
+                ));
+            }
+            sh.segments[index - 1]
+        };
+        let current = self.segment.as_ref().map(|s| (s.first, s.seq));
+        if let Some((open_first, open_seq)) = current {
+            if open_first == first && open_seq <= seq {
+                return Ok(());
+            }
+        }
+        let inner = &self.wal.inner;
+        let file = inner
+            .storage
+            .open(&join(&inner.dir, &segment_name(first)), OpenMode::Existing)
+            .await?;
+        self.chunk.invalidate();
+        self.segment = Some(OpenSegment {
+            first,
+            file,
+            pos: 0,
+            seq: first,
+        });
+        Ok(())
+    }
+}

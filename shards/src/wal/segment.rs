@@ -1,0 +1,250 @@
+//! WAL segment files: names, the recovery scan, and the torn-tail rule.
+//!
+//! A segment is named after the first sequence number it holds
+//! (`<20 digits>.wal`) and holds a dense run of sequence numbers up to the first of
+//! the next segment. Only the last segment can end in a torn write, because a
+//! segment is fully synced before the next one is created. Spare files
+//! (`next-segment.prep`, `spare-*.wal`) hold no records that matter.
+//!
+//! The torn-tail rule. Writes into a prepared or recycled segment overwrite blocks
+//! in place, and a crash can keep any subset of the unsynced sectors, so the last
+//! segment may hold "a bad frame, then valid frames" after a crash. Every write is
+//! synced in runs of at most [`WRITE_RUN_BYTES_MAX`], so valid frames that sit
+//! within that distance after the first bad frame, with sequence numbers at or past
+//! the one expected there, belong to the torn run and were never acknowledged: the
+//! scan ends at the bad frame. A valid frame past that distance means bytes that were
+//! synced went bad, and recovery fails loudly instead of guessing.
+
+use std::io;
+
+use narad_io::{align_down, BlockFile, BLOCK_BYTES};
+
+use super::frame::{decode_frame, FrameError, FRAME_HEADER_BYTES, FRAME_MAGIC, RECORD_BYTES_MAX};
+use crate::ids::Seq;
+
+/// Suffix of segment files.
+pub const SEGMENT_SUFFIX: &str = ".wal";
+/// The prepared next segment, renamed into place by a roll.
+pub const PREP_FILE: &str = "next-segment.prep";
+/// Prefix of compacted segments kept for recycling.
+pub const SPARE_PREFIX: &str = "spare-";
+/// The most bytes written between two syncs (one frame may exceed it alone).
+pub const WRITE_RUN_BYTES_MAX: usize = 16 << 20;
+/// How far past a bad frame surviving frames of a torn run can sit.
+pub const TORN_WINDOW_BYTES: u64 =
+    (WRITE_RUN_BYTES_MAX + FRAME_HEADER_BYTES + RECORD_BYTES_MAX) as u64;
+/// Bytes read from the device at a time while scanning.
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
+
+const _: () = assert!(SCAN_CHUNK_BYTES % BLOCK_BYTES == 0);
+
+/// The file name of the segment starting at `first`.
+pub fn segment_name(first: Seq) -> String {
+    format!("{:020}{SEGMENT_SUFFIX}", first.0)
+}
+
+/// The first sequence number of a segment file name, if it is one.
+pub fn parse_segment_name(name: &str) -> Option<Seq> {
+    let digits = name.strip_suffix(SEGMENT_SUFFIX)?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().map(Seq)
+}
+
+/// Where a segment's valid frames end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanEnd {
+    /// Byte position just past the last valid frame.
+    pub end_bytes: u64,
+    /// The sequence number the next frame must carry.
+    pub next_seq: Seq,
+    /// In the last segment: the end of surviving frames of a torn run that sat
+    /// past a hole, which recovery must erase before writing again.
+    pub torn_until_bytes: Option<u64>,
+}
+
+/// Why a segment cannot be recovered.
+#[derive(Debug)]
+pub enum ScanError {
+    Io(io::Error),
+    /// A bad frame where only good frames may be.
+    Corrupt {
+        position_bytes: u64,
+        expected: Seq,
+        why: String,
+    },
+}
+
+impl From<io::Error> for ScanError {
+    fn from(e: io::Error) -> Self {
+        ScanError::Io(e)
+    }
+}
+
+/// A forward-reading buffer over a file, filled in large aligned chunks. It holds
+/// no file, so one buffer serves every segment a reader walks through.
+#[derive(Default)]
+pub struct ChunkBuf {
+    buf: Vec<u8>,
+    buf_pos: u64,
+    /// The last fill reached the end of the file.
+    eof: bool,
+}
+
+impl ChunkBuf {
+    /// Forgets the buffered bytes (the file may have changed since).
+    pub fn invalidate(&mut self) {
+        self.buf.clear();
+        self.buf_pos = 0;
+        self.eof = false;
+    }
+
+    /// The bytes from `pos` on: at least `want` of them unless the file ends first.
+    pub async fn bytes_at<F: BlockFile>(
+        &mut self,
+        file: &F,
+        pos: u64,
+        want: usize,
+    ) -> io::Result<&[u8]> {
+        let have_end = self.buf_pos + self.buf.len() as u64;
+        let covered =
+            pos >= self.buf_pos && (pos + want as u64 <= have_end || (self.eof && pos <= have_end));
+        if !covered {
+            let start = align_down(pos);
+            let len = narad_io::align_up((pos + want as u64 - start).max(SCAN_CHUNK_BYTES as u64))
+                as usize;
+            self.buf.resize(len, 0);
+            let got = file.read_at(start, &mut self.buf).await?;
+            self.buf.truncate(got);
+            self.buf_pos = start;
+            self.eof = got < len;
+        }
+        let from = ((pos - self.buf_pos) as usize).min(self.buf.len());
+        Ok(&self.buf[from..])
+    }
+}
+
+/// Scans a segment from its start. `first` is the sequence number its name
+/// promises; `last_expected` (for sealed segments) the last one it must hold.
+pub async fn scan<F: BlockFile>(
+    file: &F,
+    first: Seq,
+    last_expected: Option<Seq>,
+) -> Result<ScanEnd, ScanError> {
+    let mut reader = ChunkBuf::default();
+    let mut pos = 0u64;
+    let mut expected = first;
+    loop {
+        if last_expected.is_some_and(|last| expected > last) {
+            return Ok(ScanEnd {
+                end_bytes: pos,
+                next_seq: expected,
+                torn_until_bytes: None,
+            });
+        }
+        let why = match frame_at(&mut reader, file, pos).await? {
+            Ok((seq, len)) if seq == expected => {
+                pos += len as u64;
+                expected = expected.next();
+                continue;
+            }
+            Ok((seq, _)) => format!("frame carries seq {seq} where {expected} was expected"),
+            Err(e) => format!("{e:?}"),
+        };
+        if let Some(last) = last_expected {
+            return Err(ScanError::Corrupt {
+                position_bytes: pos,
+                expected,
+                why: format!("sealed segment ends before seq {last}: {why}"),
+            });
+        }
+        let torn_until_bytes = find_torn_frames(&mut reader, file, pos, expected).await?;
+        return Ok(ScanEnd {
+            end_bytes: pos,
+            next_seq: expected,
+            torn_until_bytes,
+        });
+    }
+}
+
+/// Decodes the frame at `pos`: its sequence number and length. Reads the header
+/// first so that a stale length field never makes the reader fetch more than one
+/// frame's bytes.
+pub async fn frame_at<F: BlockFile>(
+    reader: &mut ChunkBuf,
+    file: &F,
+    pos: u64,
+) -> io::Result<Result<(Seq, usize), FrameError>> {
+    let header = reader.bytes_at(file, pos, FRAME_HEADER_BYTES).await?;
+    if header.len() < FRAME_HEADER_BYTES {
+        return Ok(Err(FrameError::Short));
+    }
+    if header[..4] != FRAME_MAGIC {
+        return Ok(Err(FrameError::BadMagic));
+    }
+    let body_len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+    if body_len > RECORD_BYTES_MAX {
+        return Ok(Err(FrameError::TooLong));
+    }
+    let bytes = reader
+        .bytes_at(file, pos, FRAME_HEADER_BYTES + body_len)
+        .await?;
+    Ok(decode_frame(bytes).map(|frame| (frame.seq, frame.len)))
+}
+
+/// Looks past a bad frame at `bad_pos` for valid frames of the torn run (sequence
+/// numbers at or past `expected`). Returns the end of the last one, or an error if
+/// one sits beyond the torn window.
+async fn find_torn_frames<F: BlockFile>(
+    reader: &mut ChunkBuf,
+    file: &F,
+    bad_pos: u64,
+    expected: Seq,
+) -> Result<Option<u64>, ScanError> {
+    let mut torn_until = None;
+    let mut pos = bad_pos + 1;
+    let size_bytes = file.size().await?;
+    while pos + FRAME_HEADER_BYTES as u64 <= size_bytes {
+        let window = reader.bytes_at(file, pos, SCAN_CHUNK_BYTES).await?;
+        let Some(hit) = window.windows(4).position(|w| w == FRAME_MAGIC) else {
+            pos += window.len().saturating_sub(3).max(1) as u64;
+            continue;
+        };
+        let at = pos + hit as u64;
+        if let Ok((seq, len)) = frame_at(reader, file, at).await? {
+            if seq >= expected {
+                if at - bad_pos > TORN_WINDOW_BYTES {
+                    return Err(ScanError::Corrupt {
+                        position_bytes: bad_pos,
+                        expected,
+                        why: format!(
+                            "bad frame followed by valid seq {seq} {} bytes later, beyond any torn write",
+                            at - bad_pos
+                        ),
+                    });
+                }
+                torn_until = Some(at + len as u64);
+            }
+        }
+        pos = at + 1;
+    }
+    Ok(torn_until)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        assert_eq!(segment_name(Seq(42)), "00000000000000000042.wal");
+        assert_eq!(
+            parse_segment_name(&segment_name(Seq(u64::MAX))),
+            Some(Seq(u64::MAX))
+        );
+        assert_eq!(parse_segment_name("checkpoint"), None);
+        assert_eq!(parse_segment_name("spare-00000000000000000042.wal"), None);
+        assert_eq!(parse_segment_name("0000000000000000004x.wal"), None);
+    }
+}

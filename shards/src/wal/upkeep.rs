@@ -1,0 +1,188 @@
+//! Background upkeep of one WAL: the lazy checkpoint flush, compaction behind the
+//! durable checkpoint, rotation of a dispatched active segment, and preparation of
+//! the next segment.
+//!
+//! Runs on the WAL's shard. The checkpoint block is written as soon as a new value
+//! is stored (a process crash keeps it) and synced once the sync delay has passed
+//! since the first unsynced store, so many stores share one `fdatasync`. Segments
+//! are removed only behind a checkpoint value that is already durable: every
+//! sequence number below the oldest segment left on disk was committed.
+
+use std::future::poll_fn;
+use std::io;
+use std::task::Poll;
+use std::time::Instant;
+
+use futures_lite::future;
+use narad_io::file::{join, OpenMode};
+use narad_io::{BlockFile, Storage};
+
+use super::checkpoint::CheckpointFile;
+use super::segment::{segment_name, PREP_FILE, SPARE_PREFIX};
+use super::Wal;
+
+/// Zero-filling writes this many bytes per device write.
+const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
+/// Pause after a failed checkpoint store or sync before trying again.
+const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+
+async fn signalled<S: Storage>(wal: &Wal<S>) {
+    poll_fn(|cx| {
+        let mut sh = wal.inner.shared.borrow_mut();
+        if std::mem::take(&mut sh.upkeep_signal) {
+            return Poll::Ready(());
+        }
+        sh.upkeep = Some(cx.waker().clone());
+        Poll::Pending
+    })
+    .await
+}
+
+/// The upkeep task; ends when the WAL closes, after a last checkpoint sync.
+pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S::File>) {
+    let delay = wal.inner.config.checkpoint_sync_delay;
+    let mut sync_due: Option<Instant> = None;
+    loop {
+        let (wanted, written, synced, closing) = {
+            let sh = wal.inner.shared.borrow();
+            (
+                sh.checkpoint_wanted,
+                sh.checkpoint_written,
+                sh.checkpoint_synced,
+                sh.closing,
+            )
+        };
+        if wanted > written {
+            // Overwrite at once, so that a process crash keeps the newest value.
+            if let Err(e) = file.store(wanted).await {
+                tracing::error!(error = %e, "ingress WAL: cannot store the dispatch checkpoint");
+                narad_io::rt::sleep(RETRY_DELAY).await;
+                continue;
+            }
+            wal.inner.shared.borrow_mut().checkpoint_written = wanted;
+            sync_due.get_or_insert_with(|| Instant::now() + delay);
+            continue;
+        }
+        if written > synced {
+            let due = *sync_due.get_or_insert_with(|| Instant::now() + delay);
+            let now = Instant::now();
+            if !closing && now < due {
+                future::or(narad_io::rt::sleep(due - now), signalled(&wal)).await;
+                continue;
+            }
+            if let Err(e) = file.sync().await {
+                tracing::error!(error = %e, "ingress WAL: cannot sync the dispatch checkpoint");
+                narad_io::rt::sleep(RETRY_DELAY).await;
+                continue;
+            }
+            sync_due = None;
+            {
+                let mut sh = wal.inner.shared.borrow_mut();
+                sh.checkpoint_synced = written;
+                sh.stats.checkpoint_syncs += 1;
+            }
+            if let Err(e) = compact(&wal).await {
+                tracing::error!(error = %e, "ingress WAL: compaction failed");
+            }
+            continue;
+        }
+        if closing {
+            break;
+        }
+        signalled(&wal).await;
+    }
+}
+
+/// Removes (or keeps as spares) the segments wholly behind the durable
+/// checkpoint, and asks for a rotation of a fully dispatched active segment.
+async fn compact<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
+    let inner = &wal.inner;
+    loop {
+        let first = {
+            let sh = inner.shared.borrow();
+            match (sh.segments.front(), sh.segments.get(1)) {
+                (Some(&first), Some(&next)) if next <= sh.checkpoint_synced => first,
+                _ => break,
+            }
+        };
+        let name = join(&inner.dir, &segment_name(first));
+        let keep = inner.config.prealloc
+            && inner.shared.borrow().spares.len() < inner.config.spare_segments_max;
+        if keep {
+            let spare = join(
+                &inner.dir,
+                &format!("{SPARE_PREFIX}{}", segment_name(first)),
+            );
+            inner.storage.rename(&name, &spare).await?;
+            inner.shared.borrow_mut().spares.push(spare);
+        } else {
+            inner.storage.remove(&name).await?;
+        }
+        let mut sh = inner.shared.borrow_mut();
+        sh.segments.pop_front();
+        sh.stats.compactions += 1;
+    }
+    let mut sh = inner.shared.borrow_mut();
+    let dispatched = sh.checkpoint_synced == sh.next_seq;
+    if dispatched && sh.active_bytes > inner.config.rotate_dispatched_bytes_min {
+        sh.roll_requested = true;
+    }
+    drop(sh);
+    if inner.config.prealloc {
+        start_preparation(wal);
+    }
+    Ok(())
+}
+
+/// Starts preparing the next segment in the background unless one is ready or
+/// being prepared.
+pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
+    {
+        let mut sh = wal.inner.shared.borrow_mut();
+        if sh.prep_ready || sh.prep_running || sh.closing || sh.latched.is_some() {
+            return;
+        }
+        sh.prep_running = true;
+    }
+    let wal = wal.clone();
+    narad_io::rt::spawn_local(async move {
+        let result = prepare(&wal).await;
+        let mut sh = wal.inner.shared.borrow_mut();
+        sh.prep_running = false;
+        match result {
+            Ok(()) => sh.prep_ready = true,
+            Err(e) => {
+                tracing::warn!(error = %e, "ingress WAL: segment preparation failed; rolls create empty segments")
+            }
+        }
+    });
+}
+
+/// Makes `next-segment.prep`: a recycled spare if there is one (its old frames
+/// carry old sequence numbers and are never taken for new ones), else a new file
+/// zero-filled to the full segment size and synced.
+async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
+    let inner = &wal.inner;
+    let prep = join(&inner.dir, PREP_FILE);
+    let spare = inner.shared.borrow_mut().spares.pop();
+    if let Some(spare) = spare {
+        return inner.storage.rename(&spare, &prep).await;
+    }
+    let tmp = join(&inner.dir, "next-segment.tmp");
+    let file = inner.storage.open(&tmp, OpenMode::CreateOrOpen).await?;
+    let zeros = vec![0u8; ZERO_FILL_CHUNK_BYTES];
+    let size = narad_io::align_up(inner.config.segment_bytes_max);
+    let mut pos = 0;
+    while pos < size {
+        if inner.shared.borrow().closing {
+            file.close().await?;
+            return inner.storage.remove(&tmp).await;
+        }
+        let len = ((size - pos) as usize).min(zeros.len());
+        file.write_at(pos, &zeros[..len]).await?;
+        pos += len as u64;
+    }
+    file.sync_data().await?;
+    file.close().await?;
+    inner.storage.rename(&tmp, &prep).await
+}

@@ -1,0 +1,365 @@
+//! Recovery at open, and the group-commit flush loop with its segment rolls.
+//!
+//! Runs on the WAL's shard only. The flush loop is the single writer of the active
+//! segment: it owns the [`AppendFile`] outright, so no state around the device
+//! write is shared with appenders except the staging buffers.
+
+use std::collections::VecDeque;
+use std::future::poll_fn;
+use std::io;
+use std::rc::Rc;
+use std::task::Poll;
+
+use narad_io::file::{join, OpenMode};
+use narad_io::{AppendFile, BlockFile, Storage};
+
+use super::checkpoint::CheckpointFile;
+use super::frame::encoded_frame_len;
+use super::segment::{
+    self, parse_segment_name, segment_name, ScanError, PREP_FILE, SPARE_PREFIX, WRITE_RUN_BYTES_MAX,
+};
+use super::{Wal, WalError, STAGING_KEEP_BYTES};
+use crate::ids::Seq;
+
+/// What recovery hands to the running WAL.
+pub(super) struct Recovered<F> {
+    pub active: AppendFile<F>,
+    pub segments: VecDeque<Seq>,
+    pub next_seq: Seq,
+    pub checkpoint: Seq,
+    pub checkpoint_file: CheckpointFile<F>,
+    pub spares: Vec<String>,
+    pub prep_ready: bool,
+}
+
+fn corrupt(name: &str, e: ScanError) -> WalError {
+    match e {
+        ScanError::Io(e) => WalError::Io(format!("{name}: {e}").into()),
+        ScanError::Corrupt {
+            position_bytes,
+            expected,
+            why,
+        } => WalError::Corrupt(
+            format!("{name} at byte {position_bytes} (expecting seq {expected}): {why}").into(),
+        ),
+    }
+}
+
+/// Scans the WAL directory: verifies the segments that dispatch will replay,
+/// recovers the end of the last one and erases a torn run, and settles the
+/// checkpoint.
+pub(super) async fn recover<S: Storage>(
+    storage: &S,
+    dir: &str,
+) -> Result<Recovered<S::File>, WalError> {
+    let mut segments = VecDeque::new();
+    let mut spares = Vec::new();
+    let mut prep_ready = false;
+    for name in storage.list(dir).await? {
+        if let Some(first) = parse_segment_name(&name) {
+            segments.push_back(first);
+        } else if name.starts_with(SPARE_PREFIX) {
+            spares.push(join(dir, &name));
+        } else if name == PREP_FILE {
+            prep_ready = true;
+        } else if name.ends_with(".tmp") {
+            storage.remove(&join(dir, &name)).await?;
+        }
+    }
+    let (checkpoint_file, stored) = CheckpointFile::open(storage, dir).await?;
+    if segments.is_empty() {
+        let start = stored.unwrap_or_default();
+        segments.push_back(start);
+        let file = storage
+            .open(&join(dir, &segment_name(start)), OpenMode::CreateOrOpen)
+            .await?;
+        checkpoint_file.store(start).await?;
+        checkpoint_file.sync().await?;
+        return Ok(Recovered {
+            active: AppendFile::open_at(file, 0).await?,
+            segments,
+            next_seq: start,
+            checkpoint: start,
+            checkpoint_file,
+            spares,
+            prep_ready,
+        });
+    }
+    let oldest = segments[0];
+    let checkpoint = match stored {
+        Some(seq) if seq >= oldest => seq,
+        Some(seq) => {
+            tracing::warn!(
+                checkpoint = seq.0,
+                oldest_segment = oldest.0,
+                "ingress dispatch checkpoint was below the oldest WAL segment; dispatch starts at that segment"
+            );
+            oldest
+        }
+        None => oldest,
+    };
+    // Sealed segments that hold records at or past the checkpoint must be whole.
+    for pair in segments
+        .iter()
+        .zip(segments.iter().skip(1))
+        .collect::<Vec<_>>()
+    {
+        let (&first, &next_first) = pair;
+        if next_first <= checkpoint || next_first <= first {
+            continue;
+        }
+        let name = join(dir, &segment_name(first));
+        let file = storage.open(&name, OpenMode::Existing).await?;
+        segment::scan(&file, first, Some(Seq(next_first.0 - 1)))
+            .await
+            .map_err(|e| corrupt(&name, e))?;
+        file.close().await?;
+    }
+    let last = *segments.back().expect("at least one segment");
+    let name = join(dir, &segment_name(last));
+    let file = storage.open(&name, OpenMode::Existing).await?;
+    let end = segment::scan(&file, last, None)
+        .await
+        .map_err(|e| corrupt(&name, e))?;
+    let resume_bytes = erase_torn_run(&file, &end).await?;
+    let checkpoint = if checkpoint > end.next_seq {
+        tracing::error!(
+            checkpoint = checkpoint.0,
+            durable_end = end.next_seq.0,
+            "ingress dispatch checkpoint is past the end of the WAL; using the end"
+        );
+        end.next_seq
+    } else {
+        checkpoint
+    };
+    // The recovered value is made durable before anything compacts behind it.
+    checkpoint_file.store(checkpoint).await?;
+    checkpoint_file.sync().await?;
+    Ok(Recovered {
+        active: AppendFile::open_at(file, resume_bytes).await?,
+        segments,
+        next_seq: end.next_seq,
+        checkpoint,
+        checkpoint_file,
+        spares,
+        prep_ready,
+    })
+}
+
+/// Zeroes the frames of a torn run that survived past a hole, so that no frame of
+/// an unacknowledged write can be read as part of the new run written over it.
+/// Returns the byte position appends resume at.
+#[cfg(not(feature = "broken-no-torn-truncation"))]
+async fn erase_torn_run<F: BlockFile>(file: &F, end: &segment::ScanEnd) -> io::Result<u64> {
+    if let Some(torn_until) = end.torn_until_bytes {
+        tracing::warn!(
+            position_bytes = end.end_bytes,
+            torn_until_bytes = torn_until,
+            "ingress WAL: erasing a torn write that survived past a hole"
+        );
+        let start = narad_io::align_down(end.end_bytes);
+        let stop = narad_io::align_up(torn_until);
+        let mut block = vec![0u8; narad_io::BLOCK_BYTES];
+        // Keep the good bytes of the first block; zero everything after them.
+        file.read_at(start, &mut block).await?;
+        block[(end.end_bytes - start) as usize..].fill(0);
+        file.write_at(start, &block).await?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut pos = start + narad_io::BLOCK_BYTES as u64;
+        while pos < stop {
+            let len = ((stop - pos) as usize).min(zeros.len());
+            file.write_at(pos, &zeros[..len]).await?;
+            pos += len as u64;
+        }
+        file.sync_data().await?;
+    }
+    Ok(end.end_bytes)
+}
+
+/// Deliberately broken: resumes after the surviving frames of a torn run instead of
+/// at the hole in front of them. Exists only to show the crash tests fail.
+#[cfg(feature = "broken-no-torn-truncation")]
+async fn erase_torn_run<F: BlockFile>(_file: &F, end: &segment::ScanEnd) -> io::Result<u64> {
+    Ok(end.torn_until_bytes.unwrap_or(end.end_bytes))
+}
+
+/// A batch taken from the staging buffer.
+struct Job {
+    buf: Vec<u8>,
+    roll_points: Vec<usize>,
+    end_seq: Seq,
+}
+
+/// The flush loop: takes whatever is staged, writes and syncs it, releases its
+/// callers, and repeats until the WAL closes or latches.
+pub(super) async fn flush_loop<S: Storage>(wal: Wal<S>, active: AppendFile<S::File>) {
+    let mut writer = Writer {
+        wal: wal.clone(),
+        active,
+        device_bytes_sealed: 0,
+    };
+    loop {
+        let Some(job) = take_job(&wal).await else {
+            break;
+        };
+        #[cfg(feature = "broken-ack-before-fsync")]
+        release(&wal, &job, &Ok(()), writer.device_bytes());
+        let result = writer.write_job(&job).await;
+        let latched = result.is_err();
+        #[cfg(not(feature = "broken-ack-before-fsync"))]
+        release(&wal, &job, &result, writer.device_bytes());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "ingress WAL write failed; refusing appends until restart");
+            wal.inner.shared.borrow_mut().latched = Some(Rc::from(e.to_string()));
+            wake_all(&wal);
+        }
+        let mut buf = job.buf;
+        buf.clear();
+        if buf.capacity() > STAGING_KEEP_BYTES {
+            buf.shrink_to(STAGING_KEEP_BYTES);
+        }
+        wal.inner.shared.borrow_mut().spare = buf;
+        if latched {
+            break;
+        }
+    }
+    let _ = writer.active.into_file().close().await;
+}
+
+async fn take_job<S: Storage>(wal: &Wal<S>) -> Option<Job> {
+    poll_fn(|cx| {
+        let mut guard = wal.inner.shared.borrow_mut();
+        let sh = &mut *guard;
+        if !sh.staging.is_empty() {
+            let spare = std::mem::take(&mut sh.spare);
+            let buf = std::mem::replace(&mut sh.staging, spare);
+            sh.inflight_end = sh.next_seq;
+            std::mem::swap(&mut sh.inflight_waiters, &mut sh.staging_waiters);
+            return Poll::Ready(Some(Job {
+                buf,
+                roll_points: std::mem::take(&mut sh.roll_points),
+                end_seq: sh.next_seq,
+            }));
+        }
+        if sh.closing || sh.latched.is_some() {
+            return Poll::Ready(None);
+        }
+        sh.flusher = Some(cx.waker().clone());
+        Poll::Pending
+    })
+    .await
+}
+
+/// Publishes the outcome of a flush and wakes everyone it concerns.
+fn release<S: Storage>(wal: &Wal<S>, job: &Job, result: &io::Result<()>, device_bytes: u64) {
+    let mut sh = wal.inner.shared.borrow_mut();
+    if result.is_ok() && job.end_seq > sh.durable_next {
+        sh.durable_next = job.end_seq;
+        sh.stats.flushes += 1;
+    }
+    sh.stats.device_bytes = device_bytes;
+    drop(sh);
+    wake_all(wal);
+}
+
+fn wake_all<S: Storage>(wal: &Wal<S>) {
+    let mut guard = wal.inner.shared.borrow_mut();
+    let sh = &mut *guard;
+    let mut wakers: Vec<_> = sh.inflight_waiters.drain(..).collect();
+    wakers.append(&mut sh.durable_listeners);
+    // Appenders waiting for staging room wait on the next flush: wake them too.
+    let staging: Vec<_> = if sh.latched.is_some() {
+        sh.staging_waiters.drain(..).collect()
+    } else {
+        Vec::new()
+    };
+    drop(guard);
+    for waker in wakers.into_iter().chain(staging) {
+        waker.wake();
+    }
+}
+
+struct Writer<S: Storage> {
+    wal: Wal<S>,
+    active: AppendFile<S::File>,
+    /// Device bytes written to segments before the active one.
+    device_bytes_sealed: u64,
+}
+
+impl<S: Storage> Writer<S> {
+    fn device_bytes(&self) -> u64 {
+        self.device_bytes_sealed + self.active.device_bytes_written()
+    }
+
+    /// Writes a batch: each stretch between roll points goes to its segment in runs
+    /// of at most [`WRITE_RUN_BYTES_MAX`], each run synced before the next.
+    async fn write_job(&mut self, job: &Job) -> io::Result<()> {
+        let mut start = 0;
+        for &roll_at in job
+            .roll_points
+            .iter()
+            .chain(std::iter::once(&job.buf.len()))
+        {
+            self.write_runs(&job.buf[start..roll_at]).await?;
+            if roll_at < job.buf.len() {
+                let first = Seq(u64::from_le_bytes(
+                    job.buf[roll_at + 8..roll_at + 16]
+                        .try_into()
+                        .expect("8 bytes"),
+                ));
+                self.roll(first).await?;
+            }
+            start = roll_at;
+        }
+        Ok(())
+    }
+
+    async fn write_runs(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let mut run_start = 0;
+        while run_start < bytes.len() {
+            let mut run_end = run_start;
+            while run_end < bytes.len() {
+                let len = encoded_frame_len(&bytes[run_end..]);
+                if run_end > run_start && run_end + len - run_start > WRITE_RUN_BYTES_MAX {
+                    break;
+                }
+                run_end += len;
+            }
+            self.active.append(&[&bytes[run_start..run_end]]).await?;
+            self.active.sync().await?;
+            self.wal.inner.shared.borrow_mut().stats.syncs += 1;
+            run_start = run_end;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment (already synced) and starts the one beginning at
+    /// `first`: the prepared spare if one is ready, else a new empty file.
+    async fn roll(&mut self, first: Seq) -> io::Result<()> {
+        let inner = &self.wal.inner;
+        let name = join(&inner.dir, &segment_name(first));
+        let prepared = {
+            let mut sh = inner.shared.borrow_mut();
+            std::mem::replace(&mut sh.prep_ready, false)
+        };
+        if prepared {
+            inner
+                .storage
+                .rename(&join(&inner.dir, PREP_FILE), &name)
+                .await?;
+        }
+        let file = inner.storage.open(&name, OpenMode::CreateOrOpen).await?;
+        self.device_bytes_sealed += self.active.device_bytes_written();
+        let old = std::mem::replace(&mut self.active, AppendFile::open_at(file, 0).await?);
+        old.into_file().close().await?;
+        {
+            let mut sh = inner.shared.borrow_mut();
+            sh.stats.rolls += 1;
+            sh.stats.prepared_rolls += u64::from(prepared);
+        }
+        if inner.config.prealloc {
+            super::upkeep::start_preparation(&self.wal);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,368 @@
+//! Partition log lifecycle: bit rot in the active and sealed segments, time-based
+//! roll and retention, index rebuilds, the recent-frame cache, and what the
+//! preparation scheme costs on disk.
+
+use futures_lite::future::block_on;
+use narad_io::sim::{SimDisk, SimFaults};
+use narad_io::Storage;
+use narad_shards::ids::Offset;
+use narad_shards::log::{LogConfig, LogError, PartitionLog, ReadItem, RecordRef};
+
+const DIR: &str = "topics/t/p00001";
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 64 * 1024,
+        prep_chunk_bytes: 16 * 1024,
+        index_interval_bytes: 2048,
+        frame_area_bytes_target: 2048,
+        commit_bytes_max: 64 * 1024,
+        segment_ms: 1000,
+        retention_ms: 5000,
+        ..LogConfig::default()
+    }
+}
+
+fn segment_path(base: u64) -> String {
+    format!("{DIR}/{base:020}.log")
+}
+
+fn payload(offset: u64) -> Vec<u8> {
+    format!("record {offset} ")
+        .repeat(1 + (offset % 5) as usize)
+        .into_bytes()
+}
+
+/// Commits `n` records, offsets `hwm..hwm+n`, with payloads that name their offset.
+async fn commit(log: &mut PartitionLog<SimDisk>, n: u64, now_ms: u64) -> std::ops::Range<Offset> {
+    let first = log.high_watermark().0;
+    let payloads: Vec<Vec<u8>> = (first..first + n).map(payload).collect();
+    let records: Vec<RecordRef> = payloads
+        .iter()
+        .map(|p| RecordRef {
+            key: Some(b"k"),
+            payload: p,
+        })
+        .collect();
+    log.commit_durable(&records, now_ms).await.expect("commit")
+}
+
+/// Reads `from..hwm` and returns the items.
+async fn read_all(log: &mut PartitionLog<SimDisk>, from: u64) -> Vec<ReadItem> {
+    let mut items = Vec::new();
+    let mut at = Offset(from);
+    while at < log.high_watermark() {
+        let batch = log.read(at, 64, 1 << 20).await.expect("read");
+        assert!(batch.next_offset > at);
+        at = batch.next_offset;
+        items.extend(batch.items);
+    }
+    items
+}
+
+/// Checks that `items` are exactly the records of `offsets`, in order.
+fn assert_records(items: &[ReadItem], offsets: impl Iterator<Item = u64>) {
+    let offsets: Vec<u64> = offsets.collect();
+    assert_eq!(items.len(), offsets.len(), "{items:?}");
+    for (item, offset) in items.iter().zip(offsets) {
+        let ReadItem::Record(r) = item else {
+            panic!("offset {offset}: {item:?}")
+        };
+        assert_eq!(r.offset, Offset(offset));
+        assert_eq!(r.payload.as_ref(), payload(offset).as_slice());
+    }
+}
+
+#[test]
+fn rot_in_the_active_segment_keeps_later_commits_and_reports_the_gap() {
+    block_on(async {
+        let disk = SimDisk::new(11, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 5, 10).await;
+        let rotten_at = log.stats().size_bytes;
+        let rotten = commit(&mut log, 4, 20).await;
+        commit(&mut log, 6, 30).await;
+        commit(&mut log, 3, 40).await;
+        log.close().await.unwrap();
+        // Synced bytes of the second commit rot on the platter.
+        disk.rot(&segment_path(0), rotten_at as usize + 40, 3);
+        for round in 0..2 {
+            let mut log = PartitionLog::open(disk.clone(), DIR, config())
+                .await
+                .unwrap();
+            assert_eq!(
+                log.corrupt_gaps(),
+                std::slice::from_ref(&rotten),
+                "round {round}"
+            );
+            assert!(log.high_watermark() >= Offset(18), "later commits kept");
+            let items = read_all(&mut log, 0).await;
+            assert_records(&items[..5], 0..5);
+            assert_eq!(items[5], ReadItem::Corrupt(rotten.clone()));
+            assert_records(&items[6..], 9..log.high_watermark().0);
+            // Reads starting inside the gap report it too.
+            let inside = log.read(Offset(7), 10, 1 << 20).await.unwrap();
+            assert_eq!(inside.items[0], ReadItem::Corrupt(Offset(7)..Offset(9)));
+            // The log goes on; the second round checks the gap survives reopening.
+            commit(&mut log, 2, 50 + round).await;
+            log.close().await.unwrap();
+        }
+    });
+}
+
+#[test]
+fn rot_in_a_sealed_segment_is_reported_by_reads_and_skipped() {
+    block_on(async {
+        let disk = SimDisk::new(12, SimFaults::default());
+        let cfg = LogConfig {
+            cache_bytes_max: 0,
+            segment_bytes_max: 8 * 1024,
+            ..config()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
+            .await
+            .unwrap();
+        for i in 0..40 {
+            commit(&mut log, 20, i).await;
+        }
+        assert!(log.stats().segment_count >= 3);
+        log.close().await.unwrap();
+        let sealed = disk.contents(&segment_path(0)).unwrap();
+        disk.rot(&segment_path(0), sealed.len() / 2, 0);
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let items = read_all(&mut log, 0).await;
+        let corrupt: Vec<_> = items
+            .iter()
+            .filter_map(|i| match i {
+                ReadItem::Corrupt(r) => Some(r.clone()),
+                ReadItem::Record(_) => None,
+            })
+            .collect();
+        assert_eq!(corrupt.len(), 1, "one frame rotted: {corrupt:?}");
+        let lost = corrupt[0].end.0 - corrupt[0].start.0;
+        assert!(
+            lost > 0 && lost <= 20,
+            "at most one frame's records: {lost}"
+        );
+        let records = items
+            .iter()
+            .filter(|i| matches!(i, ReadItem::Record(_)))
+            .count() as u64;
+        assert_eq!(records + lost, 800, "everything else is readable");
+    });
+}
+
+#[test]
+fn time_based_roll_and_retention_by_age() {
+    block_on(async {
+        let disk = SimDisk::new(13, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 3, 0).await;
+        commit(&mut log, 3, 500).await;
+        assert!(
+            !log.maybe_roll(999).await.unwrap(),
+            "the segment is 999 ms old"
+        );
+        assert!(
+            log.maybe_roll(1000).await.unwrap(),
+            "a slow topic seals by age"
+        );
+        assert!(
+            !log.maybe_roll(1001).await.unwrap(),
+            "an empty segment does not roll"
+        );
+        commit(&mut log, 4, 2000).await;
+        assert!(log.maybe_roll(3000).await.unwrap());
+        commit(&mut log, 2, 3500).await;
+        let stats = log.stats();
+        assert_eq!(
+            (stats.segment_count, stats.oldest_offset, stats.next_offset),
+            (3, Offset(0), Offset(12))
+        );
+        let names = disk.list(DIR).await.unwrap();
+        assert!(
+            names.contains(&format!("{:020}.log", 6))
+                && names.contains(&format!("{:020}.index", 6)),
+            "{names:?}"
+        );
+        // Newest record of segment 0 was committed at 500.
+        assert_eq!(
+            log.enforce_retention(5499).await.unwrap().segments_deleted,
+            0
+        );
+        let outcome = log.enforce_retention(5500).await.unwrap();
+        assert_eq!(outcome.segments_deleted, 1);
+        assert_eq!(log.oldest_offset(), Offset(6));
+        let aged = log.read(Offset(5), 10, 1 << 20).await;
+        assert!(
+            matches!(
+                aged,
+                Err(LogError::AgedOut {
+                    requested: Offset(5),
+                    oldest: Offset(6)
+                })
+            ),
+            "{aged:?}"
+        );
+        assert_records(&read_all(&mut log, 6).await, 6..12);
+        // The active segment is never deleted, however old.
+        assert_eq!(
+            log.enforce_retention(1_000_000)
+                .await
+                .unwrap()
+                .segments_deleted,
+            1
+        );
+        assert_eq!(log.stats().segment_count, 1);
+        assert_records(&read_all(&mut log, 10).await, 10..12);
+        log.close().await.unwrap();
+        reopen_after_retention(&disk).await;
+    });
+}
+
+/// After retention emptied the sealed segments: the oldest offset, the high
+/// watermark and the newest commit time all survive a reopen.
+async fn reopen_after_retention(disk: &SimDisk) {
+    let mut log = PartitionLog::open(disk.clone(), DIR, config())
+        .await
+        .unwrap();
+    assert_eq!(
+        (log.oldest_offset(), log.high_watermark()),
+        (Offset(10), Offset(12))
+    );
+    // Commit times stay monotonic across the reopen even with a clock behind.
+    commit(&mut log, 1, 100).await;
+    let last = log.read(Offset(12), 1, 1 << 20).await.unwrap();
+    let ReadItem::Record(r) = &last.items[0] else {
+        panic!()
+    };
+    assert_eq!(r.commit_time_ms, 3500);
+    assert_eq!(
+        disk.list(DIR).await.unwrap().len(),
+        1,
+        "no stray index files"
+    );
+}
+
+#[test]
+fn a_missing_or_corrupt_index_is_rebuilt_and_reads_stay_bounded() {
+    block_on(async {
+        let disk = SimDisk::new(14, SimFaults::default());
+        let cfg = LogConfig {
+            segment_bytes_max: 1024 * 1024,
+            cache_bytes_max: 0,
+            ..config()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
+            .await
+            .unwrap();
+        let mut n = 0;
+        while log.stats().segment_count < 3 {
+            n = commit(&mut log, 50, 7).await.end.0;
+        }
+        log.close().await.unwrap();
+        let indexes: Vec<String> = disk
+            .list(DIR)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|f| f.ends_with(".index"))
+            .collect();
+        assert_eq!(indexes.len(), 2);
+        disk.remove(&format!("{DIR}/{}", indexes[0])).await.unwrap();
+        disk.rot(&format!("{DIR}/{}", indexes[1]), 50, 1);
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
+            .await
+            .unwrap();
+        assert_records(&read_all(&mut log, 0).await, 0..n);
+        let rebuilt: Vec<String> = disk
+            .list(DIR)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|f| f.ends_with(".index"))
+            .collect();
+        assert_eq!(rebuilt, indexes, "rebuilt indexes are written back");
+        drop(log);
+        // With intact indexes, one record in the middle of a 1 MiB segment costs a
+        // bounded read, not a scan of the segment.
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let sealed_bytes = disk.contents(&segment_path(0)).unwrap().len() as u64;
+        let middle = log.stats().next_offset.0 / 6;
+        let before = disk.stats().bytes_read;
+        let one = log.read(Offset(middle), 1, 1).await.unwrap();
+        assert_records(&one.items, middle..middle + 1);
+        let read_bytes = disk.stats().bytes_read - before;
+        assert!(
+            read_bytes < sealed_bytes / 2,
+            "read {read_bytes} of a {sealed_bytes}-byte segment"
+        );
+    });
+}
+
+#[test]
+fn reads_right_behind_the_high_watermark_never_touch_the_disk() {
+    block_on(async {
+        let disk = SimDisk::new(15, SimFaults::default());
+        let cfg = LogConfig {
+            cache_bytes_max: 8 * 1024,
+            ..config()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        for i in 0..100 {
+            let range = commit(&mut log, 3, i).await;
+            let before = disk.stats().bytes_read;
+            let batch = log.read(range.start, 10, 1 << 20).await.unwrap();
+            assert_records(&batch.items, range.start.0..range.end.0);
+            assert_eq!(
+                disk.stats().bytes_read,
+                before,
+                "commit {i} read from the cache"
+            );
+        }
+        assert!(log.stats().cache_bytes <= 8 * 1024);
+        // Old records fell out of the budget and come from the disk.
+        let before = disk.stats().bytes_read;
+        assert_records(&log.read(Offset(0), 3, 1 << 20).await.unwrap().items, 0..3);
+        assert!(disk.stats().bytes_read > before);
+    });
+}
+
+#[test]
+fn preparation_keeps_file_growth_to_one_chunk_ahead() {
+    block_on(async {
+        let disk = SimDisk::new(16, SimFaults::default());
+        let cfg = LogConfig {
+            segment_bytes_max: 1024 * 1024,
+            prep_chunk_bytes: 64 * 1024,
+            ..config()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let path = segment_path(0);
+        let mut size_changes = 0;
+        let mut file_bytes = 0;
+        for i in 0..300 {
+            commit(&mut log, 2, i).await;
+            let now = disk.contents(&path).unwrap().len();
+            size_changes += usize::from(now != file_bytes);
+            file_bytes = now;
+            let data = log.stats().size_bytes as usize;
+            assert!(
+                file_bytes >= data && file_bytes <= data + 2 * 64 * 1024,
+                "{file_bytes} for {data}"
+            );
+        }
+        assert!(
+            size_changes * 10 < 300,
+            "most commits do not grow the file: {size_changes}"
+        );
+        // Sealing trims the zeros: sealed segments are exactly their frames.
+        log.maybe_roll(1_000_000).await.unwrap();
+        let sealed = disk.contents(&path).unwrap().len() as u64;
+        assert_eq!(sealed, log.stats().size_bytes);
+    });
+}

@@ -1,0 +1,343 @@
+//! Ingress WAL behaviour on both disks: round trips, group commit, rolls,
+//! compaction and recycling, the checkpoint rules, the failure latch.
+
+mod wal_common;
+
+use std::time::Duration;
+
+use narad_io::dma::DmaStorage;
+use narad_io::rt::run_local;
+use narad_io::sim::{SimDisk, SimFaults};
+use narad_io::Storage;
+use narad_shards::ids::Seq;
+use narad_shards::wal::{Wal, WalConfig, WalError};
+use wal_common::*;
+
+async fn wait_until(mut cond: impl FnMut() -> bool) {
+    for _ in 0..2000 {
+        if cond() {
+            return;
+        }
+        narad_io::rt::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("condition not reached within 4 s");
+}
+
+async fn round_trip<S: Storage>(storage: S, prealloc: bool) {
+    let wal = Wal::open(storage.clone(), "wal", small_config(prealloc))
+        .await
+        .unwrap();
+    let mut expected = Vec::new();
+    for id in 0..300u64 {
+        let payload = payload_for(id, 100 + (id as usize * 37) % 900);
+        let seq = wal.append(&record(&payload, Some(b"k"))).await.unwrap();
+        assert_eq!(seq, Seq(id));
+        expected.push((seq, id));
+    }
+    let seqs = {
+        let payloads: Vec<_> = (300..310u64).map(|id| payload_for(id, 64)).collect();
+        let records: Vec<_> = payloads.iter().map(|p| record(p, None)).collect();
+        wal.append_many(&records).await.unwrap()
+    };
+    assert_eq!(seqs, Seq(300)..Seq(310));
+    expected.extend((300..310).map(|id| (Seq(id), id)));
+    assert!(wal.segment_count() > 1, "64 KiB segments must have rolled");
+    assert_eq!(read_all(&wal, Seq(0)).await, expected);
+    wal.close().await;
+    let wal = Wal::open(storage, "wal", small_config(prealloc))
+        .await
+        .unwrap();
+    assert_eq!(wal.next_seq(), Seq(310));
+    assert_eq!(read_all(&wal, Seq(0)).await, expected);
+    assert_eq!(read_all(&wal, Seq(305)).await, expected[305..].to_vec());
+    wal.close().await;
+}
+
+#[test]
+fn round_trip_on_the_fault_free_sim() {
+    for prealloc in [false, true] {
+        run_local(
+            None,
+            round_trip(SimDisk::new(1, SimFaults::default()), prealloc),
+        );
+    }
+}
+
+#[test]
+fn round_trip_on_a_real_disk() {
+    for prealloc in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = DmaStorage::new(dir.path());
+        run_local(None, round_trip(storage, prealloc));
+    }
+}
+
+#[test]
+fn many_appenders_share_each_fdatasync() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = DmaStorage::new(dir.path());
+    run_local(None, async move {
+        let wal = Wal::open(storage, "wal", WalConfig::default())
+            .await
+            .unwrap();
+        let appenders_count = 256u64;
+        let rounds = 8u64;
+        let mut tasks = Vec::new();
+        for a in 0..appenders_count {
+            let wal = wal.clone();
+            tasks.push(glommio::spawn_local(async move {
+                for r in 0..rounds {
+                    let payload = payload_for(a * rounds + r, 1024);
+                    wal.append(&record(&payload, None)).await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await;
+        }
+        let stats = wal.stats();
+        let records = appenders_count * rounds;
+        assert_eq!(stats.records, records);
+        // One write and one fdatasync per group commit, and many records per commit.
+        assert_eq!(stats.syncs, stats.flushes, "{stats:?}");
+        assert!(
+            stats.syncs * 10 <= records,
+            "too many fdatasyncs: {stats:?}"
+        );
+        let ids: Vec<u64> = read_all(&wal, Seq(0))
+            .await
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..records).collect::<Vec<_>>());
+        wal.close().await;
+    });
+}
+
+#[test]
+fn compaction_recycles_segments_and_bounds_disk_use() {
+    let disk = SimDisk::new(3, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        let mut next_id = 0u64;
+        for _round in 0..12 {
+            for _ in 0..100 {
+                let payload = payload_for(next_id, 1000);
+                wal.append(&record(&payload, None)).await.unwrap();
+                next_id += 1;
+            }
+            wal.store_checkpoint(wal.durable_next());
+            let target = wal.durable_next();
+            wait_until(|| wal.synced_checkpoint() == target).await;
+            narad_io::rt::sleep(Duration::from_millis(5)).await;
+            assert!(
+                wal.segment_count() <= 3,
+                "segments pile up: {}",
+                wal.segment_count()
+            );
+        }
+        let stats = wal.stats();
+        assert!(stats.compactions > 5, "{stats:?}");
+        assert!(
+            stats.prepared_rolls > 5,
+            "rolls should find prepared segments: {stats:?}"
+        );
+        let files = disk.list("wal").await.unwrap();
+        assert!(
+            files.len() <= 3 + 2 + 1 + 1,
+            "disk use not bounded: {files:?}"
+        );
+        // The checkpoint survives a restart and dispatch resumes there.
+        wal.close().await;
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        assert_eq!(wal.checkpoint(), Seq(next_id));
+        assert!(read_all(&wal, wal.checkpoint()).await.is_empty());
+        wal.close().await;
+    });
+}
+
+#[test]
+fn a_checkpoint_below_the_oldest_segment_starts_at_that_segment() {
+    let disk = SimDisk::new(4, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        for id in 0..400u64 {
+            let payload = payload_for(id, 1000);
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        wal.store_checkpoint(Seq(300));
+        wait_until(|| wal.synced_checkpoint() == Seq(300)).await;
+        narad_io::rt::sleep(Duration::from_millis(5)).await;
+        wal.close().await;
+        // The disk lost the checkpoint's last write while the deletions survived.
+        let ckpt = disk
+            .open("wal/checkpoint", narad_io::file::OpenMode::Existing)
+            .await
+            .unwrap();
+        use narad_io::BlockFile;
+        ckpt.write_at(0, &narad_shards::wal::checkpoint::encode(Seq(3)))
+            .await
+            .unwrap();
+        ckpt.sync_data().await.unwrap();
+        let names = disk.list("wal").await.unwrap();
+        let oldest = names
+            .iter()
+            .filter_map(|n| narad_shards::wal::segment::parse_segment_name(n))
+            .min()
+            .unwrap();
+        assert!(oldest > Seq(3));
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        assert_eq!(wal.checkpoint(), oldest);
+        let first = read_all(&wal, wal.checkpoint()).await[0];
+        assert_eq!(first.0, oldest);
+        wal.close().await;
+    });
+}
+
+#[test]
+fn a_failed_fdatasync_latches_and_acked_records_survive() {
+    let disk = SimDisk::new(5, SimFaults::default());
+    let disk2 = disk.clone();
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        for id in 0..50u64 {
+            wal.append(&record(&payload_for(id, 200), None))
+                .await
+                .unwrap();
+        }
+        disk.fail_next_syncs(1);
+        let failed = wal.append(&record(&payload_for(50, 200), None)).await;
+        assert!(matches!(failed, Err(WalError::Latched(_))), "{failed:?}");
+        assert!(wal.is_latched());
+        // Space or the device may come back: the latch holds until restart.
+        let later = wal.append(&record(&payload_for(51, 200), None)).await;
+        assert!(matches!(later, Err(WalError::Latched(_))), "{later:?}");
+        disk.crash();
+    });
+    disk2.reboot();
+    run_local(None, async move {
+        let wal = Wal::open(disk2.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        let ids: Vec<u64> = read_all(&wal, Seq(0))
+            .await
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        assert!(ids.len() >= 50 && ids.len() <= 51, "{}", ids.len());
+        assert_eq!(ids[..50], (0..50).collect::<Vec<_>>()[..]);
+        wal.append(&record(&payload_for(60, 200), None))
+            .await
+            .unwrap();
+        wal.close().await;
+    });
+}
+
+#[test]
+fn a_full_disk_answers_enospc_latches_and_loses_nothing_acked() {
+    let disk = SimDisk::new(6, SimFaults::default());
+    let disk2 = disk.clone();
+    let acked = run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        let used = 4096 * 8;
+        disk.set_capacity(Some(used + (200 << 10)));
+        let mut acked = Vec::new();
+        let mut failure = None;
+        for id in 0..10_000u64 {
+            match wal.append(&record(&payload_for(id, 1000), None)).await {
+                Ok(_) => acked.push(id),
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        let failure = failure.expect("the disk fills");
+        assert!(
+            matches!(&failure, WalError::Latched(why) if why.contains("No space")),
+            "{failure:?}"
+        );
+        disk.set_capacity(None);
+        assert!(wal
+            .append(&record(&payload_for(99_999, 10), None))
+            .await
+            .is_err());
+        disk.crash();
+        acked
+    });
+    disk2.reboot();
+    run_local(None, async move {
+        let wal = Wal::open(disk2.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        let ids: Vec<u64> = read_all(&wal, Seq(0))
+            .await
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        assert_eq!(ids[..acked.len()], acked[..]);
+        wal.close().await;
+    });
+}
+
+#[test]
+fn corruption_in_a_sealed_segment_fails_loudly() {
+    let disk = SimDisk::new(7, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        for id in 0..200u64 {
+            wal.append(&record(&payload_for(id, 1000), None))
+                .await
+                .unwrap();
+        }
+        wal.close().await;
+        let first_segment = disk
+            .list("wal")
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|n| n.ends_with(".wal"))
+            .unwrap();
+        disk.rot(&format!("wal/{first_segment}"), 5000, 3);
+        match Wal::open(disk.clone(), "wal", small_config(false)).await {
+            Err(WalError::Corrupt(why)) => assert!(why.contains(&first_segment), "{why}"),
+            Err(other) => panic!("expected corruption, got {other:?}"),
+            Ok(_) => panic!("expected corruption, the WAL opened"),
+        }
+    });
+}
+
+#[test]
+fn bad_records_are_refused_before_anything_is_staged() {
+    let disk = SimDisk::new(8, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        let big = vec![1u8; 17 << 20];
+        let ok = payload_for(1, 10);
+        let records = [record(&ok, None), record(&big, None)];
+        assert!(matches!(
+            wal.append_many(&records).await,
+            Err(WalError::Invalid(_))
+        ));
+        assert_eq!(wal.next_seq(), Seq(0));
+        wal.close().await;
+    });
+}
