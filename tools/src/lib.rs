@@ -1,1 +1,10 @@
+//! Operator tools bundled with the `narad` binary.
+//!
+//! - [`inspect`]: an offline, read-only inspector of ingress WAL directories and
+//!   partition log directories. It never repairs, truncates or rewrites anything, so
+//!   it is safe to run against the data of a stopped (or crashed) broker before
+//!   deciding what to do.
+//!
+//! The load generator (`narad bench`) will live here too.
 
+pub mod inspect;

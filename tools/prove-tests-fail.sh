@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Shows that the durability tests can fail: each deliberately broken variant
+# (a test-only cargo feature that breaks one guarantee) must make its test fail.
+# A variant whose test still passes means the test proves nothing, and this
+# script fails. Their output goes to target/prove-tests-fail/; cargo keeps each
+# feature set's artifacts apart, so the normal build stays valid.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+log_dir="target/prove-tests-fail"
+mkdir -p "$log_dir"
+
+# feature | package | test target | what breaks
+variants=(
+  "broken-ack-before-fsync|narad-shards|wal_crash|the WAL acknowledges before fdatasync"
+  "broken-checkpoint-past-uncommitted|narad-shards|wal_crash|the checkpoint passes records still being committed"
+  "broken-checkpoint-past-uncommitted|narad|crash_sigkill|the same, in a real process killed with SIGKILL"
+  "broken-no-torn-truncation|narad-shards|wal_crash|recovery resumes after a torn write instead of at its hole"
+  "broken-no-readback|narad-shards|log_faults|a partition commit skips the read-back and CRC check"
+)
+# A kill lands at a random moment, so a real-process test may need more than one
+# run to catch its variant; seeded tests are given this many runs too (they stop
+# at their first failing seed, so a caught variant costs one run).
+attempts_max=3
+
+caught=0
+missed=0
+for variant in "${variants[@]}"; do
+  IFS='|' read -r feature package test what <<<"$variant"
+  log="$log_dir/$feature-$test.log"
+  verdict="passed"
+  for attempt in $(seq 1 "$attempts_max"); do
+    # Enough seeds that a broken variant is caught; a run stops at its first failure.
+    if NARAD_CRASH_SEEDS=400 CARGO_TARGET_DIR="$target_dir" \
+        cargo test -p "$package" --features "$feature" --test "$test" >"$log" 2>&1; then
+      continue
+    elif grep -q "panicked" "$log"; then
+      verdict="caught"
+    else
+      verdict="did not run (build error?)"
+    fi
+    break
+  done
+  if [ "$verdict" = "caught" ]; then
+    echo "caught: $feature ($what) fails test '$test' (run $attempt)"
+    caught=$((caught + 1))
+  else
+    echo "NOT CAUGHT: $feature ($what): test '$test' $verdict; see $log"
+    missed=$((missed + 1))
+  fi
+done
+echo "prove-tests-fail: $caught passed, $missed failed"
+[ "$missed" -eq 0 ]
