@@ -104,6 +104,17 @@ pub fn proc_status_bytes(field: &str) -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
+/// A counter of `/proc/self/io` (`read_bytes`: bytes the process's threads, the
+/// kernel's io_uring workers among them, asked the block layer to read), 0 if
+/// unreadable.
+pub fn proc_io_bytes(field: &str) -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    io.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().parse::<u64>().ok())
+        .unwrap_or(0)
+}
+
 /// Files directly in `dir` and the bytes they occupy on disk (allocated blocks,
 /// so preallocated segments count in full).
 pub fn dir_usage(dir: &Path) -> std::io::Result<(usize, u64)> {

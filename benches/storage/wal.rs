@@ -56,10 +56,12 @@ pub async fn run(ctx: Ctx, load: Load) -> RunResult {
     let stop = Rc::new(Cell::new(false));
     let dispatcher = rt::spawn_local(dispatch(wal.clone(), stop.clone()));
     let before = wal.stats();
+    let read_bytes_before = measure::proc_io_bytes("read_bytes");
     let started = Instant::now();
     let appended = append_all(&wal, load, started + ctx.duration).await?;
     let elapsed = started.elapsed();
     let after = wal.stats();
+    let read_bytes = measure::proc_io_bytes("read_bytes") - read_bytes_before;
     stop.set(true);
     let dispatched = dispatcher.await.ok_or("dispatcher task vanished")??;
     assert_eq!(appended.records, after.records - before.records);
@@ -69,6 +71,11 @@ pub async fn run(ctx: Ctx, load: Load) -> RunResult {
     let (files, disk_bytes) = measure::dir_usage(&ctx.dir.join(WAL_DIR))?;
     wal.close().await;
     let mut sample = report(&appended, &before, &after, elapsed, load);
+    let payload_bytes = appended.records * PAYLOAD_BYTES as u64;
+    sample.add(
+        "read/payload",
+        read_bytes as f64 / payload_bytes.max(1) as f64,
+    );
     sample.add("segments", segments as f64);
     sample.add("wal_files", files as f64);
     sample.add("disk_MiB", measure::mib(disk_bytes));

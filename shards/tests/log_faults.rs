@@ -167,7 +167,7 @@ fn keys_commit_times_and_empty_keys_round_trip() {
 
 #[test]
 fn round_trip_on_the_real_disk() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let root = dir.path().to_path_buf();
     narad_io::rt::run_local(None, async move {
         let storage = DmaStorage::new(root);

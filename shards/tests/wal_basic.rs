@@ -66,7 +66,7 @@ fn round_trip_on_the_fault_free_sim() {
 #[test]
 fn round_trip_on_a_real_disk() {
     for prealloc in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
         let storage = DmaStorage::new(dir.path());
         run_local(None, round_trip(storage, prealloc));
     }
@@ -74,7 +74,7 @@ fn round_trip_on_a_real_disk() {
 
 #[test]
 fn many_appenders_share_each_fdatasync() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let storage = DmaStorage::new(dir.path());
     run_local(None, async move {
         let wal = Wal::open(storage, "wal", WalConfig::default())

@@ -28,9 +28,9 @@ pub fn encode(seq: Seq) -> Vec<u8> {
     let mut block = vec![0u8; BLOCK_BYTES];
     block[..4].copy_from_slice(&MAGIC);
     block[4] = VERSION;
-    block[8..16].copy_from_slice(&seq.0.to_le_bytes());
+    block[8..16].copy_from_slice(&seq.0.to_be_bytes());
     let crc = crc32c::crc32c(&block[..16]);
-    block[16..ENCODED_BYTES].copy_from_slice(&crc.to_le_bytes());
+    block[16..ENCODED_BYTES].copy_from_slice(&crc.to_be_bytes());
     block
 }
 
@@ -39,11 +39,11 @@ pub fn decode(block: &[u8]) -> Option<Seq> {
     if block.len() < ENCODED_BYTES || block[..4] != MAGIC || block[4] != VERSION {
         return None;
     }
-    let crc = u32::from_le_bytes(block[16..20].try_into().ok()?);
+    let crc = u32::from_be_bytes(block[16..20].try_into().ok()?);
     if crc32c::crc32c(&block[..16]) != crc {
         return None;
     }
-    Some(Seq(u64::from_le_bytes(block[8..16].try_into().ok()?)))
+    Some(Seq(u64::from_be_bytes(block[8..16].try_into().ok()?)))
 }
 
 /// The open checkpoint file.

@@ -1,7 +1,7 @@
 //! WAL frames and the ingress record they carry.
 //!
 //! A frame is `magic "NWAL" | body_len u32 | seq u64 | crc32c u32 | body`, all
-//! little-endian, the checksum covering `body_len`, `seq` and the body. Frames are
+//! big-endian, the checksum covering `body_len`, `seq` and the body. Frames are
 //! packed back to back with no alignment; [`narad_io::AppendFile`] deals with blocks.
 //! The sequence number is inside the checksum so that a frame left over from a
 //! recycled segment (valid, but from an older life of the file) is never taken for
@@ -90,28 +90,28 @@ impl IngressRecord<'_> {
         let body_len = self.body_len();
         out.reserve(FRAME_HEADER_BYTES + body_len);
         out.extend_from_slice(&FRAME_MAGIC);
-        out.extend_from_slice(&(body_len as u32).to_le_bytes());
-        out.extend_from_slice(&seq.0.to_le_bytes());
+        out.extend_from_slice(&(body_len as u32).to_be_bytes());
+        out.extend_from_slice(&seq.0.to_be_bytes());
         out.extend_from_slice(&[0; 4]);
         out.push(FORMAT_V1);
-        out.extend_from_slice(&self.partition.0.to_le_bytes());
-        out.extend_from_slice(&self.accept_time_ms.to_le_bytes());
-        out.extend_from_slice(&self.incarnation.0.to_le_bytes());
-        out.extend_from_slice(&(self.topic.len() as u16).to_le_bytes());
+        out.extend_from_slice(&self.partition.0.to_be_bytes());
+        out.extend_from_slice(&self.accept_time_ms.to_be_bytes());
+        out.extend_from_slice(&self.incarnation.0.to_be_bytes());
+        out.extend_from_slice(&(self.topic.len() as u16).to_be_bytes());
         out.extend_from_slice(self.topic.as_bytes());
         match self.key {
             Some(key) => {
-                out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+                out.extend_from_slice(&(key.len() as u32).to_be_bytes());
                 out.extend_from_slice(key);
             }
-            None => out.extend_from_slice(&NO_KEY.to_le_bytes()),
+            None => out.extend_from_slice(&NO_KEY.to_be_bytes()),
         }
         out.extend_from_slice(self.payload);
         let crc = frame_crc(
             &out[start + 4..start + 16],
             &out[start + FRAME_HEADER_BYTES..],
         );
-        out[start + 16..start + 20].copy_from_slice(&crc.to_le_bytes());
+        out[start + 16..start + 20].copy_from_slice(&crc.to_be_bytes());
         assert_eq!(out.len() - start, FRAME_HEADER_BYTES + body_len);
     }
 
@@ -122,13 +122,13 @@ impl IngressRecord<'_> {
         if format != FORMAT_V1 {
             return Err(RecordError::UnknownFormat(format));
         }
-        let partition = PartitionId(u32::from_le_bytes(r.array()?));
-        let accept_time_ms = u64::from_le_bytes(r.array()?);
-        let incarnation = IncarnationId(u128::from_le_bytes(r.array()?));
-        let topic_len = u16::from_le_bytes(r.array()?) as usize;
+        let partition = PartitionId(u32::from_be_bytes(r.array()?));
+        let accept_time_ms = u64::from_be_bytes(r.array()?);
+        let incarnation = IncarnationId(u128::from_be_bytes(r.array()?));
+        let topic_len = u16::from_be_bytes(r.array()?) as usize;
         let topic =
             std::str::from_utf8(r.take(topic_len)?).map_err(|_| RecordError::TopicNotUtf8)?;
-        let key = match u32::from_le_bytes(r.array()?) {
+        let key = match u32::from_be_bytes(r.array()?) {
             NO_KEY => None,
             len => Some(r.take(len as usize)?),
         };
@@ -185,7 +185,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
     if bytes[..4] != FRAME_MAGIC {
         return Err(FrameError::BadMagic);
     }
-    let body_len = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
+    let body_len = u32::from_be_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
     if body_len > RECORD_BYTES_MAX {
         return Err(FrameError::TooLong);
     }
@@ -193,10 +193,10 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
     if bytes.len() < len {
         return Err(FrameError::Short);
     }
-    let seq = Seq(u64::from_le_bytes(
+    let seq = Seq(u64::from_be_bytes(
         bytes[8..16].try_into().expect("8 bytes"),
     ));
-    let crc = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    let crc = u32::from_be_bytes(bytes[16..20].try_into().expect("4 bytes"));
     let body = &bytes[FRAME_HEADER_BYTES..len];
     if frame_crc(&bytes[4..16], body) != crc {
         return Err(FrameError::BadChecksum);
@@ -207,7 +207,7 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
 /// Reads only the length field of a frame header known to be good, to walk a
 /// buffer of frames this process encoded itself.
 pub fn encoded_frame_len(bytes: &[u8]) -> usize {
-    FRAME_HEADER_BYTES + u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize
+    FRAME_HEADER_BYTES + u32::from_be_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize
 }
 
 #[cfg(test)]
@@ -293,5 +293,5 @@ mod tests {
         assert_eq!(IngressRecord::decode_body(frame.body).unwrap(), record);
     }
 
-    const FIXTURE_V1: &str = "";
+    const FIXTURE_V1: &str = "4e57414c00000030000000000000002aeb46443e01000000030000018bcfe568000102030405060708090a0b0c0d0e0f1000066f7264657273000000026b3168656c6c6f";
 }

@@ -183,7 +183,7 @@ pub async fn frame_at<F: BlockFile>(
     if header[..4] != FRAME_MAGIC {
         return Ok(Err(FrameError::BadMagic));
     }
-    let body_len = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+    let body_len = u32::from_be_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
     if body_len > RECORD_BYTES_MAX {
         return Ok(Err(FrameError::TooLong));
     }

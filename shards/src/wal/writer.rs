@@ -302,7 +302,7 @@ impl<S: Storage> Writer<S> {
         {
             self.write_runs(&job.buf[start..roll_at]).await?;
             if roll_at < job.buf.len() {
-                let first = Seq(u64::from_le_bytes(
+                let first = Seq(u64::from_be_bytes(
                     job.buf[roll_at + 8..roll_at + 16]
                         .try_into()
                         .expect("8 bytes"),
