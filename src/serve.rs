@@ -48,19 +48,27 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     }
     block_stop_signals();
     let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut threads = Vec::new();
     for shard in 0..shards {
         let cpu = cpus[shard % cpus.len()];
-        let (stop, data_dir) = (stop.clone(), data_dir.clone());
+        let (stop, data_dir, ready) = (stop.clone(), data_dir.clone(), ready_tx.clone());
         let thread = std::thread::Builder::new()
             .name(format!("shard-{shard}"))
-            .spawn(move || narad_io::rt::run_local(Some(cpu), run_shard(shard, data_dir, stop)))
+            .spawn(move || {
+                narad_io::rt::run_local(Some(cpu), run_shard(shard, data_dir, stop, ready))
+            })
             .map_err(|e| format!("cannot start shard {shard}: {e}"))?;
         threads.push(thread);
     }
-    tracing::info!(shards, data_dir = %data_dir.display(), "narad storage engine running; stop with SIGINT or SIGTERM");
-    let signal = wait_for_stop_signal();
-    tracing::info!(signal, "stopping");
+    drop(ready_tx);
+    // Every shard reports once, after recovering its storage (or failing to).
+    let started = (0..shards).all(|_| ready_rx.recv() == Ok(true));
+    if started {
+        tracing::info!(shards, data_dir = %data_dir.display(), "narad storage engine running; stop with SIGINT or SIGTERM");
+        let signal = wait_for_stop_signal();
+        tracing::info!(signal, "stopping");
+    }
     stop.store(true, Ordering::Release);
     let mut failures = Vec::new();
     for (shard, thread) in threads.into_iter().enumerate() {
@@ -77,20 +85,27 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     }
 }
 
-async fn run_shard(shard: usize, data_dir: PathBuf, stop: Arc<AtomicBool>) -> Result<(), String> {
+async fn run_shard(
+    shard: usize,
+    data_dir: PathBuf,
+    stop: Arc<AtomicBool>,
+    ready: std::sync::mpsc::Sender<bool>,
+) -> Result<(), String> {
     let storage = DmaStorage::new(&data_dir);
     let dir = format!("ingress/shard-{shard}");
-    let wal = Wal::open(storage, &dir, WalConfig::default())
-        .await
-        .map_err(|e| format!("opening {dir}: {e}"))?;
-    tracing::info!(
-        shard,
-        next_seq = wal.next_seq().0,
-        checkpoint = wal.checkpoint().0,
-        backlog_records = wal.dispatch_backlog_records(),
-        segments = wal.segment_count(),
-        "ingress WAL recovered"
-    );
+    let opened = Wal::open(storage, &dir, WalConfig::default()).await;
+    if let Ok(wal) = &opened {
+        tracing::info!(
+            shard,
+            next_seq = wal.next_seq().0,
+            checkpoint = wal.checkpoint().0,
+            backlog_records = wal.dispatch_backlog_records(),
+            segments = wal.segment_count(),
+            "ingress WAL recovered"
+        );
+    }
+    let _ = ready.send(opened.is_ok());
+    let wal = opened.map_err(|e| format!("opening {dir}: {e}"))?;
     while !stop.load(Ordering::Acquire) {
         narad_io::rt::sleep(STOP_POLL_INTERVAL).await;
     }
