@@ -93,8 +93,10 @@ pub struct WalWriterArgs {
 pub fn init_logging(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match cli.log_format {
         LogFormat::Text => builder.init(),

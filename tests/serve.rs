@@ -53,11 +53,17 @@ fn wait_for_log(child: &mut Child, needle: &str) -> Vec<String> {
 #[test]
 fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // A relative data directory, as the README's run command uses (a regression:
+    // relative paths once failed to open with EBADF).
     let mut first = KillOnDrop(
-        narad(&["serve", "--dev", "--shards", "2"], dir.path())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+        narad(
+            &["serve", "--dev", "--shards", "2"],
+            std::path::Path::new("data"),
+        )
+        .current_dir(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap(),
     );
     let lines = wait_for_log(&mut first.0, "storage engine running");
     assert_eq!(
@@ -68,9 +74,11 @@ fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
         2,
         "{lines:#?}"
     );
-    assert!(dir.path().join("ingress/shard-1").is_dir());
+    assert!(dir.path().join("data/ingress/shard-1").is_dir());
 
-    let second = narad(&["serve", "--dev"], dir.path()).output().unwrap();
+    let second = narad(&["serve", "--dev"], &dir.path().join("data"))
+        .output()
+        .unwrap();
     assert!(!second.status.success());
     let message = String::from_utf8_lossy(&second.stderr);
     assert!(

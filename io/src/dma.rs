@@ -33,8 +33,12 @@ pub struct DmaStorage {
 impl DmaStorage {
     /// Addresses the files below `root`, which must exist.
     pub fn new(root: impl Into<PathBuf>) -> Self {
+        // glommio opens files relative to no directory descriptor, so a relative
+        // path fails with EBADF: anchor the root at the working directory once.
+        let root = root.into();
+        let root = std::path::absolute(&root).unwrap_or(root);
         Self {
-            root: Rc::new(root.into()),
+            root: Rc::new(root),
         }
     }
 
