@@ -9,6 +9,8 @@
 //! - [`ids`]: typed identifiers and positions (`Seq`, `Offset`, `IncarnationId`).
 //! - [`wal`]: the ingress WAL, one per shard: group commit, segments, checkpoint,
 //!   compaction, recovery, the failure latch.
+//! - [`dispatch`]: the produce dispatcher's state machine (sans-IO): which WAL
+//!   records go to which partition commit, and the checkpoint.
 //! - [`log`]: the partition log: CRC-framed batches, commit durable (append,
 //!   fdatasync, read back, verify, advance the high watermark), recovery, index,
 //!   roll, retention and the recent-frame cache.
@@ -26,6 +28,7 @@ compile_error!(
     "the broken-* features exist only to show that tests fail; never build them in release"
 );
 
+pub mod dispatch;
 pub mod ids;
 pub mod log;
 pub mod wal;

@@ -1,0 +1,1 @@
+//! The produce dispatcher (in progress).
