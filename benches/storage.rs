@@ -17,8 +17,8 @@
 //! the min–max spread are reported, because a shared virtual machine is noisy.
 //!
 //! Usage: `cargo bench --bench storage -- [--quick] [--only NAME] [--dir PATH]
-//! [--seconds S] [--runs N] [--json FILE] [--cpu N]`. `--only` takes a name or a
-//! group (`wal`, `wal-batch`, `log`, `log-read`).
+//! [--seconds S] [--runs N] [--json FILE] [--cpu N] [--no-dispatch]`. `--only`
+//! takes a name or a group (`wal`, `wal-batch`, `log`, `log-read`).
 //!
 //! Files: `storage/measure.rs` (samples, histograms, memory), `storage/wal.rs`,
 //! `storage/log.rs` (the benchmarks), `storage/report.rs` (medians and output).
@@ -69,6 +69,10 @@ struct Args {
     /// CPU the executor is pinned to.
     #[arg(long, default_value_t = 1)]
     cpu: usize,
+    /// Diagnosis only: run the WAL benchmarks without their model dispatcher, to
+    /// see the writer alone (no compaction: disk use grows with the run).
+    #[arg(long)]
+    no_dispatch: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -190,6 +194,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 dir: args.dir.join(bench.name),
                 duration: Duration::from_secs_f64(seconds),
                 quick: args.quick,
+                dispatch: !args.no_dispatch,
             };
             let sample = run_once(bench, ctx, args.cpu)?;
             eprintln!(

@@ -26,6 +26,9 @@ pub struct Ctx {
     pub duration: Duration,
     /// Whether this is a smoke check: smaller preparation phases.
     pub quick: bool,
+    /// Whether the WAL benchmarks run their model dispatcher (off only to isolate
+    /// the writer when looking for a bottleneck; disk use then grows).
+    pub dispatch: bool,
 }
 
 /// One named figure of a run.

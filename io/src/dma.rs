@@ -135,14 +135,15 @@ impl Storage for DmaStorage {
     async fn open(&self, path: &str, mode: OpenMode) -> io::Result<DmaBlockFile> {
         settle_iopoll_probe(&self.root).await?;
         let full = self.path(path);
-        let existed = full.exists();
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(mode == OpenMode::CreateOrOpen)
             .dma_open(&full)
             .await?;
-        if !existed {
+        // Sync the directory even when the file already existed: an earlier life
+        // may have created it and died before its directory entry was durable.
+        if mode == OpenMode::CreateOrOpen {
             self.sync_parent(path).await?;
         }
         Ok(DmaBlockFile { file })
@@ -162,12 +163,10 @@ impl Storage for DmaStorage {
     }
 
     async fn create_dir_all(&self, path: &str) -> io::Result<()> {
-        let full = self.path(path);
-        if full.is_dir() {
-            return Ok(());
-        }
-        std::fs::create_dir_all(&full)?;
-        // Sync every level that may have gained an entry, innermost last.
+        std::fs::create_dir_all(self.path(path))?;
+        // Sync every level that may have gained an entry, innermost last, even
+        // when the directory existed: an earlier life may have died before its
+        // entry was durable.
         let mut rel = String::new();
         for part in path.split('/') {
             rel = crate::file::join(&rel, part);

@@ -9,9 +9,10 @@
 //!   of the 512-byte sectors written since the last completed sync, so a hole of
 //!   zeros or stale bytes may sit in front of bytes that did survive.
 //! - A failed `sync_data` says nothing about which of those writes survived.
-//! - Directory operations ([`Storage::create`], [`Storage::rename`],
-//!   [`Storage::remove`]) sync the directory before they return: a file that was
-//!   created is still there after a crash, and a rename is all or nothing.
+//! - Directory operations ([`Storage::open`] with [`OpenMode::CreateOrOpen`],
+//!   [`Storage::rename`], [`Storage::remove`]) sync the directory before they
+//!   return: a file that was created is still there after a crash, and a rename is
+//!   all or nothing.
 //!
 //! There is no default implementation of any method: each one states a durability
 //! property that an implementation must decide to provide, not inherit.
@@ -57,7 +58,9 @@ pub trait BlockFile {
 pub enum OpenMode {
     /// The file must exist.
     Existing,
-    /// Create the file if it is missing (and sync the directory); keep it otherwise.
+    /// Create the file if it is missing; keep it otherwise. Either way the
+    /// directory is synced, since an earlier process may have created the file
+    /// and died before its entry was durable.
     CreateOrOpen,
 }
 

@@ -156,6 +156,17 @@ impl SimDisk {
         inner.generation += 1;
     }
 
+    /// The process dies but the machine stays up: every handle fails from here
+    /// on, while written bytes stay readable (and unsynced) as they would in the
+    /// device's cache. A later [`SimDisk::crash`] and [`SimDisk::reboot`] (power
+    /// loss) still decides the fate of those unsynced sectors.
+    pub fn restart_process(&self) {
+        let mut inner = self.inner.borrow_mut();
+        inner.crashed = false;
+        inner.crash_at_op = None;
+        inner.generation += 1;
+    }
+
     /// The next `n` successful-looking syncs fail with `EIO` instead.
     pub fn fail_next_syncs(&self, n: u32) {
         self.inner.borrow_mut().fail_next_syncs = n;
@@ -327,6 +338,35 @@ impl BlockFile for SimFile {
             && inner.rng.random_range(0..1_000_000) < inner.faults.sync_eio_ppm;
         if inner.fail_next_syncs > 0 || spontaneous {
             inner.fail_next_syncs = inner.fail_next_syncs.saturating_sub(1);
+            // What a failed flush leaves is unknown, sector by sector: some made it
+            // to stable media, some still sit in the device's cache (a later flush
+            // may persist them), and some the device dropped, so reads return the
+            // old bytes. With O_DIRECT there is no page cache that could keep
+            // serving bytes the device no longer has, so reads always show what the
+            // device holds.
+            let Inner { rng, inodes, .. } = inner;
+            let data = inodes.get_mut(&self.inode).expect("open inode exists");
+            let dirty: Vec<u64> = data.dirty_sectors.iter().copied().collect();
+            for s in dirty {
+                let start = (s as usize * SECTOR_BYTES).min(data.current.len());
+                let end = (start + SECTOR_BYTES).min(data.current.len());
+                match rng.random_range(0..3) {
+                    0 => {
+                        if data.durable.len() < end {
+                            data.durable.resize(end, 0);
+                        }
+                        data.durable[start..end].copy_from_slice(&data.current[start..end]);
+                        data.dirty_sectors.remove(&s);
+                    }
+                    1 => {}
+                    _ => {
+                        for i in start..end {
+                            data.current[i] = data.durable.get(i).copied().unwrap_or(0);
+                        }
+                        data.dirty_sectors.remove(&s);
+                    }
+                }
+            }
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         let data = inner

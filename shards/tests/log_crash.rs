@@ -177,8 +177,15 @@ fn run_seed(seed: u64) {
                 .unwrap_or_else(|e| panic!("seed {seed}: open: {e}"));
             let in_flight = run_cycle(&mut rng, &disk, &mut log, &mut acked, &mut now_ms).await;
             drop(log);
-            disk.crash();
-            disk.reboot();
+            // Half the crashes lose power; the others only kill the process, so
+            // its unsynced writes stay readable for the next open, and a later
+            // power loss decides their fate.
+            if rng.random_bool(0.5) {
+                disk.crash();
+                disk.reboot();
+            } else {
+                disk.restart_process();
+            }
             disk.set_faults(SimFaults::default());
             let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
                 .await

@@ -4,8 +4,9 @@
 //! identify them; the test (not the WAL) records which appends returned success. A
 //! model dispatcher reads durable records, "commits" them with random delays so
 //! commits land out of order, and stores the checkpoint from a
-//! [`DispatchProgress`]. The disk crashes at a random operation; after a reboot the
-//! WAL must open, and every acknowledged record must be either committed by the
+//! [`DispatchProgress`]. The disk crashes at a random operation, losing power or
+//! only the process (its unsynced writes stay readable until a later power loss);
+//! the WAL must then open, and every acknowledged record must be either committed by the
 //! model or readable from the recovered checkpoint on, with intact bytes.
 //!
 //! A failure prints the seed; `NARAD_TEST_SEED=<seed>` replays just that seed and
@@ -208,10 +209,21 @@ async fn dispatch(wal: Wal<SimDisk>, disk: SimDisk, model: Rc<RefCell<Model>>, s
 fn run_seed(seed: u64) {
     let disk = SimDisk::new(seed, SimFaults::default());
     let model = Rc::new(RefCell::new(Model::default()));
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for l in 0..LIVES {
         run_local(None, life(disk.clone(), model.clone(), seed, l));
-        disk.reboot();
+        // Half the lives end in a power loss; the others only kill the process,
+        // whose unsynced writes stay readable for the next life until a later
+        // power loss decides their fate.
+        if rng.random_bool(0.5) {
+            disk.reboot();
+        } else {
+            disk.restart_process();
+        }
     }
+    // The last life's unsynced writes face a power loss too.
+    disk.crash();
+    disk.reboot();
     // A last recovery checks the final life.
     let (disk2, model2) = (disk.clone(), model.clone());
     run_local(None, async move {

@@ -181,7 +181,6 @@ async fn recover_active<S: Storage>(
         file.write_at(from, &zeros)
             .await
             .map_err(io_err("scrub torn tail"))?;
-        file.sync_data().await.map_err(LogError::SyncFailed)?;
         tracing::info!(
             dir,
             data_bytes,
@@ -189,6 +188,12 @@ async fn recover_active<S: Storage>(
             "partition log cut a torn tail"
         );
     }
+    // The scan may have accepted frames that a killed process wrote but never
+    // synced (they sit in the device's cache, readable and valid). Publishing
+    // them as committed before they are durable would let a later power loss take
+    // back visible records and reuse their offsets, so sync before anything is
+    // published. A failed sync fails the open.
+    file.sync_data().await.map_err(LogError::SyncFailed)?;
     let appender = AppendFile::open_at(file, data_bytes)
         .await
         .map_err(io_err("position appender"))?;

@@ -75,6 +75,10 @@ pub struct WalConfig {
     /// A fully dispatched active segment past this size is rotated so it can be
     /// compacted.
     pub rotate_dispatched_bytes_min: u64,
+    /// Bytes of recently flushed batches kept in memory for readers, so a
+    /// dispatcher that keeps up never reads the device (O_DIRECT has no page
+    /// cache). A reader that falls further behind reads from disk.
+    pub reader_cache_bytes_max: usize,
 }
 
 impl Default for WalConfig {
@@ -86,6 +90,7 @@ impl Default for WalConfig {
             checkpoint_sync_delay: Duration::from_millis(250),
             spare_segments_max: 2,
             rotate_dispatched_bytes_min: 1 << 20,
+            reader_cache_bytes_max: 8 << 20,
         }
     }
 }
@@ -150,6 +155,26 @@ pub struct WalStats {
     pub checkpoint_syncs: u64,
 }
 
+/// A flushed (durable) batch of frames kept for readers.
+struct RecentBatch {
+    first: Seq,
+    end: Seq,
+    frames: Rc<Vec<u8>>,
+}
+
+/// Where the frame of `seq` starts: in segment `segment`, at byte `pos`.
+#[derive(Clone, Copy, Debug)]
+struct PositionMark {
+    seq: Seq,
+    segment: Seq,
+    pos: u64,
+}
+
+/// Position marks kept, one or more per flush: about a minute of flushes at
+/// full speed, 24 bytes each. They spare a lagging reader a scan from the start
+/// of a 64 MiB segment.
+const POSITION_MARKS_MAX: usize = 65_536;
+
 /// State shared by appenders, the flush loop, the upkeep task and readers, all on
 /// one core. Never borrowed across an `.await`.
 struct Shared {
@@ -181,10 +206,52 @@ struct Shared {
     checkpoint_synced: Seq,
     upkeep_signal: bool,
     upkeep: Option<Waker>,
+    /// Durable batches for readers, oldest first, at most the configured bytes
+    /// (the newest is kept even alone past it).
+    recent: VecDeque<RecentBatch>,
+    recent_bytes: usize,
+    marks: VecDeque<PositionMark>,
     stats: WalStats,
 }
 
 impl Shared {
+    /// Keeps a flushed batch for readers and returns a buffer the budget evicted
+    /// (if no reader still holds it), for reuse as a staging buffer.
+    fn keep_recent(&mut self, batch: RecentBatch, bytes_max: usize) -> Option<Vec<u8>> {
+        self.recent_bytes += batch.frames.len();
+        self.recent.push_back(batch);
+        let mut reusable = None;
+        while self.recent_bytes > bytes_max && self.recent.len() > 1 {
+            let old = self.recent.pop_front().expect("more than one batch");
+            self.recent_bytes -= old.frames.len();
+            if let Ok(buf) = Rc::try_unwrap(old.frames) {
+                reusable = Some(buf);
+            }
+        }
+        reusable
+    }
+
+    /// The kept batch holding `seq`, if any.
+    fn recent_holding(&self, seq: Seq) -> Option<(Seq, Rc<Vec<u8>>)> {
+        let index = self.recent.partition_point(|b| b.end <= seq);
+        let batch = self.recent.get(index)?;
+        (batch.first <= seq).then(|| (batch.first, batch.frames.clone()))
+    }
+
+    fn add_mark(&mut self, mark: PositionMark) {
+        if self.marks.len() == POSITION_MARKS_MAX {
+            self.marks.pop_front();
+        }
+        self.marks.push_back(mark);
+    }
+
+    /// The latest mark at or before `seq` inside `segment`.
+    fn mark_before(&self, segment: Seq, seq: Seq) -> Option<PositionMark> {
+        let index = self.marks.partition_point(|m| m.seq <= seq);
+        let mark = *self.marks.get(index.checked_sub(1)?)?;
+        (mark.segment == segment).then_some(mark)
+    }
+
     fn wake_upkeep(&mut self) {
         self.upkeep_signal = true;
         if let Some(waker) = self.upkeep.take() {
@@ -255,6 +322,9 @@ impl<S: Storage> Wal<S> {
             checkpoint_synced: checkpoint,
             upkeep_signal: false,
             upkeep: None,
+            recent: VecDeque::new(),
+            recent_bytes: 0,
+            marks: VecDeque::new(),
             stats: WalStats::default(),
         };
         let wal = Wal {
@@ -266,7 +336,15 @@ impl<S: Storage> Wal<S> {
                 tasks: RefCell::new(Vec::new()),
             }),
         };
-        let flusher = narad_io::rt::spawn_local(writer::flush_loop(wal.clone(), active));
+        let active_first = *wal
+            .inner
+            .shared
+            .borrow()
+            .segments
+            .back()
+            .expect("a segment");
+        let flusher =
+            narad_io::rt::spawn_local(writer::flush_loop(wal.clone(), active, active_first));
         let upkeep = narad_io::rt::spawn_local(upkeep::upkeep_loop(wal.clone(), checkpoint_file));
         wal.inner.tasks.borrow_mut().extend([flusher, upkeep]);
         if wal.inner.config.prealloc {

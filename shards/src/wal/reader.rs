@@ -1,15 +1,21 @@
 //! The dispatcher's reader: walks durable records in sequence order.
 //!
 //! Runs on the WAL's shard, beside the writer. It never reads past the durable end,
-//! so it never sees a record that could still be lost. It keeps its own file
-//! handle and one chunk buffer; because the writer keeps appending to the active
-//! segment after a chunk was read, a frame that does not decode where a durable
-//! one must be is read again from the device once before it counts as corrupt.
+//! so it never sees a record that could still be lost. Records of recently flushed
+//! batches are read from the WAL's memory (the flushed staging buffers, kept up to
+//! a byte budget), so a dispatcher that keeps up never touches the device. A reader
+//! that falls behind reads from disk: its own file handle and one chunk buffer,
+//! starting from the nearest position mark the writer left. Because the writer
+//! keeps appending to the active segment after a chunk was read, a frame that does
+//! not decode where a durable one must be is read again from the device once
+//! before it counts as corrupt.
+
+use std::rc::Rc;
 
 use narad_io::file::{join, OpenMode};
 use narad_io::Storage;
 
-use super::frame::IngressRecord;
+use super::frame::{decode_frame, IngressRecord};
 use super::segment::{frame_at, segment_name, ChunkBuf};
 use super::{Wal, WalError};
 use crate::ids::Seq;
@@ -28,6 +34,9 @@ pub struct WalReader<S: Storage> {
     next: Seq,
     segment: Option<OpenSegment<S::File>>,
     chunk: ChunkBuf,
+    /// The kept batch last read from memory, and the seq and byte position of
+    /// the frame after the last one read in it.
+    memory: Option<(Rc<Vec<u8>>, Seq, usize)>,
 }
 
 impl<S: Storage> WalReader<S> {
@@ -37,6 +46,7 @@ impl<S: Storage> WalReader<S> {
             next: from,
             segment: None,
             chunk: ChunkBuf::default(),
+            memory: None,
         }
     }
 
@@ -62,6 +72,10 @@ impl<S: Storage> WalReader<S> {
     ) -> Result<usize, WalError> {
         let mut visited = 0;
         while visited < max_records && self.next < self.wal.durable_next() {
+            if let Some(n) = self.read_from_memory(max_records - visited, &mut visit)? {
+                visited += n;
+                continue;
+            }
             self.open_segment_for(self.next).await?;
             let seg = self.segment.as_mut().expect("opened above");
             let mut retried = false;
@@ -101,6 +115,47 @@ impl<S: Storage> WalReader<S> {
         Ok(visited)
     }
 
+    /// Reads from the kept batch holding the next record, if there is one.
+    fn read_from_memory(
+        &mut self,
+        max_records: usize,
+        visit: &mut impl FnMut(Seq, IngressRecord<'_>),
+    ) -> Result<Option<usize>, WalError> {
+        let (found, durable_next) = {
+            let sh = self.wal.inner.shared.borrow();
+            (sh.recent_holding(self.next), sh.durable_next)
+        };
+        let Some((first, frames)) = found else {
+            return Ok(None);
+        };
+        let (mut seq, mut pos) = match &self.memory {
+            Some((buf, seq, pos)) if Rc::ptr_eq(buf, &frames) && *seq <= self.next => (*seq, *pos),
+            _ => (first, 0),
+        };
+        let mut visited = 0;
+        while pos < frames.len() && visited < max_records && seq < durable_next {
+            let corrupt =
+                |why: String| WalError::Corrupt(format!("kept batch at seq {seq}: {why}").into());
+            let frame = decode_frame(&frames[pos..]).map_err(|e| corrupt(format!("{e:?}")))?;
+            if frame.seq != seq {
+                return Err(corrupt(format!("frame carries seq {}", frame.seq)));
+            }
+            if seq >= self.next {
+                let record = IngressRecord::decode_body(frame.body)
+                    .map_err(|e| corrupt(format!("{e:?}")))?;
+                visit(seq, record);
+                visited += 1;
+                self.next = seq.next();
+            }
+            pos += frame.len;
+            seq = seq.next();
+        }
+        self.memory = Some((frames, seq, pos));
+        // The disk cursor is behind now; a later disk read starts from a mark.
+        self.segment = None;
+        Ok(Some(visited))
+    }
+
     /// Makes `self.segment` the segment holding `seq`, positioned at or before it.
     async fn open_segment_for(&mut self, seq: Seq) -> Result<(), WalError> {
         let first = {
@@ -124,12 +179,14 @@ impl<S: Storage> WalReader<S> {
             .storage
             .open(&join(&inner.dir, &segment_name(first)), OpenMode::Existing)
             .await?;
+        let mark = inner.shared.borrow().mark_before(first, seq);
+        let (pos, at) = mark.map_or((0, first), |m| (m.pos, m.seq));
         self.chunk.invalidate();
         self.segment = Some(OpenSegment {
             first,
             file,
-            pos: 0,
-            seq: first,
+            pos,
+            seq: at,
         });
         Ok(())
     }

@@ -31,8 +31,21 @@ pub const SPARE_PREFIX: &str = "spare-";
 /// The most bytes written between two syncs (one frame may exceed it alone).
 pub const WRITE_RUN_BYTES_MAX: usize = 16 << 20;
 /// How far past a bad frame surviving frames of a torn run can sit.
-pub const TORN_WINDOW_BYTES: u64 =
-    (WRITE_RUN_BYTES_MAX + FRAME_HEADER_BYTES + RECORD_BYTES_MAX) as u64;
+pub const TORN_WINDOW_BYTES: u64 = {
+    let frame_bytes_max = FRAME_HEADER_BYTES + RECORD_BYTES_MAX;
+    let run_bytes_max = if WRITE_RUN_BYTES_MAX > frame_bytes_max {
+        WRITE_RUN_BYTES_MAX
+    } else {
+        frame_bytes_max
+    };
+    // A run is at most 16 MiB of frames, or one larger frame alone; its write
+    // also rewrites the partial block in front of it.
+    (run_bytes_max + BLOCK_BYTES) as u64
+};
+/// The most frames a torn run can hold: a bound on how far past the expected
+/// sequence number a surviving frame of it can be, used to skip stale or forged
+/// headers without reading their bodies.
+const TORN_RUN_SEQS_MAX: u64 = TORN_WINDOW_BYTES / FRAME_HEADER_BYTES as u64;
 /// Bytes read from the device at a time while scanning.
 const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
@@ -176,12 +189,30 @@ pub async fn frame_at<F: BlockFile>(
     file: &F,
     pos: u64,
 ) -> io::Result<Result<(Seq, usize), FrameError>> {
+    frame_at_if(reader, file, pos, |_| true).await
+}
+
+/// [`frame_at`], but a header whose sequence number `wanted` refuses is reported as
+/// bad without reading or checksumming its body: recovery scans past a tear meet
+/// many stale frames (and payload bytes that look like headers), and each body
+/// could be up to 16 MiB.
+async fn frame_at_if<F: BlockFile>(
+    reader: &mut ChunkBuf,
+    file: &F,
+    pos: u64,
+    wanted: impl Fn(Seq) -> bool,
+) -> io::Result<Result<(Seq, usize), FrameError>> {
     let header = reader.bytes_at(file, pos, FRAME_HEADER_BYTES).await?;
     if header.len() < FRAME_HEADER_BYTES {
         return Ok(Err(FrameError::Short));
     }
     if header[..4] != FRAME_MAGIC {
         return Ok(Err(FrameError::BadMagic));
+    }
+    if !wanted(Seq(u64::from_be_bytes(
+        header[8..16].try_into().expect("8 bytes"),
+    ))) {
+        return Ok(Err(FrameError::BadChecksum));
     }
     let body_len = u32::from_be_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
     if body_len > RECORD_BYTES_MAX {
@@ -212,7 +243,8 @@ async fn find_torn_frames<F: BlockFile>(
             continue;
         };
         let at = pos + hit as u64;
-        if let Ok((seq, len)) = frame_at(reader, file, at).await? {
+        let plausible = |seq: Seq| seq >= expected && seq.0 - expected.0 <= TORN_RUN_SEQS_MAX;
+        if let Ok((seq, len)) = frame_at_if(reader, file, at, plausible).await? {
             if seq >= expected {
                 if at - bad_pos > TORN_WINDOW_BYTES {
                     return Err(ScanError::Corrupt {

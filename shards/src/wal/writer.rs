@@ -14,7 +14,7 @@ use narad_io::file::{join, OpenMode};
 use narad_io::{AppendFile, BlockFile, Storage};
 
 use super::checkpoint::CheckpointFile;
-use super::frame::encoded_frame_len;
+use super::frame::{encoded_frame_len, FRAME_HEADER_BYTES};
 use super::segment::{
     self, parse_segment_name, segment_name, ScanError, PREP_FILE, SPARE_PREFIX, WRITE_RUN_BYTES_MAX,
 };
@@ -68,6 +68,16 @@ pub(super) async fn recover<S: Storage>(
     }
     let (checkpoint_file, stored) = CheckpointFile::open(storage, dir).await?;
     if segments.is_empty() {
+        // Sequence numbers may restart here (no checkpoint survived), so spare
+        // files could hold frames with the very numbers about to be written: drop
+        // them rather than recycle them.
+        for spare in spares.drain(..) {
+            storage.remove(&spare).await?;
+        }
+        if prep_ready {
+            storage.remove(&join(dir, PREP_FILE)).await?;
+            prep_ready = false;
+        }
         let start = stored.unwrap_or_default();
         segments.push_back(start);
         let file = storage
@@ -122,6 +132,10 @@ pub(super) async fn recover<S: Storage>(
         .await
         .map_err(|e| corrupt(&name, e))?;
     let resume_bytes = erase_torn_run(&file, &end).await?;
+    // Frames a killed process wrote but never synced are readable and valid, and
+    // the scan took them: make them durable before they count as such (before
+    // the dispatcher reads them and before a roll can seal this segment).
+    file.sync_data().await?;
     let checkpoint = if checkpoint > end.next_seq {
         tracing::error!(
             checkpoint = checkpoint.0,
@@ -152,10 +166,13 @@ pub(super) async fn recover<S: Storage>(
 #[cfg(not(feature = "broken-no-torn-truncation"))]
 async fn erase_torn_run<F: BlockFile>(file: &F, end: &segment::ScanEnd) -> io::Result<u64> {
     if let Some(torn_until) = end.torn_until_bytes {
-        tracing::warn!(
+        // Normally the survivors of a write that was never acknowledged; but bit
+        // rot inside the window looks the same, so say loudly what goes.
+        tracing::error!(
             position_bytes = end.end_bytes,
             torn_until_bytes = torn_until,
-            "ingress WAL: erasing a torn write that survived past a hole"
+            from_seq = end.next_seq.0,
+            "ingress WAL: erasing frames found past a bad frame in the last segment (a torn write)"
         );
         let start = narad_io::align_down(end.end_bytes);
         let stop = narad_io::align_up(torn_until);
@@ -187,25 +204,37 @@ async fn erase_torn_run<F: BlockFile>(_file: &F, end: &segment::ScanEnd) -> io::
 struct Job {
     buf: Vec<u8>,
     roll_points: Vec<usize>,
+    first_seq: Seq,
     end_seq: Seq,
 }
 
 /// The flush loop: takes whatever is staged, writes and syncs it, releases its
 /// callers, and repeats until the WAL closes or latches.
-pub(super) async fn flush_loop<S: Storage>(wal: Wal<S>, active: AppendFile<S::File>) {
+pub(super) async fn flush_loop<S: Storage>(
+    wal: Wal<S>,
+    active: AppendFile<S::File>,
+    active_first: Seq,
+) {
     let mut writer = Writer {
         wal: wal.clone(),
         active,
+        active_first,
         device_bytes_sealed: 0,
     };
     loop {
-        let Some(job) = take_job(&wal).await else {
+        let Some(mut job) = take_job(&wal).await else {
             break;
         };
         #[cfg(feature = "broken-ack-before-fsync")]
         release(&wal, &job, &Ok(()), writer.device_bytes());
         let result = writer.write_job(&job).await;
         let latched = result.is_err();
+        // Durable frames go to the readers' memory before the release makes them
+        // readable, so a dispatcher that keeps up never reads the device.
+        let reusable = match &result {
+            Ok(()) => keep_for_readers(&wal, &mut job),
+            Err(_) => None,
+        };
         #[cfg(not(feature = "broken-ack-before-fsync"))]
         release(&wal, &job, &result, writer.device_bytes());
         if let Err(e) = &result {
@@ -213,17 +242,34 @@ pub(super) async fn flush_loop<S: Storage>(wal: Wal<S>, active: AppendFile<S::Fi
             wal.inner.shared.borrow_mut().latched = Some(Rc::from(e.to_string()));
             wake_all(&wal);
         }
-        let mut buf = job.buf;
-        buf.clear();
-        if buf.capacity() > STAGING_KEEP_BYTES {
-            buf.shrink_to(STAGING_KEEP_BYTES);
+        if let Some(mut buf) = reusable {
+            buf.clear();
+            if buf.capacity() > STAGING_KEEP_BYTES {
+                buf.shrink_to(STAGING_KEEP_BYTES);
+            }
+            let mut sh = wal.inner.shared.borrow_mut();
+            if sh.spare.capacity() < buf.capacity() {
+                sh.spare = buf;
+            }
         }
-        wal.inner.shared.borrow_mut().spare = buf;
         if latched {
             break;
         }
     }
     let _ = writer.active.into_file().close().await;
+}
+
+/// Hands a flushed batch to the readers' memory; returns an evicted buffer to
+/// reuse for staging.
+fn keep_for_readers<S: Storage>(wal: &Wal<S>, job: &mut Job) -> Option<Vec<u8>> {
+    let frames = Rc::new(std::mem::take(&mut job.buf));
+    let batch = super::RecentBatch {
+        first: job.first_seq,
+        end: job.end_seq,
+        frames,
+    };
+    let bytes_max = wal.inner.config.reader_cache_bytes_max;
+    wal.inner.shared.borrow_mut().keep_recent(batch, bytes_max)
 }
 
 async fn take_job<S: Storage>(wal: &Wal<S>) -> Option<Job> {
@@ -233,11 +279,13 @@ async fn take_job<S: Storage>(wal: &Wal<S>) -> Option<Job> {
         if !sh.staging.is_empty() {
             let spare = std::mem::take(&mut sh.spare);
             let buf = std::mem::replace(&mut sh.staging, spare);
+            let first_seq = sh.inflight_end;
             sh.inflight_end = sh.next_seq;
             std::mem::swap(&mut sh.inflight_waiters, &mut sh.staging_waiters);
             return Poll::Ready(Some(Job {
                 buf,
                 roll_points: std::mem::take(&mut sh.roll_points),
+                first_seq,
                 end_seq: sh.next_seq,
             }));
         }
@@ -282,6 +330,8 @@ fn wake_all<S: Storage>(wal: &Wal<S>) {
 struct Writer<S: Storage> {
     wal: Wal<S>,
     active: AppendFile<S::File>,
+    /// First sequence number of the active segment.
+    active_first: Seq,
     /// Device bytes written to segments before the active one.
     device_bytes_sealed: u64,
 }
@@ -315,6 +365,20 @@ impl<S: Storage> Writer<S> {
     }
 
     async fn write_runs(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if bytes.len() >= FRAME_HEADER_BYTES {
+            let seq = Seq(u64::from_be_bytes(
+                bytes[8..16].try_into().expect("8 bytes"),
+            ));
+            self.wal
+                .inner
+                .shared
+                .borrow_mut()
+                .add_mark(super::PositionMark {
+                    seq,
+                    segment: self.active_first,
+                    pos: self.active.len(),
+                });
+        }
         let mut run_start = 0;
         while run_start < bytes.len() {
             let mut run_end = run_start;
@@ -338,6 +402,10 @@ impl<S: Storage> Writer<S> {
     async fn roll(&mut self, first: Seq) -> io::Result<()> {
         let inner = &self.wal.inner;
         let name = join(&inner.dir, &segment_name(first));
+        // Seal only what is durable: normally the last run was synced already and
+        // this costs nothing, but a roll at the very start of a batch has written
+        // nothing since the segment was opened.
+        self.active.sync().await?;
         let prepared = {
             let mut sh = inner.shared.borrow_mut();
             std::mem::replace(&mut sh.prep_ready, false)
@@ -351,6 +419,7 @@ impl<S: Storage> Writer<S> {
         let file = inner.storage.open(&name, OpenMode::CreateOrOpen).await?;
         self.device_bytes_sealed += self.active.device_bytes_written();
         let old = std::mem::replace(&mut self.active, AppendFile::open_at(file, 0).await?);
+        self.active_first = first;
         old.into_file().close().await?;
         {
             let mut sh = inner.shared.borrow_mut();

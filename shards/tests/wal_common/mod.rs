@@ -50,6 +50,7 @@ pub fn small_config(prealloc: bool) -> WalConfig {
         checkpoint_sync_delay: std::time::Duration::from_millis(2),
         spare_segments_max: 2,
         rotate_dispatched_bytes_min: 16 << 10,
+        reader_cache_bytes_max: 64 << 10,
     }
 }
 
