@@ -16,6 +16,7 @@ variants=(
   "broken-ack-before-fsync|narad-shards|wal_crash|the WAL acknowledges before fdatasync"
   "broken-checkpoint-past-uncommitted|narad-shards|wal_crash|the checkpoint passes records still being committed"
   "broken-checkpoint-past-uncommitted|narad|crash_sigkill|the same, in a real process killed with SIGKILL"
+  "broken-checkpoint-past-uncommitted|narad-shards|dispatch_sim|the same, in the dispatcher's seeded simulation"
   "broken-no-torn-truncation|narad-shards|wal_crash|recovery resumes after a torn write instead of at its hole"
   "broken-no-readback|narad-shards|log_faults|a partition commit skips the read-back and CRC check"
 )

@@ -1,0 +1,441 @@
+//! The [`Dispatcher`]: reader position, rescans, the checkpoint, ticks and
+//! deadlines. Placement and commits are in `place` and `commit`.
+//!
+//! The reader is the driver's `WalReader`; this core tracks where it is
+//! (`reader_pos`, moved by [`Dispatcher::visit`] and by [`Action::Seek`]) and how far
+//! anything was ever read (`frontier`). A record below the frontier that is neither
+//! held nor done is skipped, so a rescan needs no per-record mark beyond the held
+//! set and the done-set: it seeks back to the lowest skipped record and the driver
+//! passes over everything `visit` says needs no work.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::config::DESTINATIONS_MAX;
+use super::destination::{Destination, Held};
+use super::{Action, Cluster, CommitId, DispatchConfig, DispatchProgress, Event, OwnerId};
+use crate::ids::{IncarnationId, PartitionId, Seq};
+
+/// Per-topic state: its destinations and what the leader said about incarnations.
+#[derive(Debug, Default)]
+pub(super) struct TopicState {
+    pub partitions: BTreeMap<PartitionId, Destination>,
+    /// Incarnations the leader confirmed gone, newest last.
+    pub gone: VecDeque<IncarnationId>,
+    /// When each unanswered or unconfirmed question was last asked.
+    pub asked: BTreeMap<IncarnationId, Instant>,
+}
+
+/// A commit in flight.
+#[derive(Debug)]
+pub(super) struct Commit {
+    pub topic: Rc<str>,
+    pub partition: PartitionId,
+    pub owner: OwnerId,
+    pub records: Vec<Held>,
+    pub started: Instant,
+    pub hung: bool,
+}
+
+/// The produce dispatcher of one ingress WAL. See the module docs.
+#[derive(Debug)]
+pub struct Dispatcher {
+    pub(super) config: DispatchConfig,
+    pub(super) progress: DispatchProgress,
+    pub(super) checkpoint_stored: Seq,
+    /// The sequence number the reader visits next.
+    pub(super) reader_pos: Seq,
+    /// The first sequence number never read.
+    pub(super) frontier: Seq,
+    /// The record `visit` asked for, and whether it is read again (below the frontier).
+    pub(super) visiting: Option<(Seq, bool)>,
+    pub(super) topics: BTreeMap<Rc<str>, TopicState>,
+    pub(super) destinations: usize,
+    pub(super) commits: BTreeMap<CommitId, Commit>,
+    pub(super) commit_next: u64,
+    /// Queued or in flight (hung included).
+    pub(super) held: HashSet<Seq>,
+    /// Queued, or in a commit in flight that is not hung: what the window bounds.
+    pub(super) held_counting: usize,
+    pub(super) commits_counting: usize,
+    pub(super) commits_hung: usize,
+    pub(super) window_records: usize,
+    pub(super) skipped_total: u64,
+    /// Every skipped record is at or above `min(rescan_from, reader_pos)`.
+    pub(super) rescan_from: Option<Seq>,
+    pub(super) rescan_wanted: bool,
+    pub(super) rescan_last_at: Instant,
+    /// Moving average of commit latency per owner.
+    pub(super) latency: BTreeMap<OwnerId, Duration>,
+    pub(super) actions: VecDeque<Action>,
+}
+
+/// Owners whose latency is tracked; an owner past this commits without lingering.
+const OWNERS_TRACKED_MAX: usize = 4_096;
+
+impl Dispatcher {
+    /// A dispatcher resuming from the stored `checkpoint`: the reader starts there.
+    pub fn new(config: DispatchConfig, checkpoint: Seq, now: Instant) -> Self {
+        config.check();
+        let window_records = config.window_base_records;
+        Self {
+            config,
+            progress: DispatchProgress::new(checkpoint),
+            checkpoint_stored: checkpoint,
+            reader_pos: checkpoint,
+            frontier: checkpoint,
+            visiting: None,
+            topics: BTreeMap::new(),
+            destinations: 0,
+            commits: BTreeMap::new(),
+            commit_next: 0,
+            held: HashSet::new(),
+            held_counting: 0,
+            commits_counting: 0,
+            commits_hung: 0,
+            window_records,
+            skipped_total: 0,
+            rescan_from: None,
+            rescan_wanted: false,
+            rescan_last_at: now,
+            latency: BTreeMap::new(),
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// Feeds one event. Records do not start commits on their own: after a read
+    /// batch the driver feeds a [`Event::Tick`], so one batch becomes one decision.
+    pub fn handle(&mut self, now: Instant, event: Event<'_>, cluster: &impl Cluster) {
+        match event {
+            Event::Record(record) => return self.place(now, record, cluster),
+            Event::CommitDone { commit, outcome } => self.commit_done(now, commit, outcome),
+            Event::GoneAnswer {
+                topic,
+                incarnation,
+                gone,
+            } => self.gone_answer(now, topic, incarnation, gone),
+            Event::Tick => self.tick(now),
+        }
+        self.pump(now, cluster);
+        self.maybe_rescan(now);
+    }
+
+    /// The reader is at `seq`: whether the driver must decode it and feed it as an
+    /// [`Event::Record`]. A record that is held or done needs no work. A visit below
+    /// the reader's position belongs to a read that a seek made stale.
+    pub fn visit(&mut self, seq: Seq) -> bool {
+        assert!(
+            self.visiting.is_none(),
+            "record {seq} visited before the last was fed"
+        );
+        if seq < self.reader_pos {
+            return false;
+        }
+        assert_eq!(seq, self.reader_pos, "the reader skipped records");
+        let lookahead_max = self
+            .config
+            .lookahead_records(self.config.window_records_max);
+        assert!(
+            seq.0 < self.progress.checkpoint().0 + lookahead_max,
+            "read past the lookahead"
+        );
+        self.reader_pos = seq.next();
+        if seq >= self.frontier {
+            self.frontier = seq.next();
+            self.visiting = Some((seq, false));
+            return true;
+        }
+        let wanted = !self.held.contains(&seq) && !self.progress.is_done(seq);
+        if wanted {
+            self.visiting = Some((seq, true));
+        }
+        wanted
+    }
+
+    /// How many records the reader may visit now: room in the window, and no more
+    /// than the lookahead past the checkpoint.
+    pub fn read_budget(&self) -> usize {
+        let held_max = self.config.held_records_max(self.window_records);
+        let room = held_max.saturating_sub(self.held_counting);
+        let limit =
+            self.progress.checkpoint().0 + self.config.lookahead_records(self.window_records);
+        let ahead = limit.saturating_sub(self.reader_pos.0);
+        room.min(usize::try_from(ahead).unwrap_or(usize::MAX))
+    }
+
+    /// Takes the actions produced so far, in order.
+    pub fn drain_actions(&mut self) -> impl Iterator<Item = Action> + '_ {
+        self.actions.drain(..)
+    }
+
+    /// The latest time by which the driver must feed a [`Event::Tick`].
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let mut deadline: Option<Instant> = None;
+        let mut at = |t: Instant| deadline = Some(deadline.map_or(t, |d| d.min(t)));
+        for commit in self.commits.values().filter(|c| !c.hung) {
+            at(commit.started + self.config.hung_after);
+        }
+        // Probes and lingering batches wait for a commit slot when none is free: a
+        // commit that lands frees one, so a past deadline must not spin the driver.
+        let slot_free = self.commits_counting < self.config.commits_in_flight_max
+            && self.commits.len()
+                < self.config.commits_in_flight_max + self.config.commits_hung_max;
+        for topic in self.topics.values().filter(|_| slot_free) {
+            for d in topic.partitions.values() {
+                if let (None, false, Some(t)) = (d.in_flight, d.queue.is_empty(), d.retry_at) {
+                    at(t);
+                }
+            }
+        }
+        if self.skipped_total > 0 {
+            at(self.rescan_last_at + self.config.rescan_interval);
+        }
+        deadline
+    }
+
+    /// The first sequence number not done: what the next stored checkpoint will be.
+    pub fn checkpoint(&self) -> Seq {
+        self.progress.checkpoint()
+    }
+
+    /// The sequence number the reader visits next.
+    pub fn reader_position(&self) -> Seq {
+        self.reader_pos
+    }
+
+    /// Records held against the window (queued, or in a commit that is not hung).
+    pub fn held_records(&self) -> usize {
+        self.held_counting
+    }
+
+    /// Records held in all, hung commits included.
+    pub fn held_records_total(&self) -> usize {
+        self.held.len()
+    }
+
+    /// The current window.
+    pub fn window_records(&self) -> usize {
+        self.window_records
+    }
+
+    /// Commits in flight, and how many of them are hung.
+    pub fn commits_in_flight(&self) -> (usize, usize) {
+        (self.commits.len(), self.commits_hung)
+    }
+
+    /// Records left in the WAL to be read again.
+    pub fn skipped_records(&self) -> u64 {
+        self.skipped_total
+    }
+
+    /// The records queued for a destination (tests and metrics).
+    pub fn queued_records(&self, topic: &str, partition: PartitionId) -> usize {
+        self.topics
+            .get(topic)
+            .and_then(|t| t.partitions.get(&partition))
+            .map_or(0, |d| d.queue.len())
+    }
+
+    pub(super) fn dest_mut(&mut self, topic: &str, partition: PartitionId) -> &mut Destination {
+        self.topics
+            .get_mut(topic)
+            .and_then(|t| t.partitions.get_mut(&partition))
+            .expect("destination exists")
+    }
+
+    /// The destination entry, created when missing. Returns the interned topic name.
+    pub(super) fn ensure_dest(
+        &mut self,
+        topic: &str,
+        partition: PartitionId,
+        now: Instant,
+    ) -> Rc<str> {
+        if !self.topics.contains_key(topic) {
+            self.topics.insert(Rc::from(topic), TopicState::default());
+        }
+        let (name, _) = self.topics.get_key_value(topic).expect("inserted above");
+        let name = Rc::clone(name);
+        let state = self.topics.get_mut(topic).expect("inserted above");
+        if let std::collections::btree_map::Entry::Vacant(slot) = state.partitions.entry(partition)
+        {
+            assert!(
+                self.destinations < DESTINATIONS_MAX,
+                "too many destinations"
+            );
+            slot.insert(Destination::new(now));
+            self.destinations += 1;
+        }
+        name
+    }
+
+    /// Marks `seqs` done and stores the checkpoint if it moved.
+    pub(super) fn mark_done(&mut self, seqs: impl Iterator<Item = Seq>) {
+        for seq in seqs {
+            assert!(seq < self.frontier, "seq {seq} done before it was read");
+            self.progress.mark_done(seq);
+        }
+        let checkpoint = self.progress.checkpoint();
+        assert!(checkpoint <= self.frontier);
+        if checkpoint > self.checkpoint_stored {
+            self.checkpoint_stored = checkpoint;
+            self.actions.push_back(Action::StoreCheckpoint(checkpoint));
+        }
+    }
+
+    pub(super) fn record_latency(&mut self, owner: OwnerId, sample: Duration) {
+        if let Some(avg) = self.latency.get_mut(&owner) {
+            *avg = (*avg * 7 + sample) / 8;
+        } else if self.latency.len() < OWNERS_TRACKED_MAX {
+            self.latency.insert(owner, sample);
+        }
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.resize_window(now);
+        self.detect_hung(now);
+        self.forget_idle(now);
+    }
+
+    fn resize_window(&mut self, now: Instant) {
+        let recent = self.config.rescan_interval;
+        let active = self
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.values())
+            .filter(|d| {
+                !d.queue.is_empty()
+                    || d.in_flight.is_some()
+                    || now.saturating_duration_since(d.last_active) < recent
+            })
+            .count();
+        self.window_records = self.config.window_records(active);
+    }
+
+    fn forget_idle(&mut self, now: Instant) {
+        let idle_after = self.config.idle_forget_after;
+        let mut forgotten = 0;
+        for state in self.topics.values_mut() {
+            let before = state.partitions.len();
+            state
+                .partitions
+                .retain(|_, d| !d.is_forgettable(now, idle_after));
+            forgotten += before - state.partitions.len();
+            let ttl = self.config.gone_answer_ttl;
+            state
+                .asked
+                .retain(|_, at| now.saturating_duration_since(*at) < ttl);
+        }
+        self.destinations -= forgotten;
+        self.topics
+            .retain(|_, s| !s.partitions.is_empty() || !s.gone.is_empty() || !s.asked.is_empty());
+    }
+
+    fn gone_answer(&mut self, now: Instant, topic: &str, incarnation: IncarnationId, gone: bool) {
+        let Some(state) = self.topics.get_mut(topic) else {
+            return;
+        };
+        if gone {
+            state.asked.remove(&incarnation);
+            if !state.gone.contains(&incarnation) {
+                if state.gone.len() == super::config::GONE_INCARNATIONS_MAX {
+                    state.gone.pop_front();
+                }
+                state.gone.push_back(incarnation);
+            }
+            self.rescan_wanted = true;
+        } else {
+            state.asked.insert(incarnation, now);
+        }
+    }
+
+    /// Seeks back to the lowest skipped record when a destination can take records
+    /// again or the backstop is due. One pass at a time, unless the backstop is due,
+    /// so a hot partition's backlog is read again about once per pass, not after
+    /// each of its commits.
+    fn maybe_rescan(&mut self, now: Instant) {
+        if self.skipped_total == 0 {
+            self.rescan_from = None;
+            self.rescan_wanted = false;
+            return;
+        }
+        let backstop = now >= self.rescan_last_at + self.config.rescan_interval;
+        let pass_done = self.reader_pos >= self.frontier;
+        if !(backstop || (self.rescan_wanted && pass_done)) {
+            return;
+        }
+        self.rescan_wanted = false;
+        self.rescan_last_at = now;
+        let Some(from) = self.rescan_from.take() else {
+            return;
+        };
+        if from >= self.reader_pos {
+            return;
+        }
+        assert!(
+            from >= self.progress.checkpoint(),
+            "a skipped record below the checkpoint"
+        );
+        self.reader_pos = from;
+        for d in self
+            .topics
+            .values_mut()
+            .flat_map(|t| t.partitions.values_mut())
+        {
+            d.blocked_in_pass = false;
+        }
+        self.actions.push_back(Action::Seek(from));
+    }
+
+    /// Checks the bookkeeping against a recount. Costs O(lookahead); for tests.
+    pub fn assert_invariants(&self) {
+        let mut queued = 0;
+        let mut skipped = 0;
+        let mut in_flight_by_dest = 0;
+        for d in self.topics.values().flat_map(|t| t.partitions.values()) {
+            d.assert_invariants();
+            queued += d.queue.len();
+            skipped += d.skipped_records;
+            in_flight_by_dest += usize::from(d.in_flight.is_some());
+            assert!(d.queue.iter().all(|h| self.held.contains(&h.seq)));
+        }
+        assert_eq!(
+            in_flight_by_dest,
+            self.commits.len(),
+            "one commit per destination"
+        );
+        let flying: usize = self
+            .commits
+            .values()
+            .filter(|c| !c.hung)
+            .map(|c| c.records.len())
+            .sum();
+        let hung: usize = self
+            .commits
+            .values()
+            .filter(|c| c.hung)
+            .map(|c| c.records.len())
+            .sum();
+        assert_eq!(self.held_counting, queued + flying);
+        assert_eq!(self.held.len(), queued + flying + hung);
+        assert_eq!(self.skipped_total, skipped);
+        assert_eq!(
+            self.commits_hung,
+            self.commits.values().filter(|c| c.hung).count()
+        );
+        let checkpoint = self.progress.checkpoint();
+        let done = (checkpoint.0..self.frontier.0)
+            .filter(|&s| self.progress.is_done(Seq(s)))
+            .count() as u64;
+        let tracked = self.frontier.0 - checkpoint.0;
+        assert_eq!(
+            tracked,
+            done + self.held.len() as u64 + skipped,
+            "done + held + skipped"
+        );
+        assert!(self.reader_pos <= self.frontier);
+        if let Some(from) = self.rescan_from {
+            assert!(from >= checkpoint);
+        }
+    }
+}

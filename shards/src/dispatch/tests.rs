@@ -1,0 +1,407 @@
+//! Unit tests of single dispatcher rules, each driven by hand with explicit time.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+const INC: IncarnationId = IncarnationId(7);
+
+struct TestCluster {
+    partitions: u32,
+    incarnation: IncarnationId,
+    owners: BTreeMap<u32, OwnerId>,
+    dead: Vec<u32>,
+}
+
+impl TestCluster {
+    fn new(partitions: u32) -> Self {
+        let owners = (0..partitions)
+            .map(|p| (p, OwnerId { node: p, shard: 0 }))
+            .collect();
+        Self {
+            partitions,
+            incarnation: INC,
+            owners,
+            dead: Vec::new(),
+        }
+    }
+}
+
+impl Cluster for TestCluster {
+    fn topic(&self, name: &str) -> Option<TopicMeta> {
+        (name == "t").then_some(TopicMeta {
+            incarnation: self.incarnation,
+            partitions: self.partitions,
+        })
+    }
+    fn owner(&self, _: &str, partition: PartitionId) -> Option<OwnerId> {
+        self.owners.get(&partition.0).copied()
+    }
+    fn is_alive(&self, owner: OwnerId) -> bool {
+        !self.dead.contains(&owner.node)
+    }
+    fn is_local(&self, owner: OwnerId) -> bool {
+        owner.node == 0
+    }
+}
+
+struct Harness {
+    d: Dispatcher,
+    c: TestCluster,
+    t0: Instant,
+    wal: Vec<(u32, IncarnationId)>,
+    reader: Seq,
+}
+
+impl Harness {
+    fn new(partitions: u32) -> Self {
+        let t0 = Instant::now();
+        Self {
+            d: Dispatcher::new(DispatchConfig::default(), Seq(0), t0),
+            c: TestCluster::new(partitions),
+            t0,
+            wal: Vec::new(),
+            reader: Seq(0),
+        }
+    }
+
+    fn at(&self, ms: u64) -> Instant {
+        self.t0 + Duration::from_millis(ms)
+    }
+
+    /// Appends records and reads everything readable, then ticks; returns actions.
+    fn produce(&mut self, ms: u64, partitions: &[u32]) -> Vec<Action> {
+        self.wal.extend(partitions.iter().map(|&p| (p, INC)));
+        self.read(ms)
+    }
+
+    fn read(&mut self, ms: u64) -> Vec<Action> {
+        let now = self.at(ms);
+        let mut actions = Vec::new();
+        loop {
+            while (self.reader.0 as usize) < self.wal.len() && self.d.read_budget() > 0 {
+                let seq = self.reader;
+                self.reader = seq.next();
+                if self.d.visit(seq) {
+                    let (p, incarnation) = self.wal[seq.0 as usize];
+                    let record = RecordRead {
+                        seq,
+                        topic: "t",
+                        incarnation,
+                        partition: PartitionId(p),
+                        encoded_bytes: 100,
+                    };
+                    self.d.handle(now, Event::Record(record), &self.c);
+                }
+            }
+            self.d.handle(now, Event::Tick, &self.c);
+            let new: Vec<Action> = self.d.drain_actions().collect();
+            let seek = new.iter().find_map(|a| match a {
+                Action::Seek(s) => Some(*s),
+                _ => None,
+            });
+            actions.extend(new);
+            match seek {
+                Some(s) => self.reader = s,
+                None => return actions,
+            }
+        }
+    }
+
+    fn answer(&mut self, ms: u64, commit: CommitId, outcome: CommitOutcome) -> Vec<Action> {
+        let now = self.at(ms);
+        self.d
+            .handle(now, Event::CommitDone { commit, outcome }, &self.c);
+        let mut actions: Vec<Action> = self.d.drain_actions().collect();
+        if actions.iter().any(|a| matches!(a, Action::Seek(_))) || self.d.read_budget() > 0 {
+            if let Some(Action::Seek(s)) = actions.iter().find(|a| matches!(a, Action::Seek(_))) {
+                self.reader = *s;
+            }
+            actions.extend(self.read(ms));
+        }
+        self.d.assert_invariants();
+        actions
+    }
+}
+
+fn commits(actions: &[Action]) -> Vec<(CommitId, u32, Vec<u64>)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::StartCommit {
+                commit,
+                partition,
+                seqs,
+                ..
+            } => Some((*commit, partition.0, seqs.iter().map(|s| s.0).collect())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn one_commit_in_flight_per_destination_and_batching_by_queueing() {
+    let mut h = Harness::new(2);
+    let first = commits(&h.produce(0, &[0, 0]));
+    assert_eq!(first.len(), 1, "an idle dispatcher commits at once");
+    assert_eq!(first[0].2, vec![0, 1]);
+    assert!(
+        commits(&h.produce(1, &[0, 0, 0])).is_empty(),
+        "one commit in flight per partition"
+    );
+    let next = commits(&h.answer(5, first[0].0, CommitOutcome::Committed));
+    assert_eq!(
+        next[0].2,
+        vec![2, 3, 4],
+        "what queued meanwhile goes as the next batch"
+    );
+    assert_eq!(h.d.checkpoint(), Seq(2));
+}
+
+#[test]
+fn small_batch_lingers_while_other_commits_run() {
+    let mut h = Harness::new(2);
+    // Measure partition 1's owner at 10 ms, then keep partition 0 busy.
+    let c1 = commits(&h.produce(0, &[1]))[0].0;
+    h.answer(10, c1, CommitOutcome::Committed);
+    let busy = commits(&h.produce(10, &[0]));
+    assert_eq!(busy.len(), 1);
+    assert!(
+        commits(&h.produce(11, &[1])).is_empty(),
+        "lingers: another commit is in flight"
+    );
+    assert_eq!(
+        h.d.next_deadline(),
+        Some(h.at(31)),
+        "twice the owner's 10 ms latency"
+    );
+    let late = commits(&h.read(31));
+    assert_eq!(late.len(), 1, "the linger ends at twice the latency");
+}
+
+#[test]
+fn linger_is_capped() {
+    let mut h = Harness::new(2);
+    let c1 = commits(&h.produce(0, &[1]))[0].0;
+    h.answer(400, c1, CommitOutcome::Committed);
+    commits(&h.produce(400, &[0]));
+    assert!(commits(&h.produce(400, &[1])).is_empty());
+    assert_eq!(
+        h.d.next_deadline(),
+        Some(h.at(450)),
+        "never longer than 50 ms"
+    );
+}
+
+#[test]
+fn window_sizes_itself_to_the_fan_out() {
+    let config = DispatchConfig::default();
+    assert_eq!(config.window_records(1), 4_096);
+    assert_eq!(config.window_records(100), 6_400);
+    assert_eq!(config.window_records(10_000), 65_536);
+    assert_eq!(config.queue_records_max(4_096), 4_096);
+    assert_eq!(config.queue_records_max(65_536), 16_384);
+    assert_eq!(
+        config.held_records_max(4_096),
+        16_384,
+        "at least four destinations' worth"
+    );
+    let mut h = Harness::new(1);
+    let c = commits(&h.produce(0, &[0]))[0].0;
+    h.produce(1, &vec![0; 20_000]);
+    assert_eq!(
+        h.d.queued_records("t", PartitionId(0)),
+        4_096,
+        "the queue cap"
+    );
+    assert!(h.d.skipped_records() > 0);
+    assert!(h.d.held_records() <= 16_384);
+    h.answer(5, c, CommitOutcome::Committed);
+}
+
+#[test]
+fn hung_commit_stops_counting_and_returns_what_queued_behind() {
+    let mut h = Harness::new(2);
+    let c = commits(&h.produce(0, &[0]))[0].0;
+    h.produce(10, &[0, 0]);
+    assert_eq!(h.d.queued_records("t", PartitionId(0)), 2);
+    let actions = h.read(1_000);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Release { seqs } if seqs == &[Seq(1), Seq(2)])));
+    assert_eq!(h.d.commits_in_flight(), (1, 1));
+    assert!(
+        commits(&h.produce(1_001, &[0])).is_empty(),
+        "a hung destination takes nothing"
+    );
+    let after = h.answer(1_500, c, CommitOutcome::Committed);
+    assert_eq!(
+        commits(&after)[0].2,
+        vec![1, 2, 3],
+        "re-read in WAL order once it lands"
+    );
+}
+
+#[test]
+fn failed_commit_keeps_a_probe_and_retries_it_once_a_second() {
+    let mut h = Harness::new(2);
+    let c = commits(&h.produce(0, &[0, 0, 0]))[0].0;
+    let actions = h.answer(10, c, CommitOutcome::Failed);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Release { seqs } if seqs == &[Seq(1), Seq(2)])));
+    assert!(commits(&actions).is_empty());
+    let probe = commits(&h.read(1_010));
+    assert_eq!(probe.len(), 1);
+    assert_eq!(probe[0].2, vec![0], "the probe is one record");
+    assert!(h.d.drain_actions().next().is_none());
+    let back = h.answer(1_020, probe[0].0, CommitOutcome::Committed);
+    assert_eq!(
+        commits(&back)[0].2,
+        vec![1, 2],
+        "recovered: the rest comes back in order"
+    );
+}
+
+#[test]
+fn reroutes_to_the_next_live_sibling_after_three_seconds_of_failures() {
+    let mut h = Harness::new(3);
+    let c = commits(&h.produce(0, &[1]))[0].0;
+    h.answer(10, c, CommitOutcome::Failed);
+    let p = commits(&h.read(1_010))[0].0;
+    h.answer(1_020, p, CommitOutcome::Failed);
+    assert!(
+        commits(&h.produce(2_000, &[1])).is_empty(),
+        "before the grace: skipped"
+    );
+    let p = commits(&h.read(2_020))[0].0;
+    let mut all = h.answer(2_999, p, CommitOutcome::Failed);
+    assert!(
+        commits(&all).is_empty(),
+        "2.999 s after the first failed attempt: not yet"
+    );
+    // The next rescan (at most a second later) reroutes; the probe stays on 1.
+    all.extend(h.read(4_000));
+    let started = commits(&all);
+    assert!(
+        started
+            .iter()
+            .any(|(_, part, seqs)| *part == 2 && seqs == &vec![1]),
+        "{started:?}"
+    );
+    assert!(
+        started
+            .iter()
+            .any(|(_, part, seqs)| *part == 1 && seqs == &vec![0]),
+        "{started:?}"
+    );
+}
+
+#[test]
+fn dead_owner_reroutes_at_once_wrapping_around() {
+    let mut h = Harness::new(3);
+    h.c.dead.push(2);
+    let moved = commits(&h.produce(0, &[2]));
+    assert_eq!(moved.len(), 1);
+    assert_eq!(
+        moved[0].1, 0,
+        "the next partition, counting up and wrapping"
+    );
+}
+
+#[test]
+fn incarnation_mismatch_returns_records_without_failing_or_rerouting() {
+    let mut h = Harness::new(2);
+    let c = commits(&h.produce(0, &[0]))[0].0;
+    h.produce(1, &[0]);
+    let actions = h.answer(5, c, CommitOutcome::IncarnationMismatch);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::Release { seqs } if seqs == &[Seq(0), Seq(1)])));
+    assert!(
+        commits(&actions).is_empty(),
+        "waits for the rescan, not rerouted"
+    );
+    let again = commits(&h.read(1_005));
+    assert_eq!(again[0].1, 0, "same partition, not failing");
+    assert_eq!(again[0].2, vec![0, 1]);
+}
+
+#[test]
+fn replaced_incarnation_is_discarded_only_after_confirmation() {
+    let mut h = Harness::new(1);
+    h.c.incarnation = IncarnationId(8);
+    let actions = h.produce(0, &[0]);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::AskGone { incarnation, .. } if *incarnation == INC)));
+    assert_eq!(h.d.checkpoint(), Seq(0));
+    h.d.handle(
+        h.at(5),
+        Event::GoneAnswer {
+            topic: "t",
+            incarnation: INC,
+            gone: false,
+        },
+        &h.c,
+    );
+    assert!(
+        !h.read(6)
+            .iter()
+            .any(|a| matches!(a, Action::Discard { .. })),
+        "unconfirmed: kept"
+    );
+    h.d.handle(
+        h.at(10),
+        Event::GoneAnswer {
+            topic: "t",
+            incarnation: INC,
+            gone: true,
+        },
+        &h.c,
+    );
+    let seek = h.d.drain_actions().find_map(|a| match a {
+        Action::Seek(s) => Some(s),
+        _ => None,
+    });
+    h.reader = seek.expect("confirmation brings a rescan");
+    let actions = h.read(10);
+    assert!(actions.iter().any(|a| matches!(a, Action::Discard { .. })));
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::StoreCheckpoint(Seq(1)))));
+}
+
+#[test]
+fn skipped_records_come_back_in_wal_order() {
+    let mut h = Harness::new(2);
+    let c = commits(&h.produce(0, &[0, 0, 1, 0]))[0].0;
+    h.answer(10, c, CommitOutcome::Failed);
+    // 1 and 3 went back to the WAL; 4 must wait behind them even though it is new.
+    h.produce(20, &[0]);
+    let probe = commits(&h.read(1_010));
+    let p0 = probe.iter().find(|(_, part, _)| *part == 0).expect("probe");
+    let back = commits(&h.answer(1_020, p0.0, CommitOutcome::Committed));
+    let p0 = back
+        .iter()
+        .find(|(_, part, _)| *part == 0)
+        .expect("recovered");
+    assert_eq!(p0.2, vec![1, 3, 4]);
+}
+
+#[test]
+fn checkpoint_never_passes_a_record_in_flight() {
+    let mut h = Harness::new(2);
+    let a = commits(&h.produce(0, &[0, 1]));
+    assert_eq!(a.len(), 2);
+    let later = h.answer(5, a[1].0, CommitOutcome::Committed);
+    assert!(!later
+        .iter()
+        .any(|x| matches!(x, Action::StoreCheckpoint(_))));
+    assert_eq!(h.d.checkpoint(), Seq(0));
+    let done = h.answer(6, a[0].0, CommitOutcome::Committed);
+    assert!(done
+        .iter()
+        .any(|x| matches!(x, Action::StoreCheckpoint(Seq(2)))));
+}
