@@ -1,5 +1,6 @@
 //! `narad`: the broker and its tools in one binary.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -7,9 +8,17 @@ use narad::cli::{Cli, Command, DebugCommand, InspectCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    narad::cli::init_logging(&cli);
+    // `serve` sets up logging itself, once its configuration (which may name the log
+    // level and format) is loaded.
+    let serve_flags = match &cli.command {
+        Command::Serve(args) => Some(cli.serve_flags(args)),
+        _ => {
+            narad::cli::init_logging(&cli.tool_logging());
+            None
+        }
+    };
     let result = match cli.command {
-        Command::Serve(args) => narad::serve::run(args),
+        Command::Serve(args) => narad::serve::run(serve_flags.unwrap_or_default(), args.shards),
         Command::Inspect(InspectCommand::Wal { dir }) => {
             narad_tools::inspect::inspect_wal(&dir).map(|r| print!("{r}"))
         }
@@ -21,7 +30,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
-            eprintln!("narad: {message}");
+            // Not `eprintln!`, which panics when standard error is closed.
+            let _ = writeln!(std::io::stderr(), "narad: {message}");
             ExitCode::FAILURE
         }
     }

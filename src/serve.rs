@@ -1,44 +1,50 @@
-//! `narad serve`: starts one pinned executor per shard over the data directory.
+//! `narad serve`: loads the configuration, then starts one pinned executor per
+//! shard over the data directory, each serving the HTTP API and owning its storage.
 //!
-//! What runs today is the storage engine: every shard opens (and so recovers) its
-//! ingress WAL under `<data>/ingress/shard-<i>/`, then waits. The HTTP API, the
-//! dispatcher and the consume path are built on top of this startup.
+//! Startup: the main thread loads and validates the configuration, locks the data
+//! directory and binds one listening socket per shard on the API port (so a port in
+//! use stops the node before anything else starts, and port 0 resolves to one port
+//! for every shard). Each shard then starts its HTTP server at once (`/healthz`
+//! answers from the start), opens and so recovers its ingress WAL under
+//! `<data>/ingress/shard-<i>/`, and reports; when every shard has reported, the node
+//! is ready (`/readyz` answers 200).
 //!
 //! Which threads: the main thread owns the data directory lock and waits for
-//! SIGINT/SIGTERM; each shard thread runs one glommio executor pinned to its CPU
-//! and owns everything it opens. A stop is one shared flag, read by each shard on
-//! its own timer; nothing else is shared.
+//! SIGINT/SIGTERM; each shard thread runs one glommio executor pinned to its CPU and
+//! owns everything it opens. On a stop signal the main thread marks the node as
+//! stopping and wakes every shard through its stop socket; each shard drains its
+//! HTTP connections (within `http.shutdown_grace`), then closes its WAL.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use narad_io::dma::DmaStorage;
+use narad_io::net::StopReceiver;
 use narad_shards::wal::{Wal, WalConfig};
 
-use crate::cli::ServeArgs;
+use crate::config::{Config, Flags};
+use crate::http::{HttpSettings, NodeState, ShardServer};
 
-/// How often an idle shard looks at the stop flag.
-const STOP_POLL_INTERVAL: Duration = Duration::from_millis(50);
-
-/// Runs the node until SIGINT or SIGTERM.
-pub fn run(args: ServeArgs) -> Result<(), String> {
-    let security_off = std::env::var("NARAD_SECURITY_ENABLED").is_ok_and(|v| v == "false");
-    if !args.dev && !security_off {
+/// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
+/// process may run on.
+pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
+    let config = Config::load(&flags, &|name| std::env::var(name).ok())?;
+    crate::cli::init_logging(&config.log);
+    if config.security.enabled {
         return Err(
             "authentication is not available yet, so the broker serves only with security off: \
-             run `narad serve --dev` or set NARAD_SECURITY_ENABLED=false"
+             run `narad serve --dev`, set NARAD_SECURITY_ENABLED=false, or set \
+             security.enabled to false in the configuration file"
                 .to_string(),
         );
     }
-    let data_dir = args.data_dir.unwrap_or_else(|| PathBuf::from("data"));
+    let data_dir = config.storage.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
     let cpus = allowed_cpus();
-    let shards = args.shards.unwrap_or(cpus.len()).max(1);
+    let shards = shards.unwrap_or(cpus.len()).max(1);
     let memlock_bytes = narad_io::rt::raise_memlock_limit();
     if memlock_bytes < 512 << 10 {
         tracing::warn!(
@@ -46,18 +52,38 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
             "RLIMIT_MEMLOCK is below 512 KiB: io_uring may fail to start; raise it (systemd: LimitMEMLOCK=infinity)"
         );
     }
+    let requested = config.listen_addr()?;
+    let (sockets, addr) = narad_io::net::bind_reuseport_group(requested, shards)
+        .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
+    tracing::info!(%addr, shards, "listening");
     block_stop_signals();
-    let stop = Arc::new(AtomicBool::new(false));
+    let node = Arc::new(NodeState::new(config.http.max_connections));
+    let settings = HttpSettings::from(&config.http);
+    let wal_config = WalConfig {
+        prealloc: config.storage.ingress_wal_prealloc,
+        ..WalConfig::default()
+    };
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let mut threads = Vec::new();
-    for shard in 0..shards {
+    let mut stops = Vec::with_capacity(shards);
+    let mut threads = Vec::with_capacity(shards);
+    for (shard, socket) in sockets.into_iter().enumerate() {
+        let (stop_tx, stop_rx) = narad_io::net::stop_channel()
+            .map_err(|e| format!("cannot create the stop socket of shard {shard}: {e}"))?;
+        stops.push(stop_tx);
+        let start = ShardStart {
+            shard,
+            data_dir: data_dir.clone(),
+            wal_config: wal_config.clone(),
+            socket,
+            node: node.clone(),
+            settings: settings.clone(),
+            stop: stop_rx,
+            ready: ready_tx.clone(),
+        };
         let cpu = cpus[shard % cpus.len()];
-        let (stop, data_dir, ready) = (stop.clone(), data_dir.clone(), ready_tx.clone());
         let thread = std::thread::Builder::new()
             .name(format!("shard-{shard}"))
-            .spawn(move || {
-                narad_io::rt::run_local(Some(cpu), run_shard(shard, data_dir, stop, ready))
-            })
+            .spawn(move || narad_io::rt::run_local(Some(cpu), run_shard(start)))
             .map_err(|e| format!("cannot start shard {shard}: {e}"))?;
         threads.push(thread);
     }
@@ -65,11 +91,17 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     // Every shard reports once, after recovering its storage (or failing to).
     let started = (0..shards).all(|_| ready_rx.recv() == Ok(true));
     if started {
-        tracing::info!(shards, data_dir = %data_dir.display(), "narad storage engine running; stop with SIGINT or SIGTERM");
+        node.set_ready();
+        tracing::info!(shards, %addr, data_dir = %data_dir.display(), "narad storage engine running; stop with SIGINT or SIGTERM");
         let signal = wait_for_stop_signal();
+        // Mark the node as stopping before saying so, so that anyone who reads the
+        // log line and then sends a request is answered 503.
+        node.start_draining();
         tracing::info!(signal, "stopping");
+    } else {
+        node.start_draining();
     }
-    stop.store(true, Ordering::Release);
+    drop(stops);
     let mut failures = Vec::new();
     for (shard, thread) in threads.into_iter().enumerate() {
         match thread.join() {
@@ -79,21 +111,40 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         }
     }
     if failures.is_empty() {
+        tracing::info!("stopped");
         Ok(())
     } else {
         Err(failures.join("; "))
     }
 }
 
-async fn run_shard(
+/// What a shard thread starts from; everything in it is moved to the shard.
+struct ShardStart {
     shard: usize,
     data_dir: PathBuf,
-    stop: Arc<AtomicBool>,
+    wal_config: WalConfig,
+    socket: std::net::TcpListener,
+    node: Arc<NodeState>,
+    settings: HttpSettings,
+    stop: StopReceiver,
     ready: std::sync::mpsc::Sender<bool>,
-) -> Result<(), String> {
+}
+
+async fn run_shard(start: ShardStart) -> Result<(), String> {
+    let ShardStart {
+        shard,
+        data_dir,
+        wal_config,
+        socket,
+        node,
+        settings,
+        stop,
+        ready,
+    } = start;
+    let server = ShardServer::start(shard, socket, node, &settings);
     let storage = DmaStorage::new(&data_dir);
     let dir = format!("ingress/shard-{shard}");
-    let opened = Wal::open(storage, &dir, WalConfig::default()).await;
+    let opened = Wal::open(storage, &dir, wal_config).await;
     if let Ok(wal) = &opened {
         tracing::info!(
             shard,
@@ -105,10 +156,11 @@ async fn run_shard(
         );
     }
     let _ = ready.send(opened.is_ok());
+    // A shard whose storage failed still waits for the stop, which the main thread
+    // sends at once, so that every shard stops the same way.
+    stop.wait().await;
+    server.drain().await;
     let wal = opened.map_err(|e| format!("opening {dir}: {e}"))?;
-    while !stop.load(Ordering::Acquire) {
-        narad_io::rt::sleep(STOP_POLL_INTERVAL).await;
-    }
     wal.close().await;
     Ok(())
 }

@@ -23,6 +23,7 @@
 pub mod append;
 pub mod dma;
 pub mod file;
+pub mod net;
 pub mod rt;
 pub mod sim;
 

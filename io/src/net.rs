@@ -1,0 +1,291 @@
+//! Sockets for the HTTP front end: listeners that share one port across shards,
+//! accepted streams that hyper can drive, the timer hyper needs, and the wake-up
+//! that tells a parked shard to stop.
+//!
+//! Which cores: the listening sockets are bound on the main thread, before any
+//! shard starts, so that a bind failure (port in use, bad address) stops the node
+//! at once with a clear message, and so that with port 0 one port is picked and
+//! every shard then joins it. Each shard turns its own socket into a [`Listener`] on
+//! its executor and owns it, and every [`Stream`] it accepts, outright: they are
+//! `!Send` and never leave that core. The kernel spreads new connections over the
+//! shards' sockets (`SO_REUSEPORT`), so no core hands connections to another.
+//!
+//! hyper is runtime-neutral: it reads and writes through its own `rt::Read` and
+//! `rt::Write` traits and sleeps through `rt::Timer`. [`Stream`] implements the first
+//! two over a glommio socket, and [`ShardTimer`] the third over the shard's timer
+//! wheel. hyper demands `Send + Sync` sleeps because it is written for work-stealing
+//! runtimes; ours never move, and [`ShardTimer`] checks that they do not.
+//!
+//! [`stop_channel`] is how the main thread, which receives SIGINT and SIGTERM, wakes
+//! every shard: one connected socket pair per shard. The shard awaits a read on its
+//! end through the reactor like any other socket, so an idle shard sleeps until the
+//! stop instead of polling a flag, and a main thread that dies also closes the pair
+//! and so stops the shards.
+
+use std::io;
+use std::mem::ManuallyDrop;
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+
+/// Pending connections the kernel queues per listening socket before it refuses.
+pub const LISTEN_BACKLOG_MAX: i32 = 1024;
+
+/// The most bytes one read hands to hyper. hyper offers uninitialised spare
+/// capacity, which must be zeroed before a `&mut [u8]` may point at it; capping the
+/// read bounds that zeroing to a few microseconds however large the buffer grows.
+const READ_CHUNK_BYTES_MAX: usize = 16 << 10;
+
+/// Binds `count` listening sockets on `addr`, all with `SO_REUSEPORT` so that the
+/// kernel balances connections over them. With port 0 the first socket picks a free
+/// port and the others bind that same port. Returns the sockets and the address they
+/// listen on.
+pub fn bind_reuseport_group(
+    addr: SocketAddr,
+    count: usize,
+) -> io::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
+    assert!(count > 0, "a node has at least one shard");
+    let first = bind_reuseport(addr)?;
+    let bound = first.local_addr()?;
+    let mut listeners = Vec::with_capacity(count);
+    listeners.push(first);
+    for _ in 1..count {
+        listeners.push(bind_reuseport(bound)?);
+    }
+    assert_eq!(listeners.len(), count);
+    Ok((listeners, bound))
+}
+
+fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let domain = socket2::Domain::for_address(addr);
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    socket.set_reuse_port(true)?;
+    // A restarted node must not wait for the previous one's TIME_WAIT sockets.
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG_MAX)?;
+    Ok(socket.into())
+}
+
+/// One shard's listening socket, owned by that shard's executor.
+pub struct Listener {
+    inner: glommio::net::TcpListener,
+}
+
+impl Listener {
+    /// Adopts a socket from [`bind_reuseport_group`]. Call on the shard's executor.
+    pub fn adopt(socket: std::net::TcpListener) -> Listener {
+        // SAFETY: the descriptor comes from a listening socket we own and give up
+        // here, so glommio becomes its only owner.
+        let inner = unsafe { glommio::net::TcpListener::from_raw_fd(socket.into_raw_fd()) };
+        Listener { inner }
+    }
+
+    /// Waits for the next connection on this shard's socket.
+    pub async fn accept(&self) -> io::Result<Stream> {
+        let inner = self.inner.accept().await.map_err(io::Error::from)?;
+        Ok(Stream { inner })
+    }
+}
+
+/// An accepted TCP connection, owned by the shard that accepted it.
+pub struct Stream {
+    inner: glommio::net::TcpStream,
+}
+
+impl Stream {
+    /// Disables Nagle's algorithm: responses are written whole, and a small one
+    /// must not wait for the client's delayed ACK.
+    pub fn set_nodelay(&self) -> io::Result<()> {
+        self.inner.set_nodelay(true).map_err(io::Error::from)
+    }
+
+    /// Fails any write that cannot make progress for `timeout` (a client that stopped
+    /// reading), so a stalled peer cannot pin a connection slot forever.
+    pub fn set_write_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.inner
+            .set_write_timeout(Some(timeout))
+            .map_err(io::Error::from)
+    }
+
+    /// The client's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr().map_err(io::Error::from)
+    }
+}
+
+impl hyper::rt::Read for Stream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        // SAFETY: we only write into the slice (zeroing it first) and then report how
+        // many bytes were filled, which is what `advance` requires.
+        let spare = unsafe { buf.as_mut() };
+        let len = spare.len().min(READ_CHUNK_BYTES_MAX);
+        let spare = &mut spare[..len];
+        for byte in spare.iter_mut() {
+            byte.write(0);
+        }
+        // SAFETY: every byte of `spare` was initialised just above.
+        let bytes = unsafe { &mut *(spare as *mut [std::mem::MaybeUninit<u8>] as *mut [u8]) };
+        match Pin::new(&mut self.inner).poll_read(cx, bytes) {
+            Poll::Ready(Ok(filled)) => {
+                assert!(filled <= len);
+                // SAFETY: the socket filled `filled` bytes of the initialised slice.
+                unsafe { buf.advance(filled) };
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl hyper::rt::Write for Stream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
+/// hyper's timer, backed by the timer wheel of the shard that polls it. Without a
+/// timer hyper silently ignores its header-read timeout, which is the server's only
+/// defence against a client that trickles headers forever.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShardTimer;
+
+impl hyper::rt::Timer for ShardTimer {
+    fn sleep(&self, duration: Duration) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        Box::pin(ShardSleep {
+            timer: ManuallyDrop::new(glommio::timer::Timer::new(duration)),
+            owner: std::thread::current().id(),
+        })
+    }
+
+    fn sleep_until(&self, deadline: Instant) -> Pin<Box<dyn hyper::rt::Sleep>> {
+        self.sleep(deadline.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// A sleep on one shard's timer wheel. hyper requires `Send + Sync`; the sleep is
+/// only ever polled and dropped by the connection future that created it, and that
+/// future owns a `!Send` socket, so it cannot leave its shard. Polling from another
+/// thread panics and dropping there leaks, so a broken assumption cannot touch the
+/// wheel from a foreign thread.
+struct ShardSleep {
+    timer: ManuallyDrop<glommio::timer::Timer>,
+    owner: ThreadId,
+}
+
+// SAFETY: see the type's doc: the timer is only used on its owning thread, and
+// `poll` and `drop` check that before touching it.
+unsafe impl Send for ShardSleep {}
+// SAFETY: a shared reference gives no access to the timer at all.
+unsafe impl Sync for ShardSleep {}
+
+impl hyper::rt::Sleep for ShardSleep {}
+
+impl std::future::Future for ShardSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        assert_eq!(
+            std::thread::current().id(),
+            self.owner,
+            "a shard's sleep was polled on another thread"
+        );
+        Pin::new(&mut *self.timer).poll(cx).map(|_| ())
+    }
+}
+
+impl Drop for ShardSleep {
+    fn drop(&mut self) {
+        if std::thread::current().id() == self.owner {
+            // SAFETY: dropped once, here, on the thread that owns the timer wheel.
+            unsafe { ManuallyDrop::drop(&mut self.timer) };
+        }
+    }
+}
+
+/// Creates the stop wake-up for one shard: the main thread keeps the sender, the
+/// shard takes the receiver.
+pub fn stop_channel() -> io::Result<(StopSender, StopReceiver)> {
+    let (sender, receiver) = StdUnixStream::pair()?;
+    Ok((StopSender { _end: sender }, StopReceiver { end: receiver }))
+}
+
+/// Dropping it wakes the shard holding the matching [`StopReceiver`].
+pub struct StopSender {
+    _end: StdUnixStream,
+}
+
+impl StopSender {
+    /// Wakes the shard.
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+/// The shard's end of the stop wake-up. It is `Send` until the shard awaits it.
+pub struct StopReceiver {
+    end: StdUnixStream,
+}
+
+impl StopReceiver {
+    /// Resolves once the matching [`StopSender`] is dropped. Call on the shard.
+    pub async fn wait(self) {
+        // SAFETY: the descriptor is one end of a connected socket pair that we own and
+        // give up here.
+        let mut end = unsafe { glommio::net::UnixStream::from_raw_fd(self.end.into_raw_fd()) };
+        let mut byte = [0u8; 1];
+        // End of file (the sender closed its end), a byte or an error all mean stop.
+        let _ = end.read(&mut byte).await;
+    }
+}

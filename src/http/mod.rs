@@ -1,0 +1,34 @@
+//! The HTTP API: hyper 1.x (HTTP/1.1, keep-alive) on every shard.
+//!
+//! Which cores: every shard. Each shard listens on the same port through its own
+//! `SO_REUSEPORT` socket, so the kernel spreads connections over the shards and a
+//! request is served, start to finish, on the core that accepted its connection:
+//! no connection, request or response ever crosses cores. A request that needs
+//! another shard's partition (later slices) sends that shard a message; it never
+//! moves the connection.
+//!
+//! What is shared between cores, and why it is not on the per-message path, is in
+//! [`node`]: two flags (ready, stopping) and the node-wide connection count that
+//! `http.max_connections` limits.
+//!
+//! Map:
+//! - [`server`]: one shard's accept loop, its connections, and their two-phase
+//!   drain when the node stops.
+//! - [`routes`]: the route table and the pipeline every request passes through
+//!   (stopping, 404/405, 415, endpoint); `/healthz` and `/readyz`.
+//! - [`router`]: pattern matching of method and path, with path parameters.
+//! - [`response`]: the reference's response conventions (JSON errors, plain-text
+//!   404/405, 503 while stopping), the 415 guard and the capped body reader (413).
+//! - [`node`]: the node-wide state the shards share.
+//!
+//! The glue that lets hyper run on glommio (socket adapter, timer) is in
+//! `narad_io::net`.
+
+pub mod node;
+pub mod response;
+pub mod router;
+pub mod routes;
+pub mod server;
+
+pub use node::NodeState;
+pub use server::{HttpSettings, ShardServer};

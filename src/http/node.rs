@@ -1,0 +1,110 @@
+//! The little state every shard's HTTP server shares with the others and with the
+//! main thread: whether the node is ready, whether it is stopping, and how many
+//! connections are open.
+//!
+//! Which cores: one instance per node, behind an `Arc`; every shard reads it and
+//! the main thread writes the two flags. This breaks the shared-nothing rule on
+//! purpose and only off the per-message path: the flags are read once per request
+//! to `/healthz` and `/readyz` and per request while stopping, and the connection
+//! counter is touched once when a connection opens and once when it closes, never
+//! per message. `http.max_connections` is a per-node limit, so its counter must be
+//! shared; splitting it per shard would refuse connections on a busy shard while
+//! an idle one had room.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Node-wide HTTP state.
+#[derive(Debug)]
+pub struct NodeState {
+    ready: AtomicBool,
+    draining: AtomicBool,
+    connections: AtomicUsize,
+    connections_max: usize,
+}
+
+impl NodeState {
+    pub fn new(connections_max: usize) -> Self {
+        assert!(connections_max > 0);
+        NodeState {
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+            connections_max,
+        }
+    }
+
+    /// Every shard has recovered its storage: `/readyz` answers 200 from now on.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !self.is_draining()
+    }
+
+    /// The node is stopping: every request is answered 503 from now on.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    /// Takes one of the node's connection slots, or `None` when all are taken. The
+    /// slot is given back when the permit drops.
+    pub fn try_open_connection(self: &Arc<Self>) -> Option<ConnectionPermit> {
+        let max = self.connections_max;
+        self.connections
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            })
+            .ok()?;
+        Some(ConnectionPermit { node: self.clone() })
+    }
+
+    pub fn open_connections(&self) -> usize {
+        self.connections.load(Ordering::Acquire)
+    }
+}
+
+/// One open connection's slot in [`NodeState`]'s count.
+#[derive(Debug)]
+pub struct ConnectionPermit {
+    node: Arc<NodeState>,
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        let before = self.node.connections.fetch_sub(1, Ordering::AcqRel);
+        assert!(before > 0, "connection count went below zero");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_slots_are_bounded_and_returned() {
+        let node = Arc::new(NodeState::new(2));
+        let a = node.try_open_connection().unwrap();
+        let _b = node.try_open_connection().unwrap();
+        assert!(node.try_open_connection().is_none());
+        assert_eq!(node.open_connections(), 2);
+        drop(a);
+        assert_eq!(node.open_connections(), 1);
+        assert!(node.try_open_connection().is_some());
+    }
+
+    #[test]
+    fn ready_only_until_draining() {
+        let node = NodeState::new(1);
+        assert!(!node.is_ready());
+        node.set_ready();
+        assert!(node.is_ready());
+        node.start_draining();
+        assert!(!node.is_ready() && node.is_draining());
+    }
+}

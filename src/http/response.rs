@@ -1,0 +1,216 @@
+//! Building responses and guarding requests, the same way on every route.
+//!
+//! The reference's conventions live here so that handlers cannot drift from them:
+//! errors are `{"error":"…"}` JSON, except unknown routes (404) and wrong methods
+//! (405), which are plain text; a request that changes state (POST, PUT, PATCH)
+//! must say what it sends (`Content-Type: application/json` or
+//! `application/octet-stream`) or carry `X-Narad-Client`, else 415, bodiless or not:
+//! a browser form cannot set either, so this guard keeps cross-site form posts out;
+//! a body is read only up to a cap, past which the answer is 413.
+//!
+//! Which cores: every shard, on every request; nothing here keeps state.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Method, Response, StatusCode};
+
+/// Every response body: whole, in memory. Responses are small JSON documents or
+/// message payloads already bounded by the body cap.
+pub type Body = Full<Bytes>;
+
+/// The reference's request body cap (1 MiB).
+pub const REQUEST_BODY_BYTES_MAX: usize = 1 << 20;
+
+/// The header a client sets to pass the 415 guard whatever its Content-Type.
+pub const CLIENT_HEADER: &str = "x-narad-client";
+
+const JSON: &str = "application/json";
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// A JSON response.
+pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    with_type(status, JSON, Bytes::from(body))
+}
+
+/// An error response: `{"error": message}`.
+pub fn error(status: StatusCode, message: &str) -> Response<Body> {
+    json(status, &serde_json::json!({ "error": message }))
+}
+
+/// A plain-text response.
+pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+    with_type(status, TEXT, Bytes::from_static(body.as_bytes()))
+}
+
+/// 404 for a path no route has, in the reference's words.
+pub fn not_found() -> Response<Body> {
+    text(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+/// 405 for a path that exists with other methods.
+pub fn method_not_allowed(allow: &str) -> Response<Body> {
+    let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
+    if let Ok(value) = HeaderValue::from_str(allow) {
+        response.headers_mut().insert(ALLOW, value);
+    }
+    response
+}
+
+/// 503 while the node stops: the client should retry (elsewhere) in a second, and
+/// not on this connection, which closes after the answer.
+pub fn draining() -> Response<Body> {
+    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    let headers = response.headers_mut();
+    headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+fn with_type(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// A request refused before its endpoint runs: the status and message of its
+/// `{"error": …}` answer. Kept small so that `Result`s carrying it stay cheap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub message: &'static str,
+}
+
+impl Refusal {
+    pub fn into_response(self) -> Response<Body> {
+        error(self.status, self.message)
+    }
+}
+
+/// Whether `method` changes state and so must pass [`content_type_guard`].
+pub fn needs_content_type(method: &Method) -> bool {
+    matches!(*method, Method::POST | Method::PUT | Method::PATCH)
+}
+
+/// The 415 rule: `Ok` when the request declares JSON or octet-stream content (any
+/// parameters, any case) or carries `X-Narad-Client`.
+pub fn content_type_guard(headers: &HeaderMap) -> Result<(), Refusal> {
+    if headers.contains_key(CLIENT_HEADER) {
+        return Ok(());
+    }
+    let media_type = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim());
+    match media_type {
+        Some(t) if t.eq_ignore_ascii_case(JSON) || t.eq_ignore_ascii_case("application/octet-stream") => Ok(()),
+        _ => Err(Refusal {
+            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            message: "Content-Type must be application/json or application/octet-stream (or send X-Narad-Client)",
+        }),
+    }
+}
+
+/// Reads a whole request body of at most `limit_bytes`: 413 past the cap, 400 when
+/// the body cannot be read (the client went away or sent a malformed chunk).
+pub async fn read_body<B>(body: B, limit_bytes: usize) -> Result<Bytes, Refusal>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    match Limited::new(body, limit_bytes).collect().await {
+        Ok(collected) => {
+            let bytes = collected.to_bytes();
+            assert!(bytes.len() <= limit_bytes);
+            Ok(bytes)
+        }
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Refusal {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: "request body too large",
+        }),
+        Err(_) => Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            message: "cannot read the request body",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn state_changing_requests_must_declare_their_content() {
+        for ok in [
+            &[("content-type", "application/json")][..],
+            &[("content-type", "Application/JSON; charset=utf-8")],
+            &[("content-type", "application/octet-stream")],
+            &[("x-narad-client", "cli/1")],
+            &[("x-narad-client", ""), ("content-type", "text/plain")],
+        ] {
+            assert!(content_type_guard(&headers(ok)).is_ok(), "{ok:?}");
+        }
+        for refused in [
+            &[][..],
+            &[("content-type", "text/plain")],
+            &[("content-type", "application/x-www-form-urlencoded")],
+            &[("content-type", "multipart/form-data; boundary=x")],
+            &[("content-type", "application/jsonx")],
+        ] {
+            let response = content_type_guard(&headers(refused))
+                .unwrap_err()
+                .into_response();
+            assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+            assert_eq!(response.headers()[CONTENT_TYPE], JSON);
+        }
+        assert!(needs_content_type(&Method::POST));
+        assert!(needs_content_type(&Method::PATCH));
+        assert!(needs_content_type(&Method::PUT));
+        assert!(!needs_content_type(&Method::GET));
+        assert!(!needs_content_type(&Method::DELETE));
+    }
+
+    #[test]
+    fn bodies_past_the_cap_are_413() {
+        let read = |len: usize| {
+            futures_lite::future::block_on(read_body(Full::new(Bytes::from(vec![7u8; len])), 16))
+        };
+        assert_eq!(read(16).unwrap().len(), 16);
+        assert_eq!(read(0).unwrap().len(), 0);
+        assert_eq!(read(17).unwrap_err().status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn error_bodies_are_json_and_route_errors_plain_text() {
+        let body = |r: Response<Body>| {
+            let bytes = futures_lite::future::block_on(r.into_body().collect())
+                .unwrap()
+                .to_bytes();
+            String::from_utf8(bytes.to_vec()).unwrap()
+        };
+        assert_eq!(
+            body(error(StatusCode::BAD_REQUEST, "bad \"name\"")),
+            r#"{"error":"bad \"name\""}"#
+        );
+        let response = method_not_allowed("GET, HEAD");
+        assert_eq!(response.headers()[ALLOW], "GET, HEAD");
+        assert_eq!(response.headers()[CONTENT_TYPE], TEXT);
+        assert_eq!(body(not_found()), "404 page not found\n");
+        let response = draining();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[RETRY_AFTER], "1");
+        assert_eq!(body(response), r#"{"error":"shutting down"}"#);
+    }
+}

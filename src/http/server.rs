@@ -1,0 +1,380 @@
+//! One shard's HTTP server: its accept loop, its connections, and their drain when
+//! the node stops.
+//!
+//! Which cores: every shard runs one [`ShardServer`] on its own executor, over its
+//! own `SO_REUSEPORT` socket; a connection is served start to finish by the shard
+//! whose socket accepted it. The registry of connections below is shard-local
+//! (`Rc`, `Cell`); only the node-wide connection count in [`NodeState`] is shared.
+//!
+//! Stopping happens in two phases, each a broadcast to every connection of the
+//! shard:
+//! 1. *Draining*: the accept loop ends and its socket closes, so the kernel sends new
+//!    connections to no one; every request still arriving is answered 503 with
+//!    `Retry-After: 1` and `Connection: close`. A connection that has already served
+//!    a request is told to shut down gracefully (hyper closes it at once if idle,
+//!    else after the response in flight). A connection that has not sent a request
+//!    yet gets [`FRESH_CONNECTION_WINDOW`] to send it and hear the 503, instead of a
+//!    silent close it could not tell from a crash.
+//! 2. *Closing*, once every connection is gone or `http.shutdown_grace` has passed:
+//!    the connections left are dropped.
+//!
+//! A connection over `http.max_connections` is answered `503` with `Retry-After: 1`
+//! and closed, rather than left in the kernel's queue, so the client learns at once
+//! that the node is full.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::{poll_fn, Future};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+use std::time::Duration;
+
+use futures_lite::future::or;
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use hyper::server::conn::http1;
+use narad_io::net::{Listener, ShardTimer, Stream};
+
+use super::node::{ConnectionPermit, NodeState};
+use super::routes::Routes;
+use crate::config::HttpConfig;
+
+/// How long a connection that has sent nothing yet may still send its first request
+/// once the node stops (it is answered 503).
+pub const FRESH_CONNECTION_WINDOW: Duration = Duration::from_secs(1);
+/// A failed accept (out of descriptors, say) is retried after this pause rather
+/// than in a busy loop.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
+/// Over-limit connections being answered at once per shard; past this they are
+/// closed without an answer, so a flood cannot make the answers themselves a load.
+const OVERFLOW_ANSWERS_MAX: usize = 64;
+/// How long, and how many bytes, an over-limit connection is read after its 503 so
+/// that closing it does not reset the connection before the client reads the answer.
+const OVERFLOW_LINGER: Duration = Duration::from_millis(500);
+const OVERFLOW_LINGER_BYTES_MAX: usize = 64 << 10;
+/// After the grace, how long to wait for dropped connections to finish unwinding.
+const CLOSE_WAIT_MAX: Duration = Duration::from_secs(1);
+/// hyper buffers at least this much per connection whatever the header limit.
+const HYPER_BUF_BYTES_MIN: usize = 8 << 10;
+/// Read buffer room beyond the header limit, so that a request whose headers are
+/// just under the limit still has room for the start of its body.
+const BODY_READ_AHEAD_BYTES: usize = 16 << 10;
+
+/// The waiter id of the accept loop; connections count up from 1.
+const ACCEPTOR_ID: u64 = 0;
+
+/// The settings one shard's server needs, taken from `http.*`.
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    pub read_timeout: Duration,
+    pub write_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub max_header_bytes: usize,
+}
+
+impl From<&HttpConfig> for HttpSettings {
+    fn from(http: &HttpConfig) -> Self {
+        HttpSettings {
+            read_timeout: http.read_timeout,
+            write_timeout: http.write_timeout,
+            shutdown_grace: http.shutdown_grace,
+            max_header_bytes: http.max_header_bytes,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Serving,
+    Draining,
+    Closing,
+}
+
+/// One shard's HTTP server.
+pub struct ShardServer {
+    shared: Rc<Shared>,
+}
+
+/// Shard-local state shared by the accept loop and the connection tasks.
+struct Shared {
+    shard: usize,
+    node: Arc<NodeState>,
+    routes: Rc<Routes>,
+    builder: http1::Builder,
+    write_timeout: Duration,
+    shutdown_grace: Duration,
+    phase: Cell<Phase>,
+    /// Who to wake when the phase changes: the accept loop and every connection.
+    waiters: RefCell<HashMap<u64, Waker>>,
+    next_id: Cell<u64>,
+    open: Cell<usize>,
+    all_closed: RefCell<Option<Waker>>,
+    overflow_answers: Cell<usize>,
+}
+
+impl ShardServer {
+    /// Starts serving on `socket` (from `narad_io::net::bind_reuseport_group`).
+    /// Call on the shard's executor.
+    pub fn start(
+        shard: usize,
+        socket: std::net::TcpListener,
+        node: Arc<NodeState>,
+        settings: &HttpSettings,
+    ) -> ShardServer {
+        let mut builder = http1::Builder::new();
+        builder
+            .timer(ShardTimer)
+            .keep_alive(true)
+            // Also bounds the wait for the next request on an idle connection.
+            .header_read_timeout(settings.read_timeout)
+            .max_header_size(settings.max_header_bytes)
+            .max_buf_size(
+                (settings.max_header_bytes + BODY_READ_AHEAD_BYTES).max(HYPER_BUF_BYTES_MIN),
+            );
+        let shared = Rc::new(Shared {
+            shard,
+            routes: Rc::new(Routes::new(node.clone())),
+            node,
+            builder,
+            write_timeout: settings.write_timeout,
+            shutdown_grace: settings.shutdown_grace,
+            phase: Cell::new(Phase::Serving),
+            waiters: RefCell::new(HashMap::new()),
+            next_id: Cell::new(ACCEPTOR_ID + 1),
+            open: Cell::new(0),
+            all_closed: RefCell::new(None),
+            overflow_answers: Cell::new(0),
+        });
+        let listener = Listener::adopt(socket);
+        narad_io::rt::spawn_local(accept_loop(shared.clone(), listener));
+        ShardServer { shared }
+    }
+
+    /// Stops accepting, lets requests in flight finish within `http.shutdown_grace`,
+    /// then drops the connections left.
+    pub async fn drain(&self) {
+        let shared = &self.shared;
+        shared.broadcast(Phase::Draining);
+        let grace = shared.shutdown_grace;
+        let drained = or(
+            async {
+                shared.until_all_closed().await;
+                true
+            },
+            async {
+                narad_io::rt::sleep(grace).await;
+                false
+            },
+        )
+        .await;
+        if !drained {
+            tracing::warn!(
+                shard = shared.shard,
+                open = shared.open.get(),
+                ?grace,
+                "closing connections still busy at the end of the shutdown grace"
+            );
+        }
+        shared.broadcast(Phase::Closing);
+        or(
+            shared.until_all_closed(),
+            narad_io::rt::sleep(CLOSE_WAIT_MAX),
+        )
+        .await;
+    }
+}
+
+impl Shared {
+    fn broadcast(&self, phase: Phase) {
+        assert!(phase > self.phase.get(), "phases only move forward");
+        self.phase.set(phase);
+        let waiters: Vec<Waker> = self.waiters.borrow_mut().drain().map(|(_, w)| w).collect();
+        for waker in waiters {
+            waker.wake();
+        }
+    }
+
+    /// Resolves once the shard reaches `phase`; `id` names the waiter.
+    fn until(&self, id: u64, phase: Phase) -> impl Future<Output = ()> + '_ {
+        poll_fn(move |cx| {
+            if self.phase.get() >= phase {
+                return Poll::Ready(());
+            }
+            self.waiters.borrow_mut().insert(id, cx.waker().clone());
+            Poll::Pending
+        })
+    }
+
+    fn until_all_closed(&self) -> impl Future<Output = ()> + '_ {
+        poll_fn(move |cx| {
+            if self.open.get() == 0 {
+                return Poll::Ready(());
+            }
+            *self.all_closed.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
+}
+
+async fn accept_loop(shared: Rc<Shared>, listener: Listener) {
+    loop {
+        let accepted = or(async { Some(listener.accept().await) }, async {
+            shared.until(ACCEPTOR_ID, Phase::Draining).await;
+            None
+        })
+        .await;
+        match accepted {
+            None => break,
+            Some(Ok(stream)) => admit(&shared, stream),
+            Some(Err(e)) => {
+                tracing::warn!(shard = shared.shard, error = %e, "accept failed");
+                narad_io::rt::sleep(ACCEPT_ERROR_BACKOFF).await;
+            }
+        }
+    }
+    shared.waiters.borrow_mut().remove(&ACCEPTOR_ID);
+    // Dropping the listener here closes this shard's socket: the kernel stops
+    // handing it connections.
+    drop(listener);
+    tracing::debug!(shard = shared.shard, "stopped accepting");
+}
+
+fn admit(shared: &Rc<Shared>, stream: Stream) {
+    let Some(permit) = shared.node.try_open_connection() else {
+        let answering = shared.overflow_answers.get();
+        if answering < OVERFLOW_ANSWERS_MAX {
+            shared.overflow_answers.set(answering + 1);
+            narad_io::rt::spawn_local(answer_overflow(shared.clone(), stream));
+        }
+        return;
+    };
+    let id = shared.next_id.get();
+    shared.next_id.set(id + 1);
+    shared.open.set(shared.open.get() + 1);
+    let slot = Slot {
+        shared: shared.clone(),
+        id,
+        _permit: permit,
+    };
+    narad_io::rt::spawn_local(serve_connection(slot, stream));
+}
+
+/// A connection's place in its shard's registry and in the node's count; dropping
+/// it (when the connection task ends or is dropped) gives both back.
+struct Slot {
+    shared: Rc<Shared>,
+    id: u64,
+    _permit: ConnectionPermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let shared = &self.shared;
+        shared.waiters.borrow_mut().remove(&self.id);
+        let open = shared.open.get();
+        assert!(open > 0, "shard connection count went below zero");
+        shared.open.set(open - 1);
+        if open == 1 {
+            if let Some(waker) = shared.all_closed.borrow_mut().take() {
+                waker.wake();
+            }
+        }
+    }
+}
+
+async fn serve_connection(slot: Slot, stream: Stream) {
+    let shared = slot.shared.clone();
+    let (shard, id) = (shared.shard, slot.id);
+    // Best effort: a socket that refuses these options still serves.
+    let _ = stream.set_nodelay();
+    let _ = stream.set_write_timeout(shared.write_timeout);
+    let requests_seen = Rc::new(Cell::new(0u64));
+    let service = {
+        let (routes, requests_seen) = (shared.routes.clone(), requests_seen.clone());
+        hyper::service::service_fn(move |request| {
+            requests_seen.set(requests_seen.get() + 1);
+            let routes = routes.clone();
+            async move { Ok::<_, Infallible>(routes.handle(request).await) }
+        })
+    };
+    let connection = shared.builder.serve_connection(stream, service);
+    let mut connection = std::pin::pin!(connection);
+    let served = or(async { Some(connection.as_mut().await) }, async {
+        shared.until(id, Phase::Draining).await;
+        None
+    })
+    .await;
+    let result = match served {
+        Some(result) => result,
+        None => {
+            if requests_seen.get() == 0 {
+                // Give a client that connected just before the stop the chance to
+                // send its request and hear the 503, rather than see a bare close.
+                let window = FRESH_CONNECTION_WINDOW.min(shared.shutdown_grace);
+                let first = or(
+                    poll_fn(|_| match requests_seen.get() {
+                        0 => Poll::Pending,
+                        _ => Poll::Ready(()),
+                    }),
+                    narad_io::rt::sleep(window),
+                );
+                let finished = or(async { Some(connection.as_mut().await) }, async {
+                    first.await;
+                    None
+                })
+                .await;
+                if let Some(result) = finished {
+                    log_end(shard, result);
+                    return;
+                }
+            }
+            connection.as_mut().graceful_shutdown();
+            or(async { Some(connection.as_mut().await) }, async {
+                shared.until(id, Phase::Closing).await;
+                None
+            })
+            .await
+            .unwrap_or(Ok(()))
+        }
+    };
+    log_end(shard, result);
+    drop(slot);
+}
+
+fn log_end(shard: usize, result: Result<(), hyper::Error>) {
+    if let Err(e) = result {
+        tracing::debug!(shard, error = %e, "connection ended with an error");
+    }
+}
+
+/// Answers a connection over `http.max_connections` with 503 and closes it.
+async fn answer_overflow(shared: Rc<Shared>, mut stream: Stream) {
+    let body = r#"{"error":"too many connections"}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.set_write_timeout(OVERFLOW_LINGER);
+    if stream.write_all(answer.as_bytes()).await.is_ok() && stream.close().await.is_ok() {
+        let discard = async {
+            let mut buf = [0u8; 4096];
+            let mut read_bytes = 0;
+            while read_bytes < OVERFLOW_LINGER_BYTES_MAX {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => read_bytes += n,
+                }
+            }
+        };
+        or(discard, narad_io::rt::sleep(OVERFLOW_LINGER)).await;
+    }
+    tracing::debug!(
+        shard = shared.shard,
+        "refused a connection over http.max_connections"
+    );
+    shared
+        .overflow_answers
+        .set(shared.overflow_answers.get() - 1);
+}
