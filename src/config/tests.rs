@@ -1,0 +1,184 @@
+//! Tests of the configuration loader: precedence, refusals, durations, validation.
+
+use super::*;
+use std::collections::HashMap;
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn file(json: &str) -> (tempfile::NamedTempFile, Flags) {
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut file, json.as_bytes()).unwrap();
+    let flags = Flags {
+        config: Some(file.path().to_path_buf()),
+        ..Flags::default()
+    };
+    (file, flags)
+}
+
+#[test]
+fn defaults_follow_the_reference() {
+    let config = Config::load(&Flags::default(), &no_env).unwrap();
+    assert_eq!(config, Config::default());
+    assert_eq!(config.http.addr, ":7942");
+    assert_eq!(config.http.max_header_bytes, 65536);
+    assert_eq!(config.http.max_connections, 4096);
+    assert_eq!(config.storage.data_dir, PathBuf::from("data"));
+    assert!(config.storage.ingress_wal_prealloc);
+    assert!(config.security.enabled);
+    assert_eq!(config.log.format, LogFormat::Json);
+    assert_eq!(
+        config.listen_addr().unwrap(),
+        "0.0.0.0:7942".parse().unwrap()
+    );
+}
+
+#[test]
+fn each_layer_overrides_the_one_below() {
+    let (_file, mut flags) = file(
+        r#"{"http": {"addr": "127.0.0.1:1000", "read_timeout": "3s", "max_connections": 7},
+            "log": {"level": "debug"}}"#,
+    );
+    let env = env_of(&[
+        ("NARAD_HTTP_ADDR", "127.0.0.1:2000"),
+        ("NARAD_HTTP_MAX_CONNECTIONS", "8"),
+    ]);
+    let config = Config::load(&flags, &env).unwrap();
+    // File over default.
+    assert_eq!(config.http.read_timeout, Duration::from_secs(3));
+    assert_eq!(config.log.level, "debug");
+    // Environment over file.
+    assert_eq!(config.http.addr, "127.0.0.1:2000");
+    assert_eq!(config.http.max_connections, 8);
+    // Flags over environment; `--port` keeps the host.
+    flags.port = Some(3000);
+    flags.log_level = Some("warn".to_string());
+    let config = Config::load(&flags, &env).unwrap();
+    assert_eq!(config.http.addr, "127.0.0.1:3000");
+    assert_eq!(config.log.level, "warn");
+    flags.addr = Some("127.0.0.2:4000".to_string());
+    flags.port = None;
+    assert_eq!(
+        Config::load(&flags, &env).unwrap().http.addr,
+        "127.0.0.2:4000"
+    );
+}
+
+#[test]
+fn dev_turns_security_off_and_listens_on_loopback() {
+    let flags = Flags {
+        dev: true,
+        port: Some(0),
+        ..Flags::default()
+    };
+    let env = env_of(&[("NARAD_SECURITY_ENABLED", "true")]);
+    let config = Config::load(&flags, &env).unwrap();
+    assert!(!config.security.enabled);
+    assert_eq!(config.http.addr, "127.0.0.1:0");
+    assert_eq!(config.storage.data_dir, PathBuf::from("data"));
+    // Without --dev, the environment turns security off.
+    let env = env_of(&[("NARAD_SECURITY_ENABLED", "false")]);
+    assert!(
+        !Config::load(&Flags::default(), &env)
+            .unwrap()
+            .security
+            .enabled
+    );
+}
+
+#[test]
+fn unknown_internal_and_unsupported_file_keys_refuse_naming_the_key() {
+    for (json, needle) in [
+        (r#"{"http": {"adr": ":1"}}"#, "unknown key `http.adr`"),
+        (r#"{"htp": {"addr": ":1"}}"#, "unknown key `htp.addr`"),
+        (r#"{"verbose": true}"#, "unknown key `verbose`"),
+        (
+            r#"{"storage": {"fsync": "always"}}"#,
+            "`storage.fsync` is internal",
+        ),
+        (
+            r#"{"cluster": {"peers": "a@b:1"}}"#,
+            "`cluster.peers` is not supported",
+        ),
+        (r#"{"http": ":1"}"#, "`http` must be an object"),
+        (r#"[1]"#, "top level must be a JSON object"),
+        (r#"{"http": {"#, "invalid JSON"),
+    ] {
+        let (_file, flags) = file(json);
+        let error = Config::load(&flags, &no_env).unwrap_err();
+        assert!(error.contains(needle), "{json}: {error}");
+        assert!(error.starts_with("config file "), "{error}");
+    }
+}
+
+#[test]
+fn wrongly_typed_values_name_the_key_or_variable() {
+    let (_file, flags) = file(r#"{"http": {"read_timeout": 10}}"#);
+    let error = Config::load(&flags, &no_env).unwrap_err();
+    assert!(
+        error.contains("`http.read_timeout`") && error.contains("duration"),
+        "{error}"
+    );
+    let env = env_of(&[("NARAD_HTTP_MAX_CONNECTIONS", "many")]);
+    let error = Config::load(&Flags::default(), &env).unwrap_err();
+    assert!(error.contains("NARAD_HTTP_MAX_CONNECTIONS"), "{error}");
+    let env = env_of(&[("NARAD_SECURITY_ENABLED", "no")]);
+    let error = Config::load(&Flags::default(), &env).unwrap_err();
+    assert!(error.contains("NARAD_SECURITY_ENABLED"), "{error}");
+}
+
+#[test]
+fn validation_explains_what_is_wrong() {
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (
+            &[("NARAD_HTTP_WRITE_TIMEOUT", "5s")],
+            "must be greater than http.max_consume_wait",
+        ),
+        (
+            &[("NARAD_HTTP_SHUTDOWN_GRACE", "5s")],
+            "must not exceed http.shutdown_grace",
+        ),
+        (
+            &[("NARAD_HTTP_READ_TIMEOUT", "0")],
+            "http.read_timeout must be greater than 0",
+        ),
+        (
+            &[("NARAD_HTTP_MAX_HEADER_BYTES", "10")],
+            "http.max_header_bytes must be between",
+        ),
+        (
+            &[("NARAD_HTTP_MAX_CONNECTIONS", "0")],
+            "http.max_connections must be between",
+        ),
+        (&[("NARAD_HTTP_ADDR", "nowhere")], "http.addr"),
+        (
+            &[("NARAD_TOPIC_DEFAULT_PARTITIONS", "200")],
+            "topic.default_partitions must be between 1 and 108",
+        ),
+        (
+            &[("NARAD_TOPIC_DEFAULT_RETENTION_AGE_MS", "1000")],
+            "topic.default_retention_age_ms",
+        ),
+        (&[("NARAD_LOG_LEVEL", "narad=loud")], "log.level"),
+        (&[("NARAD_LOG_FORMAT", "xml")], "NARAD_LOG_FORMAT"),
+    ];
+    for (env, needle) in cases {
+        let error = Config::load(&Flags::default(), &env_of(env)).unwrap_err();
+        assert!(error.contains(needle), "{env:?}: {error}");
+    }
+    // The boundary the reference allows: the wait may equal the grace.
+    let env = env_of(&[
+        ("NARAD_HTTP_MAX_CONSUME_WAIT", "2s"),
+        ("NARAD_HTTP_SHUTDOWN_GRACE", "2s"),
+    ]);
+    Config::load(&Flags::default(), &env).unwrap();
+}
