@@ -8,8 +8,9 @@
 //! itself, kills the process with SIGKILL at a moment of its choosing, and checks
 //! that every id it saw is in the partition log or still in the WAL.
 //!
-//! Payloads are derived from the record id ([`payload_for`]), so the checker needs
-//! no table to tell an intact payload from a corrupt one.
+//! Payloads are derived from the record id ([`payload_for`], from the shards'
+//! testkit), so the checker needs no table to tell an intact payload from a
+//! corrupt one.
 
 use std::cell::{Cell, RefCell};
 use std::io::Write;
@@ -23,31 +24,12 @@ use narad_shards::log::{LogConfig, PartitionLog, RecordRef};
 use narad_shards::wal::{DispatchProgress, IngressRecord, Wal, WalConfig};
 
 use crate::cli::WalWriterArgs;
+pub use narad_shards::testkit::{check_payload, payload_for};
 
 /// How often acknowledged ids are written to stdout.
 const ACK_FLUSH_INTERVAL: Duration = Duration::from_millis(5);
 /// Records the dispatcher commits at most in one partition commit.
 const DISPATCH_BATCH_RECORDS_MAX: usize = 512;
-
-/// The payload of record `id`: the id, then bytes derived from it.
-pub fn payload_for(id: u64, len: usize) -> Vec<u8> {
-    let mut out = id.to_le_bytes().to_vec();
-    let mut x = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    while out.len() < len.max(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.push(x as u8);
-    }
-    out
-}
-
-/// The id of an intact payload, or `None` if its bytes are not what
-/// [`payload_for`] writes.
-pub fn check_payload(payload: &[u8]) -> Option<u64> {
-    let id = u64::from_le_bytes(payload.get(..8)?.try_into().ok()?);
-    (payload == payload_for(id, payload.len()).as_slice()).then_some(id)
-}
 
 /// The directory layout the writer and its checker share.
 pub const WAL_DIR: &str = "wal";

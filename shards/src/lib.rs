@@ -11,6 +11,7 @@
 //!   compaction, recovery, the failure latch.
 //! - [`dispatch`]: the produce dispatcher's state machine (sans-IO): which WAL
 //!   records go to which partition commit, and the checkpoint.
+//! - [`testkit`]: self-checking payloads for crash tests.
 //! - [`log`]: the partition log: CRC-framed batches, commit durable (append,
 //!   fdatasync, read back, verify, advance the high watermark), recovery, index,
 //!   roll, retention and the recent-frame cache.
@@ -31,4 +32,5 @@ compile_error!(
 pub mod dispatch;
 pub mod ids;
 pub mod log;
+pub mod testkit;
 pub mod wal;

@@ -227,17 +227,29 @@ mod tests {
         )
     }
 
+    /// A record borrowing the values a strategy generated.
+    fn borrowed<'a>(
+        topic: &'a str,
+        incarnation: u128,
+        partition: u32,
+        accept_time_ms: u64,
+        key: Option<&'a [u8]>,
+        payload: &'a [u8],
+    ) -> IngressRecord<'a> {
+        IngressRecord {
+            topic,
+            incarnation: IncarnationId(incarnation),
+            partition: PartitionId(partition),
+            accept_time_ms,
+            key,
+            payload,
+        }
+    }
+
     proptest! {
         #[test]
         fn frames_round_trip((topic, inc, part, ts, key, payload) in record_strategy(), seq in any::<u64>()) {
-            let record = IngressRecord {
-                topic: &topic,
-                incarnation: IncarnationId(inc),
-                partition: PartitionId(part),
-                accept_time_ms: ts,
-                key: key.as_deref(),
-                payload: &payload,
-            };
+            let record = borrowed(&topic, inc, part, ts, key.as_deref(), &payload);
             let mut out = vec![7u8; 3];
             record.encode_frame(Seq(seq), &mut out);
             let frame = decode_frame(&out[3..]).unwrap();
@@ -257,14 +269,7 @@ mod tests {
 
         #[test]
         fn any_single_bit_flip_is_caught((topic, inc, part, ts, key, payload) in record_strategy(), bit in any::<usize>()) {
-            let record = IngressRecord {
-                topic: &topic,
-                incarnation: IncarnationId(inc),
-                partition: PartitionId(part),
-                accept_time_ms: ts,
-                key: key.as_deref(),
-                payload: &payload,
-            };
+            let record = borrowed(&topic, inc, part, ts, key.as_deref(), &payload);
             let mut out = Vec::new();
             record.encode_frame(Seq(9), &mut out);
             let bit = bit % (out.len() * 8);

@@ -5,30 +5,12 @@ use narad_io::Storage;
 use narad_shards::ids::{IncarnationId, PartitionId, Seq};
 use narad_shards::wal::{IngressRecord, Wal, WalConfig};
 
-/// The payload the tests write for record `id`: its id, then bytes derived from it,
-/// so a reader can check any record it gets back without a table.
-pub fn payload_for(id: u64, len: usize) -> Vec<u8> {
-    let mut out = id.to_le_bytes().to_vec();
-    let mut x = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    while out.len() < len.max(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.push(x as u8);
-    }
-    out
-}
+pub use narad_shards::testkit::payload_for;
 
 /// Checks a payload read back and returns its id.
 pub fn check_payload(payload: &[u8]) -> u64 {
-    assert!(payload.len() >= 8, "payload too short: {}", payload.len());
-    let id = u64::from_le_bytes(payload[..8].try_into().unwrap());
-    assert_eq!(
-        payload,
-        payload_for(id, payload.len()).as_slice(),
-        "payload of id {id} is corrupt"
-    );
-    id
+    narad_shards::testkit::check_payload(payload)
+        .unwrap_or_else(|| panic!("payload of {} bytes is corrupt", payload.len()))
 }
 
 pub fn record<'a>(payload: &'a [u8], key: Option<&'a [u8]>) -> IngressRecord<'a> {
