@@ -1,0 +1,353 @@
+//! [`MetaStore`]: the durable local home of the metadata state, a command log with
+//! periodic snapshots in one directory (`<data>/metastore/`).
+//!
+//! Files:
+//! - `commands.log`: the commands applied since the snapshot, one framed entry
+//!   each (see `frame`), each synced before its command is applied.
+//! - `snapshot`: the whole state as of some index; absent until the first.
+//! - `snapshot.tmp`, `commands.log.tmp`: a snapshot being taken; removed at open.
+//!
+//! Recovery loads the snapshot, then replays the log's entries above its version.
+//! Only the log's last entry can be torn by a crash, since every append is synced
+//! before the next begins; so a damaged entry with nothing valid after it is cut
+//! off, and a damaged entry followed by a valid one is corruption the store refuses
+//! to open over, naming the file and byte offset, rather than silently lose the
+//! commands behind it.
+//!
+//! I/O is plain blocking `std::fs`. The store lives on the control-plane thread
+//! and is written only when topics are created, altered or deleted; blocking that
+//! thread for an fsync is cheaper to reason about than an asynchronous design.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use super::frame::{
+    decode_entry, decode_snapshot, encode_entry, encode_snapshot, next_valid_entry, EntryRead,
+};
+use super::state::{Applied, Command, MetaError, MetaState};
+
+/// How many log entries make the store take a snapshot and start a new log.
+pub const SNAPSHOT_EVERY_ENTRIES: u64 = 1024;
+
+const LOG_FILE: &str = "commands.log";
+const LOG_TMP_FILE: &str = "commands.log.tmp";
+const SNAPSHOT_FILE: &str = "snapshot";
+const SNAPSHOT_TMP_FILE: &str = "snapshot.tmp";
+
+/// The command log and snapshots of one node's metadata. Single owner: the
+/// control-plane thread.
+#[derive(Debug)]
+pub struct MetaStore {
+    dir: PathBuf,
+    /// `commands.log`, opened for appending.
+    log: File,
+    /// The index of the last command made durable (in the log or the snapshot).
+    last_index: u64,
+    /// Entries in `commands.log`, stale ones included: the snapshot trigger.
+    log_entries: u64,
+    snapshot_every_entries: u64,
+    /// Why the store refuses writes, after a failed write or sync. Like a WAL's:
+    /// after a failed fsync the kernel may have dropped the unwritten pages and
+    /// cleared the error, so the file's contents are unknown until it is read
+    /// again, which reopening does.
+    latched: Option<String>,
+}
+
+impl MetaStore {
+    /// Opens (or creates) the store in `dir` and recovers the state it holds.
+    pub fn open(dir: &Path) -> Result<(MetaStore, MetaState), MetaError> {
+        create_dir(dir)?;
+        for stale in [SNAPSHOT_TMP_FILE, LOG_TMP_FILE] {
+            let path = dir.join(stale);
+            match fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(io_error(&path, "cannot remove", e))
+                }
+                _ => {}
+            }
+        }
+        let mut state = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
+        let log_path = dir.join(LOG_FILE);
+        let log_entries = replay_log(&log_path, &mut state)?;
+        let log = open_append(&log_path).map_err(|e| io_error(&log_path, "cannot open", e))?;
+        sync_dir(dir).map_err(|e| io_error(dir, "cannot sync", e))?;
+        let store = MetaStore {
+            dir: dir.to_path_buf(),
+            log,
+            last_index: state.version,
+            log_entries,
+            snapshot_every_entries: SNAPSHOT_EVERY_ENTRIES,
+            latched: None,
+        };
+        Ok((store, state))
+    }
+
+    /// The index of the last durable command.
+    pub fn last_index(&self) -> u64 {
+        self.last_index
+    }
+
+    /// Makes `cmd` durable as entry `index`, which must follow the last one. The
+    /// caller applies `cmd` to its state only after this returns `Ok`. After an
+    /// `Err` the outcome is unknown, as for any failed write: the entry may have
+    /// reached the disk, and then the command is applied when the store reopens.
+    pub fn append(&mut self, cmd: &Command, index: u64) -> Result<(), MetaError> {
+        self.check_not_latched()?;
+        assert_eq!(index, self.last_index + 1, "metadata log indexes are dense");
+        let frame = encode_entry(cmd, index);
+        let written = self
+            .log
+            .write_all(&frame)
+            .and_then(|()| self.log.sync_data());
+        if let Err(e) = written {
+            let path = self.dir.join(LOG_FILE);
+            return Err(self.latch(io_error(&path, "cannot append to", e)));
+        }
+        self.last_index = index;
+        self.log_entries += 1;
+        Ok(())
+    }
+
+    /// Checks `cmd` against `state`, makes it durable, applies it, and takes a
+    /// snapshot when one is due. A command `state` refuses is never logged.
+    ///
+    /// A failed snapshot does not fail the command, which is already durable and
+    /// applied: it latches the store, so the next write fails and a restart
+    /// recovers from the log.
+    pub fn propose(&mut self, state: &mut MetaState, cmd: Command) -> Result<Applied, MetaError> {
+        let applied = state.check(&cmd)?;
+        self.append(&cmd, state.version + 1)?;
+        state.install(&applied);
+        assert_eq!(state.version, self.last_index);
+        if let Err(e) = self.maybe_snapshot(state) {
+            tracing::error!(error = %e, "metadata snapshot failed; the store refuses writes until restart");
+        }
+        Ok(applied)
+    }
+
+    /// Takes a snapshot of `state` once the log holds [`SNAPSHOT_EVERY_ENTRIES`]
+    /// entries; says whether it did.
+    pub fn maybe_snapshot(&mut self, state: &MetaState) -> Result<bool, MetaError> {
+        if self.log_entries < self.snapshot_every_entries {
+            return Ok(false);
+        }
+        self.snapshot(state)?;
+        Ok(true)
+    }
+
+    /// Writes `state` (which must be the store's last index) as the snapshot and
+    /// starts an empty log. Each step leaves files that recover to `state`:
+    ///
+    /// 1. `snapshot.tmp` written and synced: not yet read by recovery.
+    /// 2. renamed over `snapshot`, directory synced: recovery loads it and skips
+    ///    the old log's entries, which are all at or below its version.
+    /// 3. an empty `commands.log.tmp` synced and renamed over `commands.log`,
+    ///    directory synced: the old entries are gone.
+    pub fn snapshot(&mut self, state: &MetaState) -> Result<(), MetaError> {
+        self.check_not_latched()?;
+        assert_eq!(state.version, self.last_index, "snapshot of another state");
+        if let Err(e) = self.replace_snapshot_and_log(state) {
+            return Err(self.latch(e));
+        }
+        assert_eq!(self.log_entries, 0);
+        Ok(())
+    }
+
+    fn replace_snapshot_and_log(&mut self, state: &MetaState) -> Result<(), MetaError> {
+        let dir = &self.dir;
+        let sync_dir = || sync_dir(dir).map_err(|e| io_error(dir, "cannot sync", e));
+        let snapshot_tmp = dir.join(SNAPSHOT_TMP_FILE);
+        write_synced(&snapshot_tmp, &encode_snapshot(state))?;
+        rename(&snapshot_tmp, &dir.join(SNAPSHOT_FILE))?;
+        sync_dir()?;
+        let log_tmp = dir.join(LOG_TMP_FILE);
+        let log_path = dir.join(LOG_FILE);
+        write_synced(&log_tmp, &[])?;
+        rename(&log_tmp, &log_path)?;
+        sync_dir()?;
+        self.log = open_append(&log_path).map_err(|e| io_error(&log_path, "cannot open", e))?;
+        self.log_entries = 0;
+        Ok(())
+    }
+
+    fn check_not_latched(&self) -> Result<(), MetaError> {
+        match &self.latched {
+            None => Ok(()),
+            Some(reason) => Err(MetaError::Io(format!(
+                "metadata store refuses writes after an earlier failure ({reason}); restart the node"
+            ))),
+        }
+    }
+
+    fn latch(&mut self, error: MetaError) -> MetaError {
+        if self.latched.is_none() {
+            self.latched = Some(error.message().to_string());
+        }
+        error
+    }
+
+    /// Takes snapshots every `entries` log entries instead of
+    /// [`SNAPSHOT_EVERY_ENTRIES`], so tests reach them quickly.
+    #[cfg(test)]
+    pub(super) fn set_snapshot_every(&mut self, entries: u64) {
+        assert!(entries > 0);
+        self.snapshot_every_entries = entries;
+    }
+
+    /// Swaps the log's handle for a read-only one, so the next append fails.
+    #[cfg(test)]
+    pub(super) fn break_log(&mut self) {
+        self.log = File::open(self.dir.join(LOG_FILE)).expect("reopen the log read-only");
+    }
+}
+
+/// The state in the snapshot file, or the empty state if there is none.
+fn read_snapshot(path: &Path) -> Result<MetaState, MetaError> {
+    let file = match fs::read(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(MetaState::default()),
+        Err(e) => return Err(io_error(path, "cannot read", e)),
+    };
+    decode_snapshot(&file).map_err(|reason| {
+        MetaError::Io(format!(
+            "damaged metadata snapshot {}: {reason}",
+            path.display()
+        ))
+    })
+}
+
+/// Applies the log's entries above `state.version` to `state`, cutting off a torn
+/// tail; returns how many entries the log holds. Creates an empty log if there is
+/// none.
+fn replay_log(path: &Path, state: &mut MetaState) -> Result<u64, MetaError> {
+    let buf = match fs::read(path) {
+        Ok(buf) => buf,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            write_synced(path, &[])?;
+            return Ok(0);
+        }
+        Err(e) => return Err(io_error(path, "cannot read", e)),
+    };
+    let mut at = 0;
+    let mut entries = 0u64;
+    let mut previous_index: Option<u64> = None;
+    while at < buf.len() {
+        let (index, body, len) = match decode_entry(&buf[at..]) {
+            EntryRead::Entry { index, body, len } => (index, body, len),
+            EntryRead::UnknownFormat(format) => {
+                let what = format!("unknown entry format {format} (written by a newer version?)");
+                return Err(damaged(path, at, &what));
+            }
+            EntryRead::Incomplete => {
+                end_at_damage(path, &buf, at, "incomplete entry")?;
+                break;
+            }
+            EntryRead::Bad(reason) => {
+                end_at_damage(path, &buf, at, reason)?;
+                break;
+            }
+        };
+        if let Some(previous) = previous_index {
+            if index != previous + 1 {
+                let what = format!("index {index} follows index {previous}");
+                return Err(damaged(path, at, &what));
+            }
+        }
+        if index > state.version {
+            if index != state.version + 1 {
+                let what = format!(
+                    "index {index} does not follow the state's version {}",
+                    state.version
+                );
+                return Err(damaged(path, at, &what));
+            }
+            let cmd: Command = serde_json::from_slice(body)
+                .map_err(|e| damaged(path, at, &format!("undecodable command: {e}")))?;
+            state
+                .apply(&cmd)
+                .map_err(|e| damaged(path, at, &format!("command {index} does not apply: {e}")))?;
+        }
+        previous_index = Some(index);
+        entries += 1;
+        at += len;
+    }
+    assert!(state.version >= previous_index.unwrap_or(0));
+    Ok(entries)
+}
+
+/// The end of the log at a damaged entry at `at`: a torn tail, cut off, when no
+/// valid entry follows; else corruption, refused.
+fn end_at_damage(path: &Path, buf: &[u8], at: usize, reason: &str) -> Result<(), MetaError> {
+    if let Some(valid_at) = next_valid_entry(buf, at) {
+        let what = format!("{reason}, followed by a valid entry at byte offset {valid_at}");
+        return Err(damaged(path, at, &what));
+    }
+    truncate_torn_tail(path, at, buf.len(), reason)
+}
+
+fn damaged(path: &Path, at: usize, what: &str) -> MetaError {
+    MetaError::Io(format!(
+        "damaged metadata log {} at byte offset {at}: {what}; refusing to open",
+        path.display()
+    ))
+}
+
+fn truncate_torn_tail(path: &Path, at: usize, len: usize, reason: &str) -> Result<(), MetaError> {
+    tracing::warn!(
+        path = %path.display(),
+        offset = at,
+        bytes = len - at,
+        reason,
+        "cutting off the torn tail of the metadata log"
+    );
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io_error(path, "cannot open", e))?;
+    file.set_len(at as u64)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| io_error(path, "cannot truncate", e))
+}
+
+/// Creates `dir` if needed, and makes its entry in the parent durable.
+fn create_dir(dir: &Path) -> Result<(), MetaError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir).map_err(|e| io_error(dir, "cannot create", e))?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent).map_err(|e| io_error(parent, "cannot sync", e))?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` as the whole of `path` and syncs it.
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), MetaError> {
+    let mut file = File::create(path).map_err(|e| io_error(path, "cannot create", e))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| io_error(path, "cannot write", e))
+}
+
+fn rename(from: &Path, to: &Path) -> Result<(), MetaError> {
+    fs::rename(from, to).map_err(|e| {
+        MetaError::Io(format!(
+            "cannot rename {} to {}: {e}",
+            from.display(),
+            to.display()
+        ))
+    })
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().append(true).open(path)
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+fn io_error(path: &Path, what: &str, e: io::Error) -> MetaError {
+    MetaError::Io(format!("{what} {}: {e}", path.display()))
+}

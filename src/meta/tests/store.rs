@@ -1,0 +1,306 @@
+//! The store's durability: round trips, torn tails, corruption, snapshots and the
+//! crash windows of taking one, and the write latch.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::*;
+use crate::meta::frame::{encode_entry, encode_snapshot, ENTRY_HEADER_BYTES};
+
+fn open(dir: &Path) -> (MetaStore, MetaState) {
+    MetaStore::open(dir).expect("open the metadata store")
+}
+
+fn log_path(dir: &Path) -> PathBuf {
+    dir.join("commands.log")
+}
+
+fn append_bytes(path: &Path, bytes: &[u8]) {
+    let mut file = OpenOptions::new().append(true).open(path).unwrap();
+    file.write_all(bytes).unwrap();
+}
+
+/// A store in a fresh directory holding topics a, b (altered) and c (deleted).
+fn populated() -> (tempfile::TempDir, MetaStore, MetaState) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut store, mut state) = open(&tmp.path().join("metastore"));
+    for cmd in [
+        create("a", 1),
+        create("b", 2),
+        create("c", 3),
+        alter("b", 2, retention(0)),
+        delete("c", 3),
+    ] {
+        store.propose(&mut state, cmd).unwrap();
+    }
+    (tmp, store, state)
+}
+
+fn dir(tmp: &tempfile::TempDir) -> PathBuf {
+    tmp.path().join("metastore")
+}
+
+#[test]
+fn commands_survive_a_reopen() {
+    let (tmp, store, state) = populated();
+    assert_eq!((state.version, store.last_index()), (5, 5));
+    drop(store);
+    let (mut store, mut reopened) = open(&dir(&tmp));
+    assert_eq!(reopened, state);
+    assert_eq!(reopened.get("b").unwrap().retention_ms, 0);
+    assert!(reopened.get("c").is_none());
+    store.propose(&mut reopened, create("d", 4)).unwrap();
+    drop(store);
+    assert_eq!(open(&dir(&tmp)).1.version, 6);
+}
+
+#[test]
+fn an_empty_directory_opens_empty() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (store, state) = open(&tmp.path().join("a/b/metastore"));
+    assert_eq!(state, MetaState::default());
+    assert_eq!(store.last_index(), 0);
+    assert!(log_path(&tmp.path().join("a/b/metastore")).exists());
+}
+
+#[test]
+fn a_refused_command_is_never_logged() {
+    let (tmp, mut store, mut state) = populated();
+    let log_bytes = fs::metadata(log_path(&dir(&tmp))).unwrap().len();
+    assert_refused(store.propose(&mut state, create("A", 9)), 409, &["case"]);
+    assert_refused(store.propose(&mut state, delete("zz", 9)), 404, &[]);
+    assert_eq!(fs::metadata(log_path(&dir(&tmp))).unwrap().len(), log_bytes);
+    assert_eq!(state.version, 5);
+    store.propose(&mut state, create("z", 9)).unwrap();
+    assert_eq!(state.version, 6);
+}
+
+#[test]
+fn a_torn_tail_is_cut_off_and_appends_go_on() {
+    let whole = encode_entry(&create("torn", 99), 6);
+    let tails: Vec<Vec<u8>> = vec![
+        vec![0; 1],
+        vec![0; 4096],
+        b"garbage after the last entry".to_vec(),
+        whole[..2].to_vec(),
+        whole[..ENTRY_HEADER_BYTES - 1].to_vec(),
+        whole[..ENTRY_HEADER_BYTES].to_vec(),
+        whole[..whole.len() - 1].to_vec(),
+        {
+            // Whole, but its last byte never made it to the disk.
+            let mut flipped = whole.clone();
+            *flipped.last_mut().unwrap() ^= 0x01;
+            flipped
+        },
+        [whole[..30].to_vec(), vec![0; 500]].concat(),
+    ];
+    for tail in tails {
+        let (tmp, store, state) = populated();
+        drop(store);
+        let log = log_path(&dir(&tmp));
+        let good_len = fs::metadata(&log).unwrap().len();
+        append_bytes(&log, &tail);
+
+        let (mut store, mut reopened) = open(&dir(&tmp));
+        assert_eq!(reopened, state, "tail {tail:?}");
+        assert_eq!(fs::metadata(&log).unwrap().len(), good_len, "tail {tail:?}");
+        store.propose(&mut reopened, create("after", 7)).unwrap();
+        drop(store);
+        let (_, after) = open(&dir(&tmp));
+        assert_eq!(after, reopened);
+        assert_eq!(after.version, 6);
+    }
+}
+
+/// The byte offsets at which the log's entries start.
+fn entry_offsets(log: &[u8]) -> Vec<usize> {
+    let mut offsets = vec![];
+    let mut at = 0;
+    while at < log.len() {
+        offsets.push(at);
+        let body_len = u32::from_be_bytes(log[at + 5..at + 9].try_into().unwrap()) as usize;
+        at += ENTRY_HEADER_BYTES + body_len;
+    }
+    offsets
+}
+
+/// Damages the log (first argument) at the entry starting at the second.
+type Damage = fn(&mut [u8], usize);
+
+#[test]
+fn damage_before_a_valid_entry_refuses_to_open() {
+    // Each case damages the second of five entries: its body, its index (which the
+    // checksum covers), its length, its magic, or all of it.
+    let damages: [(&str, Damage); 5] = [
+        ("body", |log, at| log[at + ENTRY_HEADER_BYTES + 3] ^= 0x20),
+        ("index", |log, at| log[at + 20] ^= 0x01),
+        ("length", |log, at| {
+            log[at + 8] = log[at + 8].wrapping_add(1)
+        }),
+        ("magic", |log, at| log[at] = b'X'),
+        ("zeroed", |log, at| log[at..at + 40].fill(0)),
+    ];
+    for (what, damage) in damages {
+        let (tmp, store, _) = populated();
+        drop(store);
+        let path = log_path(&dir(&tmp));
+        let mut log = fs::read(&path).unwrap();
+        let second = entry_offsets(&log)[1];
+        damage(&mut log, second);
+        fs::write(&path, &log).unwrap();
+
+        let error = MetaStore::open(&dir(&tmp)).expect_err(what);
+        assert_eq!(error.status(), 500);
+        let message = error.message();
+        assert!(message.contains("commands.log"), "{what}: {message}");
+        assert!(
+            message.contains(&format!("byte offset {second}")),
+            "{what}: {message}"
+        );
+        // The store refuses without touching the file.
+        assert_eq!(fs::read(&path).unwrap(), log, "{what}");
+    }
+}
+
+#[test]
+fn an_entry_of_an_unknown_format_refuses_to_open() {
+    let (tmp, store, _) = populated();
+    drop(store);
+    let mut entry = encode_entry(&create("new", 9), 6);
+    entry[4] = 2;
+    append_bytes(&log_path(&dir(&tmp)), &entry);
+    assert_refused(
+        MetaStore::open(&dir(&tmp)),
+        500,
+        &["unknown entry format 2"],
+    );
+}
+
+#[test]
+fn a_log_that_skips_an_index_refuses_to_open() {
+    let (tmp, store, _) = populated();
+    drop(store);
+    append_bytes(&log_path(&dir(&tmp)), &encode_entry(&create("skip", 9), 7));
+    assert_refused(
+        MetaStore::open(&dir(&tmp)),
+        500,
+        &["index 7 follows index 5"],
+    );
+}
+
+#[test]
+fn snapshots_replace_the_log_and_reopen_to_the_same_state() {
+    let (tmp, mut store, mut state) = populated();
+    store.set_snapshot_every(4);
+    // Five entries are in the log already: the next proposal takes a snapshot.
+    store.propose(&mut state, create("d", 4)).unwrap();
+    assert_eq!(fs::metadata(log_path(&dir(&tmp))).unwrap().len(), 0);
+    assert!(dir(&tmp).join("snapshot").exists());
+    for cmd in [
+        create("e", 5),
+        alter("d", 4, retention(7_200_000)),
+        delete("a", 1),
+    ] {
+        store.propose(&mut state, cmd).unwrap();
+    }
+    drop(store);
+    let (mut store, mut reopened) = open(&dir(&tmp));
+    assert_eq!(reopened, state);
+    assert_eq!(reopened.version, 9);
+    // And again past a second snapshot.
+    store.set_snapshot_every(2);
+    store.propose(&mut reopened, create("f", 6)).unwrap();
+    store.propose(&mut reopened, delete("b", 2)).unwrap();
+    drop(store);
+    assert_eq!(open(&dir(&tmp)).1, reopened);
+}
+
+#[test]
+fn a_crash_between_the_snapshot_rename_and_the_log_reset_recovers() {
+    // The snapshot at version 5 is in place; the old log, all at or below 5, is too.
+    let (tmp, store, state) = populated();
+    drop(store);
+    fs::write(dir(&tmp).join("snapshot"), encode_snapshot(&state)).unwrap();
+    let (mut store, mut reopened) = open(&dir(&tmp));
+    assert_eq!(reopened, state);
+    store.propose(&mut reopened, create("next", 8)).unwrap();
+    drop(store);
+    assert_eq!(open(&dir(&tmp)).1, reopened);
+}
+
+#[test]
+fn a_crash_before_the_snapshot_rename_recovers() {
+    let (tmp, store, state) = populated();
+    drop(store);
+    // A half-written snapshot.tmp and an empty commands.log.tmp are left behind.
+    let snapshot = encode_snapshot(&state);
+    fs::write(
+        dir(&tmp).join("snapshot.tmp"),
+        &snapshot[..snapshot.len() / 2],
+    )
+    .unwrap();
+    fs::write(dir(&tmp).join("commands.log.tmp"), b"").unwrap();
+    assert_eq!(open(&dir(&tmp)).1, state);
+    assert!(!dir(&tmp).join("snapshot.tmp").exists());
+    assert!(!dir(&tmp).join("commands.log.tmp").exists());
+}
+
+#[test]
+fn a_damaged_snapshot_refuses_to_open() {
+    let (tmp, store, state) = populated();
+    drop(store);
+    let snapshot = encode_snapshot(&state);
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        ("shorter than a header", snapshot[..5].to_vec()),
+        ("header says", snapshot[..snapshot.len() - 1].to_vec()),
+        ("bad magic", [b"X".as_slice(), &snapshot[1..]].concat()),
+        (
+            "unknown format",
+            [&snapshot[..4], &[9u8], &snapshot[5..]].concat(),
+        ),
+    ];
+    let mut flipped = snapshot.clone();
+    *flipped.last_mut().unwrap() ^= 0x01;
+    cases.push(("checksum", flipped));
+    for (words, bytes) in cases {
+        fs::write(dir(&tmp).join("snapshot"), &bytes).unwrap();
+        assert_refused(MetaStore::open(&dir(&tmp)), 500, &["snapshot", words]);
+    }
+}
+
+#[test]
+fn a_snapshot_of_an_impossible_state_refuses_to_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = MetaState::default();
+    state.apply(&create("t", 1)).unwrap();
+    let mut clash = state.clone();
+    let twin = std::sync::Arc::new(record("T", 2));
+    clash.topics.insert("T".to_string(), twin);
+    fs::create_dir_all(dir(&tmp)).unwrap();
+    fs::write(dir(&tmp).join("snapshot"), encode_snapshot(&clash)).unwrap();
+    assert_refused(MetaStore::open(&dir(&tmp)), 500, &["snapshot", "twice"]);
+}
+
+#[test]
+fn a_failed_append_latches_the_store_until_reopened() {
+    let (tmp, mut store, mut state) = populated();
+    let before = state.clone();
+    store.break_log();
+    assert_refused(
+        store.propose(&mut state, create("x", 9)),
+        500,
+        &["commands.log"],
+    );
+    assert_eq!(state, before);
+    assert_refused(
+        store.propose(&mut state, create("y", 10)),
+        500,
+        &["refuses writes"],
+    );
+    assert_refused(store.snapshot(&state), 500, &["refuses writes"]);
+    drop(store);
+    let (mut store, mut reopened) = open(&dir(&tmp));
+    assert_eq!(reopened, before);
+    store.propose(&mut reopened, create("x", 9)).unwrap();
+}
