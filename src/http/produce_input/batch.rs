@@ -1,0 +1,372 @@
+//! The batch document of `POST /v1/topics/{topic}/produce/batch`:
+//! `{"messages":[{"payload": …, "payload_encoding": "base64", "key": "…",
+//! "key_encoding": "base64", "partition": n}]}`.
+//!
+//! Rules (reference v3.2), and the choices made where it is silent:
+//! - Strict JSON: an unknown field, at the top or in a message, a duplicated
+//!   field, or anything after the document is a 400. `null` is the same as an
+//!   absent field (as in the reference's decoder), so a `null` payload is a
+//!   missing payload.
+//! - 1 to [`BATCH_MESSAGES_MAX`] messages, else 400. Parsing stops at the first
+//!   message past the limit, so an oversized array is refused without being
+//!   held in memory.
+//! - `payload` is required. With `payload_encoding: "base64"` it must be a JSON
+//!   string of standard, padded base64, and its decoded bytes are the payload.
+//!   Without it, a JSON string's text (unescaped, UTF-8) is the payload, and any
+//!   other JSON value (object, array, number, boolean) is stored as its JSON
+//!   text, verbatim: the bytes between its first and last character exactly as
+//!   the client sent them. The reference's Message shows a JSON payload
+//!   "verbatim"; re-serialising instead would cost a parse tree per message and
+//!   could change numbers that do not fit an `f64`, which a client would see as
+//!   a different payload from the one it sent.
+//! - A payload is 1 byte to [`PAYLOAD_BYTES_MAX`]: empty → 400
+//!   `message <i>: empty message`; larger → 413 `message <i>: message too large`.
+//! - `key` is a JSON string (its UTF-8 text), or standard base64 with
+//!   `key_encoding: "base64"`. An empty key is no key, as on the single route.
+//!   At most [`KEY_BYTES_MAX`] bytes once decoded.
+//! - `partition` is a JSON integer in `0..partitions`; out of range (negative
+//!   included) → 400 `message <i>: partition out of range`; a non-integer → 400.
+//! - An encoding field other than `"base64"` (or `""`, meaning none) → 400.
+//! - Every message is checked before any record is returned, and the first
+//!   failure refuses the batch, its message prefixed `message <i>: ` with `i` the
+//!   0-based index of the message in the array.
+//!
+//! Allocation: an uncompressed body is parsed in place; a compressed one is
+//! decompressed once. Fields borrow from that buffer; each record then owns one
+//! `Vec` for its payload and, if keyed, one for its key.
+//!
+//! Which cores: every shard; pure functions.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::marker::PhantomData;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use hyper::StatusCode;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::content::{self, ContentRefusal};
+use super::{BATCH_BODY_BYTES_MAX, BATCH_MESSAGES_MAX, KEY_BYTES_MAX, PAYLOAD_BYTES_MAX};
+
+/// One checked message of a batch, ready to be staged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchRecord {
+    /// `None` for a keyless message; never an empty key.
+    pub key: Option<Vec<u8>>,
+    /// 1 byte to [`PAYLOAD_BYTES_MAX`].
+    pub payload: Vec<u8>,
+    /// An explicit partition, below the topic's partition count.
+    pub partition: Option<u32>,
+}
+
+/// Why a batch was refused: the HTTP status and the message of its
+/// `{"error": …}` answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchRefusal {
+    pub status: u16,
+    pub message: String,
+}
+
+/// Decodes and checks a whole batch for a topic of `partitions` partitions.
+/// `content_encoding` is the request's `Content-Encoding` header, if any.
+pub fn decode_batch(
+    body: &[u8],
+    content_encoding: Option<&str>,
+    partitions: u32,
+) -> Result<Vec<BatchRecord>, BatchRefusal> {
+    assert!(partitions > 0, "a topic has at least one partition");
+    let encoding = content::content_encoding(content_encoding).map_err(content_refusal)?;
+    let document =
+        content::decode_content(body, encoding, BATCH_BODY_BYTES_MAX).map_err(content_refusal)?;
+    assert!(document.len() <= BATCH_BODY_BYTES_MAX);
+
+    let Object(batch): Object<WireBatch<'_>> =
+        serde_json::from_slice(&document).map_err(json_refusal)?;
+    let messages = batch.messages.0;
+    if messages.is_empty() {
+        return Err(refusal(
+            StatusCode::BAD_REQUEST,
+            format!("a batch holds 1 to {BATCH_MESSAGES_MAX} messages; this one has none"),
+        ));
+    }
+    let records = messages
+        .iter()
+        .enumerate()
+        .map(|(index, message)| {
+            check_message(message, partitions)
+                .map_err(|(status, message)| refusal(status, format!("message {index}: {message}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    assert!(records.len() == messages.len() && records.len() <= BATCH_MESSAGES_MAX);
+    Ok(records)
+}
+
+/// The document, as parsed: fields borrow from the (decompressed) body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireBatch<'a> {
+    #[serde(borrow)]
+    messages: Messages<'a>,
+}
+
+/// One message, as parsed. Payload, key and partition stay raw JSON text until
+/// [`check_message`] reads them, so a string payload without escapes is copied
+/// once, into its record, and a JSON-valued one is kept verbatim.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireMessage<'a> {
+    #[serde(borrow)]
+    payload: Option<&'a RawValue>,
+    payload_encoding: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    key: Option<&'a RawValue>,
+    key_encoding: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    partition: Option<&'a RawValue>,
+}
+
+/// The `messages` array, parsed element by element so that a failure names its
+/// index and the array stops at one element past the limit.
+struct Messages<'a>(Vec<WireMessage<'a>>);
+
+/// Why the array had to stop: the message of the 400.
+const TOO_MANY_MESSAGES: &str = "a batch holds at most 1000 messages";
+const _: () = assert!(BATCH_MESSAGES_MAX == 1000, "update TOO_MANY_MESSAGES");
+
+impl<'de: 'a, 'a> Deserialize<'de> for Messages<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_seq(MessagesVisitor(PhantomData))
+    }
+}
+
+struct MessagesVisitor<'a>(PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for MessagesVisitor<'a> {
+    type Value = Messages<'a>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("an array of messages")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        use serde::de::Error;
+        let mut messages = Vec::new();
+        // Bounded: one pass per element, and at most BATCH_MESSAGES_MAX + 1 passes.
+        loop {
+            let index = messages.len();
+            if index == BATCH_MESSAGES_MAX {
+                return match seq.next_element::<IgnoredAny>()? {
+                    None => Ok(Messages(messages)),
+                    Some(_) => Err(A::Error::custom(TOO_MANY_MESSAGES)),
+                };
+            }
+            match seq.next_element::<Object<WireMessage<'a>>>() {
+                Ok(Some(Object(message))) => messages.push(message),
+                Ok(None) => return Ok(Messages(messages)),
+                Err(e) => return Err(A::Error::custom(format_args!("message {index}: {e}"))),
+            }
+        }
+    }
+}
+
+/// A value that must be a JSON object. Derived `Deserialize` also accepts a
+/// struct written as an array of its fields in order (`["p", null, "k"]`), which
+/// strict JSON has no business accepting; this wrapper asks for a map only.
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(ObjectVisitor(PhantomData))
+    }
+}
+
+struct ObjectVisitor<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for ObjectVisitor<T> {
+    type Value = Object<T>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        T::deserialize(MapAccessDeserializer::new(map)).map(Object)
+    }
+}
+
+/// A refusal of one message, before it is prefixed with the message's index.
+type MessageRefusal = (StatusCode, String);
+
+fn bad(message: impl Into<String>) -> MessageRefusal {
+    (StatusCode::BAD_REQUEST, message.into())
+}
+
+fn too_large() -> MessageRefusal {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "message too large".to_string(),
+    )
+}
+
+/// Checks one parsed message and builds its record.
+fn check_message(
+    message: &WireMessage<'_>,
+    partitions: u32,
+) -> Result<BatchRecord, MessageRefusal> {
+    let payload_base64 = base64_encoding("payload_encoding", &message.payload_encoding)?;
+    let key_base64 = base64_encoding("key_encoding", &message.key_encoding)?;
+    let payload = message_payload(message.payload, payload_base64)?;
+    let key = message
+        .key
+        .map(|raw| message_key(raw, key_base64))
+        .transpose()?
+        .flatten();
+    let partition = message
+        .partition
+        .map(|raw| message_partition(raw, partitions))
+        .transpose()?;
+
+    assert!(!payload.is_empty() && payload.len() <= PAYLOAD_BYTES_MAX);
+    assert!(partition.is_none_or(|partition| partition < partitions));
+    Ok(BatchRecord {
+        key,
+        payload,
+        partition,
+    })
+}
+
+/// Whether an encoding field asks for base64: absent, `null` or `""` is no
+/// encoding, `"base64"` is base64, anything else is refused.
+fn base64_encoding(field: &str, value: &Option<Cow<'_, str>>) -> Result<bool, MessageRefusal> {
+    match value.as_deref() {
+        None | Some("") => Ok(false),
+        Some("base64") => Ok(true),
+        Some(other) => Err(bad(format!(
+            "unsupported {field} {other:?}: the only encoding is \"base64\""
+        ))),
+    }
+}
+
+fn message_payload(raw: Option<&RawValue>, base64: bool) -> Result<Vec<u8>, MessageRefusal> {
+    let Some(raw) = raw else {
+        return Err(bad("payload is required"));
+    };
+    let payload = if base64 {
+        let text = json_string(raw).ok_or_else(|| bad("a base64 payload must be a JSON string"))?;
+        STANDARD
+            .decode(text.as_bytes())
+            .map_err(|e| bad(format!("payload is not valid base64: {e}")))?
+    } else {
+        match json_string(raw) {
+            Some(text) => text.into_owned().into_bytes(),
+            None => {
+                // Checked before the copy: a JSON value is stored as its own text.
+                if raw.get().len() > PAYLOAD_BYTES_MAX {
+                    return Err(too_large());
+                }
+                raw.get().as_bytes().to_vec()
+            }
+        }
+    };
+    if payload.is_empty() {
+        return Err(bad("empty message"));
+    }
+    if payload.len() > PAYLOAD_BYTES_MAX {
+        return Err(too_large());
+    }
+    Ok(payload)
+}
+
+/// A message's key: `None` when it is empty (no key).
+fn message_key(raw: &RawValue, base64: bool) -> Result<Option<Vec<u8>>, MessageRefusal> {
+    let text = json_string(raw).ok_or_else(|| bad("key must be a JSON string"))?;
+    let key = if base64 {
+        STANDARD
+            .decode(text.as_bytes())
+            .map_err(|e| bad(format!("key is not valid base64: {e}")))?
+    } else {
+        text.into_owned().into_bytes()
+    };
+    if key.len() > KEY_BYTES_MAX {
+        return Err(bad(format!("key too long: at most {KEY_BYTES_MAX} bytes")));
+    }
+    Ok((!key.is_empty()).then_some(key))
+}
+
+/// A message's partition: a JSON integer below `partitions`.
+fn message_partition(raw: &RawValue, partitions: u32) -> Result<u32, MessageRefusal> {
+    let text = raw.get();
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, text),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad(format!("invalid partition {text}: want an integer")));
+    }
+    let value = match negative {
+        // JSON's -0 is the integer 0; every other negative is out of range.
+        true if digits.bytes().all(|b| b == b'0') => Some(0),
+        true => None,
+        false => digits.parse::<u32>().ok(),
+    };
+    match value {
+        Some(partition) if partition < partitions => Ok(partition),
+        _ => Err(bad("partition out of range")),
+    }
+}
+
+/// The text of a JSON string value, unescaped; `None` when `raw` is not a
+/// string. Borrows when the string has no escapes, which is the common case.
+fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    let text = raw.get();
+    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    if !inner.contains('\\') {
+        // The parser has validated the string: without escapes, the text between
+        // the quotes is its value.
+        return Some(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+}
+
+fn refusal(status: StatusCode, message: String) -> BatchRefusal {
+    BatchRefusal {
+        status: status.as_u16(),
+        message,
+    }
+}
+
+fn content_refusal(refused: ContentRefusal) -> BatchRefusal {
+    match refused {
+        ContentRefusal::Unsupported(encoding) => refusal(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("unsupported content encoding {encoding:?}: send zstd, gzip or identity"),
+        ),
+        ContentRefusal::TooLarge => refusal(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body too large: at most {BATCH_BODY_BYTES_MAX} bytes decompressed"),
+        ),
+        ContentRefusal::Corrupt(reason) => refusal(
+            StatusCode::BAD_REQUEST,
+            format!("cannot decompress the request body: {reason}"),
+        ),
+    }
+}
+
+/// A parse failure as a 400. Failures inside a message already name it (and where
+/// in the body it failed); the position serde_json appends again, of the array
+/// that held it, is dropped from those.
+fn json_refusal(e: serde_json::Error) -> BatchRefusal {
+    let text = e.to_string();
+    let position = format!(" at line {} column {}", e.line(), e.column());
+    match text.strip_suffix(&position) {
+        Some(ours) if ours.starts_with("message ") || ours == TOO_MANY_MESSAGES => {
+            refusal(StatusCode::BAD_REQUEST, ours.to_string())
+        }
+        _ => refusal(StatusCode::BAD_REQUEST, format!("invalid batch: {text}")),
+    }
+}
