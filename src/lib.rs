@@ -9,13 +9,25 @@
 //! - [`serve`]: `narad serve`: one pinned executor per shard, the data directory
 //!   lock, graceful stop on SIGINT/SIGTERM.
 //! - [`http`]: the HTTP API server every shard runs.
+//! - [`meta`]: topic metadata: the state machine of topics, the parsing of topic
+//!   requests, and the durable local command log with snapshots.
+//! - [`partition`]: choosing a message's partition at accept time (key hash,
+//!   per-topic round-robin for keyless messages).
+//! - [`control`]: the control plane: the metadata store's thread and the snapshot
+//!   every shard reads.
+//! - [`broker`]: the broker on one shard: owned partitions and the commit
+//!   combiner, the dispatcher task, the mesh ops between shards.
 //! - [`devtools`]: `narad debug ...`: a WAL writer under load (killed by the crash
 //!   tests) and the payload scheme the tests verify.
 //!
 //! Dependencies point one way: this crate → `narad-shards` → `narad-io`.
 
+pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod control;
 pub mod devtools;
 pub mod http;
+pub mod meta;
+pub mod partition;
 pub mod serve;

@@ -19,12 +19,27 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
 use narad_io::dma::DmaStorage;
+use narad_io::mesh::MeshEnd;
 use narad_io::net::StopReceiver;
+use narad_shards::log::LogConfig;
 use narad_shards::wal::{Wal, WalConfig};
 
-use crate::config::{Config, Flags};
+use crate::broker::dispatch::{self, Mode};
+use crate::broker::ops::Op;
+use crate::broker::owner::Owner;
+use crate::broker::shard::{receive_loop, Notify};
+use crate::broker::Shard;
+use crate::config::{Config, Flags, TopicDefaults};
+use crate::control::{Control, ControlClient, MetaView, Published};
+use crate::http::routes::{Api, Routes};
 use crate::http::{HttpSettings, NodeState, ShardServer};
+
+/// Ops a shard's inbox from one peer holds before the peer waits.
+const MESH_CHANNEL_CAPACITY: usize = 1_024;
 
 /// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
 /// process may run on.
@@ -42,6 +57,8 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let data_dir = config.storage.data_dir.clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", data_dir.display()))?;
+    let data_dir = std::path::absolute(&data_dir)
+        .map_err(|e| format!("cannot resolve data directory {}: {e}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
     let cpus = allowed_cpus();
     let shards = shards.unwrap_or(cpus.len()).max(1);
@@ -57,7 +74,14 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
     tracing::info!(%addr, shards, "listening");
     block_stop_signals();
-    let node = Arc::new(NodeState::new(config.http.max_connections));
+    let control = Control::start(data_dir.join("metastore"))?;
+    crate::broker::layout::remove_orphans(&data_dir, &control.published);
+    let leftovers = crate::broker::layout::leftover_wals(&data_dir, shards);
+    let mut mesh = narad_io::mesh::full_mesh::<Op>(shards, MESH_CHANNEL_CAPACITY).into_iter();
+    let node = Arc::new(
+        NodeState::new(config.http.max_connections)
+            .with_batch_bytes_max(config.http.max_batch_body_bytes_in_flight),
+    );
     let settings = HttpSettings::from(&config.http);
     let wal_config = WalConfig {
         prealloc: config.storage.ingress_wal_prealloc,
@@ -79,6 +103,15 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             settings: settings.clone(),
             stop: stop_rx,
             ready: ready_tx.clone(),
+            mesh: mesh.next().expect("one mesh end per shard"),
+            published: control.published.clone(),
+            control: control.client.clone(),
+            topic_defaults: config.topic.clone(),
+            leftovers: leftovers
+                .iter()
+                .filter(|&&old| old % shards == shard)
+                .copied()
+                .collect(),
         };
         let cpu = cpus[shard % cpus.len()];
         let thread = std::thread::Builder::new()
@@ -110,6 +143,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             Err(_) => failures.push(format!("shard {shard} panicked")),
         }
     }
+    control.stop();
     if failures.is_empty() {
         tracing::info!("stopped");
         Ok(())
@@ -128,11 +162,17 @@ struct ShardStart {
     settings: HttpSettings,
     stop: StopReceiver,
     ready: std::sync::mpsc::Sender<bool>,
+    mesh: MeshEnd<Op>,
+    published: Arc<Published>,
+    control: ControlClient,
+    topic_defaults: TopicDefaults,
+    /// Indexes of WALs left by shards that no longer exist, for this shard to drain.
+    leftovers: Vec<usize>,
 }
 
 async fn run_shard(start: ShardStart) -> Result<(), String> {
     let ShardStart {
-        shard,
+        shard: index,
         data_dir,
         wal_config,
         socket,
@@ -140,29 +180,107 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         settings,
         stop,
         ready,
+        mesh,
+        published,
+        control,
+        topic_defaults,
+        leftovers,
     } = start;
-    let server = ShardServer::start(shard, socket, node, &settings);
+    let shards = mesh_size(&mesh);
+    let api = Rc::new(Api {
+        node: node.clone(),
+        topic_defaults,
+        broker: RefCell::new(None),
+    });
+    let server = ShardServer::start(
+        index,
+        socket,
+        node,
+        Rc::new(Routes::new(api.clone())),
+        &settings,
+    );
+    let (link, receivers) = mesh.connect().await;
     let storage = DmaStorage::new(&data_dir);
-    let dir = format!("ingress/shard-{shard}");
-    let opened = Wal::open(storage, &dir, wal_config).await;
-    if let Ok(wal) = &opened {
-        tracing::info!(
-            shard,
-            next_seq = wal.next_seq().0,
-            checkpoint = wal.checkpoint().0,
-            backlog_records = wal.dispatch_backlog_records(),
-            segments = wal.segment_count(),
-            "ingress WAL recovered"
-        );
+    let dir = format!("ingress/shard-{index}");
+    let opened = Wal::open(storage.clone(), &dir, wal_config.clone()).await;
+    let wal = match opened {
+        Ok(wal) => wal,
+        Err(e) => {
+            let _ = ready.send(false);
+            // A shard whose storage failed still waits for the stop, which the main
+            // thread sends at once, so that every shard stops the same way.
+            stop.wait().await;
+            server.drain().await;
+            return Err(format!("opening {dir}: {e}"));
+        }
+    };
+    tracing::info!(
+        shard = index,
+        next_seq = wal.next_seq().0,
+        checkpoint = wal.checkpoint().0,
+        backlog_records = wal.dispatch_backlog_records(),
+        segments = wal.segment_count(),
+        "ingress WAL recovered"
+    );
+    let meta = Rc::new(MetaView::new(published));
+    let owner = Owner::new(storage.clone(), LogConfig::default(), meta.clone());
+    let shard = Rc::new(Shard {
+        index,
+        shards,
+        meta,
+        control,
+        wal: wal.clone(),
+        owner: owner.clone(),
+        mesh: link,
+        round_robin: RefCell::new(crate::partition::RoundRobin::new(rand::random())),
+        storage: storage.clone(),
+        data_dir: data_dir.clone(),
+        stopping: Cell::new(false),
+        stop_notify: Notify::default(),
+    });
+    for (_, receiver) in receivers {
+        narad_io::rt::spawn_local(receive_loop(shard.clone(), receiver));
     }
-    let _ = ready.send(opened.is_ok());
-    // A shard whose storage failed still waits for the stop, which the main thread
-    // sends at once, so that every shard stops the same way.
+    let mut dispatchers = vec![narad_io::rt::spawn_local(dispatch::run(
+        shard.clone(),
+        wal.clone(),
+        dir.clone(),
+        Mode::Own,
+    ))];
+    let mut failed = None;
+    for old in leftovers {
+        let old_dir = format!("ingress/shard-{old}");
+        match Wal::open(storage.clone(), &old_dir, wal_config.clone()).await {
+            Ok(old_wal) => {
+                let shard = shard.clone();
+                dispatchers.push(narad_io::rt::spawn_local(async move {
+                    dispatch::run(shard, old_wal.clone(), old_dir, Mode::Drain).await;
+                    old_wal.close().await;
+                }));
+            }
+            Err(e) => failed = Some(format!("opening leftover {old_dir}: {e}")),
+        }
+    }
+    *api.broker.borrow_mut() = Some(shard.clone());
+    let _ = ready.send(failed.is_none());
     stop.wait().await;
     server.drain().await;
-    let wal = opened.map_err(|e| format!("opening {dir}: {e}"))?;
+    shard.stopping.set(true);
+    shard.stop_notify.notify();
+    for dispatcher in dispatchers {
+        dispatcher.await;
+    }
+    owner.close_all().await;
     wal.close().await;
-    Ok(())
+    api.broker.borrow_mut().take();
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn mesh_size(mesh: &MeshEnd<Op>) -> usize {
+    mesh.shards()
 }
 
 /// The CPUs this process may run on, from its affinity mask.

@@ -16,13 +16,16 @@
 //! the unaligned tail block in memory and rewrites it with the next write, so
 //! callers append byte strings of any length while the device only ever sees
 //! aligned blocks. [`rt`] wraps the runtime: executors, timers, task spawning.
+//! [`mesh`] lays out the bounded lock-free channels between shards.
 //!
 //! Concurrency rule: every type here is `!Send` and lives on the core (shard) that
-//! created it. Nothing in this crate takes a lock.
+//! created it (the mesh's channel ends move to their shard once, at startup).
+//! Nothing in this crate takes a lock.
 
 pub mod append;
 pub mod dma;
 pub mod file;
+pub mod mesh;
 pub mod net;
 pub mod rt;
 pub mod sim;

@@ -11,7 +11,7 @@
 //! shared; splitting it per shard would refuse connections on a busy shard while
 //! an idle one had room.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Node-wide HTTP state.
@@ -21,6 +21,8 @@ pub struct NodeState {
     draining: AtomicBool,
     connections: AtomicUsize,
     connections_max: usize,
+    batch_bytes: AtomicU64,
+    batch_bytes_max: u64,
 }
 
 impl NodeState {
@@ -31,7 +33,32 @@ impl NodeState {
             draining: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             connections_max,
+            batch_bytes: AtomicU64::new(0),
+            batch_bytes_max: u64::MAX,
         }
+    }
+
+    /// Sets `http.max_batch_body_bytes_in_flight`.
+    pub fn with_batch_bytes_max(mut self, bytes: u64) -> Self {
+        self.batch_bytes_max = bytes.max(1);
+        self
+    }
+
+    /// Reserves `bytes` of the node's batch body budget (touched once per batch
+    /// request, not per message), or `None` when it is full. A single body larger
+    /// than the whole budget is let through when nothing else is in flight, so a
+    /// small budget never refuses every batch.
+    pub fn try_reserve_batch_bytes(self: &Arc<Self>, bytes: u64) -> Option<BatchPermit> {
+        let max = self.batch_bytes_max;
+        self.batch_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                (held == 0 || held.saturating_add(bytes) <= max).then_some(held + bytes)
+            })
+            .ok()?;
+        Some(BatchPermit {
+            node: self.clone(),
+            bytes,
+        })
     }
 
     /// Every shard has recovered its storage: `/readyz` answers 200 from now on.
@@ -82,6 +109,21 @@ impl Drop for ConnectionPermit {
     }
 }
 
+/// A batch body's share of the node's budget, given back on drop.
+#[derive(Debug)]
+pub struct BatchPermit {
+    node: Arc<NodeState>,
+    bytes: u64,
+}
+
+impl Drop for BatchPermit {
+    fn drop(&mut self) {
+        self.node
+            .batch_bytes
+            .fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +138,18 @@ mod tests {
         drop(a);
         assert_eq!(node.open_connections(), 1);
         assert!(node.try_open_connection().is_some());
+    }
+
+    #[test]
+    fn batch_budget_is_bounded_and_returned() {
+        let node = Arc::new(NodeState::new(1).with_batch_bytes_max(100));
+        let a = node.try_reserve_batch_bytes(60).unwrap();
+        assert!(node.try_reserve_batch_bytes(50).is_none());
+        let b = node.try_reserve_batch_bytes(40).unwrap();
+        drop(a);
+        drop(b);
+        // Alone, a body larger than the budget passes.
+        assert!(node.try_reserve_batch_bytes(500).is_some());
     }
 
     #[test]

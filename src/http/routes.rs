@@ -1,14 +1,17 @@
 //! The API's route table and the request pipeline every request goes through:
 //! stopping check, routing (404/405), the 415 guard, then the endpoint.
 //!
-//! Only the operational endpoints exist so far: `GET /healthz` answers 200 as soon
-//! as the listener is up, and `GET /readyz` answers 200 once every shard has
-//! recovered its storage. The topic, produce, consume and ack endpoints join the
-//! [`Endpoint`] enum and the table in [`Routes::new`].
+//! `GET /healthz` answers 200 as soon as the listener is up, and `GET /readyz` 200
+//! once every shard has recovered its storage. The `/v1` endpoints need this
+//! shard's broker, which exists once its storage is recovered; before that they
+//! answer 503. Handlers live in [`super::topics`], [`super::produce`] and
+//! [`super::replay`].
 //!
 //! Which cores: every shard builds its own [`Routes`] and serves its own
 //! connections with it.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use hyper::{Method, Request, Response, StatusCode};
@@ -16,40 +19,76 @@ use hyper::{Method, Request, Response, StatusCode};
 use super::node::NodeState;
 use super::response::{self, Body};
 use super::router::{Match, Router};
+use crate::broker::Shard;
+use crate::config::TopicDefaults;
 
 /// What a request asks for, once routed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
     Healthz,
     Readyz,
+    TopicCreate,
+    TopicList,
+    TopicGet,
+    TopicAlter,
+    TopicDelete,
+    Produce,
+    ProduceBatch,
+    Consume,
+}
+
+/// What the `/v1` handlers need besides the request.
+pub struct Api {
+    pub node: Arc<NodeState>,
+    pub topic_defaults: TopicDefaults,
+    /// Set once this shard's storage is recovered.
+    pub broker: RefCell<Option<Rc<Shard>>>,
 }
 
 /// One shard's request handler.
 pub struct Routes {
     router: Router<Endpoint>,
-    node: Arc<NodeState>,
+    api: Rc<Api>,
 }
 
 impl Routes {
-    pub fn new(node: Arc<NodeState>) -> Self {
+    pub fn new(api: Rc<Api>) -> Self {
         let mut router = Router::new();
-        router.add(Method::GET, "/healthz", Endpoint::Healthz).add(
-            Method::GET,
-            "/readyz",
-            Endpoint::Readyz,
-        );
-        Routes { router, node }
+        router
+            .add(Method::GET, "/healthz", Endpoint::Healthz)
+            .add(Method::GET, "/readyz", Endpoint::Readyz)
+            .add(Method::POST, "/v1/topics", Endpoint::TopicCreate)
+            .add(Method::GET, "/v1/topics", Endpoint::TopicList)
+            .add(Method::GET, "/v1/topics/{topic}", Endpoint::TopicGet)
+            .add(Method::PATCH, "/v1/topics/{topic}", Endpoint::TopicAlter)
+            .add(Method::DELETE, "/v1/topics/{topic}", Endpoint::TopicDelete)
+            .add(
+                Method::POST,
+                "/v1/topics/{topic}/produce",
+                Endpoint::Produce,
+            )
+            .add(
+                Method::POST,
+                "/v1/topics/{topic}/produce/batch",
+                Endpoint::ProduceBatch,
+            )
+            .add(Method::GET, "/v1/topics/{topic}/consume", Endpoint::Consume);
+        Routes { router, api }
     }
 
     /// Answers one request. Generic over the body so that tests can drive it
     /// without a socket.
-    pub async fn handle<B>(&self, request: Request<B>) -> Response<Body> {
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<Body>
+    where
+        B: hyper::body::Body,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
         // A stopping node takes no new work, health checks included: load balancers
         // must see it leave.
-        if self.node.is_draining() {
+        if self.api.node.is_draining() {
             return response::draining();
         }
-        let (endpoint, _params) = match self.router.find(request.method(), request.uri().path()) {
+        let (endpoint, params) = match self.router.find(request.method(), request.uri().path()) {
             Match::Found { endpoint, params } => (endpoint, params),
             Match::MethodNotAllowed { allow } => return response::method_not_allowed(&allow),
             Match::NotFound => return response::not_found(),
@@ -59,16 +98,39 @@ impl Routes {
                 return refusal.into_response();
             }
         }
+        let topic = params.get("topic").map(str::to_string);
         match endpoint {
             Endpoint::Healthz => {
-                response::json(StatusCode::OK, &serde_json::json!({"status": "ok"}))
+                return response::json(StatusCode::OK, &serde_json::json!({"status": "ok"}))
             }
-            Endpoint::Readyz => self.readyz(),
+            Endpoint::Readyz => return self.readyz(),
+            _ => {}
+        }
+        let Some(shard) = self.api.broker.borrow().clone() else {
+            return response::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: storage recovery in progress",
+            );
+        };
+        let api = &self.api;
+        let topic = topic.unwrap_or_default();
+        match endpoint {
+            Endpoint::Healthz | Endpoint::Readyz => unreachable!("answered above"),
+            Endpoint::TopicCreate => super::topics::create(api, &shard, request).await,
+            Endpoint::TopicList => super::topics::list(&shard, request.uri().query()),
+            Endpoint::TopicGet => super::topics::get(&shard, &topic, request.uri().query()).await,
+            Endpoint::TopicAlter => super::topics::alter(api, &shard, &topic, request).await,
+            Endpoint::TopicDelete => super::topics::delete(&shard, &topic).await,
+            Endpoint::Produce => super::produce::single(&shard, &topic, request).await,
+            Endpoint::ProduceBatch => super::produce::batch(api, &shard, &topic, request).await,
+            Endpoint::Consume => {
+                super::replay::consume(&shard, &topic, request.uri().query()).await
+            }
         }
     }
 
     fn readyz(&self) -> Response<Body> {
-        if self.node.is_ready() {
+        if self.api.node.is_ready() {
             response::json(StatusCode::OK, &serde_json::json!({"status": "ready"}))
         } else {
             response::error(
@@ -84,11 +146,19 @@ mod tests {
     use super::*;
     use http_body_util::BodyExt;
 
+    fn api(node: Arc<NodeState>) -> Rc<Api> {
+        Rc::new(Api {
+            node,
+            topic_defaults: crate::config::Config::default().topic,
+            broker: RefCell::new(None),
+        })
+    }
+
     fn call(routes: &Routes, method: Method, path: &str) -> (StatusCode, String) {
         let request = Request::builder()
             .method(method)
             .uri(path)
-            .body(())
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
         let response = futures_lite::future::block_on(routes.handle(request));
         let status = response.status();
@@ -101,7 +171,7 @@ mod tests {
     #[test]
     fn health_and_readiness_follow_the_node() {
         let node = Arc::new(NodeState::new(4));
-        let routes = Routes::new(node.clone());
+        let routes = Routes::new(api(node.clone()));
         assert_eq!(
             call(&routes, Method::GET, "/healthz"),
             (StatusCode::OK, r#"{"status":"ok"}"#.to_string())
@@ -124,7 +194,7 @@ mod tests {
 
     #[test]
     fn unknown_routes_and_methods_are_plain_text() {
-        let routes = Routes::new(Arc::new(NodeState::new(4)));
+        let routes = Routes::new(api(Arc::new(NodeState::new(4))));
         assert_eq!(
             call(&routes, Method::GET, "/v1/nothing"),
             (StatusCode::NOT_FOUND, "404 page not found\n".to_string())
@@ -140,7 +210,7 @@ mod tests {
 
     #[test]
     fn state_changing_requests_pass_the_content_type_guard_first() {
-        let mut routes = Routes::new(Arc::new(NodeState::new(4)));
+        let mut routes = Routes::new(api(Arc::new(NodeState::new(4))));
         // No POST endpoint exists yet; borrow the health endpoint to see the guard.
         routes.router.add(Method::POST, "/probe", Endpoint::Healthz);
         let post = |content_type: Option<&str>| {
@@ -148,7 +218,13 @@ mod tests {
             if let Some(value) = content_type {
                 request = request.header("content-type", value);
             }
-            let response = futures_lite::future::block_on(routes.handle(request.body(()).unwrap()));
+            let response = futures_lite::future::block_on(
+                routes.handle(
+                    request
+                        .body(http_body_util::Empty::<bytes::Bytes>::new())
+                        .unwrap(),
+                ),
+            );
             response.status()
         };
         assert_eq!(post(None), StatusCode::UNSUPPORTED_MEDIA_TYPE);

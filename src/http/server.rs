@@ -120,6 +120,7 @@ impl ShardServer {
         shard: usize,
         socket: std::net::TcpListener,
         node: Arc<NodeState>,
+        routes: Rc<Routes>,
         settings: &HttpSettings,
     ) -> ShardServer {
         let mut builder = http1::Builder::new();
@@ -134,7 +135,7 @@ impl ShardServer {
             );
         let shared = Rc::new(Shared {
             shard,
-            routes: Rc::new(Routes::new(node.clone())),
+            routes,
             node,
             builder,
             write_timeout: settings.write_timeout,

@@ -1,0 +1,350 @@
+//! The dispatch task: drives one WAL's sans-IO [`Dispatcher`] with real reads,
+//! real commits and real time.
+//!
+//! Which cores: every shard runs one for its own WAL, and one for each WAL left by
+//! a shard that no longer exists (a restart with fewer shards), until that WAL is
+//! drained. The task owns the `WalReader` and the bytes of the records the
+//! dispatcher holds; the dispatcher owns the decisions (see `narad_shards::dispatch`).
+//!
+//! One turn: read what the dispatcher's budget allows (each record decoded once, its
+//! key and payload copied into one buffer held until its commit lands or it goes
+//! back to the WAL), feed a tick, feed the commit outcomes that arrived, carry out
+//! the actions (start commits as tasks, seek the reader, store the checkpoint, drop
+//! bytes), then sleep until a record becomes durable, a commit is answered, the
+//! dispatcher's deadline, or the 10 ms backstop.
+//!
+//! A commit is a task of its own: it sends the records to the owner (this shard's
+//! combiner, or another shard's over the mesh), waits at most the dispatcher's
+//! budget, and posts the outcome back. Metadata questions ("is this incarnation
+//! gone?") are answered from this node's own metadata, which on one node is the
+//! leader's.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_lite::future::or;
+use narad_io::dma::DmaStorage;
+use narad_shards::dispatch::{
+    Action, Cluster, CommitId, CommitOutcome, DispatchConfig, Dispatcher, Event, OwnerId,
+    RecordRead, TopicMeta,
+};
+use narad_shards::ids::{IncarnationId, PartitionId, Seq};
+use narad_shards::wal::{Wal, WalReader};
+
+use super::ops::{CommitError, OwnedRecord};
+use super::shard::{Notify, Shard};
+use crate::meta::MetaState;
+
+/// Records read per turn at most.
+const READ_CHUNK_RECORDS: usize = 4_096;
+/// The idle backstop: bounds a missed wake-up.
+const BACKSTOP: Duration = Duration::from_millis(10);
+/// How long a stopping dispatcher waits for its commits in flight.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long the task pauses after a WAL read error.
+const READ_ERROR_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The cluster as one node's metadata snapshot sees it.
+struct NodeCluster<'a> {
+    snapshot: &'a MetaState,
+    shards: usize,
+}
+
+impl Cluster for NodeCluster<'_> {
+    fn topic(&self, name: &str) -> Option<TopicMeta> {
+        self.snapshot.topics.get(name).map(|t| TopicMeta {
+            incarnation: t.id,
+            partitions: t.partitions,
+        })
+    }
+
+    fn owner(&self, topic: &str, partition: PartitionId) -> Option<OwnerId> {
+        let t = self.snapshot.topics.get(topic)?;
+        (partition.0 < t.partitions).then(|| OwnerId {
+            node: 0,
+            shard: super::owner_shard(t.id, partition, self.shards) as u32,
+        })
+    }
+
+    fn is_alive(&self, _owner: OwnerId) -> bool {
+        true
+    }
+
+    fn is_local(&self, _owner: OwnerId) -> bool {
+        true
+    }
+}
+
+/// A record's bytes while the dispatcher holds it: key and payload in one buffer.
+struct HeldBytes {
+    incarnation: IncarnationId,
+    key: Option<Bytes>,
+    payload: Bytes,
+}
+
+/// What commit tasks post back.
+#[derive(Default)]
+struct Outcomes {
+    done: RefCell<VecDeque<(CommitId, CommitOutcome)>>,
+    notify: Notify,
+    in_flight: std::cell::Cell<usize>,
+}
+
+/// Whether the task runs for the shard's own WAL or drains a leftover one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// Runs until the shard stops.
+    Own,
+    /// Runs until the WAL is drained (or the shard stops).
+    Drain,
+}
+
+/// Runs the dispatcher of `wal` until the shard stops (or, in `Drain` mode, until
+/// everything in the WAL is committed).
+pub async fn run(shard: Rc<Shard>, wal: Wal<DmaStorage>, name: String, mode: Mode) {
+    let start = wal.checkpoint();
+    let mut dispatcher = Dispatcher::new(DispatchConfig::default(), start, Instant::now());
+    let mut reader: WalReader<DmaStorage> = wal.reader(start);
+    let mut held: HashMap<Seq, HeldBytes> = HashMap::new();
+    let mut commits: HashMap<CommitId, Vec<Seq>> = HashMap::new();
+    let outcomes = Rc::new(Outcomes::default());
+    tracing::info!(wal = %name, checkpoint = start.0, durable = wal.durable_next().0, "dispatcher started");
+    loop {
+        if shard.stopping.get() {
+            break;
+        }
+        let now = Instant::now();
+        let snapshot = shard.meta.snapshot();
+        let cluster = NodeCluster {
+            snapshot: &snapshot,
+            shards: shard.shards,
+        };
+        // Read what the window allows.
+        let budget = dispatcher.read_budget().min(READ_CHUNK_RECORDS);
+        let mut read_failed = false;
+        if budget > 0 && reader.position() < wal.durable_next() {
+            let read = reader
+                .read(budget, |seq, record| {
+                    if !dispatcher.visit(seq) {
+                        return;
+                    }
+                    let key_len = record.key.map_or(0, <[u8]>::len);
+                    let mut buf = Vec::with_capacity(key_len + record.payload.len());
+                    if let Some(key) = record.key {
+                        buf.extend_from_slice(key);
+                    }
+                    buf.extend_from_slice(record.payload);
+                    let buf = Bytes::from(buf);
+                    held.insert(
+                        seq,
+                        HeldBytes {
+                            incarnation: record.incarnation,
+                            key: record.key.map(|_| buf.slice(..key_len)),
+                            payload: buf.slice(key_len..),
+                        },
+                    );
+                    let encoded_bytes = record.frame_len() as u32;
+                    dispatcher.handle(
+                        now,
+                        Event::Record(RecordRead {
+                            seq,
+                            topic: record.topic,
+                            incarnation: record.incarnation,
+                            partition: record.partition,
+                            encoded_bytes,
+                        }),
+                        &cluster,
+                    );
+                })
+                .await;
+            if let Err(e) = read {
+                tracing::error!(wal = %name, error = %e, "cannot read the ingress WAL; dispatch paused");
+                read_failed = true;
+            }
+        }
+        let finished: Vec<(CommitId, CommitOutcome)> =
+            outcomes.done.borrow_mut().drain(..).collect();
+        for (commit, outcome) in finished {
+            if outcome == CommitOutcome::Committed {
+                for seq in commits.remove(&commit).unwrap_or_default() {
+                    held.remove(&seq);
+                }
+            } else {
+                commits.remove(&commit);
+            }
+            dispatcher.handle(now, Event::CommitDone { commit, outcome }, &cluster);
+        }
+        dispatcher.handle(now, Event::Tick, &cluster);
+        // Applying an action can feed an event (a gone answer), which can add more.
+        loop {
+            let actions: Vec<Action> = dispatcher.drain_actions().collect();
+            if actions.is_empty() {
+                break;
+            }
+            for action in actions {
+                apply(
+                    &shard,
+                    &wal,
+                    &mut reader,
+                    &mut dispatcher,
+                    &mut held,
+                    &mut commits,
+                    &outcomes,
+                    &cluster,
+                    action,
+                );
+            }
+        }
+        if mode == Mode::Drain
+            && dispatcher.checkpoint() >= wal.durable_next()
+            && outcomes.in_flight.get() == 0
+        {
+            tracing::info!(wal = %name, "leftover ingress WAL drained");
+            break;
+        }
+        // Sleep until there is something to do.
+        let wait = if read_failed {
+            READ_ERROR_BACKOFF
+        } else {
+            dispatcher
+                .next_deadline()
+                .map_or(BACKSTOP, |d| d.saturating_duration_since(Instant::now()))
+                .min(BACKSTOP)
+        };
+        let can_read = dispatcher.read_budget() > 0 && !read_failed && !wal.is_latched();
+        let position = reader.position();
+        let durable = async {
+            if can_read {
+                wal.wait_durable_past(position).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        or(
+            or(durable, outcomes.notify.wait()),
+            or(narad_io::rt::sleep(wait), shard.stop_notify.wait()),
+        )
+        .await;
+    }
+    // Stopping: let the commits in flight land so the checkpoint can move past them.
+    let deadline = Instant::now() + STOP_GRACE;
+    while outcomes.in_flight.get() > 0 && Instant::now() < deadline {
+        or(outcomes.notify.wait(), narad_io::rt::sleep(BACKSTOP)).await;
+    }
+    let snapshot = shard.meta.snapshot();
+    let cluster = NodeCluster {
+        snapshot: &snapshot,
+        shards: shard.shards,
+    };
+    let now = Instant::now();
+    let finished: Vec<(CommitId, CommitOutcome)> = outcomes.done.borrow_mut().drain(..).collect();
+    for (commit, outcome) in finished {
+        dispatcher.handle(now, Event::CommitDone { commit, outcome }, &cluster);
+    }
+    for action in dispatcher.drain_actions() {
+        if let Action::StoreCheckpoint(seq) = action {
+            wal.store_checkpoint(seq);
+        }
+    }
+    tracing::info!(wal = %name, checkpoint = dispatcher.checkpoint().0, "dispatcher stopped");
+}
+
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    shard: &Rc<Shard>,
+    wal: &Wal<DmaStorage>,
+    reader: &mut WalReader<DmaStorage>,
+    dispatcher: &mut Dispatcher,
+    held: &mut HashMap<Seq, HeldBytes>,
+    commits: &mut HashMap<CommitId, Vec<Seq>>,
+    outcomes: &Rc<Outcomes>,
+    cluster: &NodeCluster<'_>,
+    action: Action,
+) {
+    match action {
+        Action::StartCommit {
+            commit,
+            topic,
+            partition,
+            seqs,
+            budget,
+            ..
+        } => {
+            let mut records = Vec::with_capacity(seqs.len());
+            let mut incarnation = None;
+            let mut mixed = false;
+            for seq in &seqs {
+                let bytes = held.get(seq).expect("a held record has its bytes");
+                records.push(OwnedRecord {
+                    key: bytes.key.clone(),
+                    payload: bytes.payload.clone(),
+                });
+                mixed |= incarnation.is_some_and(|i| i != bytes.incarnation);
+                incarnation = Some(bytes.incarnation);
+            }
+            commits.insert(commit, seqs);
+            let incarnation = incarnation.expect("a commit has records");
+            let shard = shard.clone();
+            let outcomes = outcomes.clone();
+            let topic: Arc<str> = Arc::from(&*topic);
+            outcomes.in_flight.set(outcomes.in_flight.get() + 1);
+            narad_io::rt::spawn_local(async move {
+                let outcome = if mixed {
+                    CommitOutcome::IncarnationMismatch
+                } else {
+                    let commit =
+                        async { Some(shard.commit(topic, incarnation, partition, records).await) };
+                    let expire = async {
+                        narad_io::rt::sleep(budget).await;
+                        None
+                    };
+                    match or(commit, expire).await {
+                        Some(Ok(_)) => CommitOutcome::Committed,
+                        Some(Err(CommitError::IncarnationMismatch)) => {
+                            CommitOutcome::IncarnationMismatch
+                        }
+                        Some(Err(CommitError::NotOwner)) => CommitOutcome::NotOwner,
+                        Some(Err(CommitError::Failed(_))) | None => CommitOutcome::Failed,
+                    }
+                };
+                outcomes.done.borrow_mut().push_back((commit, outcome));
+                outcomes.in_flight.set(outcomes.in_flight.get() - 1);
+                outcomes.notify.notify();
+            });
+        }
+        Action::Seek(seq) => reader.seek(seq),
+        Action::StoreCheckpoint(seq) => wal.store_checkpoint(seq),
+        Action::Discard { seqs, .. } => {
+            for seq in &seqs {
+                if let Some(bytes) = held.remove(seq) {
+                    tracing::warn!(seq = seq.0, incarnation = %bytes.incarnation, "discarding undispatched record of a deleted topic incarnation");
+                }
+            }
+        }
+        Action::Release { seqs } => {
+            for seq in &seqs {
+                held.remove(seq);
+            }
+        }
+        Action::AskGone { topic, incarnation } => {
+            // One node: its own metadata is the leader's, already read.
+            let gone = cluster
+                .topic(&topic)
+                .is_none_or(|t| t.incarnation != incarnation);
+            let now = Instant::now();
+            dispatcher.handle(
+                now,
+                Event::GoneAnswer {
+                    topic: &topic,
+                    incarnation,
+                    gone,
+                },
+                cluster,
+            );
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The broker on one shard: what the HTTP routes call, the partitions this shard
+//! owns, its dispatcher, and the ops shards send each other.
+//!
+//! Which cores: one [`Shard`] per shard thread, behind an `Rc`, never shared. Work for
+//! a partition another shard owns goes to that shard as an [`Op`] over the mesh
+//! (bounded lock-free channels, `narad_io::mesh`), with a oneshot channel for the
+//! answer; the same ops will travel between nodes in the cluster issue.
+//!
+//! Placement: partition `p` of a topic with incarnation id `id` lives on shard
+//! `(fnv1a32(id) + p) mod shards` ([`owner_shard`]), so a topic's partitions spread
+//! over the shards and a restart with another shard count only re-maps them: data on
+//! disk is keyed by topic and partition, never by shard.
+//!
+//! Map:
+//! - [`ops`]: the mesh ops and their answers.
+//! - [`owner`]: the partitions this shard owns: opening logs, the commit combiner,
+//!   reads, stats, purge.
+//! - [`dispatch`]: the driver of the sans-IO dispatcher over this shard's WAL.
+//! - [`shard`]: the per-shard context and the mesh receive loops.
+//! - [`layout`]: the data directory at startup: leftover WALs, orphaned topic data.
+
+pub mod dispatch;
+pub mod layout;
+pub mod ops;
+pub mod owner;
+pub mod shard;
+
+pub use shard::Shard;
+
+use narad_shards::ids::{IncarnationId, PartitionId};
+
+/// The shard that owns partition `partition` of the incarnation `id`.
+pub fn owner_shard(id: IncarnationId, partition: PartitionId, shards: usize) -> usize {
+    assert!(shards > 0);
+    let hash = crate::partition::fnv1a32(&id.0.to_be_bytes());
+    ((hash as u64 + partition.0 as u64) % shards as u64) as usize
+}
+
+/// The storage-relative directory of one partition's log: bound to the topic's
+/// incarnation, so a recreated topic never opens its predecessor's data.
+pub fn partition_dir(topic: &str, id: IncarnationId, partition: PartitionId) -> String {
+    format!("topics/{topic}/{id}/p{:05}", partition.0)
+}
+
+/// The storage-relative directory of one topic incarnation.
+pub fn incarnation_dir(topic: &str, id: IncarnationId) -> String {
+    format!("topics/{topic}/{id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_spreads_a_topic_over_the_shards() {
+        let id = IncarnationId(0x1234_5678_9abc_def0_1122_3344_5566_7788);
+        for shards in 1..=8 {
+            let owners: Vec<usize> = (0..shards as u32)
+                .map(|p| owner_shard(id, PartitionId(p), shards))
+                .collect();
+            let mut sorted = owners.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), shards, "{owners:?}");
+        }
+        assert_eq!(
+            partition_dir("orders", id, PartitionId(7)),
+            "topics/orders/123456789abcdef01122334455667788/p00007"
+        );
+    }
+}

@@ -1,0 +1,348 @@
+//! The partitions this shard owns: their logs, the commit combiner, reads, stats,
+//! and the purge of a deleted topic.
+//!
+//! Which cores: one [`Owner`] per shard; every partition placed on this shard
+//! (`broker::owner_shard`) is served here and only here.
+//!
+//! A partition's log is opened on first use and kept open. Everything that touches
+//! it (a commit cycle, a read, stats, a purge) holds the partition's lock, a local
+//! semaphore of one: the log is single-writer and its reads move its cache.
+//!
+//! The commit combiner. A commit batch never waits in the caller: it joins the
+//! partition's queue, and if no cycle is running one is started. A cycle takes the
+//! lock, drains every batch queued by then, checks under the lock that each batch's
+//! incarnation is the live one in this shard's metadata snapshot (else it is refused
+//! with nothing appended: the dispatcher returns the records to its WAL and checks
+//! them again), leaves out batches whose caller stopped waiting, and commits the rest
+//! as one run with one `commit_durable` (one write, one fdatasync, one read-back).
+//! Every batch in the cycle gets the same outcome; batches that arrived meanwhile
+//! make the next cycle. So a busy partition gets fewer, larger commits.
+//!
+//! A poisoned log (a failed fdatasync) refuses commits until it is reopened; the
+//! owner reopens it on the next cycle at most once a second, and recovery truncates
+//! whatever was not verified.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_channel::oneshot;
+use glommio::sync::Semaphore;
+use narad_io::dma::DmaStorage;
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use narad_shards::log::{LogConfig, LogError, PartitionLog, ReadBatch, RecordRef};
+
+use super::ops::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
+use crate::control::MetaView;
+
+/// How long a poisoned or unopenable log waits before it is tried again.
+const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
+
+/// A commit batch waiting for a cycle.
+struct Pending {
+    incarnation: IncarnationId,
+    records: Vec<OwnedRecord>,
+    reply: oneshot::Sender<CommitReply>,
+}
+
+/// One owned partition.
+struct Slot {
+    topic: Arc<str>,
+    incarnation: IncarnationId,
+    partition: PartitionId,
+    lock: Semaphore,
+    log: RefCell<Option<PartitionLog<DmaStorage>>>,
+    queue: RefCell<Vec<Pending>>,
+    cycling: Cell<bool>,
+    retired: Cell<bool>,
+    /// No open attempt before this instant (after a failure).
+    retry_open_at: Cell<Option<Instant>>,
+}
+
+type SlotKey = (IncarnationId, PartitionId);
+
+/// The partitions of one shard.
+pub struct Owner {
+    storage: DmaStorage,
+    config: LogConfig,
+    meta: Rc<MetaView>,
+    slots: RefCell<HashMap<SlotKey, Rc<Slot>>>,
+}
+
+impl Owner {
+    pub fn new(storage: DmaStorage, config: LogConfig, meta: Rc<MetaView>) -> Rc<Owner> {
+        Rc::new(Owner {
+            storage,
+            config,
+            meta,
+            slots: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// Whether `incarnation` is the live topic `topic` with at least `partition + 1`
+    /// partitions, in this shard's snapshot.
+    fn is_live(&self, topic: &str, incarnation: IncarnationId, partition: PartitionId) -> bool {
+        let snapshot = self.meta.snapshot();
+        snapshot
+            .topics
+            .get(topic)
+            .is_some_and(|t| t.id == incarnation && partition.0 < t.partitions)
+    }
+
+    fn slot(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+    ) -> Rc<Slot> {
+        self.slots
+            .borrow_mut()
+            .entry((incarnation, partition))
+            .or_insert_with(|| {
+                Rc::new(Slot {
+                    topic: topic.clone(),
+                    incarnation,
+                    partition,
+                    lock: Semaphore::new(1),
+                    log: RefCell::new(None),
+                    queue: RefCell::new(Vec::new()),
+                    cycling: Cell::new(false),
+                    retired: Cell::new(false),
+                    retry_open_at: Cell::new(None),
+                })
+            })
+            .clone()
+    }
+
+    /// Queues a commit batch; `reply` gets its outcome. Never waits.
+    pub fn commit(
+        self: &Rc<Self>,
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        records: Vec<OwnedRecord>,
+        reply: oneshot::Sender<CommitReply>,
+    ) {
+        if !self.is_live(&topic, incarnation, partition) {
+            let _ = reply.send(Err(CommitError::IncarnationMismatch));
+            return;
+        }
+        let slot = self.slot(&topic, incarnation, partition);
+        slot.queue.borrow_mut().push(Pending {
+            incarnation,
+            records,
+            reply,
+        });
+        if !slot.cycling.replace(true) {
+            let owner = self.clone();
+            narad_io::rt::spawn_local(async move { owner.run_cycles(slot).await });
+        }
+    }
+
+    /// Runs commit cycles until the queue is empty.
+    async fn run_cycles(self: Rc<Self>, slot: Rc<Slot>) {
+        loop {
+            let permit = slot.lock.acquire_permit(1).await;
+            let batch: Vec<Pending> = std::mem::take(&mut *slot.queue.borrow_mut());
+            if batch.is_empty() {
+                drop(permit);
+                slot.cycling.set(false);
+                return;
+            }
+            self.cycle(&slot, batch).await;
+            drop(permit);
+        }
+    }
+
+    /// One cycle, under the partition's lock.
+    async fn cycle(&self, slot: &Slot, batch: Vec<Pending>) {
+        let live =
+            !slot.retired.get() && self.is_live(&slot.topic, slot.incarnation, slot.partition);
+        let mut run = Vec::with_capacity(batch.len());
+        for pending in batch {
+            if !live || pending.incarnation != slot.incarnation {
+                let _ = pending.reply.send(Err(CommitError::IncarnationMismatch));
+            } else if pending.reply.is_canceled() {
+                // Its caller gave up and will send the records again.
+            } else {
+                run.push(pending);
+            }
+        }
+        if run.is_empty() {
+            return;
+        }
+        let outcome = self.commit_run(slot, &run).await;
+        let mut start = match &outcome {
+            Ok(range) => range.start,
+            Err(_) => Offset(0),
+        };
+        for pending in run {
+            let answer = match &outcome {
+                Ok(_) => {
+                    let end = Offset(start.0 + pending.records.len() as u64);
+                    let range = start..end;
+                    start = end;
+                    Ok(range)
+                }
+                Err(e) => Err(e.clone()),
+            };
+            let _ = pending.reply.send(answer);
+        }
+    }
+
+    async fn commit_run(
+        &self,
+        slot: &Slot,
+        run: &[Pending],
+    ) -> Result<std::ops::Range<Offset>, CommitError> {
+        let mut log = self.open_log(slot).await.map_err(CommitError::Failed)?;
+        let refs: Vec<RecordRef<'_>> = run
+            .iter()
+            .flat_map(|p| p.records.iter())
+            .map(|r| RecordRef {
+                key: r.key.as_deref(),
+                payload: &r.payload,
+            })
+            .collect();
+        let result = log.commit_durable(&refs, narad_io::rt::unix_ms()).await;
+        drop(refs);
+        if log.is_poisoned() {
+            tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned by a failed fdatasync; it will be reopened");
+            slot.retry_open_at
+                .set(Some(Instant::now() + REOPEN_BACKOFF));
+            let _ = log.close().await;
+        } else {
+            *slot.log.borrow_mut() = Some(log);
+        }
+        result.map_err(|e| {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "partition commit failed");
+            CommitError::Failed(e.to_string())
+        })
+    }
+
+    /// Takes the slot's log out (opening it if needed); the caller puts it back.
+    async fn open_log(&self, slot: &Slot) -> Result<PartitionLog<DmaStorage>, String> {
+        if let Some(log) = slot.log.borrow_mut().take() {
+            return Ok(log);
+        }
+        if let Some(at) = slot.retry_open_at.get() {
+            if Instant::now() < at {
+                return Err("partition log failed recently; retrying shortly".into());
+            }
+        }
+        let dir = super::partition_dir(&slot.topic, slot.incarnation, slot.partition);
+        match PartitionLog::open(self.storage.clone(), &dir, self.config.clone()).await {
+            Ok(log) => {
+                slot.retry_open_at.set(None);
+                Ok(log)
+            }
+            Err(e) => {
+                tracing::error!(%dir, error = %e, "cannot open partition log");
+                slot.retry_open_at
+                    .set(Some(Instant::now() + REOPEN_BACKOFF));
+                Err(format!("cannot open partition log {dir}: {e}"))
+            }
+        }
+    }
+
+    /// Runs `f` on the partition's log under its lock.
+    async fn with_log<T>(
+        self: &Rc<Self>,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        f: impl AsyncFnOnce(&mut PartitionLog<DmaStorage>) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
+        if !self.is_live(topic, incarnation, partition) {
+            return Err(ReadError::NotFound);
+        }
+        let slot = self.slot(topic, incarnation, partition);
+        let _permit = slot.lock.acquire_permit(1).await;
+        if slot.retired.get() {
+            return Err(ReadError::NotFound);
+        }
+        let mut log = self.open_log(&slot).await.map_err(ReadError::Failed)?;
+        let result = f(&mut log).await;
+        *slot.log.borrow_mut() = Some(log);
+        result
+    }
+
+    /// Reads records from `from`, below the high watermark.
+    pub async fn read(
+        self: &Rc<Self>,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        from: Offset,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<ReadBatch, ReadError> {
+        self.with_log(topic, incarnation, partition, async |log| {
+            log.read(from, max_records, max_bytes)
+                .await
+                .map_err(|e| match e {
+                    LogError::AgedOut { oldest, .. } => ReadError::AgedOut { oldest },
+                    other => ReadError::Failed(other.to_string()),
+                })
+        })
+        .await
+    }
+
+    /// The partition's shape.
+    pub async fn stats(
+        self: &Rc<Self>,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+    ) -> Result<PartitionStats, ReadError> {
+        self.with_log(topic, incarnation, partition, async |log| {
+            let stats = log.stats();
+            Ok(PartitionStats {
+                partition,
+                oldest_offset: stats.oldest_offset,
+                next_offset: stats.next_offset,
+                segments: stats.segment_count,
+                size_bytes: stats.size_bytes,
+            })
+        })
+        .await
+    }
+
+    /// Closes every log of `incarnation`; later commits to it are refused.
+    pub async fn purge(&self, incarnation: IncarnationId) {
+        let retired: Vec<Rc<Slot>> = {
+            let mut slots = self.slots.borrow_mut();
+            let keys: Vec<SlotKey> = slots
+                .keys()
+                .filter(|(id, _)| *id == incarnation)
+                .copied()
+                .collect();
+            keys.iter().filter_map(|k| slots.remove(k)).collect()
+        };
+        for slot in retired {
+            slot.retired.set(true);
+            let _permit = slot.lock.acquire_permit(1).await;
+            let log = slot.log.borrow_mut().take();
+            if let Some(log) = log {
+                if let Err(e) = log.close().await {
+                    tracing::warn!(topic = %slot.topic, error = %e, "closing a deleted topic's log failed");
+                }
+            }
+        }
+    }
+
+    /// Closes every open log (shutdown).
+    pub async fn close_all(&self) {
+        let slots: Vec<Rc<Slot>> = self.slots.borrow_mut().drain().map(|(_, s)| s).collect();
+        for slot in slots {
+            slot.retired.set(true);
+            let _permit = slot.lock.acquire_permit(1).await;
+            let log = slot.log.borrow_mut().take();
+            if let Some(log) = log {
+                let _ = log.close().await;
+            }
+        }
+    }
+}

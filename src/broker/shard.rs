@@ -1,0 +1,297 @@
+//! The per-shard context every route and task of a shard uses, the mesh receive
+//! loops, and the calls that reach a partition wherever its owner is.
+//!
+//! Which cores: one `Shard` per shard thread, behind an `Rc`. A call for a partition
+//! this shard owns goes straight to its [`Owner`]; any other goes to the owning
+//! shard as an [`Op`] and waits for the answer on a oneshot channel. The receive
+//! loops never wait on a partition: they hand each op to the owner (which queues
+//! commits and spawns reads), so a slow partition holds up only itself.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Poll, Waker};
+
+use futures_channel::oneshot;
+use glommio::channels::shared_channel::ConnectedReceiver;
+use narad_io::dma::DmaStorage;
+use narad_io::mesh::MeshLink;
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use narad_shards::log::ReadBatch;
+use narad_shards::wal::Wal;
+
+use super::ops::{CommitError, CommitReply, Op, OwnedRecord, PartitionStats, ReadError};
+use super::owner::Owner;
+use crate::control::{ControlClient, MetaView};
+use crate::partition::RoundRobin;
+
+/// A one-slot wake-up between tasks of one shard.
+#[derive(Default)]
+pub struct Notify {
+    set: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Notify {
+    pub fn notify(&self) {
+        self.set.set(true);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// Waits until notified since the last wait returned.
+    pub async fn wait(&self) {
+        std::future::poll_fn(|cx| {
+            if self.set.replace(false) {
+                return Poll::Ready(());
+            }
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+/// One shard's broker state.
+pub struct Shard {
+    pub index: usize,
+    pub shards: usize,
+    pub meta: Rc<MetaView>,
+    pub control: ControlClient,
+    pub wal: Wal<DmaStorage>,
+    pub owner: Rc<Owner>,
+    pub mesh: MeshLink<Op>,
+    pub round_robin: RefCell<RoundRobin>,
+    pub storage: DmaStorage,
+    /// The node's data directory (absolute).
+    pub data_dir: std::path::PathBuf,
+    /// Set when the node stops; [`Shard::stop_notify`] wakes the tasks that watch it.
+    pub stopping: Cell<bool>,
+    pub stop_notify: Notify,
+}
+
+impl Shard {
+    /// The shard that owns a partition.
+    pub fn owner_of(&self, id: IncarnationId, partition: PartitionId) -> usize {
+        super::owner_shard(id, partition, self.shards)
+    }
+
+    /// Commits records to a partition, wherever its owner is.
+    pub async fn commit(
+        &self,
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        records: Vec<OwnedRecord>,
+    ) -> CommitReply {
+        let (reply, answer) = oneshot::channel();
+        let owner = self.owner_of(incarnation, partition);
+        if owner == self.index {
+            self.owner
+                .commit(topic, incarnation, partition, records, reply);
+        } else {
+            let op = Op::Commit {
+                topic,
+                incarnation,
+                partition,
+                records,
+                reply,
+            };
+            self.send(owner, op).await;
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| Err(CommitError::Failed("the owner shard stopped".into())))
+    }
+
+    /// Reads a partition from `from`, wherever its owner is.
+    pub async fn read(
+        &self,
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        from: Offset,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<ReadBatch, ReadError> {
+        let owner = self.owner_of(incarnation, partition);
+        if owner == self.index {
+            return self
+                .owner
+                .read(&topic, incarnation, partition, from, max_records, max_bytes)
+                .await;
+        }
+        let (reply, answer) = oneshot::channel();
+        self.send(
+            owner,
+            Op::Read {
+                topic,
+                incarnation,
+                partition,
+                from,
+                max_records,
+                max_bytes,
+                reply,
+            },
+        )
+        .await;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(ReadError::Failed("the owner shard stopped".into())))
+    }
+
+    /// Stats of every partition of a topic, asking each owner shard once.
+    pub async fn stats(
+        &self,
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        partitions: u32,
+    ) -> Vec<Result<PartitionStats, ReadError>> {
+        let mut by_shard: Vec<Vec<PartitionId>> = vec![Vec::new(); self.shards];
+        for p in 0..partitions {
+            by_shard[self.owner_of(incarnation, PartitionId(p))].push(PartitionId(p));
+        }
+        let mut answers = Vec::new();
+        for (shard, list) in by_shard.into_iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            if shard == self.index {
+                let owner = self.owner.clone();
+                let topic = topic.clone();
+                answers.push(Box::pin(async move {
+                    let mut out = Vec::new();
+                    for p in list {
+                        out.push(owner.stats(&topic, incarnation, p).await);
+                    }
+                    out
+                })
+                    as std::pin::Pin<Box<dyn Future<Output = _>>>);
+            } else {
+                let (reply, answer) = oneshot::channel();
+                let failed = list.clone();
+                self.send(
+                    shard,
+                    Op::Stats {
+                        topic: topic.clone(),
+                        incarnation,
+                        partitions: list,
+                        reply,
+                    },
+                )
+                .await;
+                answers.push(Box::pin(async move {
+                    answer.await.unwrap_or_else(|_| {
+                        failed
+                            .iter()
+                            .map(|_| Err(ReadError::Failed("the owner shard stopped".into())))
+                            .collect()
+                    })
+                }));
+            }
+        }
+        let mut all = Vec::new();
+        for answer in answers {
+            all.extend(answer.await);
+        }
+        all.sort_by_key(|r| match r {
+            Ok(s) => s.partition.0,
+            Err(_) => u32::MAX,
+        });
+        all
+    }
+
+    /// Closes the incarnation's logs on every shard; returns when all have.
+    pub async fn purge_everywhere(&self, topic: Arc<str>, incarnation: IncarnationId) {
+        let mut answers = Vec::new();
+        for shard in (0..self.shards).filter(|&s| s != self.index) {
+            let (reply, answer) = oneshot::channel();
+            self.send(
+                shard,
+                Op::Purge {
+                    topic: topic.clone(),
+                    incarnation,
+                    reply,
+                },
+            )
+            .await;
+            answers.push(answer);
+        }
+        self.owner.purge(incarnation).await;
+        for answer in answers {
+            let _ = answer.await;
+        }
+    }
+
+    /// Sends an op; a stopped peer drops it, which its caller sees as a failure.
+    async fn send(&self, to: usize, op: Op) {
+        // A failed send drops the op and its reply sender with it.
+        let _ = self.mesh.send(to, op).await;
+    }
+}
+
+/// Serves the ops one peer shard sends, until that peer stops.
+pub async fn receive_loop(shard: Rc<Shard>, receiver: ConnectedReceiver<Op>) {
+    while let Some(op) = receiver.recv().await {
+        match op {
+            Op::Commit {
+                topic,
+                incarnation,
+                partition,
+                records,
+                reply,
+            } => {
+                if shard.owner_of(incarnation, partition) != shard.index {
+                    let _ = reply.send(Err(CommitError::NotOwner));
+                } else {
+                    shard
+                        .owner
+                        .commit(topic, incarnation, partition, records, reply);
+                }
+            }
+            Op::Read {
+                topic,
+                incarnation,
+                partition,
+                from,
+                max_records,
+                max_bytes,
+                reply,
+            } => {
+                let owner = shard.owner.clone();
+                narad_io::rt::spawn_local(async move {
+                    let result = owner
+                        .read(&topic, incarnation, partition, from, max_records, max_bytes)
+                        .await;
+                    let _ = reply.send(result);
+                });
+            }
+            Op::Stats {
+                topic,
+                incarnation,
+                partitions,
+                reply,
+            } => {
+                let owner = shard.owner.clone();
+                narad_io::rt::spawn_local(async move {
+                    let mut out = Vec::with_capacity(partitions.len());
+                    for p in partitions {
+                        out.push(owner.stats(&topic, incarnation, p).await);
+                    }
+                    let _ = reply.send(out);
+                });
+            }
+            Op::Purge {
+                incarnation, reply, ..
+            } => {
+                let owner = shard.owner.clone();
+                narad_io::rt::spawn_local(async move {
+                    owner.purge(incarnation).await;
+                    let _ = reply.send(());
+                });
+            }
+        }
+    }
+}

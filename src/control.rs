@@ -1,0 +1,157 @@
+//! The control plane of one node: the metadata state machine, its durable store,
+//! and the snapshot every shard reads.
+//!
+//! Which threads: one control thread owns the [`MetaStore`] and the
+//! [`MetaState`]. Shards send it commands ([`ControlClient::propose`]) and await
+//! the answer; the thread logs each command durably (blocking file I/O, which is
+//! why it is not on a shard's executor), applies it, publishes the new state as an
+//! immutable snapshot, and only then answers.
+//!
+//! Publishing: the snapshot sits behind an `RwLock` next to an atomic version.
+//! A shard keeps its own `Arc` of the snapshot ([`MetaView`]) and compares one
+//! atomic load against its copy's version on each use; only when the version moved
+//! does it take the read lock, once, to install the new snapshot. So the per-request
+//! cost is one uncontended atomic load, and the lock is touched once per metadata
+//! change per shard, never per message.
+//!
+//! Read your writes: the control thread publishes before it answers, and every
+//! shard checks the version at the start of every use, so once a create, alter or
+//! delete has been answered, the next request on any connection of any shard sees
+//! it. A delete also purges the topic on every shard over the mesh before it is
+//! answered (see `broker::topics`).
+//!
+//! The cluster issue puts the command log under Raft: the state machine
+//! ([`MetaState::apply`]) is already separate from its storage.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use futures_channel::oneshot;
+
+use crate::meta::{Applied, Command, MetaError, MetaState, MetaStore};
+
+/// What the shards read: the latest applied state.
+#[derive(Debug)]
+pub struct Published {
+    version: AtomicU64,
+    state: RwLock<Arc<MetaState>>,
+}
+
+impl Published {
+    fn new(state: MetaState) -> Self {
+        Published {
+            version: AtomicU64::new(state.version),
+            state: RwLock::new(Arc::new(state)),
+        }
+    }
+
+    fn publish(&self, state: MetaState) {
+        let version = state.version;
+        *self.state.write().expect("metadata lock poisoned") = Arc::new(state);
+        self.version.store(version, Ordering::Release);
+    }
+
+    fn load(&self) -> Arc<MetaState> {
+        self.state.read().expect("metadata lock poisoned").clone()
+    }
+}
+
+/// One shard's view of the metadata: its own copy of the latest snapshot.
+pub struct MetaView {
+    published: Arc<Published>,
+    current: std::cell::RefCell<Arc<MetaState>>,
+}
+
+impl MetaView {
+    pub fn new(published: Arc<Published>) -> Self {
+        let current = std::cell::RefCell::new(published.load());
+        MetaView { published, current }
+    }
+
+    /// The latest published snapshot.
+    pub fn snapshot(&self) -> Arc<MetaState> {
+        let version = self.published.version.load(Ordering::Acquire);
+        let mut current = self.current.borrow_mut();
+        if current.version != version {
+            *current = self.published.load();
+        }
+        current.clone()
+    }
+}
+
+type Reply = oneshot::Sender<Result<Applied, MetaError>>;
+
+enum Request {
+    Propose(Command, Reply),
+    Stop,
+}
+
+/// A handle the shards use to propose commands. Clones share the thread.
+#[derive(Clone)]
+pub struct ControlClient {
+    requests: std::sync::mpsc::Sender<Request>,
+}
+
+impl ControlClient {
+    /// Logs and applies `command`; answers after every shard can see the result.
+    pub async fn propose(&self, command: Command) -> Result<Applied, MetaError> {
+        let (tx, rx) = oneshot::channel();
+        self.requests
+            .send(Request::Propose(command, tx))
+            .map_err(|_| MetaError::Io("the control plane has stopped".into()))?;
+        rx.await
+            .map_err(|_| MetaError::Io("the control plane has stopped".into()))?
+    }
+}
+
+/// The running control plane.
+pub struct Control {
+    pub published: Arc<Published>,
+    pub client: ControlClient,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Control {
+    /// Opens (and so recovers) the store in `dir` and starts the control thread.
+    pub fn start(dir: PathBuf) -> Result<Control, String> {
+        let (mut store, state) = MetaStore::open(&dir)
+            .map_err(|e| format!("cannot open the metadata store in {}: {e}", dir.display()))?;
+        tracing::info!(
+            topics = state.topics.len(),
+            version = state.version,
+            "metadata recovered"
+        );
+        let published = Arc::new(Published::new(state.clone()));
+        let (tx, rx) = std::sync::mpsc::channel::<Request>();
+        let thread = {
+            let published = published.clone();
+            let mut state = state;
+            std::thread::Builder::new()
+                .name("control".into())
+                .spawn(move || {
+                    while let Ok(Request::Propose(command, reply)) = rx.recv() {
+                        let outcome = store.propose(&mut state, command);
+                        if outcome.is_ok() {
+                            published.publish(state.clone());
+                        }
+                        let _ = reply.send(outcome);
+                    }
+                })
+                .map_err(|e| format!("cannot start the control thread: {e}"))?
+        };
+        Ok(Control {
+            published,
+            client: ControlClient { requests: tx },
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the control thread; later proposals fail.
+    pub fn stop(mut self) {
+        let _ = self.client.requests.send(Request::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

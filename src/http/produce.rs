@@ -1,0 +1,174 @@
+//! Produce routes: `POST /v1/topics/{topic}/produce` and `.../produce/batch`.
+//!
+//! The accept stage of the produce path: validate, pick each record's partition
+//! from this shard's metadata snapshot (explicit `partition`, else FNV-1a of the
+//! key, else this shard's round-robin for the topic), stage into this shard's own
+//! ingress WAL, and answer 202 once the group commit holding the record (the last
+//! record, for a batch) is fsynced. Nothing here waits on a partition owner: the
+//! dispatcher commits the records in the background.
+//!
+//! Errors: 400 bad input (nothing staged), 404 unknown topic, 413 too large, 415 bad
+//! `Content-Encoding`, 500 when the WAL has latched after a disk failure (until
+//! restart), 503 while stopping or when the node's batch body budget is full.
+//!
+//! Which cores: the shard that accepted the connection; no cross-shard hop.
+
+use bytes::Bytes;
+use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+use hyper::{Request, Response, StatusCode};
+use narad_shards::ids::PartitionId;
+use narad_shards::wal::{IngressRecord, WalError};
+
+use super::produce_input::{self, BATCH_BODY_BYTES_MAX, PAYLOAD_BYTES_MAX};
+use super::response::{self, read_body, Body};
+use super::routes::Api;
+use crate::broker::Shard;
+use crate::meta::TopicRecord;
+
+fn not_found(topic: &str) -> Response<Body> {
+    response::error(StatusCode::NOT_FOUND, &format!("topic {topic:?} not found"))
+}
+
+fn accepted_empty() -> Response<Body> {
+    let mut response = Response::new(Body::default());
+    *response.status_mut() = StatusCode::ACCEPTED;
+    response
+}
+
+/// The answer to a failed WAL append.
+fn wal_error(topic: &str, e: &WalError) -> Response<Body> {
+    match e {
+        WalError::Invalid(why) => response::error(StatusCode::BAD_REQUEST, why),
+        WalError::Closed => response::draining(),
+        other => {
+            tracing::error!(topic, error = %other, "http server error: produce not accepted");
+            response::error(StatusCode::INTERNAL_SERVER_ERROR, &other.to_string())
+        }
+    }
+}
+
+/// Picks the partition of one record.
+fn choose(shard: &Shard, topic: &TopicRecord, explicit: Option<u32>, key: Option<&[u8]>) -> u32 {
+    match (explicit, key) {
+        (Some(p), _) => p,
+        (None, Some(key)) => crate::partition::key_partition(key, topic.partitions),
+        (None, None) => shard
+            .round_robin
+            .borrow_mut()
+            .next(topic.id.0, topic.partitions),
+    }
+}
+
+pub async fn single<B>(shard: &Shard, topic: &str, request: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let snapshot = shard.meta.snapshot();
+    let Some(record) = snapshot.topics.get(topic).cloned() else {
+        return not_found(topic);
+    };
+    let query = match produce_input::parse_produce_query(request.uri().query()) {
+        Ok(query) => query,
+        Err(message) => return response::error(StatusCode::BAD_REQUEST, &message),
+    };
+    if let Some(p) = query.partition {
+        if let Err(message) = produce_input::check_partition(p, record.partitions) {
+            return response::error(StatusCode::BAD_REQUEST, &message);
+        }
+    }
+    let payload = match read_body(request.into_body(), PAYLOAD_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if payload.is_empty() {
+        return response::error(StatusCode::BAD_REQUEST, "empty message");
+    }
+    let key = query.key.as_deref();
+    let partition = choose(shard, &record, query.partition, key);
+    let ingress = IngressRecord {
+        topic,
+        incarnation: record.id,
+        partition: PartitionId(partition),
+        accept_time_ms: narad_io::rt::unix_ms(),
+        key,
+        payload: &payload,
+    };
+    match shard.wal.append(&ingress).await {
+        Ok(_) => accepted_empty(),
+        Err(e) => wal_error(topic, &e),
+    }
+}
+
+pub async fn batch<B>(api: &Api, shard: &Shard, topic: &str, request: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let snapshot = shard.meta.snapshot();
+    let Some(record) = snapshot.topics.get(topic).cloned() else {
+        return not_found(topic);
+    };
+    if let Err(message) = produce_input::batch_query_check(request.uri().query()) {
+        return response::error(StatusCode::BAD_REQUEST, &message);
+    }
+    let encoding = request
+        .headers()
+        .get(CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
+    // Reserve the body's room in the node's budget before reading it.
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BATCH_BODY_BYTES_MAX as u64) {
+        return response::error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
+    }
+    let reserve = declared.unwrap_or(BATCH_BODY_BYTES_MAX as u64);
+    let Some(_permit) = api.node.try_reserve_batch_bytes(reserve) else {
+        let mut answer = response::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "batch produce budget full (http.max_batch_body_bytes_in_flight); retry shortly",
+        );
+        answer.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("1"),
+        );
+        return answer;
+    };
+    let body: Bytes = match read_body(request.into_body(), BATCH_BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let records = match produce_input::decode_batch(&body, encoding.as_deref(), record.partitions) {
+        Ok(records) => records,
+        Err(refusal) => {
+            let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
+            return response::error(status, &refusal.message);
+        }
+    };
+    drop(body);
+    let accept_time_ms = narad_io::rt::unix_ms();
+    let ingress: Vec<IngressRecord<'_>> = records
+        .iter()
+        .map(|r| {
+            let key = r.key.as_deref();
+            IngressRecord {
+                topic,
+                incarnation: record.id,
+                partition: PartitionId(choose(shard, &record, r.partition, key)),
+                accept_time_ms,
+                key,
+                payload: &r.payload,
+            }
+        })
+        .collect();
+    match shard.wal.append_many(&ingress).await {
+        Ok(_) => response::json(
+            StatusCode::ACCEPTED,
+            &serde_json::json!({ "accepted": ingress.len() }),
+        ),
+        Err(e) => wal_error(topic, &e),
+    }
+}

@@ -1,0 +1,262 @@
+//! Topic routes: `POST /v1/topics`, `GET /v1/topics`, and `GET`, `PATCH`, `DELETE`
+//! on `/v1/topics/{topic}`.
+//!
+//! Validation is `crate::meta`'s (the reference's rules); this module reads bodies,
+//! proposes commands to the control plane and shapes the answers. Every change is
+//! answered after the control plane published it, so the next request on any shard
+//! sees it. A delete is answered after every shard closed the topic's logs and its
+//! data directory was set aside; the directory is then removed in the background.
+//!
+//! Which cores: any shard; reads come from the shard's own metadata snapshot, stats
+//! from the shards that own the partitions.
+
+use std::sync::Arc;
+
+use hyper::{Request, Response, StatusCode};
+use narad_shards::ids::{IncarnationId, PartitionId};
+
+use super::response::{self, read_body, Body, REQUEST_BODY_BYTES_MAX};
+use super::routes::Api;
+use crate::broker::ops::ReadError;
+use crate::broker::Shard;
+use crate::meta::{self, Applied, Command, MetaError};
+
+/// The most topics one page lists.
+const LIST_LIMIT_MAX: usize = 1_000;
+const LIST_LIMIT_DEFAULT: usize = 100;
+
+pub fn meta_error(e: &MetaError) -> Response<Body> {
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response::error(status, &e.to_string())
+}
+
+fn not_found(topic: &str) -> Response<Body> {
+    response::error(StatusCode::NOT_FOUND, &format!("topic {topic:?} not found"))
+}
+
+pub async fn create<B>(api: &Api, shard: &Shard, request: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let body = match read_body(request.into_body(), REQUEST_BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let id = IncarnationId(rand::random::<u128>());
+    let now_s = narad_io::rt::unix_ms() / 1000;
+    let command = match meta::parse_create(&body, &api.topic_defaults, id, now_s) {
+        Ok(command) => command,
+        Err(e) => return meta_error(&e),
+    };
+    match shard.control.propose(command).await {
+        Ok(Applied::Created(record)) => {
+            tracing::info!(topic = %record.name, id = %record.id, partitions = record.partitions, "topic created");
+            response::json(StatusCode::CREATED, &meta::topic_json(&record))
+        }
+        Ok(other) => unexpected(&other),
+        Err(e) => meta_error(&e),
+    }
+}
+
+fn unexpected(applied: &Applied) -> Response<Body> {
+    tracing::error!(
+        ?applied,
+        "the control plane answered another change than asked"
+    );
+    response::error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+}
+
+pub fn list(shard: &Shard, query: Option<&str>) -> Response<Body> {
+    let mut limit = LIST_LIMIT_DEFAULT;
+    let mut token = String::new();
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        match &*name {
+            "limit" => match value.parse::<i64>() {
+                Ok(n) if n > 0 => limit = (n as usize).min(LIST_LIMIT_MAX),
+                _ => {
+                    return response::error(
+                        StatusCode::BAD_REQUEST,
+                        "limit must be a positive integer",
+                    )
+                }
+            },
+            "page_token" => token = value.into_owned(),
+            _ => {}
+        }
+    }
+    let snapshot = shard.meta.snapshot();
+    let (topics, next) = snapshot.list(limit, &token);
+    let topics: Vec<serde_json::Value> = topics.iter().map(|t| meta::topic_json(t)).collect();
+    response::json(
+        StatusCode::OK,
+        &serde_json::json!({ "topics": topics, "next_page_token": next }),
+    )
+}
+
+pub async fn get(shard: &Shard, topic: &str, query: Option<&str>) -> Response<Body> {
+    if let Err(e) = meta::validate_topic_name(topic) {
+        return meta_error(&e);
+    }
+    let mut only: Option<u32> = None;
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if name == "partition" {
+            match value.parse::<u32>() {
+                Ok(p) if only.is_none() => only = Some(p),
+                _ => {
+                    return response::error(
+                        StatusCode::BAD_REQUEST,
+                        "partition must be one non-negative integer",
+                    )
+                }
+            }
+        }
+    }
+    let snapshot = shard.meta.snapshot();
+    let Some(record) = snapshot.topics.get(topic).cloned() else {
+        return not_found(topic);
+    };
+    if let Some(p) = only {
+        if p >= record.partitions {
+            return response::error(StatusCode::BAD_REQUEST, "partition out of range");
+        }
+    }
+    let name: Arc<str> = Arc::from(topic);
+    let stats = shard.stats(name, record.id, record.partitions).await;
+    let mut partial = false;
+    let mut partition_stats = Vec::new();
+    for (index, stat) in stats.into_iter().enumerate() {
+        let index = index as u32;
+        if only.is_some_and(|p| p != index) {
+            continue;
+        }
+        partition_stats.push(match stat {
+            Ok(s) => serde_json::json!({
+                "index": s.partition.0,
+                "segments": s.segments,
+                "oldest_offset": s.oldest_offset.0,
+                "next_offset": s.next_offset.0,
+                "high_watermark": s.next_offset.0,
+                "size_bytes": s.size_bytes,
+                "owner_node": "local",
+                "status": "ok",
+            }),
+            Err(e) => {
+                partial = true;
+                tracing::warn!(topic, partition = index, error = ?e, "partition stats unavailable");
+                serde_json::json!({
+                    "index": index,
+                    "owner_node": "local",
+                    "status": "owner_unavailable",
+                    "owner_liveness": "unknown",
+                })
+            }
+        });
+    }
+    let mut body = meta::topic_json(&record);
+    if let Some(object) = body.as_object_mut() {
+        object.insert("schema_version".into(), 0.into());
+        object.insert("schema".into(), serde_json::Value::Null);
+        object.insert("partition_stats".into(), partition_stats.into());
+        object.insert("partial".into(), partial.into());
+    }
+    response::json(StatusCode::OK, &body)
+}
+
+pub async fn alter<B>(api: &Api, shard: &Shard, topic: &str, request: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    if let Err(e) = meta::validate_topic_name(topic) {
+        return meta_error(&e);
+    }
+    let body = match read_body(request.into_body(), REQUEST_BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let snapshot = shard.meta.snapshot();
+    let Some(current) = snapshot.topics.get(topic).cloned() else {
+        return not_found(topic);
+    };
+    let command = match meta::parse_alter(&body, &current, &api.topic_defaults) {
+        Ok(command) => command,
+        Err(e) => return meta_error(&e),
+    };
+    match shard.control.propose(command).await {
+        Ok(Applied::Altered { new, .. }) => {
+            tracing::info!(topic, "topic altered");
+            response::json(StatusCode::OK, &meta::topic_json(&new))
+        }
+        Ok(other) => unexpected(&other),
+        Err(e) => meta_error(&e),
+    }
+}
+
+pub async fn delete(shard: &Shard, topic: &str) -> Response<Body> {
+    if let Err(e) = meta::validate_topic_name(topic) {
+        return meta_error(&e);
+    }
+    let snapshot = shard.meta.snapshot();
+    let Some(current) = snapshot.topics.get(topic).cloned() else {
+        return not_found(topic);
+    };
+    let command = Command::DeleteTopic {
+        name: topic.to_string(),
+        id: current.id,
+    };
+    match shard.control.propose(command).await {
+        Ok(Applied::Deleted(record)) => {
+            shard.purge_everywhere(Arc::from(topic), record.id).await;
+            if let Err(e) = set_aside(shard, topic, record.id) {
+                tracing::error!(topic, error = %e, "cannot set a deleted topic's data aside; it is removed at the next start");
+            }
+            tracing::info!(topic, id = %record.id, "topic deleted");
+            let mut response = response::json(StatusCode::NO_CONTENT, &serde_json::Value::Null);
+            *response.body_mut() = Body::default();
+            response.headers_mut().remove(hyper::header::CONTENT_TYPE);
+            response
+        }
+        Ok(other) => unexpected(&other),
+        Err(e) => meta_error(&e),
+    }
+}
+
+/// Renames the incarnation's directory out of the way, then removes it on a
+/// background thread (it may hold gigabytes).
+fn set_aside(shard: &Shard, topic: &str, id: IncarnationId) -> std::io::Result<()> {
+    let root = shard
+        .data_dir
+        .join(crate::broker::incarnation_dir(topic, id));
+    if !root.exists() {
+        return Ok(());
+    }
+    let aside = root.with_extension("deleted");
+    std::fs::rename(&root, &aside)?;
+    std::thread::Builder::new()
+        .name("remove-topic".into())
+        .spawn(move || {
+            if let Err(e) = std::fs::remove_dir_all(&aside) {
+                tracing::warn!(dir = %aside.display(), error = %e, "cannot remove a deleted topic's data");
+            }
+        })?;
+    Ok(())
+}
+
+/// Maps a read failure of one partition to an answer.
+pub fn read_error(topic: &str, partition: PartitionId, e: &ReadError) -> Response<Body> {
+    match e {
+        ReadError::NotFound => not_found(topic),
+        ReadError::AgedOut { oldest } => response::error(
+            StatusCode::GONE,
+            &format!(
+                "offset is below the oldest retained offset {} of partition {}",
+                oldest.0, partition.0
+            ),
+        ),
+        ReadError::Failed(why) => {
+            tracing::error!(topic, partition = partition.0, error = %why, "partition read failed");
+            response::error(StatusCode::INTERNAL_SERVER_ERROR, "partition read failed")
+        }
+    }
+}
