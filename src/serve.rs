@@ -28,10 +28,12 @@ use narad_io::net::StopReceiver;
 use narad_shards::log::LogConfig;
 use narad_shards::wal::{Wal, WalConfig};
 
-use crate::broker::dispatch::{self, Mode};
+use narad_io::rt::Notify;
+use narad_shards::produce::{driver, DriverConfig, Mode};
+
+use crate::broker::env::ShardEnv;
 use crate::broker::ops::Op;
-use crate::broker::owner::Owner;
-use crate::broker::shard::{receive_loop, Notify};
+use crate::broker::shard::{receive_loop, Owner};
 use crate::broker::Shard;
 use crate::config::{Config, Flags, TopicDefaults};
 use crate::control::{Control, ControlClient, MetaView, Published};
@@ -223,7 +225,18 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         "ingress WAL recovered"
     );
     let meta = Rc::new(MetaView::new(published));
-    let owner = Owner::new(storage.clone(), LogConfig::default(), meta.clone());
+    let live = {
+        let meta = meta.clone();
+        Box::new(
+            move |topic: &str, id, partition: narad_shards::ids::PartitionId| {
+                meta.snapshot()
+                    .topics
+                    .get(topic)
+                    .is_some_and(|t| t.id == id && partition.0 < t.partitions)
+            },
+        )
+    };
+    let owner = Owner::new(storage.clone(), LogConfig::default(), live);
     let shard = Rc::new(Shard {
         index,
         shards,
@@ -241,20 +254,29 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     for (_, receiver) in receivers {
         narad_io::rt::spawn_local(receive_loop(shard.clone(), receiver));
     }
-    let mut dispatchers = vec![narad_io::rt::spawn_local(dispatch::run(
-        shard.clone(),
+    let env = Rc::new(ShardEnv(shard.clone()));
+    let mut dispatchers = vec![narad_io::rt::spawn_local(driver::run(
+        env.clone(),
         wal.clone(),
         dir.clone(),
         Mode::Own,
+        DriverConfig::default(),
     ))];
     let mut failed = None;
     for old in leftovers {
         let old_dir = format!("ingress/shard-{old}");
         match Wal::open(storage.clone(), &old_dir, wal_config.clone()).await {
             Ok(old_wal) => {
-                let shard = shard.clone();
+                let env = env.clone();
                 dispatchers.push(narad_io::rt::spawn_local(async move {
-                    dispatch::run(shard, old_wal.clone(), old_dir, Mode::Drain).await;
+                    driver::run(
+                        env,
+                        old_wal.clone(),
+                        old_dir,
+                        Mode::Drain,
+                        DriverConfig::default(),
+                    )
+                    .await;
                     old_wal.close().await;
                 }));
             }

@@ -80,3 +80,63 @@ pub fn raise_memlock_limit() -> u64 {
     }
     limit.rlim_cur
 }
+
+/// A one-slot wake-up between tasks of one shard: [`Notify::notify`] marks it and
+/// wakes the task waiting, if any; [`Notify::wait`] returns once it is marked and
+/// clears the mark. One waiter at a time.
+#[derive(Default)]
+pub struct Notify {
+    set: std::cell::Cell<bool>,
+    waker: std::cell::RefCell<Option<std::task::Waker>>,
+}
+
+impl Notify {
+    pub fn notify(&self) {
+        self.set.set(true);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    /// Waits until notified since the last wait returned.
+    pub async fn wait(&self) {
+        std::future::poll_fn(|cx| {
+            if self.set.replace(false) {
+                return std::task::Poll::Ready(());
+            }
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
+
+/// An async lock for tasks of one shard (a semaphore of one), fair in arrival order.
+pub struct LocalLock {
+    semaphore: glommio::sync::Semaphore,
+}
+
+/// Held while the lock is taken.
+pub struct LocalGuard<'a> {
+    _permit: glommio::sync::Permit<'a>,
+}
+
+impl Default for LocalLock {
+    fn default() -> Self {
+        LocalLock {
+            semaphore: glommio::sync::Semaphore::new(1),
+        }
+    }
+}
+
+impl LocalLock {
+    /// Waits for the lock.
+    pub async fn lock(&self) -> LocalGuard<'_> {
+        let permit = self
+            .semaphore
+            .acquire_permit(1)
+            .await
+            .expect("a LocalLock is never closed");
+        LocalGuard { _permit: permit }
+    }
+}

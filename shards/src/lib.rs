@@ -11,6 +11,8 @@
 //!   compaction, recovery, the failure latch.
 //! - [`dispatch`]: the produce dispatcher's state machine (sans-IO): which WAL
 //!   records go to which partition commit, and the checkpoint.
+//! - [`produce`]: the dispatch task and the commit combiner: from a durable WAL
+//!   record to a verified, visible partition record.
 //! - [`testkit`]: self-checking payloads for crash tests.
 //! - [`log`]: the partition log: CRC-framed batches, commit durable (append,
 //!   fdatasync, read back, verify, advance the high watermark), recovery, index,
@@ -32,5 +34,6 @@ compile_error!(
 pub mod dispatch;
 pub mod ids;
 pub mod log;
+pub mod produce;
 pub mod testkit;
 pub mod wal;

@@ -6,6 +6,9 @@
 //! (bounded lock-free channels, `narad_io::mesh`), with a oneshot channel for the
 //! answer; the same ops will travel between nodes in the cluster issue.
 //!
+//! The partitions a shard owns and its dispatch task are
+//! `narad_shards::produce::{Owner, driver}`, generic over storage.
+//!
 //! Placement: partition `p` of a topic with incarnation id `id` lives on shard
 //! `(fnv1a32(id) + p) mod shards` ([`owner_shard`]), so a topic's partitions spread
 //! over the shards and a restart with another shard count only re-maps them: data on
@@ -13,16 +16,14 @@
 //!
 //! Map:
 //! - [`ops`]: the mesh ops and their answers.
-//! - [`owner`]: the partitions this shard owns: opening logs, the commit combiner,
-//!   reads, stats, purge.
-//! - [`dispatch`]: the driver of the sans-IO dispatcher over this shard's WAL.
+//! - [`env`]: what the dispatch task (`narad_shards::produce::driver`) sees of this
+//!   node: the metadata as a cluster, and where commits go.
 //! - [`shard`]: the per-shard context and the mesh receive loops.
 //! - [`layout`]: the data directory at startup: leftover WALs, orphaned topic data.
 
-pub mod dispatch;
+pub mod env;
 pub mod layout;
 pub mod ops;
-pub mod owner;
 pub mod shard;
 
 pub use shard::Shard;
@@ -36,16 +37,7 @@ pub fn owner_shard(id: IncarnationId, partition: PartitionId, shards: usize) -> 
     ((hash as u64 + partition.0 as u64) % shards as u64) as usize
 }
 
-/// The storage-relative directory of one partition's log: bound to the topic's
-/// incarnation, so a recreated topic never opens its predecessor's data.
-pub fn partition_dir(topic: &str, id: IncarnationId, partition: PartitionId) -> String {
-    format!("topics/{topic}/{id}/p{:05}", partition.0)
-}
-
-/// The storage-relative directory of one topic incarnation.
-pub fn incarnation_dir(topic: &str, id: IncarnationId) -> String {
-    format!("topics/{topic}/{id}")
-}
+pub use narad_shards::produce::{incarnation_dir, partition_dir};
 
 #[cfg(test)]
 mod tests {

@@ -6,58 +6,15 @@
 //! the op (it is stopping) drops the sender, which the caller sees as a failure.
 //!
 //! Records travel as `Bytes`, so handing a batch to another shard moves reference
-//! counts, not payloads.
+//! counts, not payloads. The values themselves are defined next to the combiner,
+//! in `narad_shards::produce`.
 
-use std::ops::Range;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use futures_channel::oneshot;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadBatch;
-
-/// One record on its way to a partition log.
-#[derive(Clone, Debug)]
-pub struct OwnedRecord {
-    pub key: Option<Bytes>,
-    pub payload: Bytes,
-}
-
-/// Why a commit did not happen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CommitError {
-    /// The partition's log failed (I/O, poisoned, read-back mismatch); retry later.
-    Failed(String),
-    /// The owner's metadata holds another incarnation under the name, or none:
-    /// nothing was appended (412 between nodes).
-    IncarnationMismatch,
-    /// This shard does not own the partition (the shard count changed meanwhile).
-    NotOwner,
-}
-
-/// The answer to a commit: the offsets the records took.
-pub type CommitReply = Result<Range<Offset>, CommitError>;
-
-/// Why a read or stats request failed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReadError {
-    /// The topic incarnation is not live here.
-    NotFound,
-    /// The offset is below the oldest retained one.
-    AgedOut { oldest: Offset },
-    /// The log could not be opened or read.
-    Failed(String),
-}
-
-/// One partition's shape, for `partition_stats`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PartitionStats {
-    pub partition: PartitionId,
-    pub oldest_offset: Offset,
-    pub next_offset: Offset,
-    pub segments: usize,
-    pub size_bytes: u64,
-}
+pub use narad_shards::produce::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 
 /// A message between shards.
 pub enum Op {

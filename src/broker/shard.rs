@@ -11,48 +11,22 @@ use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Poll, Waker};
 
 use futures_channel::oneshot;
 use glommio::channels::shared_channel::ConnectedReceiver;
 use narad_io::dma::DmaStorage;
 use narad_io::mesh::MeshLink;
+use narad_io::rt::Notify;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadBatch;
 use narad_shards::wal::Wal;
 
 use super::ops::{CommitError, CommitReply, Op, OwnedRecord, PartitionStats, ReadError};
-use super::owner::Owner;
 use crate::control::{ControlClient, MetaView};
 use crate::partition::RoundRobin;
 
-/// A one-slot wake-up between tasks of one shard.
-#[derive(Default)]
-pub struct Notify {
-    set: Cell<bool>,
-    waker: RefCell<Option<Waker>>,
-}
-
-impl Notify {
-    pub fn notify(&self) {
-        self.set.set(true);
-        if let Some(waker) = self.waker.borrow_mut().take() {
-            waker.wake();
-        }
-    }
-
-    /// Waits until notified since the last wait returned.
-    pub async fn wait(&self) {
-        std::future::poll_fn(|cx| {
-            if self.set.replace(false) {
-                return Poll::Ready(());
-            }
-            *self.waker.borrow_mut() = Some(cx.waker().clone());
-            Poll::Pending
-        })
-        .await
-    }
-}
+/// The partitions a shard owns, on O_DIRECT storage.
+pub type Owner = narad_shards::produce::Owner<DmaStorage>;
 
 /// One shard's broker state.
 pub struct Shard {

@@ -143,6 +143,14 @@ pub(super) async fn open_segments<S: Storage>(
 
 type Recovered<F> = (ActiveSegment<F>, Offset, u64, Vec<Range<Offset>>);
 
+/// The end of the last non-zero byte.
+fn garbage_end(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .rposition(|&b| b != 0)
+        .map_or(0, |p| p as u64 + 1)
+}
+
 /// Scans the active segment for its verified tail and positions the appender
 /// after it.
 async fn recover_active<S: Storage>(
@@ -160,10 +168,33 @@ async fn recover_active<S: Storage>(
     // An active segment never holds more than one segment or one commit plus a
     // preparation chunk; reading more would only read garbage.
     let readable = config.segment_file_bytes_max();
-    let bytes = read_exact_at(&file, 0, size.min(readable) as usize)
+    let read_len = size.min(readable) as usize;
+    let mut bytes = read_exact_at(&file, 0, read_len)
         .await
         .map_err(io_err("read active segment"))?;
-    let scan = scan_tail(&bytes, base, config.index_interval_bytes);
+    let mut scan = scan_tail(&bytes, base, config.index_interval_bytes);
+    // A cut tail or a gap is read again before anything is cut or zeroed: a read
+    // that returned a flipped bit once must not destroy a durable commit. A CRC-valid
+    // frame cannot be made up by a bad read, so the longer verified tail is the true
+    // one.
+    if garbage_end(&bytes) > align_up(scan.data_bytes) || !scan.gaps.is_empty() {
+        let again = read_exact_at(&file, 0, read_len)
+            .await
+            .map_err(io_err("read active segment"))?;
+        if again != bytes {
+            tracing::warn!(
+                dir,
+                "two reads of the active segment differ: the device returned unstable data"
+            );
+            let rescan = scan_tail(&again, base, config.index_interval_bytes);
+            let better = (rescan.data_bytes, std::cmp::Reverse(rescan.gaps.len()))
+                > (scan.data_bytes, std::cmp::Reverse(scan.gaps.len()));
+            if better {
+                bytes = again;
+                scan = rescan;
+            }
+        }
+    }
     let times = |pos: Option<usize>| pos.and_then(|p| frame_commit_ms(&bytes[p..]));
     let first_commit_ms = times(scan.first_frame_pos).map(|t| t.0);
     let last_commit_ms = times(scan.last_frame_pos).map_or(0, |t| t.1);
@@ -171,10 +202,7 @@ async fn recover_active<S: Storage>(
     // Zero what a torn commit left after the tail, so stale frames can never be
     // mistaken for data by a later scan. Losing this write to a crash is harmless:
     // the scan rules already refuse those frames.
-    let garbage_end = bytes
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(0, |p| p as u64 + 1);
+    let garbage_end = garbage_end(&bytes);
     if garbage_end > align_up(data_bytes) {
         let from = align_up(data_bytes);
         let zeros = vec![0u8; (align_up(garbage_end) - from) as usize];

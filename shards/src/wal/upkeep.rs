@@ -56,6 +56,11 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
             // Overwrite at once, so that a process crash keeps the newest value.
             if let Err(e) = file.store(wanted).await {
                 tracing::error!(error = %e, "ingress WAL: cannot store the dispatch checkpoint");
+                // A checkpoint left behind only replays (duplicates) what was already
+                // committed; a closing WAL must not wait for a disk that fails.
+                if closing {
+                    break;
+                }
                 narad_io::rt::sleep(RETRY_DELAY).await;
                 continue;
             }
@@ -72,6 +77,9 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
             }
             if let Err(e) = file.sync().await {
                 tracing::error!(error = %e, "ingress WAL: cannot sync the dispatch checkpoint");
+                if closing {
+                    break;
+                }
                 narad_io::rt::sleep(RETRY_DELAY).await;
                 continue;
             }

@@ -4,7 +4,10 @@
 //! Which cores: every shard runs one for its own WAL, and one for each WAL left by
 //! a shard that no longer exists (a restart with fewer shards), until that WAL is
 //! drained. The task owns the `WalReader` and the bytes of the records the
-//! dispatcher holds; the dispatcher owns the decisions (see `narad_shards::dispatch`).
+//! dispatcher holds; the dispatcher owns the decisions (see [`crate::dispatch`]).
+//! What it needs from the node (metadata, where commits go, the stop signal) comes
+//! through [`DispatchEnv`], so the simulation runs this same task over the
+//! fault-injecting disk.
 //!
 //! One turn: read what the dispatcher's budget allows (each record decoded once, its
 //! key and payload copied into one buffer held until its commit lands or it goes
@@ -21,62 +24,68 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_lite::future::or;
-use narad_io::dma::DmaStorage;
-use narad_shards::dispatch::{
-    Action, Cluster, CommitId, CommitOutcome, DispatchConfig, Dispatcher, Event, OwnerId,
-    RecordRead, TopicMeta,
-};
-use narad_shards::ids::{IncarnationId, PartitionId, Seq};
-use narad_shards::wal::{Wal, WalReader};
+use narad_io::rt::Notify;
+use narad_io::Storage;
 
-use super::ops::{CommitError, OwnedRecord};
-use super::shard::{Notify, Shard};
-use crate::meta::MetaState;
+use super::types::{CommitError, CommitReply, OwnedRecord};
+use crate::dispatch::{
+    Action, Cluster, CommitId, CommitOutcome, DispatchConfig, Dispatcher, Event, RecordRead,
+};
+use crate::ids::{IncarnationId, PartitionId, Seq};
+use crate::wal::{Wal, WalReader};
 
 /// Records read per turn at most.
 const READ_CHUNK_RECORDS: usize = 4_096;
-/// The idle backstop: bounds a missed wake-up.
-const BACKSTOP: Duration = Duration::from_millis(10);
-/// How long a stopping dispatcher waits for its commits in flight.
-const STOP_GRACE: Duration = Duration::from_secs(5);
-/// How long the task pauses after a WAL read error.
-const READ_ERROR_BACKOFF: Duration = Duration::from_secs(1);
 
-/// The cluster as one node's metadata snapshot sees it.
-struct NodeCluster<'a> {
-    snapshot: &'a MetaState,
-    shards: usize,
+/// The dispatch task's timings. [`Default`] gives production values; the
+/// simulation shrinks them so that a seed runs in milliseconds.
+#[derive(Clone, Debug)]
+pub struct DriverConfig {
+    pub dispatch: DispatchConfig,
+    /// The idle backstop: bounds a missed wake-up.
+    pub backstop: Duration,
+    /// How long a stopping dispatcher waits for its commits in flight.
+    pub stop_grace: Duration,
+    /// How long the task pauses after a WAL read error.
+    pub read_error_backoff: Duration,
 }
 
-impl Cluster for NodeCluster<'_> {
-    fn topic(&self, name: &str) -> Option<TopicMeta> {
-        self.snapshot.topics.get(name).map(|t| TopicMeta {
-            incarnation: t.id,
-            partitions: t.partitions,
-        })
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            dispatch: DispatchConfig::default(),
+            backstop: Duration::from_millis(10),
+            stop_grace: Duration::from_secs(5),
+            read_error_backoff: Duration::from_secs(1),
+        }
     }
+}
 
-    fn owner(&self, topic: &str, partition: PartitionId) -> Option<OwnerId> {
-        let t = self.snapshot.topics.get(topic)?;
-        (partition.0 < t.partitions).then(|| OwnerId {
-            node: 0,
-            shard: super::owner_shard(t.id, partition, self.shards) as u32,
-        })
-    }
-
-    fn is_alive(&self, _owner: OwnerId) -> bool {
-        true
-    }
-
-    fn is_local(&self, _owner: OwnerId) -> bool {
-        true
-    }
+/// What the dispatch task needs from its node.
+pub trait DispatchEnv: 'static {
+    /// The cluster as the node's metadata sees it now (an owned, cheap snapshot).
+    type View: Cluster;
+    fn view(&self) -> Self::View;
+    /// Commits records to a partition, wherever its owner is.
+    fn commit(
+        &self,
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        records: Vec<OwnedRecord>,
+    ) -> Pin<Box<dyn Future<Output = CommitReply>>>;
+    /// Whether the node is stopping.
+    fn stopping(&self) -> bool;
+    /// Woken when the node starts stopping.
+    fn stop_notify(&self) -> &Notify;
 }
 
 /// A record's bytes while the dispatcher holds it: key and payload in one buffer.
@@ -105,24 +114,26 @@ pub enum Mode {
 
 /// Runs the dispatcher of `wal` until the shard stops (or, in `Drain` mode, until
 /// everything in the WAL is committed).
-pub async fn run(shard: Rc<Shard>, wal: Wal<DmaStorage>, name: String, mode: Mode) {
+pub async fn run<E: DispatchEnv, S: Storage>(
+    env: Rc<E>,
+    wal: Wal<S>,
+    name: String,
+    mode: Mode,
+    config: DriverConfig,
+) {
     let start = wal.checkpoint();
-    let mut dispatcher = Dispatcher::new(DispatchConfig::default(), start, Instant::now());
-    let mut reader: WalReader<DmaStorage> = wal.reader(start);
+    let mut dispatcher = Dispatcher::new(config.dispatch.clone(), start, Instant::now());
+    let mut reader: WalReader<S> = wal.reader(start);
     let mut held: HashMap<Seq, HeldBytes> = HashMap::new();
     let mut commits: HashMap<CommitId, Vec<Seq>> = HashMap::new();
     let outcomes = Rc::new(Outcomes::default());
     tracing::info!(wal = %name, checkpoint = start.0, durable = wal.durable_next().0, "dispatcher started");
     loop {
-        if shard.stopping.get() {
+        if env.stopping() {
             break;
         }
         let now = Instant::now();
-        let snapshot = shard.meta.snapshot();
-        let cluster = NodeCluster {
-            snapshot: &snapshot,
-            shards: shard.shards,
-        };
+        let cluster = env.view();
         // Read what the window allows.
         let budget = dispatcher.read_budget().min(READ_CHUNK_RECORDS);
         let mut read_failed = false;
@@ -187,7 +198,7 @@ pub async fn run(shard: Rc<Shard>, wal: Wal<DmaStorage>, name: String, mode: Mod
             }
             for action in actions {
                 apply(
-                    &shard,
+                    &env,
                     &wal,
                     &mut reader,
                     &mut dispatcher,
@@ -208,12 +219,14 @@ pub async fn run(shard: Rc<Shard>, wal: Wal<DmaStorage>, name: String, mode: Mod
         }
         // Sleep until there is something to do.
         let wait = if read_failed {
-            READ_ERROR_BACKOFF
+            config.read_error_backoff
         } else {
             dispatcher
                 .next_deadline()
-                .map_or(BACKSTOP, |d| d.saturating_duration_since(Instant::now()))
-                .min(BACKSTOP)
+                .map_or(config.backstop, |d| {
+                    d.saturating_duration_since(Instant::now())
+                })
+                .min(config.backstop)
         };
         let can_read = dispatcher.read_budget() > 0 && !read_failed && !wal.is_latched();
         let position = reader.position();
@@ -226,20 +239,16 @@ pub async fn run(shard: Rc<Shard>, wal: Wal<DmaStorage>, name: String, mode: Mod
         };
         or(
             or(durable, outcomes.notify.wait()),
-            or(narad_io::rt::sleep(wait), shard.stop_notify.wait()),
+            or(narad_io::rt::sleep(wait), env.stop_notify().wait()),
         )
         .await;
     }
     // Stopping: let the commits in flight land so the checkpoint can move past them.
-    let deadline = Instant::now() + STOP_GRACE;
+    let deadline = Instant::now() + config.stop_grace;
     while outcomes.in_flight.get() > 0 && Instant::now() < deadline {
-        or(outcomes.notify.wait(), narad_io::rt::sleep(BACKSTOP)).await;
+        or(outcomes.notify.wait(), narad_io::rt::sleep(config.backstop)).await;
     }
-    let snapshot = shard.meta.snapshot();
-    let cluster = NodeCluster {
-        snapshot: &snapshot,
-        shards: shard.shards,
-    };
+    let cluster = env.view();
     let now = Instant::now();
     let finished: Vec<(CommitId, CommitOutcome)> = outcomes.done.borrow_mut().drain(..).collect();
     for (commit, outcome) in finished {
@@ -254,15 +263,15 @@ pub async fn run(shard: Rc<Shard>, wal: Wal<DmaStorage>, name: String, mode: Mod
 }
 
 #[allow(clippy::too_many_arguments)]
-fn apply(
-    shard: &Rc<Shard>,
-    wal: &Wal<DmaStorage>,
-    reader: &mut WalReader<DmaStorage>,
+fn apply<E: DispatchEnv, S: Storage>(
+    env: &Rc<E>,
+    wal: &Wal<S>,
+    reader: &mut WalReader<S>,
     dispatcher: &mut Dispatcher,
     held: &mut HashMap<Seq, HeldBytes>,
     commits: &mut HashMap<CommitId, Vec<Seq>>,
     outcomes: &Rc<Outcomes>,
-    cluster: &NodeCluster<'_>,
+    cluster: &E::View,
     action: Action,
 ) {
     match action {
@@ -288,7 +297,7 @@ fn apply(
             }
             commits.insert(commit, seqs);
             let incarnation = incarnation.expect("a commit has records");
-            let shard = shard.clone();
+            let env = env.clone();
             let outcomes = outcomes.clone();
             let topic: Arc<str> = Arc::from(&*topic);
             outcomes.in_flight.set(outcomes.in_flight.get() + 1);
@@ -297,7 +306,7 @@ fn apply(
                     CommitOutcome::IncarnationMismatch
                 } else {
                     let commit =
-                        async { Some(shard.commit(topic, incarnation, partition, records).await) };
+                        async { Some(env.commit(topic, incarnation, partition, records).await) };
                     let expire = async {
                         narad_io::rt::sleep(budget).await;
                         None
@@ -331,7 +340,8 @@ fn apply(
             }
         }
         Action::AskGone { topic, incarnation } => {
-            // One node: its own metadata is the leader's, already read.
+            // One node: its own metadata is the leader's, already read. (The cluster
+            // issue asks the leader here, through the environment.)
             let gone = cluster
                 .topic(&topic)
                 .is_none_or(|t| t.incarnation != incarnation);

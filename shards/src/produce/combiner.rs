@@ -1,8 +1,9 @@
 //! The partitions this shard owns: their logs, the commit combiner, reads, stats,
 //! and the purge of a deleted topic.
 //!
-//! Which cores: one [`Owner`] per shard; every partition placed on this shard
-//! (`broker::owner_shard`) is served here and only here.
+//! Which cores: one [`Owner`] per shard; every partition placed on the shard is
+//! served there and only there. Generic over [`Storage`], so the simulation runs
+//! the same combiner on the fault-injecting disk.
 //!
 //! A partition's log is opened on first use and kept open. Everything that touches
 //! it (a commit cycle, a read, stats, a purge) holds the partition's lock, a local
@@ -29,16 +30,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_channel::oneshot;
-use glommio::sync::Semaphore;
-use narad_io::dma::DmaStorage;
-use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::{LogConfig, LogError, PartitionLog, ReadBatch, RecordRef};
+use narad_io::rt::LocalLock;
+use narad_io::Storage;
 
-use super::ops::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
-use crate::control::MetaView;
+use super::types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
+use crate::ids::{IncarnationId, Offset, PartitionId};
+use crate::log::{LogConfig, LogError, PartitionLog, ReadBatch, RecordRef};
 
 /// How long a poisoned or unopenable log waits before it is tried again.
-const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
+pub const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
 
 /// A commit batch waiting for a cycle.
 struct Pending {
@@ -48,12 +48,12 @@ struct Pending {
 }
 
 /// One owned partition.
-struct Slot {
+struct Slot<S: Storage> {
     topic: Arc<str>,
     incarnation: IncarnationId,
     partition: PartitionId,
-    lock: Semaphore,
-    log: RefCell<Option<PartitionLog<DmaStorage>>>,
+    lock: LocalLock,
+    log: RefCell<Option<PartitionLog<S>>>,
     queue: RefCell<Vec<Pending>>,
     cycling: Cell<bool>,
     retired: Cell<bool>,
@@ -63,32 +63,42 @@ struct Slot {
 
 type SlotKey = (IncarnationId, PartitionId);
 
+/// Whether an incarnation is the live topic under its name with the partition, in
+/// this shard's metadata: `(topic, incarnation, partition) -> live`.
+pub type Liveness = Box<dyn Fn(&str, IncarnationId, PartitionId) -> bool>;
+
 /// The partitions of one shard.
-pub struct Owner {
-    storage: DmaStorage,
+pub struct Owner<S: Storage> {
+    storage: S,
     config: LogConfig,
-    meta: Rc<MetaView>,
-    slots: RefCell<HashMap<SlotKey, Rc<Slot>>>,
+    live: Liveness,
+    reopen_backoff: Duration,
+    slots: RefCell<HashMap<SlotKey, Rc<Slot<S>>>>,
 }
 
-impl Owner {
-    pub fn new(storage: DmaStorage, config: LogConfig, meta: Rc<MetaView>) -> Rc<Owner> {
+impl<S: Storage> Owner<S> {
+    pub fn new(storage: S, config: LogConfig, live: Liveness) -> Rc<Self> {
+        Self::with_reopen_backoff(storage, config, live, REOPEN_BACKOFF)
+    }
+
+    /// [`Owner::new`] with another pause before a failed log is opened again.
+    pub fn with_reopen_backoff(
+        storage: S,
+        config: LogConfig,
+        live: Liveness,
+        reopen_backoff: Duration,
+    ) -> Rc<Self> {
         Rc::new(Owner {
             storage,
             config,
-            meta,
+            live,
+            reopen_backoff,
             slots: RefCell::new(HashMap::new()),
         })
     }
 
-    /// Whether `incarnation` is the live topic `topic` with at least `partition + 1`
-    /// partitions, in this shard's snapshot.
     fn is_live(&self, topic: &str, incarnation: IncarnationId, partition: PartitionId) -> bool {
-        let snapshot = self.meta.snapshot();
-        snapshot
-            .topics
-            .get(topic)
-            .is_some_and(|t| t.id == incarnation && partition.0 < t.partitions)
+        (self.live)(topic, incarnation, partition)
     }
 
     fn slot(
@@ -96,7 +106,7 @@ impl Owner {
         topic: &Arc<str>,
         incarnation: IncarnationId,
         partition: PartitionId,
-    ) -> Rc<Slot> {
+    ) -> Rc<Slot<S>> {
         self.slots
             .borrow_mut()
             .entry((incarnation, partition))
@@ -105,7 +115,7 @@ impl Owner {
                     topic: topic.clone(),
                     incarnation,
                     partition,
-                    lock: Semaphore::new(1),
+                    lock: LocalLock::default(),
                     log: RefCell::new(None),
                     queue: RefCell::new(Vec::new()),
                     cycling: Cell::new(false),
@@ -142,9 +152,9 @@ impl Owner {
     }
 
     /// Runs commit cycles until the queue is empty.
-    async fn run_cycles(self: Rc<Self>, slot: Rc<Slot>) {
+    async fn run_cycles(self: Rc<Self>, slot: Rc<Slot<S>>) {
         loop {
-            let permit = slot.lock.acquire_permit(1).await;
+            let permit = slot.lock.lock().await;
             let batch: Vec<Pending> = std::mem::take(&mut *slot.queue.borrow_mut());
             if batch.is_empty() {
                 drop(permit);
@@ -157,7 +167,7 @@ impl Owner {
     }
 
     /// One cycle, under the partition's lock.
-    async fn cycle(&self, slot: &Slot, batch: Vec<Pending>) {
+    async fn cycle(&self, slot: &Slot<S>, batch: Vec<Pending>) {
         let live =
             !slot.retired.get() && self.is_live(&slot.topic, slot.incarnation, slot.partition);
         let mut run = Vec::with_capacity(batch.len());
@@ -194,7 +204,7 @@ impl Owner {
 
     async fn commit_run(
         &self,
-        slot: &Slot,
+        slot: &Slot<S>,
         run: &[Pending],
     ) -> Result<std::ops::Range<Offset>, CommitError> {
         let mut log = self.open_log(slot).await.map_err(CommitError::Failed)?;
@@ -211,7 +221,7 @@ impl Owner {
         if log.is_poisoned() {
             tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned by a failed fdatasync; it will be reopened");
             slot.retry_open_at
-                .set(Some(Instant::now() + REOPEN_BACKOFF));
+                .set(Some(Instant::now() + self.reopen_backoff));
             let _ = log.close().await;
         } else {
             *slot.log.borrow_mut() = Some(log);
@@ -223,7 +233,7 @@ impl Owner {
     }
 
     /// Takes the slot's log out (opening it if needed); the caller puts it back.
-    async fn open_log(&self, slot: &Slot) -> Result<PartitionLog<DmaStorage>, String> {
+    async fn open_log(&self, slot: &Slot<S>) -> Result<PartitionLog<S>, String> {
         if let Some(log) = slot.log.borrow_mut().take() {
             return Ok(log);
         }
@@ -241,7 +251,7 @@ impl Owner {
             Err(e) => {
                 tracing::error!(%dir, error = %e, "cannot open partition log");
                 slot.retry_open_at
-                    .set(Some(Instant::now() + REOPEN_BACKOFF));
+                    .set(Some(Instant::now() + self.reopen_backoff));
                 Err(format!("cannot open partition log {dir}: {e}"))
             }
         }
@@ -253,13 +263,13 @@ impl Owner {
         topic: &Arc<str>,
         incarnation: IncarnationId,
         partition: PartitionId,
-        f: impl AsyncFnOnce(&mut PartitionLog<DmaStorage>) -> Result<T, ReadError>,
+        f: impl AsyncFnOnce(&mut PartitionLog<S>) -> Result<T, ReadError>,
     ) -> Result<T, ReadError> {
         if !self.is_live(topic, incarnation, partition) {
             return Err(ReadError::NotFound);
         }
         let slot = self.slot(topic, incarnation, partition);
-        let _permit = slot.lock.acquire_permit(1).await;
+        let _guard = slot.lock.lock().await;
         if slot.retired.get() {
             return Err(ReadError::NotFound);
         }
@@ -312,7 +322,7 @@ impl Owner {
 
     /// Closes every log of `incarnation`; later commits to it are refused.
     pub async fn purge(&self, incarnation: IncarnationId) {
-        let retired: Vec<Rc<Slot>> = {
+        let retired: Vec<Rc<Slot<S>>> = {
             let mut slots = self.slots.borrow_mut();
             let keys: Vec<SlotKey> = slots
                 .keys()
@@ -323,7 +333,7 @@ impl Owner {
         };
         for slot in retired {
             slot.retired.set(true);
-            let _permit = slot.lock.acquire_permit(1).await;
+            let _guard = slot.lock.lock().await;
             let log = slot.log.borrow_mut().take();
             if let Some(log) = log {
                 if let Err(e) = log.close().await {
@@ -335,10 +345,10 @@ impl Owner {
 
     /// Closes every open log (shutdown).
     pub async fn close_all(&self) {
-        let slots: Vec<Rc<Slot>> = self.slots.borrow_mut().drain().map(|(_, s)| s).collect();
+        let slots: Vec<Rc<Slot<S>>> = self.slots.borrow_mut().drain().map(|(_, s)| s).collect();
         for slot in slots {
             slot.retired.set(true);
-            let _permit = slot.lock.acquire_permit(1).await;
+            let _guard = slot.lock.lock().await;
             let log = slot.log.borrow_mut().take();
             if let Some(log) = log {
                 let _ = log.close().await;

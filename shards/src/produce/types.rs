@@ -1,0 +1,51 @@
+//! The values a commit, a read or a stats request carries between a caller and the
+//! partition's owner, on one shard, across the mesh, or (later) between nodes.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+use crate::ids::{Offset, PartitionId};
+
+/// One record on its way to a partition log.
+#[derive(Clone, Debug)]
+pub struct OwnedRecord {
+    pub key: Option<Bytes>,
+    pub payload: Bytes,
+}
+
+/// Why a commit did not happen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitError {
+    /// The partition's log failed (I/O, poisoned, read-back mismatch); retry later.
+    Failed(String),
+    /// The owner's metadata holds another incarnation under the name, or none:
+    /// nothing was appended (412 between nodes).
+    IncarnationMismatch,
+    /// This shard does not own the partition (the shard count changed meanwhile).
+    NotOwner,
+}
+
+/// The answer to a commit: the offsets the records took.
+pub type CommitReply = Result<Range<Offset>, CommitError>;
+
+/// Why a read or stats request failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadError {
+    /// The topic incarnation is not live here.
+    NotFound,
+    /// The offset is below the oldest retained one.
+    AgedOut { oldest: Offset },
+    /// The log could not be opened or read.
+    Failed(String),
+}
+
+/// One partition's shape, for `partition_stats`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionStats {
+    pub partition: PartitionId,
+    pub oldest_offset: Offset,
+    pub next_offset: Offset,
+    pub segments: usize,
+    pub size_bytes: u64,
+}
