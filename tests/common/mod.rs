@@ -2,7 +2,9 @@
 //! loopback with a temporary data directory, and a minimal HTTP/1.1 client that
 //! checks the bytes on the wire.
 //!
-//! Each test binary includes this module and uses what it needs.
+//! Each test binary includes this module and uses what it needs. The API
+//! helpers at the end (topics, produce, replay, polling with a deadline) serve
+//! the topic and produce tests.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -302,4 +304,194 @@ impl Client {
 /// Where `needle` first occurs in `haystack`.
 pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// How long a 202'd record may take to become visible to replay. The dispatcher
+/// usually commits it within milliseconds; the bound only keeps a failing test
+/// from hanging.
+pub const VISIBLE_WAIT_MAX: Duration = Duration::from_secs(10);
+
+/// The header that passes the 415 guard with a JSON body.
+pub const JSON: [(&str, &str); 1] = [("content-type", "application/json")];
+/// The header that passes the 415 guard with a raw body.
+pub const OCTET: [(&str, &str); 1] = [("content-type", "application/octet-stream")];
+
+/// Calls `probe` every 20 ms until it returns `Some`, and panics naming `what`
+/// when `within` has passed first.
+pub fn wait_until<T>(within: Duration, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The body as JSON; panics with the body when it is not.
+pub fn json_of(response: &Response) -> serde_json::Value {
+    serde_json::from_slice(&response.bytes)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {response:?}"))
+}
+
+/// The message of an error answer, checking that the body is exactly
+/// `{"error": "..."}` with the JSON content type.
+pub fn error_of(response: &Response) -> String {
+    assert_eq!(
+        response.header("content-type"),
+        Some("application/json"),
+        "{response:?}"
+    );
+    let body = json_of(response);
+    let object = body.as_object().unwrap_or_else(|| panic!("{body}"));
+    assert_eq!(object.len(), 1, "an error body has one field: {body}");
+    let message = object["error"].as_str().unwrap_or_else(|| panic!("{body}"));
+    assert!(!message.is_empty(), "{body}");
+    message.to_string()
+}
+
+/// `POST /v1/topics` with a JSON body.
+pub fn post_topic(client: &mut Client, body: &str) -> Response {
+    client.request("POST", "/v1/topics", &JSON, body).unwrap()
+}
+
+/// Creates `name` with the defaults and returns the Topic object.
+pub fn create_topic(client: &mut Client, name: &str) -> serde_json::Value {
+    let response = post_topic(client, &serde_json::json!({ "name": name }).to_string());
+    assert_eq!(response.status, 201, "create {name}: {response:?}");
+    json_of(&response)
+}
+
+/// `GET /v1/topics/{topic}`, answered 200, as JSON.
+pub fn get_topic(client: &mut Client, topic: &str) -> serde_json::Value {
+    let response = client
+        .request("GET", &format!("/v1/topics/{topic}"), &[], "")
+        .unwrap();
+    assert_eq!(response.status, 200, "get {topic}: {response:?}");
+    json_of(&response)
+}
+
+/// The `next_offset` of every partition of `topic`, in partition order.
+pub fn next_offsets(client: &mut Client, topic: &str) -> Vec<u64> {
+    let topic = get_topic(client, topic);
+    topic["partition_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|stats| stats["next_offset"].as_u64().unwrap())
+        .collect()
+}
+
+/// `POST /v1/topics/{topic}/produce?{query}` with a raw body.
+pub fn produce(client: &mut Client, topic: &str, query: &str, payload: &[u8]) -> Response {
+    let path = match query {
+        "" => format!("/v1/topics/{topic}/produce"),
+        query => format!("/v1/topics/{topic}/produce?{query}"),
+    };
+    client.request("POST", &path, &OCTET, payload).unwrap()
+}
+
+/// Like [`produce`], checking the 202 with an empty body.
+pub fn produce_ok(client: &mut Client, topic: &str, query: &str, payload: &[u8]) {
+    let response = produce(client, topic, query, payload);
+    assert_eq!(
+        (response.status, response.bytes.len()),
+        (202, 0),
+        "produce to {topic}?{query}: {response:?}"
+    );
+}
+
+/// `GET /v1/topics/{topic}/consume?partition=P&offset=O`.
+pub fn replay(client: &mut Client, topic: &str, partition: u32, offset: u64) -> Response {
+    let path = format!("/v1/topics/{topic}/consume?partition={partition}&offset={offset}");
+    client.request("GET", &path, &[], "").unwrap()
+}
+
+/// The records of a partition visible now from offset `from`, up to the first 204.
+/// Panics on any other answer, and when a message is not the one asked for.
+pub fn replay_from(
+    client: &mut Client,
+    topic: &str,
+    partition: u32,
+    from: u64,
+) -> Vec<serde_json::Value> {
+    let mut messages = Vec::new();
+    for offset in from.. {
+        let response = replay(client, topic, partition, offset);
+        match response.status {
+            204 => return messages,
+            200 => {
+                let message = json_of(&response);
+                assert_eq!(message["topic"], topic, "{message}");
+                assert_eq!(message["partition"], partition, "{message}");
+                assert_eq!(message["offset"], offset, "{message}");
+                messages.push(message);
+            }
+            _ => panic!("replay {topic}/{partition}@{offset}: {response:?}"),
+        }
+    }
+    unreachable!("offsets do not run out")
+}
+
+/// Every record of a partition visible now.
+pub fn replay_all(client: &mut Client, topic: &str, partition: u32) -> Vec<serde_json::Value> {
+    replay_from(client, topic, partition, 0)
+}
+
+/// Polls a partition until at least `count` records are visible, and returns them.
+pub fn wait_for_records(
+    client: &mut Client,
+    topic: &str,
+    partition: u32,
+    count: usize,
+) -> Vec<serde_json::Value> {
+    let mut seen = Vec::new();
+    let what = format!("{count} records visible in {topic}/{partition}");
+    wait_until(VISIBLE_WAIT_MAX, &what, || {
+        let more = replay_from(client, topic, partition, seen.len() as u64);
+        seen.extend(more);
+        (seen.len() >= count).then_some(())
+    });
+    seen
+}
+
+/// Polls every partition of `topic` until `total` records are visible in all
+/// (more is a failure), and returns each partition's records.
+pub fn wait_for_total(
+    client: &mut Client,
+    topic: &str,
+    partitions: u32,
+    total: usize,
+    within: Duration,
+) -> Vec<Vec<serde_json::Value>> {
+    let mut seen = vec![Vec::new(); partitions as usize];
+    let what = format!("{total} records visible in {topic}");
+    wait_until(within, &what, || {
+        for (partition, records) in seen.iter_mut().enumerate() {
+            let from = records.len() as u64;
+            records.extend(replay_from(client, topic, partition as u32, from));
+        }
+        let visible: usize = seen.iter().map(Vec::len).sum();
+        assert!(visible <= total, "more than {total} records in {topic}");
+        (visible == total).then_some(())
+    });
+    seen
+}
+
+/// The text payloads of replayed messages; panics on any other payload.
+pub fn payload_texts(messages: &[serde_json::Value]) -> Vec<String> {
+    let text = |m: &serde_json::Value| m["payload"].as_str().map(str::to_string);
+    messages
+        .iter()
+        .map(|m| text(m).unwrap_or_else(|| panic!("not a text payload: {m}")))
+        .collect()
+}
+
+/// Now, in Unix seconds (the unit of `created_at` and `timestamp`).
+pub fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
