@@ -106,7 +106,7 @@ fn single_and_batch_produce_runs_commit_every_record_they_report() {
             "tb",
             "--create",
             "--partitions",
-            "2",
+            "4",
             "--batch",
             "50",
             "--count",
