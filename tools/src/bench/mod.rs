@@ -361,28 +361,16 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_usage_errors() {
-        for bad in [
-            Config {
-                size_bytes: 11,
-                ..config()
-            },
-            Config {
-                workers: 0,
-                ..config()
-            },
-            Config {
-                batch_records: Some(1001),
-                ..config()
-            },
-            Config {
-                rate: Some(0.0),
-                ..config()
-            },
-            Config {
-                server: "http://example.com:1".into(),
-                ..config()
-            },
-        ] {
+        let changes: [fn(&mut Config); 5] = [
+            |c| c.size_bytes = 11,
+            |c| c.workers = 0,
+            |c| c.batch_records = Some(1001),
+            |c| c.rate = Some(0.0),
+            |c| c.server = "http://example.com:1".into(),
+        ];
+        for change in changes {
+            let mut bad = config();
+            change(&mut bad);
             assert_eq!(run(&bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }
     }
