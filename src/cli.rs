@@ -18,6 +18,16 @@ pub struct Cli {
     /// Log format (`log.format`, NARAD_LOG_FORMAT; default json).
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormat>,
+    /// The broker the client commands talk to, `http://host:port` with an IP
+    /// address or `localhost` as the host.
+    #[arg(
+        short = 's',
+        long,
+        global = true,
+        env = "NARAD_ADDR",
+        default_value = "http://127.0.0.1:7942"
+    )]
+    pub server: String,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -29,6 +39,8 @@ pub enum Command {
     /// Describe on-disk data without changing it (offline).
     #[command(subcommand)]
     Inspect(InspectCommand),
+    /// Load a broker with produce requests and report throughput and latency.
+    Bench(BenchArgs),
     /// Developer tools used by the test suite.
     #[command(subcommand, hide = true)]
     Debug(DebugCommand),
@@ -56,6 +68,84 @@ pub struct ServeArgs {
     /// Shards (one pinned executor each); default: every CPU this process may use.
     #[arg(long, env = "NARAD_SHARDS")]
     pub shards: Option<usize>,
+}
+
+/// `narad bench <topic>`.
+///
+/// W workers, each with its own keep-alive HTTP/1.1 connection and one request
+/// in flight, send `POST /v1/topics/<topic>/produce` with the payload
+/// `{"bench":"x…"}` padded with x's to --size bytes. A request fails on a
+/// transport error or a status of 400 or more; a connection the server closes is
+/// reopened. Standard error gets `producing N × SB with W workers...` and then
+/// `produce: <ok> ok, <fail> failed in <t> — <rate> msg/s; latency p50=… p95=…
+/// p99=…` (latency of successful requests, rounded to 100 µs). All workers run
+/// on one core.
+///
+/// Beyond the reference: --duration, --batch, --rate, --create/--partitions,
+/// --cpu and --json. Exit code 1 if any record failed, 2 for bad arguments.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The topic to produce to.
+    pub topic: String,
+    /// Records to produce.
+    #[arg(long, default_value_t = 10_000)]
+    pub count: u64,
+    /// Payload bytes per record (at least 12, the JSON frame around the x's).
+    #[arg(long, default_value_t = 256)]
+    pub size: usize,
+    /// Concurrent workers, each with its own connection.
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
+    /// Measure consuming too (not available yet: exits with code 2).
+    #[arg(long)]
+    pub consume: bool,
+    /// (Extension) Run for this many seconds instead of --count records.
+    #[arg(long, value_name = "SECS", conflicts_with = "count")]
+    pub duration: Option<u64>,
+    /// (Extension) Send `POST .../produce/batch` requests of this many records
+    /// (1–1000) instead of single produces; counts and rates stay in records.
+    #[arg(long, value_name = "N")]
+    pub batch: Option<u64>,
+    /// (Extension) Open loop: send requests at fixed intervals that add up to
+    /// this many records per second, whatever the latency. Latency is measured
+    /// from each request's scheduled time, so queueing shows instead of being
+    /// hidden; the line reports the achieved rate next to the target.
+    #[arg(long, value_name = "MSGS_PER_SEC")]
+    pub rate: Option<f64>,
+    /// (Extension) Pin the generator's one executor to this CPU.
+    #[arg(long, value_name = "N")]
+    pub cpu: Option<usize>,
+    /// (Extension) Create the topic first if it does not exist.
+    #[arg(long)]
+    pub create: bool,
+    /// (Extension) Partitions of a topic made by --create.
+    #[arg(long, default_value_t = 3, requires = "create")]
+    pub partitions: u32,
+    /// (Extension) Also print a JSON summary line on standard output: ok,
+    /// failed, seconds, rate, p50_us, p95_us, p99_us, p999_us, max_us.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl BenchArgs {
+    /// The load generator's settings.
+    pub fn config(&self, server: &str) -> narad_tools::bench::Config {
+        narad_tools::bench::Config {
+            server: server.to_string(),
+            topic: self.topic.clone(),
+            count: self.count,
+            duration: self.duration.map(std::time::Duration::from_secs),
+            size_bytes: self.size,
+            workers: self.workers,
+            batch_records: self.batch,
+            rate: self.rate,
+            cpu: self.cpu,
+            create: self.create,
+            partitions: self.partitions,
+            consume: self.consume,
+            json: self.json,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -26,6 +26,15 @@ fn main() -> ExitCode {
             narad_tools::inspect::inspect_log(&dir).map(|r| print!("{r}"))
         }
         Command::Debug(DebugCommand::WalWriter(args)) => narad::devtools::wal_writer(args),
+        Command::Bench(args) => {
+            return match narad_tools::bench::run(&args.config(&cli.server)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    let _ = writeln!(std::io::stderr(), "narad: {}", error.message());
+                    ExitCode::from(error.exit_code())
+                }
+            };
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

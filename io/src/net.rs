@@ -1,6 +1,6 @@
-//! Sockets for the HTTP front end: listeners that share one port across shards,
-//! accepted streams that hyper can drive, the timer hyper needs, and the wake-up
-//! that tells a parked shard to stop.
+//! Sockets for HTTP: listeners that share one port across shards, accepted (or,
+//! for the load generator, connected) streams that hyper can drive, the timer
+//! hyper needs, and the wake-up that tells a parked shard to stop.
 //!
 //! Which cores: the listening sockets are bound on the main thread, before any
 //! shard starts, so that a bind failure (port in use, bad address) stops the node
@@ -97,6 +97,20 @@ impl Listener {
 /// An accepted TCP connection, owned by the shard that accepted it.
 pub struct Stream {
     inner: glommio::net::TcpStream,
+}
+
+/// Opens a TCP connection to `addr` from the current executor, with Nagle's
+/// algorithm off: a client sends each request whole and waits for its answer, so
+/// holding back a small write only adds a delayed-ACK round to its latency. The
+/// stream is the same type the server side accepts, so hyper's client drives it
+/// through the same adapter.
+pub async fn connect(addr: SocketAddr) -> io::Result<Stream> {
+    let inner = glommio::net::TcpStream::connect(addr)
+        .await
+        .map_err(io::Error::from)?;
+    let stream = Stream { inner };
+    stream.set_nodelay()?;
+    Ok(stream)
 }
 
 impl Stream {

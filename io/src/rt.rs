@@ -44,6 +44,17 @@ pub fn run_local<T: 'static>(
     pin_cpu: Option<usize>,
     future: impl Future<Output = T> + 'static,
 ) -> T {
+    try_run_local(pin_cpu, future)
+        .expect("cannot start an io_uring executor (see README: locked memory)")
+}
+
+/// Like [`run_local`], but a failure to start the executor (a CPU this process may
+/// not use, no io_uring, too little locked memory) is an error for the caller to
+/// report rather than a panic: for tools whose user picked the CPU.
+pub fn try_run_local<T: 'static>(
+    pin_cpu: Option<usize>,
+    future: impl Future<Output = T> + 'static,
+) -> Result<T, String> {
     raise_memlock_limit();
     let placement = match pin_cpu {
         Some(cpu) => glommio::Placement::Fixed(cpu),
@@ -51,8 +62,8 @@ pub fn run_local<T: 'static>(
     };
     let executor = glommio::LocalExecutorBuilder::new(placement)
         .make()
-        .expect("cannot start an io_uring executor (see README: locked memory)");
-    executor.run(future)
+        .map_err(|e| format!("cannot start an io_uring executor: {e}"))?;
+    Ok(executor.run(future))
 }
 
 /// Raises RLIMIT_MEMLOCK's soft limit to its hard limit: io_uring registers its

@@ -1,0 +1,150 @@
+//! `narad bench` against a real node: its exit code and its stderr lines, and
+//! that the records it reports as accepted are committed on the broker.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{Node, WAIT_MAX};
+
+fn bench(node: &Node, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_narad"))
+        .arg("bench")
+        .args(args)
+        .args(["-s", &format!("http://{}", node.addr)])
+        .env_remove("NARAD_ADDR")
+        .output()
+        .unwrap()
+}
+
+fn stderr_lines(output: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The sum of the partitions' next offsets: the records committed.
+fn committed_records(node: &Node, topic: &str) -> u64 {
+    let response = node
+        .served_client()
+        .request("GET", &format!("/v1/topics/{topic}"), &[], "")
+        .unwrap();
+    assert_eq!(response.status, 200, "{}", response.body);
+    let topic: serde_json::Value = serde_json::from_str(&response.body).unwrap();
+    topic["partition_stats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["next_offset"].as_u64().unwrap())
+        .sum()
+}
+
+fn await_committed(node: &Node, topic: &str, expected: u64) {
+    let deadline = Instant::now() + WAIT_MAX;
+    loop {
+        let committed = committed_records(node, topic);
+        if committed == expected {
+            return;
+        }
+        assert!(
+            committed < expected,
+            "{committed} committed, {expected} sent"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "only {committed} of {expected} committed in time"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Checks the two lines of a clean run and returns the result line.
+fn check_clean_run(output: &Output, start_line: &str, ok_records: u64) -> String {
+    let lines = stderr_lines(output);
+    assert!(output.status.success(), "{:?}: {lines:#?}", output.status);
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(lines[0], start_line);
+    let result = &lines[1];
+    let prefix = format!("produce: {ok_records} ok, 0 failed in ");
+    assert!(result.starts_with(&prefix), "{result}");
+    assert!(result.contains(" msg/s; latency p50="), "{result}");
+    assert!(
+        result.contains(" p95=") && result.contains(" p99="),
+        "{result}"
+    );
+    result.clone()
+}
+
+#[test]
+fn single_and_batch_produce_runs_commit_every_record_they_report() {
+    let node = Node::start(&[]);
+
+    let output = bench(
+        &node,
+        &[
+            "t",
+            "--create",
+            "--count",
+            "2000",
+            "--workers",
+            "4",
+            "--size",
+            "128",
+        ],
+    );
+    check_clean_run(&output, "producing 2000 × 128B with 4 workers...", 2000);
+    assert!(output.stdout.is_empty());
+    await_committed(&node, "t", 2000);
+
+    // 1000 records in batches of 50 are 20 requests, so only 20 of the 32
+    // workers have one to send.
+    let output = bench(
+        &node,
+        &[
+            "tb",
+            "--create",
+            "--partitions",
+            "4",
+            "--batch",
+            "50",
+            "--count",
+            "1000",
+            "--workers",
+            "32",
+            "--json",
+        ],
+    );
+    check_clean_run(
+        &output,
+        "producing 1000 × 256B in batches of 50 with 20 workers...",
+        1000,
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["ok"], 1000);
+    assert_eq!(summary["failed"], 0);
+    assert!(summary["p50_us"].as_u64().unwrap() <= summary["max_us"].as_u64().unwrap());
+    await_committed(&node, "tb", 1000);
+}
+
+#[test]
+fn a_missing_topic_and_consume_are_refused() {
+    let node = Node::start(&[]);
+
+    let output = bench(&node, &["absent", "--count", "10"]);
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stderr_lines(&output);
+    assert!(
+        lines.last().unwrap().contains("does not exist"),
+        "{lines:#?}"
+    );
+
+    let output = bench(&node, &["t", "--consume"]);
+    assert_eq!(output.status.code(), Some(2));
+    let lines = stderr_lines(&output);
+    assert!(
+        lines.last().unwrap().contains("not available yet"),
+        "{lines:#?}"
+    );
+}

@@ -1,0 +1,303 @@
+//! What the workers send and when: the payload, the request bodies, the
+//! schedule of requests (tickets) and the worker loop.
+//!
+//! Which cores: every worker is a task on the generator's one executor, so the
+//! shared [`Schedule`] is plain `Cell`s: no atomics, no locks, no contention.
+//!
+//! A ticket is one request. Workers claim tickets in order from the schedule,
+//! so a worker whose connection is slow does not hold back a fixed share of the
+//! run. In an open-loop run (`--rate`) ticket `i` is due at
+//! `start + i·interval`; its latency is measured from that due time, not from
+//! when a worker got round to sending it, so a server that makes requests queue
+//! shows it in the percentiles instead of silently lowering the sending rate
+//! (coordinated omission).
+//!
+//! Latencies are recorded for successful requests only: a refused request that
+//! comes back at once would otherwise pull the percentiles down.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+
+use super::client::{Conn, RequestTemplate, Server};
+use super::report;
+
+/// Reconnection attempts in a row after which a worker gives up, and the run
+/// stops: the server is gone.
+pub const RECONNECT_ATTEMPTS_MAX: u32 = 50;
+/// The pause between two reconnection attempts.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(20);
+
+const _: () = assert!(RECONNECT_ATTEMPTS_MAX as u128 * RECONNECT_BACKOFF.as_millis() <= 5_000);
+
+/// The payload's fixed part around the padding: `{"bench":"` and `"}`.
+pub const PAYLOAD_FRAME_BYTES: usize = 12;
+
+/// `{"bench":"x…"}`, padded with x's to `size` bytes.
+pub fn payload(size: usize) -> Vec<u8> {
+    assert!(size >= PAYLOAD_FRAME_BYTES);
+    let mut payload = Vec::with_capacity(size);
+    payload.extend_from_slice(b"{\"bench\":\"");
+    payload.resize(size - 2, b'x');
+    payload.extend_from_slice(b"\"}");
+    assert_eq!(payload.len(), size);
+    payload
+}
+
+/// A batch document of `records` copies of `payload`, each a JSON string:
+/// `{"messages":[{"payload":"{\"bench\":\"x…\"}"},…]}`. The broker stores a
+/// string payload's text, so a record holds the same bytes as one sent alone.
+pub fn batch_body(payload: &[u8], records: u64) -> Vec<u8> {
+    assert!(records > 0);
+    let text = std::str::from_utf8(payload).expect("the payload is ASCII");
+    let message = serde_json::json!({ "payload": text }).to_string();
+    let mut body = Vec::with_capacity(16 + (message.len() + 1) * records as usize);
+    body.extend_from_slice(b"{\"messages\":[");
+    for i in 0..records {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(message.as_bytes());
+    }
+    body.extend_from_slice(b"]}");
+    body
+}
+
+/// When the run ends.
+#[derive(Clone, Copy, Debug)]
+pub enum Stop {
+    /// After this many records.
+    Records(u64),
+    /// No new request after this instant.
+    At(Instant),
+}
+
+/// One request to send.
+#[derive(Clone, Copy, Debug)]
+pub struct Ticket {
+    pub records: u64,
+    /// In an open-loop run, when the request is due.
+    pub due: Option<Instant>,
+}
+
+/// The run's shared plan: which request comes next and whether to stop.
+pub struct Schedule {
+    stop: Stop,
+    batch_records: u64,
+    /// Open-loop: the time between two consecutive requests.
+    interval: Option<Duration>,
+    start: Instant,
+    issued: Cell<u64>,
+    abandoned: Cell<bool>,
+}
+
+impl Schedule {
+    pub fn new(stop: Stop, batch_records: u64, interval: Option<Duration>, start: Instant) -> Self {
+        assert!(batch_records > 0);
+        assert!(interval.is_none_or(|i| !i.is_zero()));
+        Schedule {
+            stop,
+            batch_records,
+            interval,
+            start,
+            issued: Cell::new(0),
+            abandoned: Cell::new(false),
+        }
+    }
+
+    /// The next request, or `None` once the run is over.
+    pub fn claim(&self, now: Instant) -> Option<Ticket> {
+        if self.abandoned.get() {
+            return None;
+        }
+        let index = self.issued.get();
+        let due = self.interval.map(|interval| {
+            let offset = interval.as_nanos().saturating_mul(u128::from(index));
+            self.start + Duration::from_nanos(u64::try_from(offset).unwrap_or(u64::MAX))
+        });
+        let records = match self.stop {
+            Stop::Records(total) => {
+                let sent = index * self.batch_records;
+                if sent >= total {
+                    return None;
+                }
+                (total - sent).min(self.batch_records)
+            }
+            Stop::At(end) => {
+                if due.unwrap_or(now) >= end {
+                    return None;
+                }
+                self.batch_records
+            }
+        };
+        assert!(records > 0 && records <= self.batch_records);
+        self.issued.set(index + 1);
+        Some(Ticket { records, due })
+    }
+
+    /// Stops the run: a worker could not reach the server.
+    pub fn abandon(&self) {
+        self.abandoned.set(true);
+    }
+
+    /// When the run started.
+    pub fn start(&self) -> Instant {
+        self.start
+    }
+
+    /// Records in a full request.
+    pub fn batch_records(&self) -> u64 {
+        self.batch_records
+    }
+
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned.get()
+    }
+}
+
+/// What the workers share, read-only but for the schedule.
+pub struct Plan {
+    pub server: Server,
+    pub template: RequestTemplate,
+    /// The body of a full request.
+    pub body: Bytes,
+    /// The body of the last, shorter batch of a counted run, if any.
+    pub tail_body: Option<Bytes>,
+    pub schedule: Schedule,
+}
+
+/// One worker's totals.
+pub struct Tally {
+    pub ok_records: u64,
+    pub failed_records: u64,
+    pub latencies_us: Histogram<u64>,
+    /// When its last response ended.
+    pub finished: Instant,
+}
+
+/// Sends requests over `conn` until the schedule runs out.
+pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
+    let mut conn = Some(conn);
+    let mut tally = Tally {
+        ok_records: 0,
+        failed_records: 0,
+        latencies_us: report::latency_histogram(),
+        finished: Instant::now(),
+    };
+    let mut reconnects = 0u32;
+    while let Some(ticket) = plan.schedule.claim(Instant::now()) {
+        if let Some(due) = ticket.due {
+            let now = Instant::now();
+            if due > now {
+                narad_io::rt::sleep(due - now).await;
+            }
+        }
+        let open = match conn.as_mut() {
+            Some(open) => open,
+            None => match Conn::open(&plan.server).await {
+                Ok(fresh) => {
+                    reconnects = 0;
+                    conn.insert(fresh)
+                }
+                Err(_) => {
+                    tally.failed_records += ticket.records;
+                    reconnects += 1;
+                    if reconnects >= RECONNECT_ATTEMPTS_MAX {
+                        plan.schedule.abandon();
+                        break;
+                    }
+                    narad_io::rt::sleep(RECONNECT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let body = match (
+            &plan.tail_body,
+            ticket.records < plan.schedule.batch_records(),
+        ) {
+            (Some(tail), true) => tail.clone(),
+            _ => plan.body.clone(),
+        };
+        let sent = ticket.due.unwrap_or_else(Instant::now);
+        let result = open.send(plan.template.build(body)).await;
+        let now = Instant::now();
+        match result {
+            Ok(status) if status.as_u16() < 400 => {
+                tally.ok_records += ticket.records;
+                let latency_us = u64::try_from(now.duration_since(sent).as_micros());
+                tally
+                    .latencies_us
+                    .saturating_record(latency_us.unwrap_or(u64::MAX).max(1));
+            }
+            Ok(_) => tally.failed_records += ticket.records,
+            Err(_) => {
+                // The server closed the connection or it broke: open a new one
+                // for the next request.
+                tally.failed_records += ticket.records;
+                conn = None;
+            }
+        }
+        tally.finished = now;
+    }
+    tally
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_is_json_padded_to_size() {
+        let p = payload(128);
+        assert_eq!(p.len(), 128);
+        assert!(p.starts_with(b"{\"bench\":\""));
+        assert!(p.ends_with(b"\"}"));
+        assert_eq!(p.iter().filter(|&&b| b == b'x').count(), 128 - 12);
+        let value: serde_json::Value = serde_json::from_slice(&p).unwrap();
+        assert_eq!(value["bench"].as_str().unwrap().len(), 116);
+        assert_eq!(payload(12), b"{\"bench\":\"\"}");
+    }
+
+    #[test]
+    fn batch_body_holds_the_payload_text() {
+        let p = payload(40);
+        let body = batch_body(&p, 50);
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let messages = value["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 50);
+        for m in messages {
+            assert_eq!(m["payload"].as_str().unwrap().as_bytes(), &p[..]);
+            assert_eq!(m.as_object().unwrap().len(), 1);
+        }
+    }
+
+    #[test]
+    fn counted_schedule_ends_with_a_short_batch() {
+        let start = Instant::now();
+        let schedule = Schedule::new(Stop::Records(120), 50, None, start);
+        let records: Vec<u64> = std::iter::from_fn(|| schedule.claim(start))
+            .map(|t| t.records)
+            .collect();
+        assert_eq!(records, [50, 50, 20]);
+    }
+
+    #[test]
+    fn open_loop_tickets_are_due_at_fixed_intervals() {
+        let start = Instant::now();
+        let interval = Duration::from_millis(10);
+        let end = start + Duration::from_millis(35);
+        let schedule = Schedule::new(Stop::At(end), 1, Some(interval), start);
+        let dues: Vec<Instant> = std::iter::from_fn(|| schedule.claim(start))
+            .map(|t| t.due.unwrap())
+            .collect();
+        assert_eq!(
+            dues,
+            [0, 10, 20, 30].map(|ms| start + Duration::from_millis(ms))
+        );
+        schedule.abandon();
+        assert!(schedule.claim(start).is_none());
+    }
+}
