@@ -13,11 +13,12 @@
 //! Payloads identify themselves (`p-<thread>-<n>`, or `w-<n>` padded with dots),
 //! so a replayed record names the produce it came from.
 //!
-//! What SIGKILL cannot show: a write the WAL has handed to the kernel survives the
-//! death of the process, so a node that answers 202 before its fdatasync (the
-//! `broken-ack-before-fsync` variant) loses nothing here; the 202 leaves through
-//! the same io_uring after the write was queued. Only a power cut loses such a
-//! write, and `wal_crash`'s simulated disk is where that is shown.
+//! What SIGKILL hardly shows: a write the WAL has handed to the kernel survives
+//! the death of the process, and by the time a 202 leaves the node the write
+//! behind it has normally been handed over already. So a node that answers 202
+//! before its fdatasync (the `broken-ack-before-fsync` variant) lost nothing here
+//! in three of three runs; a power cut is what loses such a write, and
+//! `wal_crash`'s simulated disk is where that is shown.
 
 mod common;
 
