@@ -14,6 +14,13 @@
 //! owns everything it opens. On a stop signal the main thread marks the node as
 //! stopping and wakes every shard through its stop socket; each shard drains its
 //! HTTP connections (within `http.shutdown_grace`), then closes its WAL.
+//!
+//! A fault hook, in debug builds only: `NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES=<n>`
+//! gives each shard's own ingress WAL a budget of `n` bytes written (segment
+//! preparation and checkpoint stores included), past which its writes fail with
+//! `ENOSPC` as on a full disk, so black-box tests can watch the WAL latch. The
+//! partition logs, the metadata and the drain of leftover WALs use storage without
+//! the budget. Release binaries have no hook: they never read the variable.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -89,6 +96,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         prealloc: config.storage.ingress_wal_prealloc,
         ..WalConfig::default()
     };
+    let wal_write_budget_bytes = debug_wal_write_budget_bytes()?;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut stops = Vec::with_capacity(shards);
     let mut threads = Vec::with_capacity(shards);
@@ -100,6 +108,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             shard,
             data_dir: data_dir.clone(),
             wal_config: wal_config.clone(),
+            wal_write_budget_bytes,
             socket,
             node: node.clone(),
             settings: settings.clone(),
@@ -159,6 +168,9 @@ struct ShardStart {
     shard: usize,
     data_dir: PathBuf,
     wal_config: WalConfig,
+    /// The debug fault hook's budget for this shard's own WAL; always `None` in
+    /// release builds.
+    wal_write_budget_bytes: Option<u64>,
     socket: std::net::TcpListener,
     node: Arc<NodeState>,
     settings: HttpSettings,
@@ -177,6 +189,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         shard: index,
         data_dir,
         wal_config,
+        wal_write_budget_bytes,
         socket,
         node,
         settings,
@@ -203,8 +216,14 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     );
     let (link, receivers) = mesh.connect().await;
     let storage = DmaStorage::new(&data_dir);
+    // The WAL gets a storage value of its own, so that a debug write budget
+    // charges its writes and nothing else.
+    let wal_storage = match wal_write_budget_bytes {
+        Some(bytes) => DmaStorage::new(&data_dir).with_write_budget(bytes),
+        None => storage.clone(),
+    };
     let dir = format!("ingress/shard-{index}");
-    let opened = Wal::open(storage.clone(), &dir, wal_config.clone()).await;
+    let opened = Wal::open(wal_storage, &dir, wal_config.clone()).await;
     let wal = match opened {
         Ok(wal) => wal,
         Err(e) => {
@@ -299,6 +318,23 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The debug fault hook's budget (see the module docs): the value of
+/// `NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES` in a debug build, else `None`.
+fn debug_wal_write_budget_bytes() -> Result<Option<u64>, String> {
+    #[cfg(debug_assertions)]
+    if let Ok(value) = std::env::var("NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES") {
+        let bytes = value.parse::<u64>().map_err(|e| {
+            format!("NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES={value:?} is not a byte count: {e}")
+        })?;
+        tracing::warn!(
+            budget_bytes = bytes,
+            "debug fault hook: each shard's ingress WAL fails its writes with ENOSPC past this budget"
+        );
+        return Ok(Some(bytes));
+    }
+    Ok(None)
 }
 
 fn mesh_size(mesh: &MeshEnd<Op>) -> usize {

@@ -11,8 +11,15 @@
 //! polled ring, by reading the first sector of the first file opened there, and
 //! caches the answer. [`DmaStorage::open`] settles that probe with a file that
 //! holds a block (see `settle_iopoll_probe`) before it opens anything else.
+//!
+//! A fault hook for black-box tests: [`DmaStorage::with_write_budget`] gives a
+//! storage (and its clones, and the files they open) a number of bytes it may
+//! write in total; the write that would cross it fails with `ENOSPC` and writes
+//! nothing, as a full disk would. It lets a test of the real binary fail one
+//! durable structure's writes while the rest of the node runs on the real disk.
+//! Without a budget a write costs one `Option` check.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -28,6 +35,9 @@ use crate::is_aligned;
 #[derive(Clone, Debug)]
 pub struct DmaStorage {
     root: Rc<PathBuf>,
+    /// Bytes writes may still take before they fail with `ENOSPC`; `None` is no
+    /// limit. Shared by every clone and every file opened through them.
+    write_budget_left_bytes: Option<Rc<Cell<u64>>>,
 }
 
 impl DmaStorage {
@@ -39,6 +49,18 @@ impl DmaStorage {
         let root = std::path::absolute(&root).unwrap_or(root);
         Self {
             root: Rc::new(root),
+            write_budget_left_bytes: None,
+        }
+    }
+
+    /// A fault hook: writes through this storage, its later clones and the files
+    /// they open may take `bytes` in total. The write that would cross the budget
+    /// fails with `ENOSPC` and writes nothing, and so does every later write
+    /// larger than what is left. Reads, syncs and directory operations are free.
+    pub fn with_write_budget(self, bytes: u64) -> Self {
+        Self {
+            write_budget_left_bytes: Some(Rc::new(Cell::new(bytes))),
+            ..self
         }
     }
 
@@ -61,6 +83,8 @@ impl DmaStorage {
 #[derive(Debug)]
 pub struct DmaBlockFile {
     file: DmaFile,
+    /// The budget of the storage that opened it, if any.
+    write_budget_left_bytes: Option<Rc<Cell<u64>>>,
 }
 
 impl DmaBlockFile {
@@ -75,6 +99,15 @@ impl BlockFile for DmaBlockFile {
         assert!(is_aligned(pos) && is_aligned(data.len() as u64));
         if data.is_empty() {
             return Ok(());
+        }
+        if let Some(left) = &self.write_budget_left_bytes {
+            // Charged before the write is issued, so that writes in flight at once
+            // on this thread cannot together overrun the budget.
+            let len = data.len() as u64;
+            if len > left.get() {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            left.set(left.get() - len);
         }
         let mut buf = self.file.alloc_dma_buffer(data.len());
         buf.as_bytes_mut().copy_from_slice(data);
@@ -146,7 +179,10 @@ impl Storage for DmaStorage {
         if mode == OpenMode::CreateOrOpen {
             self.sync_parent(path).await?;
         }
-        Ok(DmaBlockFile { file })
+        Ok(DmaBlockFile {
+            file,
+            write_budget_left_bytes: self.write_budget_left_bytes.clone(),
+        })
     }
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {

@@ -137,6 +137,42 @@ async fn first_open_is_a_new_empty_file(storage: DmaStorage) -> io::Result<()> {
     Ok(())
 }
 
+/// The write budget refuses the write that would cross it, with `ENOSPC`, and that
+/// write leaves the file as it was; clones and every file they open share it.
+async fn write_budget_refuses_the_crossing_write(storage: DmaStorage) -> io::Result<()> {
+    let budgeted = storage.clone().with_write_budget(3 * BLOCK_BYTES as u64);
+    let file = budgeted.open("a", OpenMode::CreateOrOpen).await?;
+    let other = budgeted.clone().open("b", OpenMode::CreateOrOpen).await?;
+    file.write_at(0, &vec![1u8; 2 * BLOCK_BYTES]).await?;
+    let two_blocks = vec![2u8; 2 * BLOCK_BYTES];
+    let crossing = file.write_at(2 * BLOCK_BYTES as u64, &two_blocks).await;
+    let refused = crossing.expect_err("the write crossing the budget fails");
+    assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC), "{refused}");
+    assert_eq!(
+        file.size().await?,
+        2 * BLOCK_BYTES as u64,
+        "nothing written"
+    );
+    // What is left (one block) is shared: a clone's file may take it, then nothing.
+    other.write_at(0, &vec![3u8; BLOCK_BYTES]).await?;
+    let one_block = vec![4u8; BLOCK_BYTES];
+    let spent = file.write_at(2 * BLOCK_BYTES as u64, &one_block).await;
+    let refused = spent.expect_err("the budget is spent");
+    assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC));
+    // Reads and syncs still work, and a storage without the budget writes freely.
+    file.sync_data().await?;
+    let mut buf = vec![0u8; 2 * BLOCK_BYTES];
+    assert_eq!(file.read_at(0, &mut buf).await?, 2 * BLOCK_BYTES);
+    assert!(buf.iter().all(|&b| b == 1));
+    file.close().await?;
+    other.close().await?;
+    let free = storage.open("a", OpenMode::Existing).await?;
+    free.write_at(2 * BLOCK_BYTES as u64, &vec![5u8; 4 * BLOCK_BYTES])
+        .await?;
+    free.close().await?;
+    Ok(())
+}
+
 fn temp_root() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("create a temporary directory")
 }
@@ -168,4 +204,11 @@ fn dma_reads_work_when_the_first_file_opened_is_empty() {
         .map(|entry| entry.expect("a directory entry").file_name())
         .collect();
     assert_eq!(names, vec!["fresh"], "no probe file is left behind");
+}
+
+#[test]
+fn dma_write_budget_refuses_the_write_that_crosses_it() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    rt::run_local(None, write_budget_refuses_the_crossing_write(storage)).expect("real disk I/O");
 }
