@@ -86,6 +86,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let control = Control::start(data_dir.join("metastore"))?;
     crate::broker::layout::remove_orphans(&data_dir, &control.published);
     let leftovers = crate::broker::layout::leftover_wals(&data_dir, shards);
+    let dispatching = Arc::new(std::sync::atomic::AtomicUsize::new(shards));
     let mut mesh = narad_io::mesh::full_mesh::<Op>(shards, MESH_CHANNEL_CAPACITY).into_iter();
     let node = Arc::new(
         NodeState::new(config.http.max_connections)
@@ -116,6 +117,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             ready: ready_tx.clone(),
             mesh: mesh.next().expect("one mesh end per shard"),
             published: control.published.clone(),
+            dispatching: dispatching.clone(),
             control: control.client.clone(),
             topic_defaults: config.topic.clone(),
             leftovers: leftovers
@@ -182,6 +184,8 @@ struct ShardStart {
     topic_defaults: TopicDefaults,
     /// Indexes of WALs left by shards that no longer exist, for this shard to drain.
     leftovers: Vec<usize>,
+    /// Shards whose dispatchers still run: owners close only when it reaches zero.
+    dispatching: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 async fn run_shard(start: ShardStart) -> Result<(), String> {
@@ -200,6 +204,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         control,
         topic_defaults,
         leftovers,
+        dispatching,
     } = start;
     let shards = mesh_size(&mesh);
     let api = Rc::new(Api {
@@ -228,6 +233,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         Ok(wal) => wal,
         Err(e) => {
             let _ = ready.send(false);
+            dispatching.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             // A shard whose storage failed still waits for the stop, which the main
             // thread sends at once, so that every shard stops the same way.
             stop.wait().await;
@@ -310,6 +316,12 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     shard.stop_notify.notify();
     for dispatcher in dispatchers {
         dispatcher.await;
+    }
+    // Owners keep serving until every shard's dispatchers are done, so commits
+    // sent during the stop still land and no checkpoint is left behind them.
+    dispatching.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    while dispatching.load(std::sync::atomic::Ordering::Acquire) > 0 {
+        narad_io::rt::sleep(std::time::Duration::from_millis(5)).await;
     }
     owner.close_all().await;
     wal.close().await;

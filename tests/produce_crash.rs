@@ -274,8 +274,6 @@ fn sigkill_two_shards_restart_with_one_loses_no_acknowledged_record() {
 }
 
 #[test]
-#[ignore = "bug: once a checkpoint store fails (ENOSPC), the WAL's upkeep loop retries it every second and never \
-            looks at `closing`, so Wal::close never returns and SIGTERM never stops the node"]
 fn wal_disk_failure_answers_500_latches_and_keeps_what_was_acked() {
     let budget = WAL_WRITE_BUDGET_BYTES.to_string();
     let mut node = Node::start_shards(2, &[("NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES", &budget)]);

@@ -49,12 +49,34 @@ pub struct AppendFile<F> {
 impl<F: BlockFile> AppendFile<F> {
     /// Starts appending at `len`, reading the partial block before it from the
     /// device. Bytes past `len` are ignored and will be overwritten.
+    ///
+    /// Every later append rewrites that block, so a bad read here would write a
+    /// flipped bit over durable data: the block is read until two reads in a row
+    /// agree, and an error is returned if the device never gives the same bytes
+    /// twice.
     pub async fn open_at(file: F, len: u64) -> io::Result<Self> {
+        const READS_MAX: usize = 4;
         let tail_len = (len - align_down(len)) as usize;
         let mut tail = Vec::with_capacity(BLOCK_BYTES);
         if tail_len > 0 {
             let mut block = vec![0u8; BLOCK_BYTES];
-            file.read_at(align_down(len), &mut block).await?;
+            let mut previous = vec![0u8; BLOCK_BYTES];
+            file.read_at(align_down(len), &mut previous).await?;
+            let mut stable = false;
+            for _ in 1..READS_MAX {
+                file.read_at(align_down(len), &mut block).await?;
+                if block == previous {
+                    stable = true;
+                    break;
+                }
+                std::mem::swap(&mut block, &mut previous);
+            }
+            if !stable {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "the device returns different bytes on every read of the last block",
+                ));
+            }
             tail.extend_from_slice(&block[..tail_len]);
         }
         Ok(Self {

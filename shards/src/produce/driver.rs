@@ -127,15 +127,27 @@ pub async fn run<E: DispatchEnv, S: Storage>(
     let mut held: HashMap<Seq, HeldBytes> = HashMap::new();
     let mut commits: HashMap<CommitId, Vec<Seq>> = HashMap::new();
     let outcomes = Rc::new(Outcomes::default());
+    let mut stop_deadline: Option<Instant> = None;
     tracing::info!(wal = %name, checkpoint = start.0, durable = wal.durable_next().0, "dispatcher started");
     loop {
-        if env.stopping() {
-            break;
-        }
         let now = Instant::now();
+        // A stopping dispatcher reads nothing new but sends what it holds, so that
+        // the checkpoint passes every record committed before the stop and a clean
+        // restart replays nothing twice; the grace bounds it.
+        if env.stopping() {
+            let deadline = *stop_deadline.get_or_insert(now + config.stop_grace);
+            let idle = dispatcher.held_records_total() == 0 && outcomes.in_flight.get() == 0;
+            if idle || now >= deadline {
+                break;
+            }
+        }
         let cluster = env.view();
         // Read what the window allows.
-        let budget = dispatcher.read_budget().min(READ_CHUNK_RECORDS);
+        let budget = if stop_deadline.is_some() {
+            0
+        } else {
+            dispatcher.read_budget().min(READ_CHUNK_RECORDS)
+        };
         let mut read_failed = false;
         if budget > 0 && reader.position() < wal.durable_next() {
             let read = reader
@@ -228,7 +240,10 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                 })
                 .min(config.backstop)
         };
-        let can_read = dispatcher.read_budget() > 0 && !read_failed && !wal.is_latched();
+        let can_read = stop_deadline.is_none()
+            && dispatcher.read_budget() > 0
+            && !read_failed
+            && !wal.is_latched();
         let position = reader.position();
         let durable = async {
             if can_read {
@@ -243,7 +258,8 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         )
         .await;
     }
-    // Stopping: let the commits in flight land so the checkpoint can move past them.
+    // Past the grace: let the commits in flight land so the checkpoint can move
+    // past them.
     let deadline = Instant::now() + config.stop_grace;
     while outcomes.in_flight.get() > 0 && Instant::now() < deadline {
         or(outcomes.notify.wait(), narad_io::rt::sleep(config.backstop)).await;
