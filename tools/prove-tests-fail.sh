@@ -17,6 +17,7 @@ variants=(
   "broken-checkpoint-past-uncommitted|narad-shards|wal_crash|the checkpoint passes records still being committed"
   "broken-checkpoint-past-uncommitted|narad|crash_sigkill|the same, in a real process killed with SIGKILL"
   "broken-checkpoint-past-uncommitted|narad-shards|dispatch_sim|the same, in the dispatcher's seeded simulation"
+  "broken-checkpoint-past-uncommitted|narad-shards|produce_sim|the same, through the real dispatch task, combiner and logs"
   "broken-no-torn-truncation|narad-shards|wal_crash|recovery resumes after a torn write instead of at its hole"
   "broken-no-readback|narad-shards|log_faults|a partition commit skips the read-back and CRC check"
 )
