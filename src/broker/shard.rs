@@ -60,24 +60,22 @@ impl Shard {
         partition: PartitionId,
         records: Vec<OwnedRecord>,
     ) -> CommitReply {
-        let (reply, answer) = oneshot::channel();
+        let stopped = || Err(CommitError::Failed("the owner shard stopped".into()));
         let owner = self.owner_of(incarnation, partition);
         if owner == self.index {
+            let (reply, answer) = oneshot::channel();
             self.owner
                 .commit(topic, incarnation, partition, records, reply);
-        } else {
-            let op = Op::Commit {
-                topic,
-                incarnation,
-                partition,
-                records,
-                reply,
-            };
-            self.send(owner, op).await;
+            return answer.await.unwrap_or_else(|_| stopped());
         }
-        answer
-            .await
-            .unwrap_or_else(|_| Err(CommitError::Failed("the owner shard stopped".into())))
+        let op = |reply| Op::Commit {
+            topic,
+            incarnation,
+            partition,
+            records,
+            reply,
+        };
+        self.ask(owner, op, stopped).await
     }
 
     /// Reads a partition from `from`, wherever its owner is.
@@ -97,23 +95,30 @@ impl Shard {
                 .read(&topic, incarnation, partition, from, max_records, max_bytes)
                 .await;
         }
+        let op = |reply| Op::Read {
+            topic,
+            incarnation,
+            partition,
+            from,
+            max_records,
+            max_bytes,
+            reply,
+        };
+        let stopped = || Err(ReadError::Failed("the owner shard stopped".into()));
+        self.ask(owner, op, stopped).await
+    }
+
+    /// Sends another shard an op built around a reply channel and waits for the
+    /// answer; `stopped` answers for a shard that dropped the op.
+    async fn ask<T>(
+        &self,
+        to: usize,
+        op: impl FnOnce(oneshot::Sender<T>) -> Op,
+        stopped: impl FnOnce() -> T,
+    ) -> T {
         let (reply, answer) = oneshot::channel();
-        self.send(
-            owner,
-            Op::Read {
-                topic,
-                incarnation,
-                partition,
-                from,
-                max_records,
-                max_bytes,
-                reply,
-            },
-        )
-        .await;
-        answer
-            .await
-            .unwrap_or_else(|_| Err(ReadError::Failed("the owner shard stopped".into())))
+        self.send(to, op(reply)).await;
+        answer.await.unwrap_or_else(|_| stopped())
     }
 
     /// Stats of every partition of a topic, asking each owner shard once.
