@@ -455,6 +455,12 @@ fn trace(seed: u64, life: usize, what: &str) {
 }
 
 fn run_seed(seed: u64) {
+    if std::env::var("NARAD_SIM_TRACE").is_ok() {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_max_level(tracing::Level::INFO)
+            .try_init();
+    }
     let disk = SimDisk::new(seed, SimFaults::default());
     let model = Rc::new(RefCell::new(Model::default()));
     for topic in TOPICS {
