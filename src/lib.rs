@@ -17,6 +17,8 @@
 //!   every shard reads.
 //! - [`broker`]: the broker on one shard: owned partitions and the commit
 //!   combiner, the dispatcher task, the mesh ops between shards.
+//! - [`consume`]: queue consumption: leases, parked consumers and the pump,
+//!   delivery tokens between shards, acks.
 //! - [`devtools`]: `narad debug ...`: a WAL writer under load (killed by the crash
 //!   tests) and the payload scheme the tests verify.
 //!
@@ -25,6 +27,7 @@
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod consume;
 pub mod control;
 pub mod devtools;
 pub mod http;

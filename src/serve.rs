@@ -210,6 +210,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     let api = Rc::new(Api {
         node: node.clone(),
         topic_defaults,
+        consume_wait_max: settings.max_consume_wait,
         broker: RefCell::new(None),
     });
     let server = ShardServer::start(
@@ -262,6 +263,25 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         )
     };
     let owner = Owner::new(storage.clone(), LogConfig::default(), live);
+    let waiters = Rc::new(crate::consume::waiters::Waiters::default());
+    let queues = {
+        let waiters = waiters.clone();
+        let wake = Box::new(move |id, topic: &Arc<str>| waiters.kick(id, topic));
+        let rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::from_os_rng();
+        Rc::new(crate::consume::queues::Queues::new(
+            owner.clone(),
+            rng,
+            wake,
+        ))
+    };
+    {
+        let queues = Rc::downgrade(&queues);
+        owner.set_on_visible(Box::new(move |topic, id, partition, hwm| {
+            if let Some(queues) = queues.upgrade() {
+                queues.on_visible(topic, id, partition, hwm);
+            }
+        }));
+    }
     let shard = Rc::new(Shard {
         index,
         shards,
@@ -275,7 +295,12 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         data_dir: data_dir.clone(),
         stopping: Cell::new(false),
         stop_notify: Notify::default(),
+        queues,
+        waiters,
+        consume_turn: Cell::new(index),
     });
+    let pump = narad_io::rt::spawn_local(crate::consume::flow::run_pump(shard.clone()));
+    narad_io::rt::spawn_local(crate::consume::flow::run_purger(shard.clone()));
     for (_, receiver) in receivers {
         narad_io::rt::spawn_local(receive_loop(shard.clone(), receiver));
     }
@@ -311,8 +336,12 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     *api.broker.borrow_mut() = Some(shard.clone());
     let _ = ready.send(failed.is_none());
     stop.wait().await;
-    server.drain().await;
+    // Parked consumers are answered at once, so the drain does not wait out
+    // their long-polls.
     shard.stopping.set(true);
+    shard.waiters.pump.notify();
+    pump.await;
+    server.drain().await;
     shard.stop_notify.notify();
     for dispatcher in dispatchers {
         dispatcher.await;

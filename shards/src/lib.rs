@@ -31,6 +31,7 @@ compile_error!(
     "the broken-* features exist only to show that tests fail; never build them in release"
 );
 
+pub mod consume;
 pub mod dispatch;
 pub mod ids;
 pub mod log;

@@ -10,11 +10,14 @@
 //! in `narad_shards::produce`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_channel::oneshot;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadBatch;
 pub use narad_shards::produce::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
+
+pub use crate::consume::{ConsumeError, Delivered, Settle, SettleError};
 
 /// A message between shards.
 pub enum Op {
@@ -40,6 +43,52 @@ pub enum Op {
         partitions: Vec<PartitionId>,
         reply: oneshot::Sender<Vec<Result<PartitionStats, ReadError>>>,
     },
+    /// Take up to `max` records of the topic's partitions here (or of `partition`
+    /// only), for a probe, a claim after a notification (`claim`), or a pinned
+    /// long-poll (`wait`, zero for none). A reply nobody receives is released.
+    Consume {
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        partition: Option<PartitionId>,
+        max: usize,
+        claim: bool,
+        wait: Duration,
+        reply: oneshot::Sender<Result<Vec<Delivered>, ConsumeError>>,
+    },
+    /// Leave (or renew) the sender's delivery token for a topic, for `ttl`.
+    Register {
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        from: usize,
+        ttl: Duration,
+    },
+    /// The owner `owner` spent this shard's token: a record is there to claim.
+    Notify {
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        owner: usize,
+    },
+    /// A notified shard had nobody left to take the record.
+    Pass {
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+    },
+    /// Records a consumer on another shard could not take: release them.
+    Release {
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        delivered: Vec<Delivered>,
+    },
+    /// Ack, extend or nack a lease.
+    Settle {
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        offset: Offset,
+        nonce: u64,
+        settle: Settle,
+        reply: oneshot::Sender<Result<(), SettleError>>,
+    },
     /// Close every log of the incarnation this shard has open; answered when none
     /// is open or in use any more.
     Purge {
@@ -47,4 +96,79 @@ pub enum Op {
         incarnation: IncarnationId,
         reply: oneshot::Sender<()>,
     },
+}
+
+/// Serves the consume ops a peer shard sent (everything but commit, read, stats
+/// and purge): none of them waits in the receive loop.
+pub fn serve_consume_op(shard: &std::rc::Rc<super::Shard>, op: Op) {
+    use crate::consume::flow::{self, ConsumeRequest};
+    match op {
+        Op::Consume {
+            topic,
+            incarnation,
+            partition,
+            max,
+            claim,
+            wait,
+            reply,
+        } => {
+            let request = ConsumeRequest {
+                partition,
+                max,
+                wait,
+            };
+            narad_io::rt::spawn_local(flow::serve_consume_op(
+                shard.clone(),
+                topic,
+                incarnation,
+                partition,
+                request,
+                claim,
+                reply,
+            ));
+        }
+        Op::Register {
+            topic,
+            incarnation,
+            from,
+            ttl,
+        } => shard.queues.register(&topic, incarnation, from, ttl),
+        Op::Notify {
+            topic,
+            incarnation,
+            owner,
+        } => shard.waiters.notified(incarnation, &topic, owner),
+        Op::Pass { topic, incarnation } => {
+            shard.queues.retire_notification(incarnation);
+            shard.waiters.kick(incarnation, &topic);
+        }
+        Op::Release {
+            topic,
+            incarnation,
+            delivered,
+        } => shard
+            .queues
+            .release_delivered(incarnation, &topic, &delivered),
+        Op::Settle {
+            topic,
+            incarnation,
+            partition,
+            offset,
+            nonce,
+            settle,
+            reply,
+        } => {
+            let answer = match shard.live_topic(&topic, incarnation) {
+                None => Err(SettleError::NotFound),
+                Some(record) => shard
+                    .queues
+                    .settle(&record, partition, offset, nonce, settle)
+                    .map_err(|_| SettleError::Stale),
+            };
+            let _ = reply.send(answer);
+        }
+        Op::Commit { .. } | Op::Read { .. } | Op::Stats { .. } | Op::Purge { .. } => {
+            unreachable!("served by the receive loop")
+        }
+    }
 }

@@ -22,7 +22,10 @@ use narad_shards::log::ReadBatch;
 use narad_shards::wal::Wal;
 
 use super::ops::{CommitError, CommitReply, Op, OwnedRecord, PartitionStats, ReadError};
+use crate::consume::queues::Queues;
+use crate::consume::waiters::Waiters;
 use crate::control::{ControlClient, MetaView};
+use crate::meta::TopicRecord;
 use crate::partition::RoundRobin;
 
 /// The partitions a shard owns, on O_DIRECT storage.
@@ -44,6 +47,12 @@ pub struct Shard {
     /// Set when the node stops; [`Shard::stop_notify`] wakes the tasks that watch it.
     pub stopping: Cell<bool>,
     pub stop_notify: Notify,
+    /// The consumer state of the partitions this shard owns.
+    pub queues: Rc<Queues>,
+    /// The consumers parked on this shard.
+    pub waiters: Rc<Waiters>,
+    /// Turns the order in which a consume scans partitions and owners.
+    pub consume_turn: Cell<usize>,
 }
 
 impl Shard {
@@ -108,9 +117,54 @@ impl Shard {
         self.ask(owner, op, stopped).await
     }
 
+    /// The topic `name` if it is still the incarnation `id`.
+    pub fn live_topic(&self, name: &str, id: IncarnationId) -> Option<Arc<TopicRecord>> {
+        self.meta
+            .snapshot()
+            .topics
+            .get(name)
+            .filter(|t| t.id == id)
+            .cloned()
+    }
+
+    /// The topic's partitions this shard owns, starting at a turning point so that
+    /// consumes spread over them.
+    pub fn local_partitions(&self, record: &TopicRecord) -> Vec<PartitionId> {
+        let mut local: Vec<PartitionId> = (0..record.partitions)
+            .map(PartitionId)
+            .filter(|&p| self.owner_of(record.id, p) == self.index)
+            .collect();
+        if !local.is_empty() {
+            let turn = self.next_turn() % local.len();
+            local.rotate_left(turn);
+        }
+        local
+    }
+
+    /// The other shards that own partitions of the topic, from a turning point.
+    pub fn remote_owners(&self, record: &TopicRecord) -> Vec<usize> {
+        let mut owners: Vec<usize> = (0..record.partitions.min(self.shards as u32))
+            .map(|p| self.owner_of(record.id, PartitionId(p)))
+            .filter(|&s| s != self.index)
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        if !owners.is_empty() {
+            let turn = self.next_turn() % owners.len();
+            owners.rotate_left(turn);
+        }
+        owners
+    }
+
+    fn next_turn(&self) -> usize {
+        let turn = self.consume_turn.get();
+        self.consume_turn.set(turn.wrapping_add(1));
+        turn
+    }
+
     /// Sends another shard an op built around a reply channel and waits for the
     /// answer; `stopped` answers for a shard that dropped the op.
-    async fn ask<T>(
+    pub async fn ask<T>(
         &self,
         to: usize,
         op: impl FnOnce(oneshot::Sender<T>) -> Op,
@@ -182,6 +236,40 @@ impl Shard {
         all
     }
 
+    /// Gives leased records nobody will receive back to their owners.
+    pub async fn queues_release(
+        &self,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        delivered: Vec<crate::consume::Delivered>,
+    ) {
+        let mut by_owner: Vec<Vec<crate::consume::Delivered>> = vec![Vec::new(); self.shards];
+        for d in delivered {
+            by_owner[self.owner_of(incarnation, d.partition)].push(d);
+        }
+        for (owner, records) in by_owner.into_iter().enumerate() {
+            if records.is_empty() {
+                continue;
+            }
+            if owner == self.index {
+                self.queues.release_delivered(incarnation, topic, &records);
+            } else {
+                let op = Op::Release {
+                    topic: topic.clone(),
+                    incarnation,
+                    delivered: records,
+                };
+                self.send(owner, op).await;
+            }
+        }
+    }
+
+    /// Drops a deleted incarnation's consumer state and parked consumers here.
+    pub fn forget_consumers(&self, incarnation: IncarnationId) {
+        self.queues.drop_incarnation(incarnation);
+        self.waiters.drop_incarnation(incarnation);
+    }
+
     /// Closes the incarnation's logs on every shard; returns when all have.
     pub async fn purge_everywhere(&self, topic: Arc<str>, incarnation: IncarnationId) {
         let mut answers = Vec::new();
@@ -199,13 +287,14 @@ impl Shard {
             answers.push(answer);
         }
         self.owner.purge(incarnation).await;
+        self.forget_consumers(incarnation);
         for answer in answers {
             let _ = answer.await;
         }
     }
 
     /// Sends an op; a stopped peer drops it, which its caller sees as a failure.
-    async fn send(&self, to: usize, op: Op) {
+    pub async fn send(&self, to: usize, op: Op) {
         // A failed send drops the op and its reply sender with it.
         let _ = self.mesh.send(to, op).await;
     }
@@ -265,12 +354,14 @@ pub async fn receive_loop(shard: Rc<Shard>, receiver: ConnectedReceiver<Op>) {
             Op::Purge {
                 incarnation, reply, ..
             } => {
-                let owner = shard.owner.clone();
+                let shard = shard.clone();
                 narad_io::rt::spawn_local(async move {
-                    owner.purge(incarnation).await;
+                    shard.owner.purge(incarnation).await;
+                    shard.forget_consumers(incarnation);
                     let _ = reply.send(());
                 });
             }
+            op => super::ops::serve_consume_op(&shard, op),
         }
     }
 }

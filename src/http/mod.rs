@@ -19,7 +19,7 @@
 //! - [`router`]: pattern matching of method and path, with path parameters.
 //! - [`response`]: the reference's response conventions (JSON errors, plain-text
 //!   404/405, 503 while stopping), the 415 guard and the capped body reader (413).
-//! - [`topics`], [`produce`], [`replay`]: the `/v1` handlers.
+//! - [`topics`], [`produce`], [`consume`], [`replay`]: the `/v1` handlers.
 //! - [`produce_input`]: decoding a produce request (query string, payload size,
 //!   the batch document and its compression) into checked values; no I/O.
 //! - [`node`]: the node-wide state the shards share.
@@ -27,6 +27,7 @@
 //! The glue that lets hyper run on glommio (socket adapter, timer) is in
 //! `narad_io::net`.
 
+pub mod consume;
 pub mod node;
 pub mod produce;
 pub mod produce_input;

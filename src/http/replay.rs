@@ -25,6 +25,7 @@ use serde_json::value::RawValue;
 
 use super::response::{self, Body};
 use crate::broker::Shard;
+use crate::meta::TopicRecord;
 
 /// Payload bytes one replay reads at most (one record is always returned).
 const REPLAY_BYTES_MAX: usize = 1 << 20;
@@ -42,10 +43,19 @@ struct Message<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     payload_encoding: Option<&'static str>,
     timestamp: u64,
+    timestamp_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receipt_handle: Option<&'a str>,
 }
 
-/// The reference's Message object for a committed record.
-pub fn message_json(topic: &str, partition: PartitionId, record: &Record) -> Vec<u8> {
+/// The reference's Message object for a committed record; `receipt_handle` is
+/// absent on replay.
+pub fn message_json(
+    topic: &str,
+    partition: PartitionId,
+    record: &Record,
+    receipt_handle: Option<&str>,
+) -> Vec<u8> {
     let b64 = base64::engine::general_purpose::STANDARD;
     let (key, key_encoding) = match &record.key {
         None => (None, None),
@@ -64,6 +74,8 @@ pub fn message_json(topic: &str, partition: PartitionId, record: &Record) -> Vec
         payload,
         payload_encoding,
         timestamp: record.commit_time_ms / 1000,
+        timestamp_ms: record.commit_time_ms,
+        receipt_handle,
     };
     serde_json::to_vec(&message).expect("a message serializes")
 }
@@ -84,39 +96,14 @@ fn payload_value(payload: &[u8]) -> (Box<RawValue>, Option<&'static str>) {
     )
 }
 
-fn bad_request(message: &str) -> Response<Body> {
-    response::error(StatusCode::BAD_REQUEST, message)
-}
-
-pub async fn consume(shard: &Shard, topic: &str, query: Option<&str>) -> Response<Body> {
-    let snapshot = shard.meta.snapshot();
-    let Some(record) = snapshot.topics.get(topic).cloned() else {
-        return response::error(StatusCode::NOT_FOUND, &format!("topic {topic:?} not found"));
-    };
-    let (mut partition, mut offset) = (None, None);
-    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        let slot = match &*name {
-            "partition" => &mut partition,
-            "offset" => &mut offset,
-            _ => continue,
-        };
-        if slot.is_some() {
-            return bad_request(&format!("{name} given more than once"));
-        }
-        match value.parse::<u64>() {
-            Ok(n) => *slot = Some(n),
-            Err(_) => return bad_request(&format!("invalid {name}: {value:?}")),
-        }
-    }
-    let (Some(partition), Some(offset)) = (partition, offset) else {
-        return bad_request(
-            "only replay is served so far: give partition and offset (leased consume is not available yet)",
-        );
-    };
-    if partition >= record.partitions as u64 {
-        return bad_request("partition out of range");
-    }
-    let partition = PartitionId(partition as u32);
+/// Reads the record at `offset` of a partition (already checked in range).
+pub async fn replay(
+    shard: &Shard,
+    topic: &str,
+    record: &TopicRecord,
+    partition: PartitionId,
+    offset: u64,
+) -> Response<Body> {
     let name: Arc<str> = Arc::from(topic);
     let read = shard
         .read(
@@ -146,7 +133,7 @@ pub async fn consume(shard: &Shard, topic: &str, query: Option<&str>) -> Respons
             ),
         ),
         Some(ReadItem::Record(r)) => {
-            let body = message_json(topic, partition, &r);
+            let body = message_json(topic, partition, &r, None);
             let mut response = Response::new(Body::new(bytes::Bytes::from(body)));
             response.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -172,22 +159,22 @@ mod tests {
     }
 
     fn json(r: &Record) -> String {
-        String::from_utf8(message_json("t", PartitionId(2), r)).unwrap()
+        String::from_utf8(message_json("t", PartitionId(2), r, None)).unwrap()
     }
 
     #[test]
     fn payloads_are_json_text_or_base64() {
         assert_eq!(
             json(&record(None, br#"{"b": [1, 2]}"#)),
-            r#"{"topic":"t","partition":2,"offset":7,"payload":{"b": [1, 2]},"timestamp":1700000000}"#
+            r#"{"topic":"t","partition":2,"offset":7,"payload":{"b": [1, 2]},"timestamp":1700000000,"timestamp_ms":1700000000123}"#
         );
         assert_eq!(
             json(&record(Some(b"k1"), b"hello")),
-            r#"{"topic":"t","partition":2,"offset":7,"key":"k1","payload":"hello","timestamp":1700000000}"#
+            r#"{"topic":"t","partition":2,"offset":7,"key":"k1","payload":"hello","timestamp":1700000000,"timestamp_ms":1700000000123}"#
         );
         assert_eq!(
             json(&record(Some(&[0xff]), &[0, 0xfe])),
-            r#"{"topic":"t","partition":2,"offset":7,"key":"/w==","key_encoding":"base64","payload":"AP4=","payload_encoding":"base64","timestamp":1700000000}"#
+            r#"{"topic":"t","partition":2,"offset":7,"key":"/w==","key_encoding":"base64","payload":"AP4=","payload_encoding":"base64","timestamp":1700000000,"timestamp_ms":1700000000123}"#
         );
     }
 }

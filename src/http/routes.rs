@@ -4,8 +4,8 @@
 //! `GET /healthz` answers 200 as soon as the listener is up, and `GET /readyz` 200
 //! once every shard has recovered its storage. The `/v1` endpoints need this
 //! shard's broker, which exists once its storage is recovered; before that they
-//! answer 503. Handlers live in [`super::topics`], [`super::produce`] and
-//! [`super::replay`].
+//! answer 503. Handlers live in [`super::topics`], [`super::produce`],
+//! [`super::consume`] and [`super::replay`].
 //!
 //! Which cores: every shard builds its own [`Routes`] and serves its own
 //! connections with it.
@@ -35,12 +35,15 @@ pub enum Endpoint {
     Produce,
     ProduceBatch,
     Consume,
+    Ack,
 }
 
 /// What the `/v1` handlers need besides the request.
 pub struct Api {
     pub node: Arc<NodeState>,
     pub topic_defaults: TopicDefaults,
+    /// `http.max_consume_wait`: longer waits are clamped to it.
+    pub consume_wait_max: std::time::Duration,
     /// Set once this shard's storage is recovered.
     pub broker: RefCell<Option<Rc<Shard>>>,
 }
@@ -72,7 +75,8 @@ impl Routes {
                 "/v1/topics/{topic}/produce/batch",
                 Endpoint::ProduceBatch,
             )
-            .add(Method::GET, "/v1/topics/{topic}/consume", Endpoint::Consume);
+            .add(Method::GET, "/v1/topics/{topic}/consume", Endpoint::Consume)
+            .add(Method::POST, "/v1/topics/{topic}/ack", Endpoint::Ack);
         Routes { router, api }
     }
 
@@ -123,9 +127,8 @@ impl Routes {
             Endpoint::TopicDelete => super::topics::delete(&shard, &topic).await,
             Endpoint::Produce => super::produce::single(&shard, &topic, request).await,
             Endpoint::ProduceBatch => super::produce::batch(api, &shard, &topic, request).await,
-            Endpoint::Consume => {
-                super::replay::consume(&shard, &topic, request.uri().query()).await
-            }
+            Endpoint::Consume => super::consume::consume(api, &shard, &topic, &request).await,
+            Endpoint::Ack => super::consume::ack(&shard, &topic, request).await,
         }
     }
 
@@ -150,6 +153,7 @@ mod tests {
         Rc::new(Api {
             node,
             topic_defaults: crate::config::Config::default().topic,
+            consume_wait_max: std::time::Duration::from_secs(10),
             broker: RefCell::new(None),
         })
     }

@@ -71,6 +71,8 @@ pub struct HttpSettings {
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,
     pub max_header_bytes: usize,
+    /// The longest long-poll a consume may ask for.
+    pub max_consume_wait: Duration,
 }
 
 impl From<&HttpConfig> for HttpSettings {
@@ -80,6 +82,7 @@ impl From<&HttpConfig> for HttpSettings {
             write_timeout: http.write_timeout,
             shutdown_grace: http.shutdown_grace,
             max_header_bytes: http.max_header_bytes,
+            max_consume_wait: http.max_consume_wait,
         }
     }
 }

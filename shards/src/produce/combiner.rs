@@ -67,6 +67,10 @@ type SlotKey = (IncarnationId, PartitionId);
 /// this shard's metadata: `(topic, incarnation, partition) -> live`.
 pub type Liveness = Box<dyn Fn(&str, IncarnationId, PartitionId) -> bool>;
 
+/// Called after a commit made records visible:
+/// `(topic, incarnation, partition, high watermark)`.
+pub type OnVisible = Box<dyn Fn(&Arc<str>, IncarnationId, PartitionId, Offset)>;
+
 /// The partitions of one shard.
 pub struct Owner<S: Storage> {
     storage: S,
@@ -74,6 +78,7 @@ pub struct Owner<S: Storage> {
     live: Liveness,
     reopen_backoff: Duration,
     slots: RefCell<HashMap<SlotKey, Rc<Slot<S>>>>,
+    on_visible: RefCell<Option<OnVisible>>,
 }
 
 impl<S: Storage> Owner<S> {
@@ -94,7 +99,13 @@ impl<S: Storage> Owner<S> {
             live,
             reopen_backoff,
             slots: RefCell::new(HashMap::new()),
+            on_visible: RefCell::new(None),
         })
+    }
+
+    /// Sets what is told when commits make records visible (the consumers).
+    pub fn set_on_visible(&self, on_visible: OnVisible) {
+        *self.on_visible.borrow_mut() = Some(on_visible);
     }
 
     fn is_live(&self, topic: &str, incarnation: IncarnationId, partition: PartitionId) -> bool {
@@ -184,6 +195,9 @@ impl<S: Storage> Owner<S> {
             return;
         }
         let outcome = self.commit_run(slot, &run).await;
+        if let (Ok(range), Some(on_visible)) = (&outcome, &*self.on_visible.borrow()) {
+            on_visible(&slot.topic, slot.incarnation, slot.partition, range.end);
+        }
         let mut start = match &outcome {
             Ok(range) => range.start,
             Err(_) => Offset(0),

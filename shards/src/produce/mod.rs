@@ -11,7 +11,7 @@ pub mod combiner;
 pub mod driver;
 pub mod types;
 
-pub use combiner::{Liveness, Owner};
+pub use combiner::{Liveness, OnVisible, Owner};
 pub use driver::{DispatchEnv, DriverConfig, Mode};
 pub use types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 

@@ -1,0 +1,2 @@
+//! Consume path (stub while the real modules land).
+pub mod inflight;

@@ -1,0 +1,448 @@
+//! The request flows and tasks of consumption on one shard.
+//!
+//! A queue consume ([`consume`]) tries, in order: this shard's partitions of the
+//! topic (0 hops); a non-blocking probe of each other owner shard (1 hop); then,
+//! if it may wait, it parks on this shard's FIFO and registers a delivery token
+//! with every other owner. An owner whose records nobody on it takes spends one
+//! token per record and notifies; the notified shard's pump ([`run_pump`]) takes
+//! the head consumer and claims the record for it ([`claim`]) (2 hops).
+//!
+//! A pinned consume (`partition=N`) goes to that partition's owner and parks
+//! there, on the partition's own FIFO.
+//!
+//! Which cores: every shard runs one pump task and, while consumers are parked on
+//! it, one keeper task; the flows run in the tasks of the requests.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use narad_shards::ids::{IncarnationId, PartitionId};
+
+use super::handle::Handle;
+use super::waiters::{Kick, Notification, Waiter, SHARE_WINDOW};
+use super::{ConsumeError, Delivered, Settle, SettleError, TAKE_BYTES_MAX};
+use crate::broker::ops::Op;
+use crate::broker::Shard;
+use crate::meta::TopicRecord;
+
+/// How often the keeper checks this shard's registrations.
+const KEEPER_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Cadence of the background expiry purge.
+const PURGE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A registration is sent again after this long, whatever its expiry.
+const RENEW_AFTER: Duration = Duration::from_secs(5);
+
+/// What one consume asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct ConsumeRequest {
+    pub partition: Option<PartitionId>,
+    pub max: usize,
+    pub wait: Duration,
+}
+
+/// Serves one leased consume accepted on this shard.
+pub async fn consume(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    request: ConsumeRequest,
+) -> Result<Vec<Delivered>, ConsumeError> {
+    let Some(partition) = request.partition else {
+        return consume_queue(shard, topic, record, request).await;
+    };
+    let owner = shard.owner_of(record.id, partition);
+    if owner == shard.index {
+        return consume_pinned_here(shard, topic, record, partition, request).await;
+    }
+    let op = |reply| Op::Consume {
+        topic: topic.clone(),
+        incarnation: record.id,
+        partition: Some(partition),
+        max: request.max,
+        claim: false,
+        wait: request.wait,
+        reply,
+    };
+    let stopped = || Err(ConsumeError::Failed("the owner shard stopped".into()));
+    shard.ask(owner, op, stopped).await
+}
+
+async fn consume_queue(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    request: ConsumeRequest,
+) -> Result<Vec<Delivered>, ConsumeError> {
+    let deadline = Instant::now() + request.wait;
+    let local = shard.local_partitions(record);
+    if !local.is_empty() {
+        let got = shard
+            .queues
+            .take(topic, record, &local, request.max, TAKE_BYTES_MAX)
+            .await?;
+        if !got.is_empty() {
+            return Ok(got);
+        }
+    }
+    let remote = shard.remote_owners(record);
+    for &owner in &remote {
+        match probe(shard, owner, topic, record.id, request.max, false).await {
+            Ok(got) if !got.is_empty() => return Ok(got),
+            Ok(_) => {}
+            Err(ConsumeError::NotFound) => return Err(ConsumeError::NotFound),
+            Err(e) => {
+                tracing::warn!(topic = %topic, owner, error = ?e, "probe of an owner shard failed")
+            }
+        }
+    }
+    if request.wait.is_zero() || shard.stopping.get() {
+        return Ok(Vec::new());
+    }
+    let (waiter, answer) = Waiter::new(request.max);
+    shard.waiters.park(record.id, topic, None, waiter.clone());
+    let now = Instant::now();
+    let needed = shard
+        .waiters
+        .registrations_needed(record.id, topic, &remote, deadline, now);
+    for owner in needed {
+        let ttl = deadline.saturating_duration_since(now) + SHARE_WINDOW;
+        register(shard, owner, topic, record.id, ttl).await;
+    }
+    ensure_keeper(shard);
+    Ok(wait_for(&waiter, answer, deadline).await)
+}
+
+/// A pinned consume of a partition this shard owns.
+async fn consume_pinned_here(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    partition: PartitionId,
+    request: ConsumeRequest,
+) -> Result<Vec<Delivered>, ConsumeError> {
+    let deadline = Instant::now() + request.wait;
+    let got = shard
+        .queues
+        .take(topic, record, &[partition], request.max, TAKE_BYTES_MAX)
+        .await?;
+    if !got.is_empty() || request.wait.is_zero() || shard.stopping.get() {
+        return Ok(got);
+    }
+    let (waiter, answer) = Waiter::new(request.max);
+    shard
+        .waiters
+        .park(record.id, topic, Some(partition), waiter.clone());
+    Ok(wait_for(&waiter, answer, deadline).await)
+}
+
+/// Waits for the pump to deliver, until `deadline`.
+async fn wait_for(
+    waiter: &Waiter,
+    mut answer: futures_channel::oneshot::Receiver<Vec<Delivered>>,
+    deadline: Instant,
+) -> Vec<Delivered> {
+    let delivered = futures_lite::future::or(async { Some((&mut answer).await.ok()) }, async {
+        glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
+        None
+    })
+    .await;
+    match delivered {
+        Some(records) => records.unwrap_or_default(),
+        None => {
+            waiter.close();
+            // The pump may have sent in the same instant the deadline passed.
+            answer.try_recv().ok().flatten().unwrap_or_default()
+        }
+    }
+}
+
+/// Asks another owner shard for records without waiting.
+async fn probe(
+    shard: &Rc<Shard>,
+    owner: usize,
+    topic: &Arc<str>,
+    incarnation: IncarnationId,
+    max: usize,
+    claim: bool,
+) -> Result<Vec<Delivered>, ConsumeError> {
+    let op = |reply| Op::Consume {
+        topic: topic.clone(),
+        incarnation,
+        partition: None,
+        max,
+        claim,
+        wait: Duration::ZERO,
+        reply,
+    };
+    let stopped = || Err(ConsumeError::Failed("the owner shard stopped".into()));
+    shard.ask(owner, op, stopped).await
+}
+
+async fn register(
+    shard: &Rc<Shard>,
+    owner: usize,
+    topic: &Arc<str>,
+    incarnation: IncarnationId,
+    ttl: Duration,
+) {
+    let op = Op::Register {
+        topic: topic.clone(),
+        incarnation,
+        from: shard.index,
+        ttl,
+    };
+    shard.send(owner, op).await;
+}
+
+/// The owner side of [`Op::Consume`]: serves from this shard's partitions and
+/// releases what nobody receives.
+pub async fn serve_consume_op(
+    shard: Rc<Shard>,
+    topic: Arc<str>,
+    incarnation: IncarnationId,
+    partition: Option<PartitionId>,
+    request: ConsumeRequest,
+    claim: bool,
+    reply: futures_channel::oneshot::Sender<Result<Vec<Delivered>, ConsumeError>>,
+) {
+    if claim {
+        shard.queues.retire_notification(incarnation);
+    }
+    let Some(record) = shard.live_topic(&topic, incarnation) else {
+        let _ = reply.send(Err(ConsumeError::NotFound));
+        return;
+    };
+    let result = match partition {
+        Some(p) => consume_pinned_here(&shard, &topic, &record, p, request).await,
+        None => {
+            let local = shard.local_partitions(&record);
+            shard
+                .queues
+                .take(&topic, &record, &local, request.max, TAKE_BYTES_MAX)
+                .await
+        }
+    };
+    if let Err(Ok(unreceived)) = reply.send(result) {
+        shard
+            .queues
+            .release_delivered(incarnation, &topic, &unreceived);
+    }
+}
+
+/// The shard's pump: serves parked consumers when records arrive or consumers
+/// park, and claims what other owners notify. Ends when the node stops.
+pub async fn run_pump(shard: Rc<Shard>) {
+    loop {
+        shard.waiters.pump.wait().await;
+        if shard.stopping.get() {
+            shard.waiters.release_all();
+            return;
+        }
+        for notification in shard.waiters.take_notifications() {
+            narad_io::rt::spawn_local(claim(shard.clone(), notification));
+        }
+        // A kick that arrives while a topic is pumped is kept for the next round,
+        // so no wake is lost.
+        for kick in shard.waiters.take_kicked() {
+            pump_topic(&shard, kick).await;
+        }
+    }
+}
+
+async fn pump_topic(shard: &Rc<Shard>, kick: Kick) {
+    let Kick { incarnation, topic } = kick;
+    let Some(record) = shard.live_topic(&topic, incarnation) else {
+        shard.waiters.drop_incarnation(incarnation);
+        return;
+    };
+    let local = shard.local_partitions(&record);
+    // Pinned consumers first: they can take only from their own partition.
+    for p in shard.waiters.pinned_partitions(incarnation) {
+        if local.contains(&p) {
+            serve_fifo(shard, &topic, &record, Some(p), &[p]).await;
+        }
+    }
+    if local.is_empty() {
+        return;
+    }
+    serve_fifo(shard, &topic, &record, None, &local).await;
+    if !shard.waiters.has_parked(incarnation) && shard.queues.has_tokens(incarnation) {
+        shard.queues.load_all(&topic, &record, &local).await;
+        for to in shard.queues.spend_tokens(incarnation) {
+            let op = Op::Notify {
+                topic: topic.clone(),
+                incarnation,
+                owner: shard.index,
+            };
+            shard.send(to, op).await;
+        }
+    }
+}
+
+/// Hands records to the FIFO's consumers, head first, until one finds nothing.
+async fn serve_fifo(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    pinned: Option<PartitionId>,
+    partitions: &[PartitionId],
+) {
+    while let Some(waiter) = shard.waiters.pop_live(record.id, pinned) {
+        let taken = shard
+            .queues
+            .take(topic, record, partitions, waiter.max, TAKE_BYTES_MAX)
+            .await;
+        match taken {
+            Ok(got) if !got.is_empty() => {
+                if let Err(back) = waiter.deliver(got) {
+                    shard.queues.release_delivered(record.id, topic, &back);
+                }
+            }
+            Ok(_) => {
+                shard.waiters.push_front(record.id, topic, pinned, waiter);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(topic = %topic, error = ?e, "the pump could not take records");
+                shard.waiters.push_front(record.id, topic, pinned, waiter);
+                return;
+            }
+        }
+    }
+}
+
+/// An owner notified this shard: claim the record for the head consumer.
+async fn claim(shard: Rc<Shard>, n: Notification) {
+    let Notification {
+        incarnation,
+        topic,
+        owner,
+    } = n;
+    let Some(waiter) = shard.waiters.pop_live(incarnation, None) else {
+        shard.send(owner, Op::Pass { topic, incarnation }).await;
+        return;
+    };
+    match probe(&shard, owner, &topic, incarnation, waiter.max, true).await {
+        Ok(got) if !got.is_empty() => {
+            let mut got = got;
+            let mut next = Some(waiter);
+            loop {
+                let Some(w) = next
+                    .take()
+                    .or_else(|| shard.waiters.pop_live(incarnation, None))
+                else {
+                    let op = Op::Release {
+                        topic: topic.clone(),
+                        incarnation,
+                        delivered: got,
+                    };
+                    shard.send(owner, op).await;
+                    break;
+                };
+                match w.deliver(got) {
+                    Ok(()) => break,
+                    Err(back) => got = back,
+                }
+            }
+        }
+        _ => shard.waiters.push_front(incarnation, &topic, None, waiter),
+    }
+    // The notification spent this shard's token there: leave a fresh one at once
+    // if anyone is still parked, so the next record finds it.
+    if shard.waiters.has_parked(incarnation) {
+        register(
+            &shard,
+            owner,
+            &topic,
+            incarnation,
+            RENEW_AFTER + SHARE_WINDOW,
+        )
+        .await;
+        shard
+            .waiters
+            .note_registered(incarnation, owner, RENEW_AFTER + SHARE_WINDOW);
+    }
+}
+
+/// Releases expired leases every second, so a consumer that died has its
+/// records redelivered after the visibility timeout even if nobody consumes.
+pub async fn run_purger(shard: Rc<Shard>) {
+    while !shard.stopping.get() {
+        narad_io::rt::sleep(PURGE_INTERVAL).await;
+        shard.queues.purge_expired();
+    }
+}
+
+fn ensure_keeper(shard: &Rc<Shard>) {
+    if !shard.waiters.keeper_running.replace(true) {
+        narad_io::rt::spawn_local(keeper(shard.clone()));
+    }
+}
+
+/// While consumers are parked here, keeps a live token from this shard with every
+/// other owner of their topics.
+async fn keeper(shard: Rc<Shard>) {
+    loop {
+        narad_io::rt::sleep(KEEPER_INTERVAL).await;
+        let now = Instant::now();
+        if shard.stopping.get() || !shard.waiters.any_parked() {
+            shard.waiters.sweep(now);
+            shard.waiters.keeper_running.set(false);
+            return;
+        }
+        let owners_of = |incarnation, name: &str| match shard.live_topic(name, incarnation) {
+            Some(record) => shard.remote_owners(&record),
+            None => Vec::new(),
+        };
+        let stale = shard
+            .waiters
+            .stale_registrations(now, RENEW_AFTER, owners_of);
+        for (incarnation, topic, owners) in stale {
+            for owner in owners {
+                let ttl = RENEW_AFTER + SHARE_WINDOW;
+                register(&shard, owner, &topic, incarnation, ttl).await;
+                shard.waiters.note_registered(incarnation, owner, ttl);
+            }
+        }
+    }
+}
+
+/// Acks, extends or nacks the lease a receipt handle names.
+pub async fn settle(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    handle: Handle,
+    settle: Settle,
+) -> Result<(), SettleError> {
+    if handle.partition.0 >= record.partitions {
+        return Err(SettleError::Stale);
+    }
+    let owner = shard.owner_of(record.id, handle.partition);
+    if owner == shard.index {
+        return shard
+            .queues
+            .settle(
+                record,
+                handle.partition,
+                handle.offset,
+                handle.nonce,
+                settle,
+            )
+            .map_err(|_| SettleError::Stale);
+    }
+    let op = |reply| Op::Settle {
+        topic: topic.clone(),
+        incarnation: record.id,
+        partition: handle.partition,
+        offset: handle.offset,
+        nonce: handle.nonce,
+        settle,
+        reply,
+    };
+    let stopped = || Err(SettleError::Unavailable("the owner shard stopped".into()));
+    shard.ask(owner, op, stopped).await
+}

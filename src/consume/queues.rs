@@ -1,0 +1,489 @@
+//! The owner side of consumption: one in-flight table per owned partition, the
+//! reservation-before-read of records, settling receipt handles, and the delivery
+//! tokens other shards leave here.
+//!
+//! Which cores: one [`Queues`] per shard, for the partitions that shard owns. Every
+//! method that touches a table is synchronous and holds its `RefCell` borrow for
+//! the call only; the one await, the log read, happens with the offsets already
+//! reserved, so two consumers can never be handed the same live copy.
+//!
+//! Reservation before read: offsets are leased first (with a nonce from the shard's
+//! ChaCha8 stream and an expiry), then read. A read that comes back without a
+//! reserved offset (its byte budget ran out) releases it at once. A read below the
+//! oldest retained offset makes the frontier jump there in one step; a corrupt
+//! range is skipped (settled, counted, logged) so it never blocks the queue.
+//!
+//! Tokens: a shard with parked consumers and no local record leaves a token here
+//! (see [`super::waiters`]). A token reserves nothing. When records are available
+//! and no consumer parked on this shard takes them, the pump spends one token per
+//! available record ([`Queues::spend_tokens`]) and tells that shard, which then
+//! claims. An outstanding notification counts against the available records until
+//! its claim arrives or its deadline passes, so one record is never promised to two
+//! shards.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use narad_shards::consume::inflight::{Caps, HandleError, InFlight, Reserve};
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use narad_shards::log::ReadItem;
+use rand::RngCore;
+use rand_chacha::ChaCha8Rng;
+
+use super::{now_ms, ConsumeError, Delivered, Settle};
+use crate::broker::ops::ReadError;
+use crate::broker::shard::Owner;
+use crate::meta::TopicRecord;
+
+/// Reads that find their reservations overtaken (retention, corruption) are tried
+/// again at most this often per call.
+const TAKE_ATTEMPTS_MAX: usize = 4;
+
+/// How long a notified shard has to claim before the record may be offered again.
+pub const CLAIM_DEADLINE: Duration = Duration::from_millis(500);
+
+/// Tokens one topic holds at most: one per requesting shard.
+const TOKENS_PER_TOPIC_MAX: usize = 1024;
+
+type Key = (IncarnationId, PartitionId);
+
+/// Tells the shard's pump that a topic's records became available here.
+pub type Wake = Box<dyn Fn(IncarnationId, &Arc<str>)>;
+
+/// One owned partition's consumer state.
+pub struct PartitionQueue {
+    pub topic: Arc<str>,
+    pub table: InFlight,
+    /// The log's high watermark as last seen; commits move it forward.
+    pub hwm: Offset,
+}
+
+/// Delivery tokens and outstanding notifications of one topic on its owner.
+#[derive(Default)]
+struct Tokens {
+    /// (requesting shard, expiry), oldest registration first.
+    held: Vec<(usize, Instant)>,
+    /// Deadlines of notifications sent and not yet claimed or passed.
+    outstanding: Vec<Instant>,
+}
+
+/// The partitions of one shard, as consumers see them.
+pub struct Queues {
+    owner: Rc<Owner>,
+    parts: RefCell<HashMap<Key, Rc<RefCell<PartitionQueue>>>>,
+    tokens: RefCell<HashMap<IncarnationId, Tokens>>,
+    rng: RefCell<ChaCha8Rng>,
+    /// Partitions whose settled state changed since the persister last looked.
+    settled_changed: RefCell<Vec<Key>>,
+    /// Called with a topic whose records became available here.
+    wake: Wake,
+}
+
+impl Queues {
+    pub fn new(owner: Rc<Owner>, rng: ChaCha8Rng, wake: Wake) -> Self {
+        Queues {
+            owner,
+            parts: RefCell::new(HashMap::new()),
+            tokens: RefCell::new(HashMap::new()),
+            rng: RefCell::new(rng),
+            settled_changed: RefCell::new(Vec::new()),
+            wake,
+        }
+    }
+
+    /// A commit made records visible: moves the cached high watermark and wakes
+    /// the topic's consumers.
+    pub fn on_visible(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        hwm: Offset,
+    ) {
+        if let Some(queue) = self.parts.borrow().get(&(incarnation, partition)) {
+            let mut queue = queue.borrow_mut();
+            queue.hwm = queue.hwm.max(hwm);
+        }
+        (self.wake)(incarnation, topic);
+    }
+
+    /// The partition's queue, loaded on first touch.
+    async fn queue(
+        &self,
+        topic: &Arc<str>,
+        record: &TopicRecord,
+        partition: PartitionId,
+    ) -> Result<Rc<RefCell<PartitionQueue>>, ConsumeError> {
+        let key = (record.id, partition);
+        if let Some(queue) = self.parts.borrow().get(&key) {
+            return Ok(queue.clone());
+        }
+        let stats = self
+            .owner
+            .stats(topic, record.id, partition)
+            .await
+            .map_err(read_failure)?;
+        let table = InFlight::new(stats.oldest_offset, []);
+        let loaded = Rc::new(RefCell::new(PartitionQueue {
+            topic: topic.clone(),
+            table,
+            hwm: stats.next_offset,
+        }));
+        // Another consume may have loaded it while this one read the stats.
+        Ok(self.parts.borrow_mut().entry(key).or_insert(loaded).clone())
+    }
+
+    /// Takes up to `max` records from `partitions` in order, staying on a
+    /// partition until it runs dry, within about `budget_bytes` of keys and
+    /// payloads (the first record is always taken). Never waits for a record.
+    pub async fn take(
+        &self,
+        topic: &Arc<str>,
+        record: &TopicRecord,
+        partitions: &[PartitionId],
+        max: usize,
+        budget_bytes: usize,
+    ) -> Result<Vec<Delivered>, ConsumeError> {
+        assert!(max > 0);
+        let mut out = Vec::new();
+        let mut failure = None;
+        let mut bytes = 0usize;
+        for &partition in partitions {
+            if out.len() >= max || bytes >= budget_bytes {
+                break;
+            }
+            let left = budget_bytes - bytes;
+            match self
+                .take_from(topic, record, partition, max - out.len(), left)
+                .await
+            {
+                Ok(got) => {
+                    bytes += got.iter().map(Delivered::weight_bytes).sum::<usize>();
+                    out.extend(got);
+                }
+                Err(ConsumeError::NotFound) => return Err(ConsumeError::NotFound),
+                Err(e) => failure = Some(e),
+            }
+        }
+        match failure {
+            Some(e) if out.is_empty() => Err(e),
+            _ => Ok(out),
+        }
+    }
+
+    /// [`Queues::take`] for one partition.
+    async fn take_from(
+        &self,
+        topic: &Arc<str>,
+        record: &TopicRecord,
+        partition: PartitionId,
+        want: usize,
+        budget_bytes: usize,
+    ) -> Result<Vec<Delivered>, ConsumeError> {
+        let queue = self.queue(topic, record, partition).await?;
+        let caps = Caps {
+            in_flight_max: record.max_in_flight_per_partition as usize,
+            acked_ahead_max: record.max_acked_ahead_per_partition as usize,
+        };
+        for _ in 0..TAKE_ATTEMPTS_MAX {
+            let reserved = self.reserve(&queue, &caps, record.visibility_timeout_ms, want);
+            let (Some(&(first, _)), Some(&(last, _))) = (reserved.first(), reserved.last()) else {
+                return Ok(Vec::new());
+            };
+            let span = (last.0 - first.0 + 1) as usize;
+            let read = self
+                .owner
+                .read(topic, record.id, partition, first, span, budget_bytes)
+                .await;
+            let batch = match read {
+                Ok(batch) => batch,
+                Err(ReadError::AgedOut { oldest }) => {
+                    let mut queue = queue.borrow_mut();
+                    if queue.table.jump_to(oldest) {
+                        tracing::warn!(topic = %topic, partition = partition.0, oldest = oldest.0, "retention outran the consumers: frontier jumped to the oldest retained offset");
+                        self.note_settled((record.id, partition));
+                    }
+                    release(&mut queue.table, &reserved);
+                    continue;
+                }
+                Err(e) => {
+                    release(&mut queue.borrow_mut().table, &reserved);
+                    return Err(read_failure(e));
+                }
+            };
+            let mut got = Vec::with_capacity(reserved.len());
+            let mut skipped = false;
+            let mut queue = queue.borrow_mut();
+            let now = now_ms();
+            for item in batch.items {
+                match item {
+                    ReadItem::Record(r) => {
+                        let Ok(i) = reserved.binary_search_by_key(&r.offset, |&(o, _)| o) else {
+                            continue;
+                        };
+                        let nonce = reserved[i].1;
+                        if queue.table.is_leased(r.offset, nonce, now) {
+                            got.push(Delivered {
+                                partition,
+                                nonce,
+                                record: r,
+                            });
+                        }
+                    }
+                    ReadItem::Corrupt(range) => {
+                        let count = queue.table.skip_corrupt(range.clone());
+                        tracing::error!(topic = %topic, partition = partition.0, from = range.start.0, to = range.end.0, count, "skipping unreadable records (corrupt on disk)");
+                        self.note_settled((record.id, partition));
+                        skipped = true;
+                    }
+                }
+            }
+            // Reserved offsets the read did not return (its budget ran out) go back.
+            let left_out: Vec<(Offset, u64)> = reserved
+                .iter()
+                .filter(|(o, _)| !got.iter().any(|d| d.record.offset == *o))
+                .copied()
+                .collect();
+            release(&mut queue.table, &left_out);
+            if got.is_empty() && skipped {
+                continue;
+            }
+            return Ok(got);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Leases up to `want` offsets, lowest first.
+    fn reserve(
+        &self,
+        queue: &RefCell<PartitionQueue>,
+        caps: &Caps,
+        visibility_ms: u64,
+        want: usize,
+    ) -> Vec<(Offset, u64)> {
+        let mut queue = queue.borrow_mut();
+        let mut rng = self.rng.borrow_mut();
+        let now = now_ms();
+        let hwm = queue.hwm;
+        let mut reserved = Vec::new();
+        while reserved.len() < want {
+            let nonce = rng.next_u64();
+            match queue.table.reserve(now, hwm, caps, visibility_ms, nonce) {
+                Reserve::Reserved { offset, .. } => reserved.push((offset, nonce)),
+                Reserve::Empty | Reserve::Full => break,
+            }
+        }
+        assert!(reserved.windows(2).all(|w| w[0].0 < w[1].0));
+        reserved
+    }
+
+    /// Applies an ack, extend or nack.
+    pub fn settle(
+        &self,
+        record: &TopicRecord,
+        partition: PartitionId,
+        offset: Offset,
+        nonce: u64,
+        settle: Settle,
+    ) -> Result<(), HandleError> {
+        let key = (record.id, partition);
+        let Some(queue) = self.parts.borrow().get(&key).cloned() else {
+            // Not loaded since the start: every lease it could name is gone.
+            return Err(HandleError::Stale);
+        };
+        let now = now_ms();
+        let mut queue = queue.borrow_mut();
+        queue.table.purge_expired(now);
+        match settle {
+            Settle::Ack => {
+                queue.table.ack(offset, nonce, now)?;
+                self.note_settled(key);
+            }
+            Settle::Extend => {
+                queue
+                    .table
+                    .extend(offset, nonce, now, record.visibility_timeout_ms)?;
+            }
+            Settle::Nack => {
+                queue.table.nack(offset, nonce, now)?;
+                let topic = queue.topic.clone();
+                drop(queue);
+                (self.wake)(record.id, &topic);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives records handed out to nobody (their request was cancelled) back.
+    pub fn release_delivered(
+        &self,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        delivered: &[Delivered],
+    ) {
+        if delivered.is_empty() {
+            return;
+        }
+        let now = now_ms();
+        for d in delivered {
+            if let Some(queue) = self.parts.borrow().get(&(incarnation, d.partition)) {
+                let _ = queue.borrow_mut().table.nack(d.record.offset, d.nonce, now);
+            }
+        }
+        (self.wake)(incarnation, topic);
+    }
+
+    fn note_settled(&self, key: Key) {
+        let mut changed = self.settled_changed.borrow_mut();
+        if !changed.contains(&key) {
+            changed.push(key);
+        }
+    }
+
+    /// The partitions whose settled state changed since the last call.
+    pub fn take_settled_changed(&self) -> Vec<Key> {
+        std::mem::take(&mut *self.settled_changed.borrow_mut())
+    }
+
+    /// Releases expired leases everywhere (the background purger); wakes the
+    /// topics that got records back.
+    pub fn purge_expired(&self) {
+        let now = now_ms();
+        let mut woken: Vec<(IncarnationId, Arc<str>)> = Vec::new();
+        for ((incarnation, _), queue) in self.parts.borrow().iter() {
+            let mut queue = queue.borrow_mut();
+            if queue.table.purge_expired(now) > 0 && !woken.iter().any(|(id, _)| id == incarnation)
+            {
+                woken.push((*incarnation, queue.topic.clone()));
+            }
+        }
+        for (incarnation, topic) in woken {
+            (self.wake)(incarnation, &topic);
+        }
+    }
+
+    /// Records of the topic's loaded partitions here that nobody holds.
+    fn available(&self, incarnation: IncarnationId) -> u64 {
+        self.parts
+            .borrow()
+            .iter()
+            .filter(|((id, _), _)| *id == incarnation)
+            .map(|(_, q)| {
+                let q = q.borrow();
+                q.table.available(q.hwm)
+            })
+            .sum()
+    }
+
+    /// Loads every partition of the topic this shard owns, so that
+    /// [`Queues::spend_tokens`] sees their records.
+    pub async fn load_all(
+        &self,
+        topic: &Arc<str>,
+        record: &TopicRecord,
+        partitions: &[PartitionId],
+    ) {
+        for &p in partitions {
+            if let Err(e) = self.queue(topic, record, p).await {
+                tracing::debug!(topic = %topic, partition = p.0, error = ?e, "partition not loadable for tokens");
+            }
+        }
+    }
+
+    /// A shard left (or renewed) its token for the topic.
+    pub fn register(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        from: usize,
+        ttl: Duration,
+    ) {
+        let mut tokens = self.tokens.borrow_mut();
+        let entry = tokens.entry(incarnation).or_default();
+        entry.held.retain(|(s, _)| *s != from);
+        if entry.held.len() < TOKENS_PER_TOPIC_MAX {
+            entry.held.push((from, Instant::now() + ttl));
+        }
+        drop(tokens);
+        (self.wake)(incarnation, topic);
+    }
+
+    /// Whether any shard holds a live token for the topic here.
+    pub fn has_tokens(&self, incarnation: IncarnationId) -> bool {
+        let now = Instant::now();
+        self.tokens
+            .borrow()
+            .get(&incarnation)
+            .is_some_and(|t| t.held.iter().any(|(_, until)| *until > now))
+    }
+
+    /// Spends one token per available record not already promised; returns the
+    /// shards to notify, each once.
+    pub fn spend_tokens(&self, incarnation: IncarnationId) -> Vec<usize> {
+        let available = self.available(incarnation);
+        let now = Instant::now();
+        let mut tokens = self.tokens.borrow_mut();
+        let Some(entry) = tokens.get_mut(&incarnation) else {
+            return Vec::new();
+        };
+        entry.held.retain(|(_, until)| *until > now);
+        entry.outstanding.retain(|deadline| *deadline > now);
+        let mut spare = available.saturating_sub(entry.outstanding.len() as u64);
+        let mut notify = Vec::new();
+        while spare > 0 && !entry.held.is_empty() {
+            let (shard, _) = entry.held.remove(0);
+            entry.outstanding.push(now + CLAIM_DEADLINE);
+            notify.push(shard);
+            spare -= 1;
+        }
+        if entry.held.is_empty() && entry.outstanding.is_empty() {
+            tokens.remove(&incarnation);
+        }
+        notify
+    }
+
+    /// A notified shard claimed or passed: its promise is retired.
+    pub fn retire_notification(&self, incarnation: IncarnationId) {
+        if let Some(entry) = self.tokens.borrow_mut().get_mut(&incarnation) {
+            if !entry.outstanding.is_empty() {
+                entry.outstanding.remove(0);
+            }
+        }
+    }
+
+    /// Forgets a deleted incarnation's consumer state.
+    pub fn drop_incarnation(&self, incarnation: IncarnationId) {
+        self.parts
+            .borrow_mut()
+            .retain(|(id, _), _| *id != incarnation);
+        self.tokens.borrow_mut().remove(&incarnation);
+        self.settled_changed
+            .borrow_mut()
+            .retain(|(id, _)| *id != incarnation);
+    }
+
+    /// The loaded queue of a partition, for the persister.
+    pub fn loaded(&self, key: Key) -> Option<Rc<RefCell<PartitionQueue>>> {
+        self.parts.borrow().get(&key).cloned()
+    }
+}
+
+fn release(table: &mut InFlight, reserved: &[(Offset, u64)]) {
+    let now = now_ms();
+    for &(offset, nonce) in reserved {
+        let _ = table.nack(offset, nonce, now);
+    }
+}
+
+fn read_failure(e: ReadError) -> ConsumeError {
+    match e {
+        ReadError::NotFound => ConsumeError::NotFound,
+        ReadError::AgedOut { oldest } => {
+            ConsumeError::Failed(format!("aged out below offset {}", oldest.0))
+        }
+        ReadError::Failed(why) => ConsumeError::Failed(why),
+    }
+}

@@ -1,0 +1,381 @@
+//! `GET /v1/topics/{topic}/consume` and `POST /v1/topics/{topic}/ack`.
+//!
+//! Consume: `wait` (a Go duration, clamped to `http.max_consume_wait`, which the
+//! `X-Narad-Wait-Clamped` header then reports), `partition` (pinned), `offset`
+//! (replay: needs `partition`; read-only, no lease), `max` (batch consume, 1 to
+//! 100, needs `X-Narad-Client`, not with `offset`). A single consume answers the
+//! Message object with its `receipt_handle`; a batch answers
+//! `{"messages":[...]}`; nothing within the wait is 204.
+//!
+//! Ack: `receipt_handle` and `extend` (absent, `false` or empty: ack; `true` or `1`:
+//! extend; `0`: nack; anything else 400) answered 204; without a handle in the
+//! query, a JSON body `{"receipt_handles":[...]}` (1 to 100) answered 200 with
+//! one `{status, error?}` per handle, in order.
+//!
+//! Which cores: the accepting shard; the flows in [`crate::consume::flow`] reach
+//! the owner shards.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Request, Response, StatusCode};
+use narad_shards::ids::PartitionId;
+use serde::Deserialize;
+
+use super::response::{self, read_body, Body, CLIENT_HEADER};
+use super::routes::Api;
+use crate::broker::Shard;
+use crate::config::parse_duration;
+use crate::consume::flow::{self, ConsumeRequest};
+use crate::consume::{handle, ConsumeError, Delivered, Settle, SettleError, BATCH_RECORDS_MAX};
+
+/// Encoded records one batch reply carries at most; the rest are released.
+const BATCH_REPLY_BYTES_MAX: usize = 8 << 20;
+
+/// Largest batch ack body.
+const ACK_BODY_BYTES_MAX: usize = 64 << 10;
+
+/// Handles one batch ack carries at most.
+const ACK_HANDLES_MAX: usize = 100;
+
+fn bad_request(message: &str) -> Response<Body> {
+    response::error(StatusCode::BAD_REQUEST, message)
+}
+
+fn not_found(topic: &str) -> Response<Body> {
+    response::error(StatusCode::NOT_FOUND, &format!("topic {topic:?} not found"))
+}
+
+/// The consume query, parsed.
+#[derive(Debug, Default, PartialEq)]
+struct ConsumeQuery {
+    wait: Option<String>,
+    partition: Option<u64>,
+    offset: Option<u64>,
+    max: Option<u64>,
+}
+
+fn parse_query(query: Option<&str>) -> Result<ConsumeQuery, String> {
+    let mut parsed = ConsumeQuery::default();
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let number = match &*name {
+            "wait" => {
+                if parsed.wait.replace(value.to_string()).is_some() {
+                    return Err("wait given more than once".into());
+                }
+                continue;
+            }
+            "partition" => &mut parsed.partition,
+            "offset" => &mut parsed.offset,
+            "max" => &mut parsed.max,
+            _ => continue,
+        };
+        if number.is_some() {
+            return Err(format!("{name} given more than once"));
+        }
+        match value.parse::<u64>() {
+            Ok(n) => *number = Some(n),
+            Err(_) => return Err(format!("invalid {name}: {value:?}")),
+        }
+    }
+    Ok(parsed)
+}
+
+/// Formats a duration the way the wait parameter takes it.
+fn go_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+pub async fn consume<B>(
+    api: &Api,
+    shard: &Rc<Shard>,
+    topic: &str,
+    request: &Request<B>,
+) -> Response<Body> {
+    let query = match parse_query(request.uri().query()) {
+        Ok(query) => query,
+        Err(message) => return bad_request(&message),
+    };
+    let Some(record) = shard.meta.snapshot().topics.get(topic).cloned() else {
+        return not_found(topic);
+    };
+    if let Some(p) = query.partition {
+        if p >= record.partitions as u64 {
+            return bad_request(&format!(
+                "partition {p} out of range: topic {topic:?} has {} partitions",
+                record.partitions
+            ));
+        }
+    }
+    if let Some(offset) = query.offset {
+        if query.max.is_some() {
+            return bad_request("max cannot be combined with offset");
+        }
+        let Some(p) = query.partition else {
+            return bad_request("offset needs partition");
+        };
+        return super::replay::replay(shard, topic, &record, PartitionId(p as u32), offset).await;
+    }
+    if let Some(max) = query.max {
+        if !(1..=BATCH_RECORDS_MAX as u64).contains(&max) {
+            return bad_request(&format!("max must be 1 to {BATCH_RECORDS_MAX}"));
+        }
+        if !request.headers().contains_key(CLIENT_HEADER) {
+            return bad_request("max needs the X-Narad-Client header");
+        }
+    }
+    let mut clamped = None;
+    let wait = match query.wait.as_deref() {
+        None | Some("") => Duration::ZERO,
+        Some(text) => match parse_duration(text) {
+            Ok(wait) if wait > api.consume_wait_max => {
+                clamped = Some(api.consume_wait_max);
+                api.consume_wait_max
+            }
+            Ok(wait) => wait,
+            Err(e) => return bad_request(&format!("invalid wait {text:?}: {e}")),
+        },
+    };
+    let consume_request = ConsumeRequest {
+        partition: query.partition.map(|p| PartitionId(p as u32)),
+        max: query.max.unwrap_or(1) as usize,
+        wait,
+    };
+    let name: Arc<str> = Arc::from(topic);
+    let result = flow::consume(shard, &name, &record, consume_request).await;
+    let mut response = match result {
+        Err(ConsumeError::NotFound) => not_found(topic),
+        Err(ConsumeError::Failed(why)) => {
+            tracing::error!(topic, error = %why, "consume failed");
+            response::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "consume failed: partition read failed",
+            )
+        }
+        Ok(got) if got.is_empty() => no_content(),
+        Ok(got) if query.max.is_some() => batch_reply(shard, &name, record.id, got),
+        Ok(mut got) => {
+            let rest = got.split_off(1);
+            shard.queues_release(record.id, &name, rest).await;
+            let d = &got[0];
+            let body = super::replay::message_json(
+                topic,
+                d.partition,
+                &d.record,
+                Some(&d.receipt_handle()),
+            );
+            json_body(body)
+        }
+    };
+    if let Some(max) = clamped {
+        if let Ok(value) = HeaderValue::from_str(&go_duration(max)) {
+            response.headers_mut().insert("x-narad-wait-clamped", value);
+        }
+    }
+    response
+}
+
+fn no_content() -> Response<Body> {
+    let mut response = Response::new(Body::default());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+fn json_body(body: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(Body::new(Bytes::from(body)));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// `{"messages":[...]}` up to the reply bound; records past it are released.
+fn batch_reply(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    incarnation: narad_shards::ids::IncarnationId,
+    got: Vec<Delivered>,
+) -> Response<Body> {
+    let mut body = Vec::with_capacity(256 * got.len());
+    body.extend_from_slice(b"{\"messages\":[");
+    let mut left_out = Vec::new();
+    for (i, d) in got.into_iter().enumerate() {
+        let message =
+            super::replay::message_json(topic, d.partition, &d.record, Some(&d.receipt_handle()));
+        if i > 0 && body.len() + message.len() + 2 > BATCH_REPLY_BYTES_MAX {
+            left_out.push(d);
+            continue;
+        }
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(&message);
+    }
+    body.extend_from_slice(b"]}");
+    if !left_out.is_empty() {
+        let shard = shard.clone();
+        let topic = topic.clone();
+        narad_io::rt::spawn_local(async move {
+            shard.queues_release(incarnation, &topic, left_out).await;
+        });
+    }
+    json_body(body)
+}
+
+/// What the `extend` parameter asks for.
+fn parse_extend(value: Option<&str>) -> Result<Settle, String> {
+    match value {
+        None | Some("") | Some("false") => Ok(Settle::Ack),
+        Some("true") | Some("1") => Ok(Settle::Extend),
+        Some("0") => Ok(Settle::Nack),
+        Some(other) => Err(format!(
+            "invalid extend {other:?}: want true or 1 (extend), 0 (nack), or false (ack)"
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchAck {
+    receipt_handles: Vec<String>,
+}
+
+pub async fn ack<B>(shard: &Rc<Shard>, topic: &str, request: Request<B>) -> Response<Body>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let (mut handle_text, mut extend) = (None, None);
+    for (name, value) in form_urlencoded::parse(request.uri().query().unwrap_or("").as_bytes()) {
+        let slot = match &*name {
+            "receipt_handle" => &mut handle_text,
+            "extend" => &mut extend,
+            _ => continue,
+        };
+        if slot.replace(value.to_string()).is_some() {
+            return bad_request(&format!("{name} given more than once"));
+        }
+    }
+    let settle = match parse_extend(extend.as_deref()) {
+        Ok(settle) => settle,
+        Err(message) => return bad_request(&message),
+    };
+    let Some(record) = shard.meta.snapshot().topics.get(topic).cloned() else {
+        return not_found(topic);
+    };
+    let name: Arc<str> = Arc::from(topic);
+    let Some(text) = handle_text else {
+        return batch_ack(shard, &name, &record, settle, request).await;
+    };
+    let handle = match handle::parse(&text) {
+        Ok(handle) => handle,
+        Err(message) => return bad_request(&message),
+    };
+    match flow::settle(shard, &name, &record, handle, settle).await {
+        Ok(()) => no_content(),
+        Err(e) => {
+            let (status, message) = settle_error(topic, &e);
+            response::error(status, &message)
+        }
+    }
+}
+
+fn settle_error(topic: &str, e: &SettleError) -> (StatusCode, String) {
+    match e {
+        SettleError::Stale => (
+            StatusCode::GONE,
+            "receipt handle is no longer valid: the lease lapsed, was settled, or the message was redelivered".into(),
+        ),
+        SettleError::NotFound => (StatusCode::NOT_FOUND, format!("topic {topic:?} not found")),
+        SettleError::Unavailable(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the partition's owner is unavailable: {why}"),
+        ),
+    }
+}
+
+async fn batch_ack<B>(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &crate::meta::TopicRecord,
+    settle: Settle,
+    request: Request<B>,
+) -> Response<Body>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let body = match read_body(request.into_body(), ACK_BODY_BYTES_MAX).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if body.is_empty() {
+        return bad_request("receipt_handle is missing: give it in the query, or a body {\"receipt_handles\":[...]}");
+    }
+    let batch: BatchAck = match serde_json::from_slice(&body) {
+        Ok(batch) => batch,
+        Err(e) => return bad_request(&format!("invalid JSON body: {e}")),
+    };
+    let count = batch.receipt_handles.len();
+    if !(1..=ACK_HANDLES_MAX).contains(&count) {
+        return bad_request(&format!(
+            "receipt_handles must hold 1 to {ACK_HANDLES_MAX} handles"
+        ));
+    }
+    let mut results = Vec::with_capacity(count);
+    for text in &batch.receipt_handles {
+        let outcome = match handle::parse(text) {
+            Err(message) => Err((StatusCode::BAD_REQUEST, message)),
+            Ok(h) => flow::settle(shard, topic, record, h, settle)
+                .await
+                .map_err(|e| settle_error(topic, &e)),
+        };
+        results.push(match outcome {
+            Ok(()) => serde_json::json!({"status": 204}),
+            Err((status, error)) => serde_json::json!({"status": status.as_u16(), "error": error}),
+        });
+    }
+    response::json(StatusCode::OK, &serde_json::json!({ "results": results }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consume_queries_parse_strictly() {
+        let q = parse_query(Some("wait=5s&partition=2&max=10&other=x")).unwrap();
+        assert_eq!(q.wait.as_deref(), Some("5s"));
+        assert_eq!((q.partition, q.max, q.offset), (Some(2), Some(10), None));
+        assert!(parse_query(Some("max=1&max=2")).is_err());
+        assert!(parse_query(Some("wait=1s&wait=2s")).is_err());
+        assert!(parse_query(Some("partition=-1")).is_err());
+        assert!(parse_query(Some("offset=x")).is_err());
+    }
+
+    #[test]
+    fn extend_values_follow_the_reference() {
+        assert_eq!(parse_extend(None), Ok(Settle::Ack));
+        assert_eq!(parse_extend(Some("")), Ok(Settle::Ack));
+        assert_eq!(parse_extend(Some("false")), Ok(Settle::Ack));
+        assert_eq!(parse_extend(Some("true")), Ok(Settle::Extend));
+        assert_eq!(parse_extend(Some("1")), Ok(Settle::Extend));
+        assert_eq!(parse_extend(Some("0")), Ok(Settle::Nack));
+        for bad in ["yes", "2", "TRUE", "no"] {
+            assert!(parse_extend(Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn clamped_waits_are_reported_as_go_durations() {
+        assert_eq!(go_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(go_duration(Duration::from_millis(1500)), "1500ms");
+    }
+}
