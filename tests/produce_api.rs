@@ -191,7 +191,14 @@ fn replay_shows_json_text_and_binary_payloads_as_the_reference_does() {
         assert!(timestamp <= now_s && timestamp + 60 > now_s, "{record}");
         assert_eq!(record.get("receipt_handle"), None, "no lease on replay");
     }
-    let base = ["topic", "partition", "offset", "payload", "timestamp"];
+    let base = [
+        "topic",
+        "partition",
+        "offset",
+        "payload",
+        "timestamp",
+        "timestamp_ms",
+    ];
     let with =
         |extra: &[&'static str]| -> BTreeSet<&str> { base.iter().chain(extra).copied().collect() };
     assert_eq!(field_names(&records[0]), with(&[]));

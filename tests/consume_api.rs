@@ -1,0 +1,378 @@
+//! The consume and ack routes of `narad serve` as a client sees them: leases and
+//! receipt handles, ack / extend / nack, redelivery after the visibility timeout,
+//! batch consume and batch ack, long-polls that wait their whole `wait` and wake
+//! on a produce, and many consumers sharing a topic without sharing a lease.
+//!
+//! Produced records become visible when the dispatcher commits them, so tests
+//! that need records wait for them with replay (or a long-poll) first.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{
+    error_of, json_of, post_topic, produce_ok, wait_for_total, wait_until, Client, Node, Response,
+    JSON,
+};
+use serde_json::{json, Value};
+
+/// The header batch consume needs.
+const CLIENT: (&str, &str) = ("x-narad-client", "consume-tests");
+
+fn create(client: &mut Client, name: &str, extra: Value) -> Value {
+    let mut body = json!({ "name": name, "partitions": 3 });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let response = post_topic(client, &body.to_string());
+    assert_eq!(response.status, 201, "{response:?}");
+    json_of(&response)
+}
+
+fn consume(client: &mut Client, topic: &str, query: &str) -> Response {
+    let path = format!("/v1/topics/{topic}/consume?{query}");
+    client.request("GET", &path, &[CLIENT], "").unwrap()
+}
+
+fn ack(client: &mut Client, topic: &str, handle: &str, extend: Option<&str>) -> Response {
+    let mut path = format!("/v1/topics/{topic}/ack?receipt_handle={handle}");
+    if let Some(extend) = extend {
+        path.push_str(&format!("&extend={extend}"));
+    }
+    client.request("POST", &path, &JSON, "").unwrap()
+}
+
+/// Produces `count` text payloads `m-i` and waits until all are visible.
+fn produce_visible(client: &mut Client, topic: &str, partitions: u32, count: usize) {
+    for i in 0..count {
+        produce_ok(client, topic, "", format!("m-{i}").as_bytes());
+    }
+    wait_for_total(client, topic, partitions, count, Duration::from_secs(20));
+}
+
+fn handle_of(message: &Value) -> String {
+    message["receipt_handle"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no receipt_handle: {message}"))
+        .to_string()
+}
+
+#[test]
+fn consume_and_ack_refuse_bad_input_with_the_reference_statuses() {
+    let node = Node::start(&[("NARAD_HTTP_MAX_CONSUME_WAIT", "1s")]);
+    let mut client = node.client();
+    create(&mut client, "errs", json!({}));
+    let bad = |client: &mut Client, query: &str| {
+        let response = consume(client, "errs", query);
+        assert_eq!(response.status, 400, "{query}: {response:?}");
+        error_of(&response)
+    };
+    assert!(bad(&mut client, "offset=0").contains("partition"));
+    assert!(bad(&mut client, "partition=3").contains("out of range"));
+    assert!(bad(&mut client, "partition=0&offset=0&max=2").contains("max"));
+    assert!(bad(&mut client, "max=0").contains("max"));
+    assert!(bad(&mut client, "max=101").contains("max"));
+    assert!(bad(&mut client, "wait=soon").contains("wait"));
+    assert!(bad(&mut client, "wait=1s&wait=2s").contains("more than once"));
+    let no_client = client
+        .request("GET", "/v1/topics/errs/consume?max=2", &[], "")
+        .unwrap();
+    assert_eq!(no_client.status, 400, "{no_client:?}");
+    assert!(error_of(&no_client).contains("X-Narad-Client"));
+    let missing = consume(&mut client, "nope", "");
+    assert_eq!(missing.status, 404, "{missing:?}");
+    error_of(&missing);
+
+    // Nothing to consume: 204 at once without a wait; a long wait is clamped.
+    assert_eq!(consume(&mut client, "errs", "").status, 204);
+    let started = Instant::now();
+    let clamped = consume(&mut client, "errs", "wait=1h");
+    assert_eq!(clamped.status, 204);
+    assert_eq!(clamped.header("x-narad-wait-clamped"), Some("1s"));
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+
+    // Acks: malformed 400, unknown lease 410, unknown topic 404, bad extend 400.
+    for (handle, status) in [("x", 400), ("1:2", 400), ("0:0:1", 410), ("9:0:1", 410)] {
+        let response = ack(&mut client, "errs", handle, None);
+        assert_eq!(response.status, status, "{handle}: {response:?}");
+        error_of(&response);
+    }
+    assert_eq!(ack(&mut client, "nope", "0:0:1", None).status, 404);
+    assert_eq!(ack(&mut client, "errs", "0:0:1", Some("yes")).status, 400);
+    let no_handle = client
+        .request("POST", "/v1/topics/errs/ack", &JSON, "")
+        .unwrap();
+    assert_eq!(no_handle.status, 400, "{no_handle:?}");
+    let too_many: Vec<String> = (0..101).map(|i| format!("0:{i}:1")).collect();
+    let body = json!({ "receipt_handles": too_many }).to_string();
+    let response = client
+        .request("POST", "/v1/topics/errs/ack", &JSON, body)
+        .unwrap();
+    assert_eq!(response.status, 400, "{response:?}");
+    let unknown = client
+        .request(
+            "POST",
+            "/v1/topics/errs/ack",
+            &JSON,
+            r#"{"receipt_handles":["0:0:1"],"x":1}"#,
+        )
+        .unwrap();
+    assert_eq!(unknown.status, 400, "{unknown:?}");
+    let bodiless = client
+        .request("POST", "/v1/topics/errs/ack?receipt_handle=0:0:1", &[], "")
+        .unwrap();
+    assert_eq!(bodiless.status, 415, "{bodiless:?}");
+}
+
+#[test]
+fn a_lease_hides_a_message_until_it_is_acked_nacked_or_lapses() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create(
+        &mut client,
+        "lease",
+        json!({ "visibility_timeout_ms": 1500 }),
+    );
+    produce_ok(&mut client, "lease", "partition=1", b"only");
+    wait_for_total(&mut client, "lease", 3, 1, Duration::from_secs(20));
+
+    let first = consume(&mut client, "lease", "wait=5s");
+    assert_eq!(first.status, 200, "{first:?}");
+    let message = json_of(&first);
+    assert_eq!(
+        (&message["topic"], &message["partition"], &message["offset"]),
+        (&json!("lease"), &json!(1), &json!(0))
+    );
+    assert_eq!(message["payload"], "only");
+    assert!(message["timestamp_ms"].as_u64().unwrap() / 1000 == message["timestamp"]);
+    let handle = handle_of(&message);
+    assert!(handle.starts_with("1:0:"), "{handle}");
+    // Leased: nobody else gets it.
+    assert_eq!(consume(&mut client, "lease", "").status, 204);
+
+    // Extend twice, well past the first expiry: still invisible.
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(900));
+        assert_eq!(ack(&mut client, "lease", &handle, Some("true")).status, 204);
+        assert_eq!(consume(&mut client, "lease", "").status, 204);
+    }
+    // Nack: delivered again at once, with a new handle; the old one is stale.
+    assert_eq!(ack(&mut client, "lease", &handle, Some("0")).status, 204);
+    let again = consume(&mut client, "lease", "wait=2s");
+    assert_eq!(again.status, 200, "{again:?}");
+    let second = handle_of(&json_of(&again));
+    assert_ne!(second, handle);
+    assert_eq!(ack(&mut client, "lease", &handle, None).status, 410);
+
+    // Not acked: it lapses after the visibility timeout and comes back.
+    let started = Instant::now();
+    let lapsed = consume(&mut client, "lease", "wait=5s");
+    assert_eq!(lapsed.status, 200, "{lapsed:?}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_millis(4000),
+        "redelivered after {waited:?}"
+    );
+    let third = handle_of(&json_of(&lapsed));
+    assert_eq!(ack(&mut client, "lease", &second, None).status, 410);
+
+    // Ack: gone for good; acking twice is 410.
+    assert_eq!(ack(&mut client, "lease", &third, None).status, 204);
+    assert_eq!(ack(&mut client, "lease", &third, None).status, 410);
+    assert_eq!(consume(&mut client, "lease", "wait=2s").status, 204);
+}
+
+#[test]
+fn batch_consume_and_batch_ack_answer_per_message() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create(&mut client, "batch", json!({}));
+    produce_visible(&mut client, "batch", 3, 30);
+
+    let response = consume(&mut client, "batch", "max=20");
+    assert_eq!(response.status, 200, "{response:?}");
+    let messages = json_of(&response)["messages"].as_array().unwrap().clone();
+    assert!(
+        !messages.is_empty() && messages.len() <= 20,
+        "{}",
+        messages.len()
+    );
+    let mut handles: Vec<String> = messages.iter().map(handle_of).collect();
+    let mut seen: Vec<String> = messages
+        .iter()
+        .map(|m| m["payload"].as_str().unwrap().to_string())
+        .collect();
+    // Drain the rest with batches.
+    while seen.len() < 30 {
+        let response = consume(&mut client, "batch", "max=100&wait=2s");
+        assert_eq!(
+            response.status,
+            200,
+            "only {} of 30: {response:?}",
+            seen.len()
+        );
+        for m in json_of(&response)["messages"].as_array().unwrap() {
+            handles.push(handle_of(m));
+            seen.push(m["payload"].as_str().unwrap().to_string());
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 30, "every record once");
+
+    let mut batch: Vec<String> = handles[..3].to_vec();
+    batch.push("garbage".into());
+    batch.push(handles[0].clone());
+    let body = json!({ "receipt_handles": batch }).to_string();
+    let response = client
+        .request("POST", "/v1/topics/batch/ack", &JSON, body)
+        .unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    let results = json_of(&response)["results"].as_array().unwrap().clone();
+    let statuses: Vec<u64> = results
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, vec![204, 204, 204, 400, 410], "{results:?}");
+    assert!(results[3]["error"].is_string() && results[0].get("error").is_none());
+
+    // A batch nack gives the rest back at once.
+    let body = json!({ "receipt_handles": handles[3..].to_vec() }).to_string();
+    let response = client
+        .request("POST", "/v1/topics/batch/ack?extend=0", &JSON, body)
+        .unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    let mut again = 0;
+    while again < 27 {
+        let response = consume(&mut client, "batch", "max=100&wait=2s");
+        assert_eq!(response.status, 200, "{again} of 27 back: {response:?}");
+        again += json_of(&response)["messages"].as_array().unwrap().len();
+    }
+    assert_eq!(again, 27);
+}
+
+/// A consumer that parks: answered 204 after its wait, not before.
+#[test]
+fn a_parked_consumer_is_held_for_its_wait() {
+    let node = Node::start_shards(3, &[]);
+    let mut client = node.client();
+    create(&mut client, "idle", json!({}));
+    for wait_ms in [300u64, 1200] {
+        let started = Instant::now();
+        let response = consume(&mut client, "idle", &format!("wait={wait_ms}ms"));
+        let waited = started.elapsed();
+        assert_eq!(response.status, 204, "{response:?}");
+        assert!(
+            waited >= Duration::from_millis(wait_ms - 20)
+                && waited < Duration::from_millis(wait_ms + 1500),
+            "wait={wait_ms}ms answered after {waited:?}"
+        );
+    }
+}
+
+/// One produce wakes one of many parked consumers, quickly, whichever shard they
+/// are parked on; the others keep waiting until their own wait ends.
+#[test]
+fn one_produce_wakes_exactly_one_of_many_parked_consumers() {
+    let node = Node::start_shards(3, &[]);
+    let mut client = node.client();
+    create(&mut client, "wake", json!({}));
+    let consumers = 8;
+    for round in 0..3 {
+        let results = Arc::new(Mutex::new(Vec::new()));
+        let threads: Vec<_> = (0..consumers)
+            .map(|_| {
+                let results = results.clone();
+                let mut c = node.client();
+                std::thread::spawn(move || {
+                    let response = consume(&mut c, "wake", "wait=4s");
+                    results.lock().unwrap().push((response, Instant::now()));
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(400)); // all parked
+        let produced_at = Instant::now();
+        produce_ok(&mut client, "wake", "", format!("r{round}").as_bytes());
+        for t in threads {
+            t.join().unwrap();
+        }
+        let results = results.lock().unwrap();
+        let served: Vec<_> = results.iter().filter(|(r, _)| r.status == 200).collect();
+        assert_eq!(
+            served.len(),
+            1,
+            "round {round}: exactly one consumer gets it"
+        );
+        let latency = served[0].1.duration_since(produced_at);
+        assert!(
+            latency < Duration::from_millis(300),
+            "round {round}: woken {latency:?} after the produce"
+        );
+        assert!(results
+            .iter()
+            .all(|(r, _)| r.status == 200 || r.status == 204));
+        let handle = handle_of(&json_of(&served[0].0));
+        assert_eq!(ack(&mut client, "wake", &handle, None).status, 204);
+    }
+}
+
+/// Many consumers on one topic: every record is delivered, none to two
+/// consumers at once, and every ack lands.
+#[test]
+fn concurrent_consumers_never_share_a_lease() {
+    let node = Node::start_shards(3, &[]);
+    let mut client = node.client();
+    create(&mut client, "shared", json!({ "partitions": 6 }));
+    let total = 400;
+    produce_visible(&mut client, "shared", 6, total);
+    let seen = Arc::new(Mutex::new(BTreeMap::<String, usize>::new()));
+    let threads: Vec<_> = (0..8)
+        .map(|i| {
+            let seen = seen.clone();
+            let mut c = node.client();
+            std::thread::spawn(move || {
+                let query = if i % 2 == 0 {
+                    "wait=500ms"
+                } else {
+                    "wait=500ms&max=7"
+                };
+                let mut empty = 0;
+                while empty < 2 {
+                    let response = consume(&mut c, "shared", query);
+                    if response.status == 204 {
+                        empty += 1;
+                        continue;
+                    }
+                    assert_eq!(response.status, 200, "{response:?}");
+                    let body = json_of(&response);
+                    let messages = match body.get("messages") {
+                        Some(list) => list.as_array().unwrap().clone(),
+                        None => vec![body],
+                    };
+                    for m in messages {
+                        let payload = m["payload"].as_str().unwrap().to_string();
+                        *seen.lock().unwrap().entry(payload).or_default() += 1;
+                        let acked = ack(&mut c, "shared", &handle_of(&m), None);
+                        assert_eq!(acked.status, 204, "{acked:?}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), total, "every record delivered");
+    let twice: Vec<_> = seen.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(twice.is_empty(), "delivered twice: {twice:?}");
+    wait_until(Duration::from_secs(1), "nothing left", || {
+        (consume(&mut client, "shared", "").status == 204).then_some(())
+    });
+}
