@@ -90,7 +90,8 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let mut mesh = narad_io::mesh::full_mesh::<Op>(shards, MESH_CHANNEL_CAPACITY).into_iter();
     let node = Arc::new(
         NodeState::new(config.http.max_connections)
-            .with_batch_bytes_max(config.http.max_batch_body_bytes_in_flight),
+            .with_batch_bytes_max(config.http.max_batch_body_bytes_in_flight)
+            .with_consumes_max(config.http.max_consume_in_flight_per_identity),
     );
     let settings = HttpSettings::from(&config.http);
     let wal_config = WalConfig {

@@ -143,6 +143,19 @@ pub async fn consume<B>(
             Err(e) => return bad_request(&format!("invalid wait {text:?}: {e}")),
         },
     };
+    // The cap counts per node; a request without a peer address (in-process
+    // tests) counts as loopback.
+    let identity = request
+        .extensions()
+        .get::<super::ClientAddr>()
+        .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.0);
+    let weight = query.max.unwrap_or(1);
+    let Some(_permit) = api.node.try_begin_consume(identity, weight) else {
+        return response::error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many consumes in flight for this client (http.max_consume_in_flight_per_identity)",
+        );
+    };
     let consume_request = ConsumeRequest {
         partition: query.partition.map(|p| PartitionId(p as u32)),
         max: query.max.unwrap_or(1) as usize,

@@ -40,3 +40,8 @@ pub mod topics;
 
 pub use node::NodeState;
 pub use server::{HttpSettings, ShardServer};
+
+/// The client's address, which the server puts in every request's extensions:
+/// the identity of per-identity caps while security is off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientAddr(pub std::net::IpAddr);

@@ -11,8 +11,14 @@
 //! shared; splitting it per shard would refuse connections on a busy shard while
 //! an idle one had room.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// Stripes of the per-identity consume counts: two shards serving two clients
+/// rarely touch the same lock.
+const IDENTITY_STRIPES: usize = 64;
 
 /// Node-wide HTTP state.
 #[derive(Debug)]
@@ -23,6 +29,10 @@ pub struct NodeState {
     connections_max: usize,
     batch_bytes: AtomicU64,
     batch_bytes_max: u64,
+    /// Consumes in flight per identity (the client IP while security is off),
+    /// counted per node: `http.max_consume_in_flight_per_identity`.
+    consumes: [Mutex<HashMap<IpAddr, u64>>; IDENTITY_STRIPES],
+    consumes_max: u64,
 }
 
 impl NodeState {
@@ -35,7 +45,41 @@ impl NodeState {
             connections_max,
             batch_bytes: AtomicU64::new(0),
             batch_bytes_max: u64::MAX,
+            consumes: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            consumes_max: u64::MAX,
         }
+    }
+
+    /// Sets `http.max_consume_in_flight_per_identity`.
+    pub fn with_consumes_max(mut self, consumes: u64) -> Self {
+        self.consumes_max = consumes.max(1);
+        self
+    }
+
+    /// Counts a consume of `weight` (its `max`) against `identity`'s share, or
+    /// `None` when that would pass the cap (429). Touched once when a consume
+    /// starts and once when it ends, not per message; the count is per node, so it
+    /// must be shared between shards. One consume is let through whatever its
+    /// weight when the identity has none in flight.
+    pub fn try_begin_consume(
+        self: &Arc<Self>,
+        identity: IpAddr,
+        weight: u64,
+    ) -> Option<ConsumePermit> {
+        let stripe = stripe_of(&identity);
+        let mut counts = self.consumes[stripe]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let held = counts.entry(identity).or_insert(0);
+        if *held > 0 && held.saturating_add(weight) > self.consumes_max {
+            return None;
+        }
+        *held += weight;
+        Some(ConsumePermit {
+            node: self.clone(),
+            identity,
+            weight,
+        })
     }
 
     /// Sets `http.max_batch_body_bytes_in_flight`.
@@ -124,9 +168,57 @@ impl Drop for BatchPermit {
     }
 }
 
+fn stripe_of(identity: &IpAddr) -> usize {
+    let bytes = match identity {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    };
+    crate::partition::fnv1a32(&bytes) as usize % IDENTITY_STRIPES
+}
+
+/// A consume's share of its identity's cap, given back on drop.
+#[derive(Debug)]
+pub struct ConsumePermit {
+    node: Arc<NodeState>,
+    identity: IpAddr,
+    weight: u64,
+}
+
+impl Drop for ConsumePermit {
+    fn drop(&mut self) {
+        let stripe = stripe_of(&self.identity);
+        let mut counts = self.node.consumes[stripe]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let held = counts
+            .get_mut(&self.identity)
+            .expect("a permit's identity is counted");
+        assert!(*held >= self.weight, "consume count went below zero");
+        *held -= self.weight;
+        if *held == 0 {
+            counts.remove(&self.identity);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consumes_are_capped_per_identity_and_returned() {
+        let node = Arc::new(NodeState::new(1).with_consumes_max(10));
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "::1".parse().unwrap());
+        let first = node.try_begin_consume(a, 6).unwrap();
+        assert!(node.try_begin_consume(a, 5).is_none());
+        let second = node.try_begin_consume(a, 4).unwrap();
+        assert!(node.try_begin_consume(a, 1).is_none());
+        // Another identity has its own share; a lone oversized consume passes.
+        let big = node.try_begin_consume(b, 50).unwrap();
+        drop((first, second, big));
+        assert!(node.consumes.iter().all(|m| m.lock().unwrap().is_empty()));
+        assert!(node.try_begin_consume(a, 10).is_some());
+    }
 
     #[test]
     fn connection_slots_are_bounded_and_returned() {

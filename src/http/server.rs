@@ -294,10 +294,14 @@ async fn serve_connection(slot: Slot, stream: Stream) {
     let _ = stream.set_nodelay();
     let _ = stream.set_write_timeout(shared.write_timeout);
     let requests_seen = Rc::new(Cell::new(0u64));
+    let peer = stream.peer_addr().ok().map(|a| super::ClientAddr(a.ip()));
     let service = {
         let (routes, requests_seen) = (shared.routes.clone(), requests_seen.clone());
-        hyper::service::service_fn(move |request| {
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             requests_seen.set(requests_seen.get() + 1);
+            if let Some(peer) = peer {
+                request.extensions_mut().insert(peer);
+            }
             let routes = routes.clone();
             async move { Ok::<_, Infallible>(routes.handle(request).await) }
         })
