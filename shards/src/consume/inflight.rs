@@ -399,6 +399,7 @@ impl InFlight {
             (self.released.len() + self.leases.len() + acked_below_fresh) as u64,
             "an offset below next_fresh is neither leased, released nor acked"
         );
+        let deadlines: BTreeSet<Deadline> = self.deadlines.iter().map(|&Reverse(d)| d).collect();
         for (&offset, lease) in &self.leases {
             let deadline = Deadline {
                 expiry_ms: lease.expiry_ms,
@@ -406,7 +407,7 @@ impl InFlight {
                 nonce: lease.nonce,
             };
             assert!(
-                self.deadlines.iter().any(|Reverse(d)| *d == deadline),
+                deadlines.contains(&deadline),
                 "lease {offset} has no deadline"
             );
         }
