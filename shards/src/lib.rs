@@ -17,6 +17,8 @@
 //! - [`log`]: the partition log: CRC-framed batches, commit durable (append,
 //!   fdatasync, read back, verify, advance the high watermark), recovery, index,
 //!   roll, retention and the recent-frame cache.
+//! - [`consume`]: the consume path's per-partition cores (sans-IO): the in-flight
+//!   table of leases, the settled frontier and the acked-ahead set.
 
 #[cfg(all(
     not(debug_assertions),
