@@ -22,6 +22,7 @@
     not(debug_assertions),
     any(
         feature = "broken-ack-before-fsync",
+        feature = "broken-ack-state-no-anchor",
         feature = "broken-checkpoint-past-uncommitted",
         feature = "broken-no-readback",
         feature = "broken-no-torn-truncation"
@@ -31,6 +32,7 @@ compile_error!(
     "the broken-* features exist only to show that tests fail; never build them in release"
 );
 
+pub mod consume;
 pub mod dispatch;
 pub mod ids;
 pub mod log;
