@@ -75,9 +75,15 @@ fn offset_block(frontier: u64) -> Vec<u8> {
 #[test]
 fn load_of_missing_files_is_the_default() {
     let disk = disk_with_partitions(1, 1);
-    assert_eq!(block_on(load(&disk, &dir(0))).unwrap(), AckedState::default());
+    assert_eq!(
+        block_on(load(&disk, &dir(0))).unwrap(),
+        AckedState::default()
+    );
     // A missing directory also reads as nothing settled, and is not created.
-    assert_eq!(block_on(load(&disk, "topics/gone/p00001")).unwrap(), AckedState::default());
+    assert_eq!(
+        block_on(load(&disk, "topics/gone/p00001")).unwrap(),
+        AckedState::default()
+    );
     assert!(block_on(disk.list("topics")).unwrap() == vec!["orders".to_string()]);
 }
 
@@ -92,7 +98,10 @@ fn load_takes_the_larger_frontier() {
         assert_eq!(load(&disk, &dir(0)).await.unwrap(), acked(50, &[60, 70]));
         // And the other way round: consumer.offset trails consumer.ahead.
         write_block(&disk, &join(&dir(0), OFFSET_FILE), 0, &offset_block(4)).await;
-        assert_eq!(load(&disk, &dir(0)).await.unwrap(), acked(10, &[12, 60, 70]));
+        assert_eq!(
+            load(&disk, &dir(0)).await.unwrap(),
+            acked(10, &[12, 60, 70])
+        );
     });
 }
 
@@ -162,7 +171,11 @@ fn a_power_loss_after_a_tick_keeps_the_synced_or_the_ticked_state() {
             outcomes.insert(loaded == ticked);
         });
     }
-    assert_eq!(outcomes.len(), 2, "both outcomes should occur over 64 seeds");
+    assert_eq!(
+        outcomes.len(),
+        2,
+        "both outcomes should occur over 64 seeds"
+    );
 }
 
 #[test]
@@ -199,7 +212,9 @@ fn close_leaves_both_files_exact_and_durable() {
                 committer.tick(t0, changed(p, &acked(10, &[12]))).await;
             }
             let finals: Vec<AckedState> = (0..3).map(|p| acked(20 + p as u64, &[30, 31])).collect();
-            let last = (0..3).map(|p| (key(p), dir(p), finals[p as usize].clone())).collect();
+            let last = (0..3)
+                .map(|p| (key(p), dir(p), finals[p as usize].clone()))
+                .collect();
             let report = committer.close(t0 + MS, last).await;
             assert!(report.errors.is_empty(), "{report:?}");
             assert_eq!((report.synced, report.levelled), (3, 3), "{report:?}");
@@ -208,7 +223,11 @@ fn close_leaves_both_files_exact_and_durable() {
             disk.reboot();
             for p in 0..3 {
                 let expected = &finals[p as usize];
-                assert_eq!(&load(&disk, &dir(p)).await.unwrap(), expected, "seed {seed}");
+                assert_eq!(
+                    &load(&disk, &dir(p)).await.unwrap(),
+                    expected,
+                    "seed {seed}"
+                );
                 let offset = read_offset_file(&disk, &dir(p)).await.unwrap();
                 assert_eq!(offset, Some(expected.frontier), "seed {seed}");
                 let image = disk.contents(&join(&dir(p), AHEAD_FILE)).unwrap();
@@ -254,26 +273,38 @@ fn a_removed_directory_is_never_recreated() {
         // late snapshot of the old shard still arrives.
         disk.remove_dir_all(&dir(0)).await.unwrap();
         committer.forget(key(0)).await;
-        let report = committer.tick(t0 + 200 * MS, changed(0, &acked(4, &[5]))).await;
+        let report = committer
+            .tick(t0 + 200 * MS, changed(0, &acked(4, &[5])))
+            .await;
         assert_eq!(report.errors.len(), 1, "{report:?}");
         assert_eq!(report.written, 0);
         // Without a forget: the descriptor is evicted by another partition (the cap
         // is one), the directory goes, and the reopen must not create anything.
         committer.forget(key(0)).await;
         disk.create_dir_all(&dir(0)).await.unwrap();
-        committer.tick(t0 + 300 * MS, changed(0, &acked(4, &[5]))).await;
+        committer
+            .tick(t0 + 300 * MS, changed(0, &acked(4, &[5])))
+            .await;
         committer.tick(t0 + 400 * MS, vec![]).await;
-        committer.tick(t0 + 500 * MS, changed(1, &acked(1, &[]))).await;
+        committer
+            .tick(t0 + 500 * MS, changed(1, &acked(1, &[])))
+            .await;
         assert_eq!(committer.files_held(), 1);
         disk.remove_dir_all(&dir(0)).await.unwrap();
         for i in 0..3 {
             let now = t0 + (600 + i * 100) * MS;
-            let report = committer.tick(now, changed(0, &acked(6 + i as u64, &[]))).await;
+            let report = committer
+                .tick(now, changed(0, &acked(6 + i as u64, &[])))
+                .await;
             assert_eq!(report.written, 0, "{report:?}");
             assert!(!report.errors.is_empty(), "{report:?}");
         }
         committer.close(t0 + Duration::from_secs(2), vec![]).await;
-        assert!(!disk.list("topics/orders/abc").await.unwrap().contains(&"p00000".to_string()));
+        assert!(!disk
+            .list("topics/orders/abc")
+            .await
+            .unwrap()
+            .contains(&"p00000".to_string()));
         assert!(disk.contents(&join(&dir(0), AHEAD_FILE)).is_none());
         assert!(disk.contents(&join(&dir(0), OFFSET_FILE)).is_none());
     });
@@ -361,12 +392,17 @@ fn slot_holding(disk: &SimDisk, partition: u32, state: &AckedState) -> Option<(u
         }
     }
     let (_, slot) = best?;
-    Some((slot, image[slot * SLOT_BYTES..(slot + 1) * SLOT_BYTES].to_vec()))
+    Some((
+        slot,
+        image[slot * SLOT_BYTES..(slot + 1) * SLOT_BYTES].to_vec(),
+    ))
 }
 
 fn check_anchors(disk: &SimDisk, anchors: &BTreeMap<u32, (usize, Vec<u8>)>, seed: u64, when: &str) {
     for (p, (slot, bytes)) in anchors {
-        let image = disk.contents(&join(&dir(*p), AHEAD_FILE)).expect("file exists");
+        let image = disk
+            .contents(&join(&dir(*p), AHEAD_FILE))
+            .expect("file exists");
         assert!(
             &image[slot * SLOT_BYTES..(slot + 1) * SLOT_BYTES] == bytes.as_slice(),
             "seed {seed}: partition {p}: the durable anchor in slot {slot} was overwritten ({when})"
@@ -381,7 +417,9 @@ async fn check_recovery(disk: &SimDisk, histories: &mut [History], seed: u64, li
         let loaded = load(disk, &dir(p as u32))
             .await
             .unwrap_or_else(|e| panic!("seed {seed} life {life}: load p{p}: {e}"));
-        let found = (history.floor..history.given.len()).rev().find(|&i| history.given[i] == loaded);
+        let found = (history.floor..history.given.len())
+            .rev()
+            .find(|&i| history.given[i] == loaded);
         let Some(index) = found else {
             panic!(
                 "seed {seed} life {life} partition {p}: loaded {:?} (frontier {}), which is not a state \
@@ -399,7 +437,10 @@ fn run_seed(seed: u64) {
     let disk = disk_with_partitions(seed, PARTITIONS);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut histories: Vec<History> = (0..PARTITIONS)
-        .map(|_| History { given: vec![AckedState::default()], floor: 0 })
+        .map(|_| History {
+            given: vec![AckedState::default()],
+            floor: 0,
+        })
         .collect();
     let mut now = Instant::now();
     block_on(async {
@@ -413,7 +454,10 @@ fn run_seed(seed: u64) {
             };
             let mut committer = Committer::new(disk.clone(), config);
             let eio_ppm = [0, 0, 50_000, 200_000][rng.random_range(0..4)];
-            disk.set_faults(SimFaults { sync_eio_ppm: eio_ppm, read_flip_ppm: 0 });
+            disk.set_faults(SimFaults {
+                sync_eio_ppm: eio_ppm,
+                read_flip_ppm: 0,
+            });
             if rng.random_bool(0.7) {
                 disk.crash_at_op(disk.ops() + rng.random_range(1..150));
             }

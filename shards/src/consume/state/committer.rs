@@ -174,10 +174,14 @@ pub struct Committer<S: Storage> {
 impl<S: Storage> Committer<S> {
     /// A committer writing through `storage`.
     pub fn new(storage: S, config: CommitterConfig) -> Self {
-        assert!(config.open_files_max >= 1, "the committer needs a descriptor");
+        assert!(
+            config.open_files_max >= 1,
+            "the committer needs a descriptor"
+        );
         assert!(!config.tick.is_zero(), "a zero tick would spin");
         assert!(
-            (DURABILITY_INTERVAL_MIN..=DURABILITY_INTERVAL_MAX).contains(&config.durability_interval),
+            (DURABILITY_INTERVAL_MIN..=DURABILITY_INTERVAL_MAX)
+                .contains(&config.durability_interval),
             "durability interval {:?} outside 10..=60000 ms",
             config.durability_interval
         );
@@ -263,7 +267,11 @@ impl<S: Storage> Committer<S> {
         self.files_held
     }
 
-    fn accept(&mut self, changed: Vec<(PartitionKey, String, AckedState)>, report: &mut TickReport) {
+    fn accept(
+        &mut self,
+        changed: Vec<(PartitionKey, String, AckedState)>,
+        report: &mut TickReport,
+    ) {
         for (key, dir, state) in changed {
             let turns = self.config.turns();
             let partition = self
@@ -386,7 +394,10 @@ impl<S: Storage> Committer<S> {
         report.primed += 1;
         if self.files_held < self.config.open_files_max || self.evict_one(key).await {
             self.files_held += 1;
-            self.partitions.get_mut(&key).expect("partition exists").file = Some(file);
+            self.partitions
+                .get_mut(&key)
+                .expect("partition exists")
+                .file = Some(file);
         } else {
             let _ = file.close().await;
         }
@@ -484,9 +495,9 @@ impl<S: Storage> Committer<S> {
                 // The window may hold part of a record: rewrite it in full first.
                 continue;
             }
-            let waited = partition
-                .unsynced_since
-                .is_some_and(|t| now.saturating_duration_since(t) >= self.config.durability_interval);
+            let waited = partition.unsynced_since.is_some_and(|t| {
+                now.saturating_duration_since(t) >= self.config.durability_interval
+            });
             if !(force || waited || partition.turn == phase) {
                 continue;
             }
@@ -520,7 +531,10 @@ impl<S: Storage> Committer<S> {
             self.write_pending.insert(key);
             return Err(format!("sync of {AHEAD_FILE}: {e}"));
         }
-        let (seq, frontier) = partition.window.take().expect("a synced window holds a record");
+        let (seq, frontier) = partition
+            .window
+            .take()
+            .expect("a synced window holds a record");
         partition.anchor = partition.window_slot();
         partition.anchor_seq = Some(seq);
         partition.durable_frontier = Some(frontier);
@@ -574,7 +588,11 @@ impl<S: Storage> Committer<S> {
     /// Which tick of the current interval `now` falls on.
     fn phase(&mut self, now: Instant) -> u64 {
         let epoch = *self.epoch.get_or_insert(now);
-        let tick_ns = self.config.tick.min(self.config.durability_interval).as_nanos();
+        let tick_ns = self
+            .config
+            .tick
+            .min(self.config.durability_interval)
+            .as_nanos();
         let ticks = now.saturating_duration_since(epoch).as_nanos() / tick_ns.max(1);
         (ticks % u128::from(self.config.turns())) as u64
     }

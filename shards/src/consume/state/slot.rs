@@ -34,7 +34,10 @@ pub const PAYLOAD_BYTES_MAX: usize = SLOT_BYTES - HEADER_BYTES - CRC_BYTES;
 const VARINT_BYTES_MAX: usize = 10;
 
 const _: () = assert!(SLOTS * SLOT_BYTES == 8192);
-const _: () = assert!(PAYLOAD_BYTES_MAX >= 1000, "about a thousand dense acks must fit");
+const _: () = assert!(
+    PAYLOAD_BYTES_MAX >= 1000,
+    "about a thousand dense acks must fit"
+);
 
 /// One decoded slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
