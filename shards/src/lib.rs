@@ -24,6 +24,7 @@
     not(debug_assertions),
     any(
         feature = "broken-ack-before-fsync",
+        feature = "broken-ack-state-no-anchor",
         feature = "broken-checkpoint-past-uncommitted",
         feature = "broken-no-readback",
         feature = "broken-no-torn-truncation"

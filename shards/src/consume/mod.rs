@@ -14,5 +14,10 @@
 //! Map:
 //! - [`inflight`]: the in-flight table: leases with nonces and expiries, the
 //!   frontier and the acked-ahead set.
+//! - [`state`]: what of it is durable: `consumer.ahead` (anchor and window slots)
+//!   and `consumer.offset`, their loader, and the per-shard committer that writes
+//!   them every tick and makes them durable once per interval. Unlike the rest of
+//!   this folder it does I/O, through `narad_io::Storage`.
 
 pub mod inflight;
+pub mod state;
