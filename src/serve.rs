@@ -121,6 +121,9 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             dispatching: dispatching.clone(),
             control: control.client.clone(),
             topic_defaults: config.topic.clone(),
+            consumer_offset_interval: std::time::Duration::from_millis(
+                config.storage.consumer_offset_commit_interval_ms,
+            ),
             leftovers: leftovers
                 .iter()
                 .filter(|&&old| old % shards == shard)
@@ -183,6 +186,8 @@ struct ShardStart {
     published: Arc<Published>,
     control: ControlClient,
     topic_defaults: TopicDefaults,
+    /// `storage.consumer_offset_commit_interval_ms`.
+    consumer_offset_interval: std::time::Duration,
     /// Indexes of WALs left by shards that no longer exist, for this shard to drain.
     leftovers: Vec<usize>,
     /// Shards whose dispatchers still run: owners close only when it reaches zero.
@@ -204,6 +209,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         published,
         control,
         topic_defaults,
+        consumer_offset_interval,
         leftovers,
         dispatching,
     } = start;
@@ -265,14 +271,17 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     };
     let owner = Owner::new(storage.clone(), LogConfig::default(), live);
     let waiters = Rc::new(crate::consume::waiters::Waiters::default());
+    let persister = Rc::new(crate::consume::persist::Persister::default());
     let queues = {
         let waiters = waiters.clone();
         let wake = Box::new(move |id, topic: &Arc<str>| waiters.kick(id, topic));
         let rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::from_os_rng();
         Rc::new(crate::consume::queues::Queues::new(
             owner.clone(),
+            storage.clone(),
             rng,
             wake,
+            persister.clone(),
         ))
     };
     {
@@ -298,8 +307,14 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         stop_notify: Notify::default(),
         queues,
         waiters,
+        persister,
         consume_turn: Cell::new(index),
     });
+    let committer = crate::consume::persist::committer_config(consumer_offset_interval);
+    let persister_task = narad_io::rt::spawn_local(crate::consume::persist::run_persister(
+        shard.clone(),
+        committer,
+    ));
     let pump = narad_io::rt::spawn_local(crate::consume::flow::run_pump(shard.clone()));
     narad_io::rt::spawn_local(crate::consume::flow::run_purger(shard.clone()));
     for (_, receiver) in receivers {
@@ -353,6 +368,9 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     while dispatching.load(std::sync::atomic::Ordering::Acquire) > 0 {
         narad_io::rt::sleep(std::time::Duration::from_millis(5)).await;
     }
+    // Every shard's HTTP is drained by now: no more acks arrive.
+    shard.persister.close();
+    persister_task.await;
     owner.close_all().await;
     wal.close().await;
     api.broker.borrow_mut().take();

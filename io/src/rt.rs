@@ -66,6 +66,20 @@ pub fn try_run_local<T: 'static>(
     Ok(executor.run(future))
 }
 
+/// The soft limit on open file descriptors (RLIMIT_NOFILE), or 1024 when it cannot
+/// be read.
+pub fn open_files_soft_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 1024;
+    }
+    limit.rlim_cur
+}
+
 /// Raises RLIMIT_MEMLOCK's soft limit to its hard limit: io_uring registers its
 /// buffers in locked memory and runs slower without. Returns the soft limit now in
 /// force, in bytes.

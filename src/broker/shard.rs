@@ -51,6 +51,8 @@ pub struct Shard {
     pub queues: Rc<Queues>,
     /// The consumers parked on this shard.
     pub waiters: Rc<Waiters>,
+    /// The ack persister task's inbox.
+    pub persister: Rc<crate::consume::persist::Persister>,
     /// Turns the order in which a consume scans partitions and owners.
     pub consume_turn: Cell<usize>,
 }
@@ -268,6 +270,7 @@ impl Shard {
     pub fn forget_consumers(&self, incarnation: IncarnationId) {
         self.queues.drop_incarnation(incarnation);
         self.waiters.drop_incarnation(incarnation);
+        self.persister.forget(incarnation);
     }
 
     /// Closes the incarnation's logs on every shard; returns when all have.

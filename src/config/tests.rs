@@ -121,6 +121,31 @@ fn unknown_internal_and_unsupported_file_keys_refuse_naming_the_key() {
 }
 
 #[test]
+fn the_consumer_offset_interval_is_a_file_key_with_a_range() {
+    assert_eq!(
+        Config::load(&Flags::default(), &no_env)
+            .unwrap()
+            .storage
+            .consumer_offset_commit_interval_ms,
+        1000
+    );
+    let (_file, flags) = file(r#"{"storage": {"consumer_offset_commit_interval_ms": 250}}"#);
+    let config = Config::load(&flags, &no_env).unwrap();
+    assert_eq!(config.storage.consumer_offset_commit_interval_ms, 250);
+    for bad in ["5", "60001"] {
+        let json = format!(r#"{{"storage": {{"consumer_offset_commit_interval_ms": {bad}}}}}"#);
+        let (_file, flags) = file(&json);
+        let error = Config::load(&flags, &no_env).unwrap_err();
+        assert!(
+            error.contains(
+                "storage.consumer_offset_commit_interval_ms must be between 10 and 60000"
+            ),
+            "{error}"
+        );
+    }
+}
+
+#[test]
 fn wrongly_typed_values_name_the_key_or_variable() {
     let (_file, flags) = file(r#"{"http": {"read_timeout": 10}}"#);
     let error = Config::load(&flags, &no_env).unwrap_err();

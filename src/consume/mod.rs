@@ -19,9 +19,12 @@
 //! - [`flow`]: the tasks and request flows: consume routing (local, probe, park),
 //!   the pump, claims after a notification, the registration keeper, settling.
 //! - [`handle`]: receipt handles.
+//! - [`persist`]: the ack persister task feeding the shard's consumer-offset
+//!   committer (`consumer.ahead`, `consumer.offset`).
 
 pub mod flow;
 pub mod handle;
+pub mod persist;
 pub mod queues;
 pub mod waiters;
 

@@ -27,14 +27,18 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use narad_io::dma::DmaStorage;
 use narad_shards::consume::inflight::{Caps, HandleError, InFlight, Reserve};
+use narad_shards::consume::state;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadItem;
 use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 
+use super::persist::Persister;
 use super::{now_ms, ConsumeError, Delivered, Settle};
 use crate::broker::ops::ReadError;
+use crate::broker::partition_dir;
 use crate::broker::shard::Owner;
 use crate::meta::TopicRecord;
 
@@ -80,11 +84,21 @@ pub struct Queues {
     settled_changed: RefCell<Vec<Key>>,
     /// Called with a topic whose records became available here.
     wake: Wake,
+    storage: DmaStorage,
+    persister: Rc<Persister>,
 }
 
 impl Queues {
-    pub fn new(owner: Rc<Owner>, rng: ChaCha8Rng, wake: Wake) -> Self {
+    pub fn new(
+        owner: Rc<Owner>,
+        storage: DmaStorage,
+        rng: ChaCha8Rng,
+        wake: Wake,
+        persister: Rc<Persister>,
+    ) -> Self {
         Queues {
+            storage,
+            persister,
             owner,
             parts: RefCell::new(HashMap::new()),
             tokens: RefCell::new(HashMap::new()),
@@ -126,7 +140,17 @@ impl Queues {
             .stats(topic, record.id, partition)
             .await
             .map_err(read_failure)?;
-        let table = InFlight::new(stats.oldest_offset, []);
+        let dir = partition_dir(topic, record.id, partition);
+        let persisted = state::load(&self.storage, &dir).await.map_err(|e| {
+            ConsumeError::Failed(format!("reading the consumer state of {dir}: {e}"))
+        })?;
+        let mut table = InFlight::new(persisted.frontier, persisted.ahead);
+        if table.jump_to(stats.oldest_offset) {
+            self.note_settled(key);
+        }
+        if table.frontier() > stats.next_offset {
+            tracing::warn!(%dir, frontier = table.frontier().0, next_offset = stats.next_offset.0, "persisted consumer frontier is past the end of the log");
+        }
         let loaded = Rc::new(RefCell::new(PartitionQueue {
             topic: topic.clone(),
             table,
@@ -340,6 +364,9 @@ impl Queues {
         let mut changed = self.settled_changed.borrow_mut();
         if !changed.contains(&key) {
             changed.push(key);
+        }
+        if changed.len() == 1 {
+            self.persister.wake.notify();
         }
     }
 

@@ -1,0 +1,139 @@
+//! The shard's ack persister: hands the settled state of every partition acked
+//! since the last tick to the consumer-offset committer
+//! (`narad_shards::consume::state::Committer`), which writes it into the page
+//! cache every tick and makes it durable once per
+//! `storage.consumer_offset_commit_interval_ms`.
+//!
+//! Which cores: one task per shard, the only owner of that shard's committer.
+//! Other code reaches it through [`Persister`]: acks mark partitions (the
+//! [`super::queues::Queues`] list plus a wake), a deleted topic queues a forget,
+//! and the stop asks for the final close, which writes and syncs everything and
+//! levels every `consumer.offset`, so a graceful restart redelivers nothing that
+//! was acked.
+//!
+//! An idle shard costs nothing: with no partition changed and nothing waiting
+//! for its writeout the task sleeps until the next ack.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use narad_io::rt::Notify;
+use narad_shards::consume::state::{AckedState, Committer, CommitterConfig, PartitionKey};
+use narad_shards::ids::IncarnationId;
+
+use crate::broker::{partition_dir, Shard};
+
+/// Failures logged at most once per this long (they repeat every tick).
+const ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// What the rest of the shard tells the persister task.
+#[derive(Default)]
+pub struct Persister {
+    /// Wakes the task: something was acked, forgotten, or the node stops.
+    pub wake: Notify,
+    forgets: RefCell<Vec<IncarnationId>>,
+    closing: Cell<bool>,
+}
+
+impl Persister {
+    /// A deleted topic: nothing more is written for its partitions.
+    pub fn forget(&self, incarnation: IncarnationId) {
+        self.forgets.borrow_mut().push(incarnation);
+        self.wake.notify();
+    }
+
+    /// The node stops: write, sync and level everything, then end.
+    pub fn close(&self) {
+        self.closing.set(true);
+        self.wake.notify();
+    }
+}
+
+/// The committer config of a node.
+pub fn committer_config(durability_interval: Duration) -> CommitterConfig {
+    CommitterConfig {
+        durability_interval,
+        open_files_max: open_files_max(),
+        ..CommitterConfig::default()
+    }
+}
+
+/// `min(4096, a quarter of the soft open-file limit)`.
+fn open_files_max() -> usize {
+    let soft = narad_io::rt::open_files_soft_limit();
+    (soft / 4).clamp(16, 4096) as usize
+}
+
+/// Runs the shard's committer until [`Persister::close`].
+pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) {
+    let tick = config.tick.min(config.durability_interval);
+    let mut committer = Committer::new(shard.storage.clone(), config);
+    let mut known: HashSet<PartitionKey> = HashSet::new();
+    let mut last_error_log: Option<Instant> = None;
+    loop {
+        let idle = committer.pending_sync() == 0;
+        if idle && !shard.persister.closing.get() {
+            shard.persister.wake.wait().await;
+        }
+        if !shard.persister.closing.get() {
+            narad_io::rt::sleep(tick).await;
+        }
+        let forgets = std::mem::take(&mut *shard.persister.forgets.borrow_mut());
+        for incarnation in forgets {
+            let keys: Vec<PartitionKey> = known
+                .iter()
+                .filter(|(id, _)| *id == incarnation)
+                .copied()
+                .collect();
+            for key in keys {
+                committer.forget(key).await;
+                known.remove(&key);
+            }
+        }
+        let changed = changed_states(&shard);
+        known.extend(changed.iter().map(|(key, _, _)| *key));
+        let closing = shard.persister.closing.get();
+        let report = if closing {
+            committer.close(Instant::now(), changed).await
+        } else {
+            committer.tick(Instant::now(), changed).await
+        };
+        if !report.errors.is_empty()
+            && (closing || last_error_log.is_none_or(|at| at.elapsed() >= ERROR_LOG_EVERY))
+        {
+            last_error_log = Some(Instant::now());
+            for (key, error) in report.errors.iter().take(8) {
+                tracing::error!(partition = key.1 .0, %error, "consumer offsets not persisted; acks will be redelivered after a crash until this clears");
+            }
+        }
+        if closing {
+            tracing::info!(
+                shard = shard.index,
+                written = report.written,
+                synced = report.synced,
+                "consumer offsets persisted"
+            );
+            return;
+        }
+    }
+}
+
+/// The settled state of every partition acked since the last call.
+fn changed_states(shard: &Shard) -> Vec<(PartitionKey, String, AckedState)> {
+    let mut changed = Vec::new();
+    for key in shard.queues.take_settled_changed() {
+        let Some(queue) = shard.queues.loaded(key) else {
+            continue;
+        };
+        let queue = queue.borrow();
+        let state = AckedState {
+            frontier: queue.table.frontier(),
+            ahead: queue.table.acked_ahead().collect(),
+        };
+        let dir = partition_dir(&queue.topic, key.0, key.1);
+        changed.push((key, dir, state));
+    }
+    changed
+}
