@@ -304,6 +304,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         storage: storage.clone(),
         data_dir: data_dir.clone(),
         stopping: Cell::new(false),
+        http_drained: Cell::new(false),
         stop_notify: Notify::default(),
         queues,
         waiters,
@@ -358,6 +359,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     shard.waiters.pump.notify();
     pump.await;
     server.drain().await;
+    shard.http_drained.set(true);
     shard.stop_notify.notify();
     for dispatcher in dispatchers {
         dispatcher.await;

@@ -73,7 +73,7 @@ impl DispatchEnv for ShardEnv {
     }
 
     fn stopping(&self) -> bool {
-        self.0.stopping.get()
+        self.0.http_drained.get()
     }
 
     fn stop_notify(&self) -> &Notify {

@@ -44,8 +44,13 @@ pub struct Shard {
     pub storage: DmaStorage,
     /// The node's data directory (absolute).
     pub data_dir: std::path::PathBuf,
-    /// Set when the node stops; [`Shard::stop_notify`] wakes the tasks that watch it.
+    /// Set when the node stops: parked consumers are answered at once and no new
+    /// one parks.
     pub stopping: Cell<bool>,
+    /// Set once this shard's HTTP requests are drained, so no produce is accepted
+    /// any more: the dispatchers then send what they hold and end.
+    /// [`Shard::stop_notify`] wakes the tasks that watch it.
+    pub http_drained: Cell<bool>,
     pub stop_notify: Notify,
     /// The consumer state of the partitions this shard owns.
     pub queues: Rc<Queues>,
