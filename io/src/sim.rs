@@ -16,8 +16,9 @@
 //!   [`SimDisk::fail_next_syncs`]); the writes it covered stay unsynced.
 //! - writes fail with `ENOSPC` once the disk's capacity is used
 //!   ([`SimDisk::set_capacity`]); nothing of a refused write is applied.
-//! - reads flip one bit of the returned bytes ([`SimFaults::read_flip_ppm`], or
-//!   [`SimDisk::flip_next_reads`]); the stored bytes stay intact.
+//! - reads flip one bit of the returned bytes ([`SimFaults::read_flip_ppm`],
+//!   [`SimDisk::flip_next_reads`], or at a chosen byte of a file with
+//!   [`SimDisk::flip_next_read_at`]); the stored bytes stay intact.
 //! - a crash at the N-th write or sync ([`SimDisk::crash_at_op`]).
 //!
 //! Lives on one core: `Rc<RefCell<_>>` inside, `!Send`, never awaited on I/O.
@@ -76,6 +77,9 @@ struct Inner {
     crash_at_op: Option<u64>,
     fail_next_syncs: u32,
     flip_next_reads: u32,
+    /// (inode, byte position, bit): the next read of that inode covering the
+    /// position returns the bit flipped.
+    flip_at: Option<(u64, u64, u8)>,
     capacity_bytes: Option<u64>,
     stats: SimStats,
 }
@@ -116,6 +120,7 @@ impl SimDisk {
                 crash_at_op: None,
                 fail_next_syncs: 0,
                 flip_next_reads: 0,
+                flip_at: None,
                 capacity_bytes: None,
                 stats: SimStats::default(),
             })),
@@ -175,6 +180,15 @@ impl SimDisk {
     /// The next `n` reads each return one flipped bit.
     pub fn flip_next_reads(&self, n: u32) {
         self.inner.borrow_mut().flip_next_reads = n;
+    }
+
+    /// The next read of `path` that covers byte `pos` returns bit `bit` of that
+    /// byte flipped (once); the stored bytes stay intact. For tests that need a
+    /// flip at one exact place, such as inside the last commit of a log.
+    pub fn flip_next_read_at(&self, path: &str, pos: u64, bit: u8) {
+        let mut inner = self.inner.borrow_mut();
+        let inode = inner.names[path];
+        inner.flip_at = Some((inode, pos, bit % 8));
     }
 
     /// Limits the bytes all files may occupy; writes past it fail with `ENOSPC`.
@@ -325,6 +339,12 @@ impl BlockFile for SimFile {
             let byte = inner.rng.random_range(0..n);
             let bit = inner.rng.random_range(0..8);
             buf[byte] ^= 1 << bit;
+        }
+        if let Some((inode, at, bit)) = inner.flip_at {
+            if inode == self.inode && (pos..pos + n as u64).contains(&at) {
+                inner.flip_at = None;
+                buf[(at - pos) as usize] ^= 1 << bit;
+            }
         }
         Ok(n)
     }

@@ -309,6 +309,30 @@ fn an_append_refused_for_space_keeps_the_logical_length() {
 }
 
 #[test]
+fn a_targeted_read_flip_hits_its_byte_once() {
+    block_on(async {
+        let disk = new_disk(9);
+        let file = open(&disk, "f").await;
+        let data = pattern(2 * BLOCK_BYTES, 9);
+        file.write_at(0, &data).await.unwrap();
+        let at = BLOCK_BYTES + 17;
+        disk.flip_next_read_at("f", at as u64, 3);
+        // A read that does not cover the byte leaves the flip armed.
+        let mut buf = vec![0u8; BLOCK_BYTES];
+        file.read_at(0, &mut buf).await.unwrap();
+        assert_eq!(buf, data[..BLOCK_BYTES]);
+        let mut buf = vec![0u8; 2 * BLOCK_BYTES];
+        file.read_at(0, &mut buf).await.unwrap();
+        let mut expected = data.clone();
+        expected[at] ^= 1 << 3;
+        assert_eq!(buf, expected);
+        assert_eq!(disk.contents("f").unwrap(), data, "disk intact");
+        file.read_at(0, &mut buf).await.unwrap();
+        assert_eq!(buf, data, "only one read is damaged");
+    });
+}
+
+#[test]
 fn a_read_flip_changes_one_returned_bit_and_not_the_disk() {
     block_on(async {
         for seed in 0..32 {

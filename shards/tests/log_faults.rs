@@ -230,6 +230,42 @@ fn read_back_bit_flip_fails_the_commit_and_a_retry_succeeds() {
     });
 }
 
+/// Guards against an acknowledged commit lost to a transient read flip at open:
+/// the tail scan saw the last commit fail its CRC, and because nothing non-zero
+/// lay past the 4 KiB block where the verified tail ended, it cut that commit
+/// without reading the segment again; the next commit then took its offsets and
+/// overwrote it on the disk.
+#[test]
+fn a_read_flip_at_open_does_not_cut_the_last_commit() {
+    block_on(async {
+        let disk = SimDisk::new(8, SimFaults::default());
+        let segment = format!("{DIR}/{:020}.log", 0);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit_n(&mut log, 0, 3, 1).await.unwrap();
+        let last_commit_pos = log.stats().size_bytes;
+        commit_n(&mut log, 3, 2, 2).await.unwrap();
+        let end = log.stats().size_bytes;
+        assert!(
+            end < narad_io::align_up(last_commit_pos + 1),
+            "both commits end in the first block"
+        );
+        log.close().await.unwrap();
+        // One bad read of a byte inside the last commit's records.
+        disk.flip_next_read_at(&segment, last_commit_pos + (end - last_commit_pos) / 2, 5);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_holds(&mut log, 5).await;
+        commit_n(&mut log, 5, 2, 3).await.unwrap();
+        assert_holds(&mut log, 7).await;
+        log.close().await.unwrap();
+        let mut log = PartitionLog::open(disk, DIR, config()).await.unwrap();
+        assert_holds(&mut log, 7).await;
+    });
+}
+
 #[test]
 fn failed_fdatasync_poisons_the_log_until_reopen() {
     block_on(async {

@@ -277,6 +277,13 @@ impl Dispatcher {
         }
         let checkpoint = self.progress.checkpoint();
         assert!(checkpoint <= self.frontier);
+        // A record returned to the WAL ahead of the reader, during a rescan pass, is
+        // read again in that same pass and may be done by now, leaving
+        // `rescan_from` below the checkpoint. Every skipped record is not done, so
+        // it lies at or above the checkpoint: raising the bound keeps it true.
+        if let Some(from) = self.rescan_from.as_mut() {
+            *from = (*from).max(checkpoint);
+        }
         if checkpoint > self.checkpoint_stored {
             self.checkpoint_stored = checkpoint;
             self.actions.push_back(Action::StoreCheckpoint(checkpoint));

@@ -32,7 +32,7 @@ use narad_io::file::{join, OpenMode};
 use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage};
 
 use super::index::{index_file_name, load_index, persist_index, SparseIndex};
-use super::recovery::{frame_commit_ms, scan_sealed, scan_tail};
+use super::recovery::{frame_commit_ms, scan_sealed, scan_tail, TailScan};
 use super::{
     io_err, ActiveSegment, LogConfig, LogError, PartitionLog, RETENTION_SEGMENTS_PER_RUN_MAX,
 };
@@ -141,6 +141,9 @@ pub(super) async fn open_segments<S: Storage>(
     })
 }
 
+/// Reads of the active segment at open, at most, while they disagree.
+const TAIL_READS_MAX: usize = 4;
+
 type Recovered<F> = (ActiveSegment<F>, Offset, u64, Vec<Range<Offset>>);
 
 /// The end of the last non-zero byte.
@@ -173,26 +176,46 @@ async fn recover_active<S: Storage>(
         .await
         .map_err(io_err("read active segment"))?;
     let mut scan = scan_tail(&bytes, base, config.index_interval_bytes);
-    // A cut tail or a gap is read again before anything is cut or zeroed: a read
-    // that returned a flipped bit once must not destroy a durable commit. A CRC-valid
-    // frame cannot be made up by a bad read, so the longer verified tail is the true
-    // one.
-    if garbage_end(&bytes) > align_up(scan.data_bytes) || !scan.gaps.is_empty() {
-        let again = read_exact_at(&file, 0, read_len)
-            .await
-            .map_err(io_err("read active segment"))?;
-        if again != bytes {
+    // Whatever the scan leaves out (a non-zero byte anywhere past the verified tail,
+    // in its own last block too, or a gap) may be a bit this read flipped rather than
+    // bad bytes on the disk, and cutting it would destroy a durable, acknowledged
+    // commit: the next commit takes its offsets and overwrites it. So before
+    // anything is cut or zeroed the segment is read again, until two reads in a row
+    // agree, and the longest verified tail any read gave is kept: a CRC-valid frame
+    // cannot be made up by a bad read.
+    if garbage_end(&bytes) > scan.data_bytes || !scan.gaps.is_empty() {
+        let rank = |scan: &TailScan| (scan.data_bytes, std::cmp::Reverse(scan.gaps.len()));
+        // The last read, when it is not the one kept in `bytes`.
+        let mut previous: Option<Vec<u8>> = None;
+        let mut stable = false;
+        for _ in 1..TAIL_READS_MAX {
+            let again = read_exact_at(&file, 0, read_len)
+                .await
+                .map_err(io_err("read active segment"))?;
+            if again == *previous.as_ref().unwrap_or(&bytes) {
+                stable = true;
+                break;
+            }
             tracing::warn!(
                 dir,
                 "two reads of the active segment differ: the device returned unstable data"
             );
             let rescan = scan_tail(&again, base, config.index_interval_bytes);
-            let better = (rescan.data_bytes, std::cmp::Reverse(rescan.gaps.len()))
-                > (scan.data_bytes, std::cmp::Reverse(scan.gaps.len()));
-            if better {
+            // On a tie the newer read wins: it may be the first of two that agree.
+            if rank(&rescan) >= rank(&scan) {
                 bytes = again;
                 scan = rescan;
+                previous = None;
+            } else {
+                previous = Some(again);
             }
+        }
+        if !stable {
+            tracing::warn!(
+                dir,
+                reads = TAIL_READS_MAX,
+                "no two reads of the active segment agreed; keeping the longest verified tail"
+            );
         }
     }
     let times = |pos: Option<usize>| pos.and_then(|p| frame_commit_ms(&bytes[p..]));
