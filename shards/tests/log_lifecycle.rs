@@ -6,7 +6,7 @@ use futures_lite::future::block_on;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
 use narad_shards::ids::Offset;
-use narad_shards::log::{LogConfig, LogError, PartitionLog, ReadItem, RecordRef};
+use narad_shards::log::{read_cached, LogConfig, LogError, PartitionLog, ReadItem, RecordRef};
 
 const DIR: &str = "topics/t/p00001";
 
@@ -197,6 +197,11 @@ fn time_based_roll_and_retention_by_age() {
         let outcome = log.enforce_retention(5500).await.unwrap();
         assert_eq!(outcome.segments_deleted, 1);
         assert_eq!(log.oldest_offset(), Offset(6));
+        let cached_start = log.shared_cache().borrow().start();
+        assert!(
+            cached_start.is_none_or(|start| start >= Offset(6)),
+            "the cache serves nothing retention deleted: {cached_start:?}"
+        );
         let aged = log.read(Offset(5), 10, 1 << 20).await;
         assert!(
             matches!(
@@ -325,6 +330,21 @@ fn reads_right_behind_the_high_watermark_never_touch_the_disk() {
             );
         }
         assert!(log.stats().cache_bytes <= 8 * 1024);
+        // The shared cache answers what it covers exactly as a read does, and
+        // nothing at or past the high watermark.
+        let cache = log.shared_cache();
+        let start = cache.borrow().start().unwrap();
+        assert_eq!(cache.borrow().end(), Some(log.high_watermark()));
+        for from in start.0..log.high_watermark().0 + 2 {
+            let cached = read_cached(&cache.borrow(), Offset(from), 4, 1 << 20).unwrap();
+            if from >= log.high_watermark().0 {
+                assert!(cached.items.is_empty(), "{from}: {cached:?}");
+                continue;
+            }
+            let read = log.read(Offset(from), 4, 1 << 20).await.unwrap();
+            assert_eq!(cached, read, "from {from}");
+        }
+        assert!(read_cached(&cache.borrow(), Offset(start.0 - 1), 4, 1 << 20).is_none());
         // Old records fell out of the budget and come from the disk.
         let before = disk.stats().bytes_read;
         assert_records(&log.read(Offset(0), 3, 1 << 20).await.unwrap().items, 0..3);

@@ -106,6 +106,21 @@ impl FrameCache {
         assert!(self.charged_bytes <= self.budget_bytes);
     }
 
+    /// The offset after the last cached record: the high watermark, when the
+    /// cache is not empty.
+    pub fn end(&self) -> Option<Offset> {
+        self.frames.back().map(CachedFrame::end)
+    }
+
+    /// Drops the frames that end at or below `offset` (retention deleted their
+    /// segment).
+    pub fn trim_below(&mut self, offset: Offset) {
+        while self.frames.front().is_some_and(|f| f.base < offset) {
+            let dropped = self.frames.pop_front().expect("checked non-empty");
+            self.charged_bytes -= dropped.charge();
+        }
+    }
+
     /// Drops everything.
     pub fn clear(&mut self) {
         self.frames.clear();
@@ -146,5 +161,27 @@ mod tests {
         assert_eq!(cache.start(), Some(Offset(41)), "a gap restarts the cache");
         cache.push(frame(42, 1, 5000));
         assert_eq!(cache.start(), None, "an oversized frame empties it");
+    }
+
+    #[test]
+    fn trimming_drops_the_frames_below_an_offset() {
+        let mut cache = FrameCache::new(1 << 20);
+        for base in [0, 10, 20] {
+            cache.push(frame(base, 10, 100));
+        }
+        assert_eq!(
+            (cache.start(), cache.end()),
+            (Some(Offset(0)), Some(Offset(30)))
+        );
+        cache.trim_below(Offset(10));
+        assert_eq!(
+            (cache.start(), cache.end()),
+            (Some(Offset(10)), Some(Offset(30)))
+        );
+        cache.trim_below(Offset(30));
+        assert_eq!(
+            (cache.start(), cache.end(), cache.charged_bytes()),
+            (None, None, 0)
+        );
     }
 }

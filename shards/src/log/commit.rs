@@ -265,7 +265,7 @@ impl<S: Storage> PartitionLog<S> {
                 .note_frame(at, frame.base, frame.end(), interval, false);
             at += frame.bytes.len() as u64;
             self.high_watermark = frame.end();
-            self.cache.push(CachedFrame {
+            self.cache.borrow_mut().push(CachedFrame {
                 base: frame.base,
                 count: frame.count,
                 area: frame.area,

@@ -34,13 +34,16 @@ pub mod envelope;
 pub mod frame;
 pub mod index;
 mod read;
+pub use read::read_cached;
 pub mod recovery;
 mod segment;
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::ops::Range;
+use std::rc::Rc;
 
 use bytes::Bytes;
 use narad_io::{AppendFile, BlockFile, Storage, BLOCK_BYTES};
@@ -311,7 +314,11 @@ pub struct PartitionLog<S: Storage> {
     high_watermark: Offset,
     last_commit_ms: u64,
     poisoned: bool,
-    cache: FrameCache,
+    /// Shared with the owner, which serves reads of the cached tail without
+    /// taking the partition's lock (so a consume never waits for a commit's
+    /// fdatasync). Only `publish` adds to it, in the same step that moves the
+    /// high watermark, so it never holds an unverified or invisible record.
+    cache: Rc<RefCell<FrameCache>>,
     gaps: Vec<Range<Offset>>,
     /// One open handle to a sealed segment, for reads: thousands of partitions
     /// cannot keep every segment open.
@@ -324,7 +331,7 @@ impl<S: Storage> PartitionLog<S> {
     pub async fn open(storage: S, dir: &str, config: LogConfig) -> Result<Self, LogError> {
         config.validate()?;
         let opened = segment::open_segments(&storage, dir, &config).await?;
-        let cache = FrameCache::new(config.cache_bytes_max);
+        let cache = Rc::new(RefCell::new(FrameCache::new(config.cache_bytes_max)));
         let mut log = Self {
             storage,
             dir: dir.to_string(),
@@ -363,6 +370,12 @@ impl<S: Storage> PartitionLog<S> {
             .map_err(io_err("close active segment"))
     }
 
+    /// The recent-frame cache, for reads that do not take the log (see
+    /// [`read_cached`]).
+    pub fn shared_cache(&self) -> Rc<RefCell<FrameCache>> {
+        self.cache.clone()
+    }
+
     /// The high watermark: every offset below it is visible, none at or above.
     pub fn high_watermark(&self) -> Offset {
         self.high_watermark
@@ -392,7 +405,7 @@ impl<S: Storage> PartitionLog<S> {
             segment_count: self.sealed.len() + 1,
             size_bytes: sealed_bytes + self.active.file.len(),
             corrupt_gap_count: self.gaps.len(),
-            cache_bytes: self.cache.charged_bytes(),
+            cache_bytes: self.cache.borrow().charged_bytes(),
         }
     }
 }

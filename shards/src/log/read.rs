@@ -20,6 +20,7 @@ use bytes::Bytes;
 use narad_io::append::read_exact_at;
 use narad_io::{BlockFile, Storage};
 
+use super::cache::FrameCache;
 use super::envelope::decode_envelope;
 use super::frame::{check_frame, decode_header, records_area, split_records, FRAME_HEADER_BYTES};
 use super::index::SparseIndex;
@@ -118,6 +119,41 @@ impl Assembly {
     }
 }
 
+/// Reads from the recent-frame cache alone, without the log: `None` when the
+/// cache does not cover `from` (the caller reads through the log). The cache ends
+/// exactly at the high watermark, so an offset at or past its end has nothing to
+/// read yet.
+pub fn read_cached(
+    cache: &FrameCache,
+    from: Offset,
+    max_records: usize,
+    max_bytes: usize,
+) -> Option<ReadBatch> {
+    let (start, end) = (cache.start()?, cache.end()?);
+    if from < start {
+        return None;
+    }
+    let mut assembly = Assembly {
+        batch: ReadBatch {
+            items: Vec::new(),
+            next_offset: from,
+        },
+        records_max: max_records,
+        bytes_max: max_bytes,
+        bytes: 0,
+        end,
+        stopped: false,
+    };
+    for frame in cache.frames_from(from) {
+        if assembly.full() {
+            break;
+        }
+        assembly.push_frame(frame.base, frame.count, &frame.area);
+    }
+    assert!(assembly.batch.next_offset <= end.max(from));
+    Some(assembly.batch)
+}
+
 /// A window of segment bytes, refilled as a scan moves on.
 struct Window {
     start: u64,
@@ -200,13 +236,20 @@ impl<S: Storage> PartitionLog<S> {
     /// One source: the cache, a recovered gap, or one segment.
     async fn read_step(&mut self, assembly: &mut Assembly) -> Result<(), LogError> {
         let at = assembly.batch.next_offset;
-        if self.cache.start().is_some_and(|start| start <= at) {
-            for frame in self.cache.frames_from(at) {
-                assembly.push_frame(frame.base, frame.count, &frame.area);
-                if assembly.full() {
-                    break;
+        let served_from_cache = {
+            let cache = self.cache.borrow();
+            let covered = cache.start().is_some_and(|start| start <= at);
+            if covered {
+                for frame in cache.frames_from(at) {
+                    assembly.push_frame(frame.base, frame.count, &frame.area);
+                    if assembly.full() {
+                        break;
+                    }
                 }
             }
+            covered
+        };
+        if served_from_cache {
             return Ok(());
         }
         if let Some(gap) = self.gaps.iter().find(|g| g.contains(&at)) {

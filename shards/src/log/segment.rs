@@ -398,6 +398,9 @@ impl<S: Storage> PartitionLog<S> {
             outcome.segments_deleted += 1;
             outcome.bytes_deleted += removed.data_bytes;
         }
+        // Cached frames of a deleted segment must not be read past retention.
+        let oldest = self.oldest_offset();
+        self.cache.borrow_mut().trim_below(oldest);
         Ok(outcome)
     }
 

@@ -35,7 +35,8 @@ use narad_io::Storage;
 
 use super::types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 use crate::ids::{IncarnationId, Offset, PartitionId};
-use crate::log::{LogConfig, LogError, PartitionLog, ReadBatch, RecordRef};
+use crate::log::cache::FrameCache;
+use crate::log::{read_cached, LogConfig, LogError, PartitionLog, ReadBatch, RecordRef};
 
 /// How long a poisoned or unopenable log waits before it is tried again.
 pub const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
@@ -54,6 +55,9 @@ struct Slot<S: Storage> {
     partition: PartitionId,
     lock: LocalLock,
     log: RefCell<Option<PartitionLog<S>>>,
+    /// The open log's recent-frame cache: reads of the committed tail are served
+    /// from it without the lock, so they never wait for a commit in progress.
+    cache: RefCell<Option<Rc<RefCell<FrameCache>>>>,
     queue: RefCell<Vec<Pending>>,
     cycling: Cell<bool>,
     retired: Cell<bool>,
@@ -128,6 +132,7 @@ impl<S: Storage> Owner<S> {
                     partition,
                     lock: LocalLock::default(),
                     log: RefCell::new(None),
+                    cache: RefCell::new(None),
                     queue: RefCell::new(Vec::new()),
                     cycling: Cell::new(false),
                     retired: Cell::new(false),
@@ -236,6 +241,7 @@ impl<S: Storage> Owner<S> {
             tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned by a failed fdatasync; it will be reopened");
             slot.retry_open_at
                 .set(Some(Instant::now() + self.reopen_backoff));
+            slot.cache.borrow_mut().take();
             let _ = log.close().await;
         } else {
             *slot.log.borrow_mut() = Some(log);
@@ -260,6 +266,7 @@ impl<S: Storage> Owner<S> {
         match PartitionLog::open(self.storage.clone(), &dir, self.config.clone()).await {
             Ok(log) => {
                 slot.retry_open_at.set(None);
+                *slot.cache.borrow_mut() = Some(log.shared_cache());
                 Ok(log)
             }
             Err(e) => {
@@ -303,6 +310,12 @@ impl<S: Storage> Owner<S> {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<ReadBatch, ReadError> {
+        if self.is_live(topic, incarnation, partition) {
+            let cached = self.read_cached(incarnation, partition, from, max_records, max_bytes);
+            if let Some(batch) = cached {
+                return Ok(batch);
+            }
+        }
         self.with_log(topic, incarnation, partition, async |log| {
             log.read(from, max_records, max_bytes)
                 .await
@@ -312,6 +325,29 @@ impl<S: Storage> Owner<S> {
                 })
         })
         .await
+    }
+
+    /// A read served from the open log's recent-frame cache, without the lock;
+    /// `None` when the cache does not cover `from` (or no log is open).
+    fn read_cached(
+        &self,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        from: Offset,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Option<ReadBatch> {
+        let slot = self
+            .slots
+            .borrow()
+            .get(&(incarnation, partition))
+            .cloned()?;
+        if slot.retired.get() {
+            return None;
+        }
+        let cache = slot.cache.borrow().clone()?;
+        let cache = cache.borrow();
+        read_cached(&cache, from, max_records, max_bytes)
     }
 
     /// The partition's shape.
@@ -348,6 +384,7 @@ impl<S: Storage> Owner<S> {
         for slot in retired {
             slot.retired.set(true);
             let _guard = slot.lock.lock().await;
+            slot.cache.borrow_mut().take();
             let log = slot.log.borrow_mut().take();
             if let Some(log) = log {
                 if let Err(e) = log.close().await {
@@ -363,6 +400,7 @@ impl<S: Storage> Owner<S> {
         for slot in slots {
             slot.retired.set(true);
             let _guard = slot.lock.lock().await;
+            slot.cache.borrow_mut().take();
             let log = slot.log.borrow_mut().take();
             if let Some(log) = log {
                 let _ = log.close().await;
