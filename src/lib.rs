@@ -11,6 +11,7 @@
 //! - [`http`]: the HTTP API server every shard runs.
 //! - [`meta`]: topic metadata: the state machine of topics, the parsing of topic
 //!   requests, and the durable local command log with snapshots.
+//! - [`metrics`]: Prometheus metrics recorded per shard and summed at scrape.
 //! - [`partition`]: choosing a message's partition at accept time (key hash,
 //!   per-topic round-robin for keyless messages).
 //! - [`control`]: the control plane: the metadata store's thread and the snapshot
@@ -32,5 +33,6 @@ pub mod control;
 pub mod devtools;
 pub mod http;
 pub mod meta;
+pub mod metrics;
 pub mod partition;
 pub mod serve;

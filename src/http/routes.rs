@@ -36,6 +36,26 @@ pub enum Endpoint {
     ProduceBatch,
     Consume,
     Ack,
+    Metrics,
+}
+
+impl Endpoint {
+    /// The route pattern, the `route` label of the HTTP metrics.
+    pub fn pattern(self) -> &'static str {
+        match self {
+            Endpoint::Healthz => "/healthz",
+            Endpoint::Readyz => "/readyz",
+            Endpoint::Metrics => "/metrics",
+            Endpoint::TopicCreate | Endpoint::TopicList => "/v1/topics",
+            Endpoint::TopicGet | Endpoint::TopicAlter | Endpoint::TopicDelete => {
+                "/v1/topics/{topic}"
+            }
+            Endpoint::Produce => "/v1/topics/{topic}/produce",
+            Endpoint::ProduceBatch => "/v1/topics/{topic}/produce/batch",
+            Endpoint::Consume => "/v1/topics/{topic}/consume",
+            Endpoint::Ack => "/v1/topics/{topic}/ack",
+        }
+    }
 }
 
 /// What the `/v1` handlers need besides the request.
@@ -60,6 +80,7 @@ impl Routes {
         router
             .add(Method::GET, "/healthz", Endpoint::Healthz)
             .add(Method::GET, "/readyz", Endpoint::Readyz)
+            .add(Method::GET, "/metrics", Endpoint::Metrics)
             .add(Method::POST, "/v1/topics", Endpoint::TopicCreate)
             .add(Method::GET, "/v1/topics", Endpoint::TopicList)
             .add(Method::GET, "/v1/topics/{topic}", Endpoint::TopicGet)
@@ -80,9 +101,34 @@ impl Routes {
         Routes { router, api }
     }
 
-    /// Answers one request. Generic over the body so that tests can drive it
-    /// without a socket.
+    /// Answers one request and records it in the HTTP metrics. Generic over the
+    /// body so that tests can drive it without a socket.
     pub async fn handle<B>(&self, request: Request<B>) -> Response<Body>
+    where
+        B: hyper::body::Body,
+        B::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let started = std::time::Instant::now();
+        let method = method_label(request.method());
+        let route = match self.router.find(request.method(), request.uri().path()) {
+            Match::Found { endpoint, .. } => endpoint.pattern(),
+            _ => "unmatched",
+        };
+        let response = self.answer(request).await;
+        let status = response.status();
+        let code = status_label(status);
+        let labels = [("route", route), ("method", method), ("status", code)];
+        ::metrics::counter!("narad_http_requests_total", &labels).increment(1);
+        ::metrics::histogram!("narad_http_request_duration_seconds", &labels)
+            .record(started.elapsed().as_secs_f64());
+        if status.is_server_error() {
+            ::metrics::counter!("narad_errors_total", "component" => "http", "kind" => "5xx")
+                .increment(1);
+        }
+        response
+    }
+
+    async fn answer<B>(&self, request: Request<B>) -> Response<Body>
     where
         B: hyper::body::Body,
         B::Error: std::error::Error + Send + Sync + 'static,
@@ -108,6 +154,7 @@ impl Routes {
                 return response::json(StatusCode::OK, &serde_json::json!({"status": "ok"}))
             }
             Endpoint::Readyz => return self.readyz(),
+            Endpoint::Metrics => return metrics_text(),
             _ => {}
         }
         let Some(shard) = self.api.broker.borrow().clone() else {
@@ -119,7 +166,9 @@ impl Routes {
         let api = &self.api;
         let topic = topic.unwrap_or_default();
         match endpoint {
-            Endpoint::Healthz | Endpoint::Readyz => unreachable!("answered above"),
+            Endpoint::Healthz | Endpoint::Readyz | Endpoint::Metrics => {
+                unreachable!("answered above")
+            }
             Endpoint::TopicCreate => super::topics::create(api, &shard, request).await,
             Endpoint::TopicList => super::topics::list(&shard, request.uri().query()),
             Endpoint::TopicGet => super::topics::get(&shard, &topic, request.uri().query()).await,
@@ -141,6 +190,51 @@ impl Routes {
                 "not ready: storage recovery in progress",
             )
         }
+    }
+}
+
+/// `GET /metrics`: the Prometheus text exposition of the node.
+fn metrics_text() -> Response<Body> {
+    let text = crate::metrics::install().render();
+    let mut response = Response::new(Body::new(bytes::Bytes::from(text)));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::PUT => "PUT",
+        Method::HEAD => "HEAD",
+        _ => "OTHER",
+    }
+}
+
+/// The status as a label without an allocation for the codes this API answers.
+fn status_label(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        200 => "200",
+        201 => "201",
+        202 => "202",
+        204 => "204",
+        400 => "400",
+        404 => "404",
+        405 => "405",
+        409 => "409",
+        410 => "410",
+        413 => "413",
+        415 => "415",
+        429 => "429",
+        431 => "431",
+        500 => "500",
+        503 => "503",
+        _ => "other",
     }
 }
 

@@ -93,6 +93,9 @@ struct HeldBytes {
     incarnation: IncarnationId,
     key: Option<Bytes>,
     payload: Bytes,
+    /// When the accepting shard took the record (Unix ms), for the
+    /// produce-to-committed histogram.
+    accept_time_ms: u64,
 }
 
 /// What commit tasks post back.
@@ -168,6 +171,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                             incarnation: record.incarnation,
                             key: record.key.map(|_| buf.slice(..key_len)),
                             payload: buf.slice(key_len..),
+                            accept_time_ms: record.accept_time_ms,
                         },
                     );
                     let encoded_bytes = record.frame_len() as u32;
@@ -278,6 +282,15 @@ pub async fn run<E: DispatchEnv, S: Storage>(
     tracing::info!(wal = %name, checkpoint = dispatcher.checkpoint().0, "dispatcher stopped");
 }
 
+/// Records each committed record's time from acceptance to its durable commit.
+fn observe_committed(accepted_ms: &[u64]) {
+    let histogram = metrics::histogram!("narad_produce_to_committed_seconds");
+    let now_ms = narad_io::rt::unix_ms();
+    for &accepted in accepted_ms {
+        histogram.record(now_ms.saturating_sub(accepted) as f64 / 1000.0);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn apply<E: DispatchEnv, S: Storage>(
     env: &Rc<E>,
@@ -300,6 +313,7 @@ fn apply<E: DispatchEnv, S: Storage>(
             ..
         } => {
             let mut records = Vec::with_capacity(seqs.len());
+            let mut accepted_ms = Vec::with_capacity(seqs.len());
             let mut incarnation = None;
             let mut mixed = false;
             for seq in &seqs {
@@ -308,6 +322,7 @@ fn apply<E: DispatchEnv, S: Storage>(
                     key: bytes.key.clone(),
                     payload: bytes.payload.clone(),
                 });
+                accepted_ms.push(bytes.accept_time_ms);
                 mixed |= incarnation.is_some_and(|i| i != bytes.incarnation);
                 incarnation = Some(bytes.incarnation);
             }
@@ -328,7 +343,10 @@ fn apply<E: DispatchEnv, S: Storage>(
                         None
                     };
                     match or(commit, expire).await {
-                        Some(Ok(_)) => CommitOutcome::Committed,
+                        Some(Ok(_)) => {
+                            observe_committed(&accepted_ms);
+                            CommitOutcome::Committed
+                        }
                         Some(Err(CommitError::IncarnationMismatch)) => {
                             CommitOutcome::IncarnationMismatch
                         }

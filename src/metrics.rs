@@ -1,0 +1,469 @@
+//! Prometheus metrics: recorded through the `metrics` crate's handles, kept per
+//! shard, summed when `/metrics` is scraped.
+//!
+//! Which cores: every shard records into cells only it writes; the scrape (on
+//! whichever shard serves `GET /metrics`) reads them all. The stock exporter keeps
+//! one atomic per series shared by every core, so two cores counting the same
+//! series bounce its cache line on every message; here each thread registers its
+//! own cell (aligned to a cache line) the first time it touches a series, and the
+//! hot path is a thread-local map lookup plus a relaxed add to memory no other
+//! core writes. Registration takes the registry's lock once per (thread, series);
+//! the scrape takes it once.
+//!
+//! Counters and histograms sum across shards; gauges sum too, so a gauge that
+//! several shards set (a WAL backlog per shard) reads as the node's total, and
+//! one only a partition's owner sets reads as that owner's value.
+//!
+//! Series are never removed: a deleted topic's counters keep their last value
+//! until the process restarts, as Prometheus expects of counters.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ::metrics::{
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
+
+/// Upper bounds of the histogram buckets, in seconds (latencies from 100 µs to
+/// 10 s).
+pub const BUCKETS_SECONDS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+#[repr(align(64))]
+#[derive(Default)]
+struct CounterCell(AtomicU64);
+
+impl CounterFn for CounterCell {
+    fn increment(&self, value: u64) {
+        self.0.fetch_add(value, Ordering::Relaxed);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.fetch_max(value, Ordering::Relaxed);
+    }
+}
+
+#[repr(align(64))]
+#[derive(Default)]
+struct GaugeCell(AtomicU64);
+
+impl GaugeCell {
+    fn update(&self, f: impl Fn(f64) -> f64) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                Some(f(f64::from_bits(bits)).to_bits())
+            });
+    }
+
+    fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
+impl GaugeFn for GaugeCell {
+    fn increment(&self, value: f64) {
+        self.update(|v| v + value);
+    }
+
+    fn decrement(&self, value: f64) {
+        self.update(|v| v - value);
+    }
+
+    fn set(&self, value: f64) {
+        self.0.store(value.to_bits(), Ordering::Relaxed);
+    }
+}
+
+#[repr(align(64))]
+#[derive(Default)]
+struct HistogramCell {
+    /// Observations at or below each bound; the last slot is `+Inf`.
+    buckets: [AtomicU64; BUCKETS_SECONDS.len() + 1],
+    sum: GaugeCell,
+    count: AtomicU64,
+}
+
+impl HistogramFn for HistogramCell {
+    fn record(&self, value: f64) {
+        let slot = BUCKETS_SECONDS
+            .iter()
+            .position(|&bound| value <= bound)
+            .unwrap_or(BUCKETS_SECONDS.len());
+        self.buckets[slot].fetch_add(1, Ordering::Relaxed);
+        self.sum.increment(value);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Clone)]
+enum Cell {
+    Counter(Arc<CounterCell>),
+    Gauge(Arc<GaugeCell>),
+    Histogram(Arc<HistogramCell>),
+}
+
+/// Every cell of every thread, and the descriptions.
+#[derive(Default)]
+struct Registry {
+    cells: Vec<(Key, Cell)>,
+    help: HashMap<String, String>,
+}
+
+thread_local! {
+    /// This thread's cells, by series.
+    static LOCAL: RefCell<HashMap<(usize, Key), Cell>> = RefCell::new(HashMap::new());
+}
+
+/// The node's recorder; [`install`] makes it the global one.
+#[derive(Clone, Default)]
+pub struct ShardedRecorder {
+    registry: Arc<Mutex<Registry>>,
+}
+
+impl ShardedRecorder {
+    /// This recorder's identity in the thread-local maps, so that two recorders
+    /// (tests) never share cells.
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.registry) as usize
+    }
+
+    fn cell(&self, key: &Key, make: impl FnOnce() -> Cell) -> Cell {
+        let local_key = (self.id(), key.clone());
+        if let Some(cell) = LOCAL.with(|local| local.borrow().get(&local_key).cloned()) {
+            return cell;
+        }
+        let cell = make();
+        self.registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .cells
+            .push((key.clone(), cell.clone()));
+        LOCAL.with(|local| local.borrow_mut().insert(local_key, cell.clone()));
+        cell
+    }
+
+    fn describe(&self, key: KeyName, description: SharedString) {
+        self.registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .help
+            .insert(key.as_str().to_string(), description.to_string());
+    }
+
+    /// The Prometheus text exposition of every series, summed over threads.
+    pub fn render(&self) -> String {
+        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut series: BTreeMap<String, BTreeMap<String, Sum>> = BTreeMap::new();
+        for (key, cell) in &registry.cells {
+            let labels = render_labels(key);
+            let entry = series
+                .entry(key.name().to_string())
+                .or_default()
+                .entry(labels)
+                .or_insert_with(|| Sum::new(cell));
+            entry.add(cell);
+        }
+        let mut out = String::with_capacity(4096);
+        for (name, by_labels) in &series {
+            if let Some(help) = registry.help.get(name) {
+                let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+            }
+            let kind = by_labels.values().next().map_or("untyped", Sum::kind);
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, sum) in by_labels {
+                sum.write(&mut out, name, labels);
+            }
+        }
+        out
+    }
+}
+
+/// One series summed over the threads that recorded it.
+enum Sum {
+    Counter(u64),
+    Gauge(f64),
+    Histogram {
+        buckets: [u64; BUCKETS_SECONDS.len() + 1],
+        sum: f64,
+        count: u64,
+    },
+}
+
+impl Sum {
+    fn new(cell: &Cell) -> Sum {
+        match cell {
+            Cell::Counter(_) => Sum::Counter(0),
+            Cell::Gauge(_) => Sum::Gauge(0.0),
+            Cell::Histogram(_) => Sum::Histogram {
+                buckets: [0; BUCKETS_SECONDS.len() + 1],
+                sum: 0.0,
+                count: 0,
+            },
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Sum::Counter(_) => "counter",
+            Sum::Gauge(_) => "gauge",
+            Sum::Histogram { .. } => "histogram",
+        }
+    }
+
+    fn add(&mut self, cell: &Cell) {
+        match (self, cell) {
+            (Sum::Counter(total), Cell::Counter(c)) => *total += c.0.load(Ordering::Relaxed),
+            (Sum::Gauge(total), Cell::Gauge(g)) => *total += g.get(),
+            (
+                Sum::Histogram {
+                    buckets,
+                    sum,
+                    count,
+                },
+                Cell::Histogram(h),
+            ) => {
+                for (total, bucket) in buckets.iter_mut().zip(&h.buckets) {
+                    *total += bucket.load(Ordering::Relaxed);
+                }
+                *sum += h.sum.get();
+                *count += h.count.load(Ordering::Relaxed);
+            }
+            // A name registered as two kinds: the first kind wins.
+            _ => {}
+        }
+    }
+
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let braced = |extra: &str| -> String {
+            match (labels.is_empty(), extra.is_empty()) {
+                (true, true) => String::new(),
+                (true, false) => format!("{{{extra}}}"),
+                (false, true) => format!("{{{labels}}}"),
+                (false, false) => format!("{{{labels},{extra}}}"),
+            }
+        };
+        match self {
+            Sum::Counter(v) => {
+                let _ = writeln!(out, "{name}{} {v}", braced(""));
+            }
+            Sum::Gauge(v) => {
+                let _ = writeln!(out, "{name}{} {v}", braced(""));
+            }
+            Sum::Histogram {
+                buckets,
+                sum,
+                count,
+            } => {
+                let mut cumulative = 0;
+                for (i, bound) in BUCKETS_SECONDS.iter().enumerate() {
+                    cumulative += buckets[i];
+                    let le = format!("le=\"{bound}\"");
+                    let _ = writeln!(out, "{name}_bucket{} {cumulative}", braced(&le));
+                }
+                cumulative += buckets[BUCKETS_SECONDS.len()];
+                let _ = writeln!(out, "{name}_bucket{} {cumulative}", braced("le=\"+Inf\""));
+                let _ = writeln!(out, "{name}_sum{} {sum}", braced(""));
+                let _ = writeln!(out, "{name}_count{} {count}", braced(""));
+            }
+        }
+    }
+}
+
+fn render_labels(key: &Key) -> String {
+    let mut labels: Vec<(&str, &str)> = key.labels().map(|l| (l.key(), l.value())).collect();
+    labels.sort_unstable();
+    let mut out = String::new();
+    for (i, (k, v)) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{k}=\"{}\"", escape_label(v));
+    }
+    out
+}
+
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn escape_help(text: &str) -> String {
+    text.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+impl Recorder for ShardedRecorder {
+    fn describe_counter(&self, key: KeyName, _unit: Option<Unit>, description: SharedString) {
+        self.describe(key, description);
+    }
+
+    fn describe_gauge(&self, key: KeyName, _unit: Option<Unit>, description: SharedString) {
+        self.describe(key, description);
+    }
+
+    fn describe_histogram(&self, key: KeyName, _unit: Option<Unit>, description: SharedString) {
+        self.describe(key, description);
+    }
+
+    fn register_counter(&self, key: &Key, _metadata: &Metadata<'_>) -> Counter {
+        match self.cell(key, || Cell::Counter(Arc::default())) {
+            Cell::Counter(c) => Counter::from_arc(c),
+            _ => Counter::noop(),
+        }
+    }
+
+    fn register_gauge(&self, key: &Key, _metadata: &Metadata<'_>) -> Gauge {
+        match self.cell(key, || Cell::Gauge(Arc::default())) {
+            Cell::Gauge(g) => Gauge::from_arc(g),
+            _ => Gauge::noop(),
+        }
+    }
+
+    fn register_histogram(&self, key: &Key, _metadata: &Metadata<'_>) -> Histogram {
+        match self.cell(key, || Cell::Histogram(Arc::default())) {
+            Cell::Histogram(h) => Histogram::from_arc(h),
+            _ => Histogram::noop(),
+        }
+    }
+}
+
+/// Makes a [`ShardedRecorder`] the process's recorder (once) and returns it, for
+/// the scrape.
+pub fn install() -> ShardedRecorder {
+    static INSTALLED: std::sync::OnceLock<ShardedRecorder> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            let recorder = ShardedRecorder::default();
+            if ::metrics::set_global_recorder(recorder.clone()).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
+            }
+            describe_all();
+            recorder
+        })
+        .clone()
+}
+
+/// Help texts of the series the node records.
+fn describe_all() {
+    use ::metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "narad_messages_produced_total",
+        "Messages accepted (202) by produce routes."
+    );
+    describe_counter!(
+        "narad_bytes_produced_total",
+        "Payload bytes accepted by produce routes."
+    );
+    describe_counter!(
+        "narad_messages_consumed_total",
+        "Messages leased to consumers (redeliveries included, replays not)."
+    );
+    describe_counter!(
+        "narad_bytes_consumed_total",
+        "Payload bytes leased to consumers."
+    );
+    describe_counter!(
+        "narad_http_requests_total",
+        "HTTP requests by route, method and status."
+    );
+    describe_histogram!(
+        "narad_http_request_duration_seconds",
+        "HTTP request handling time by route, method and status."
+    );
+    describe_counter!("narad_errors_total", "Errors by component and kind.");
+    describe_gauge!(
+        "narad_ingress_wal_failed",
+        "Ingress WALs latched after a disk failure (appends fail until restart)."
+    );
+    describe_gauge!(
+        "narad_ingress_dispatch_backlog_records",
+        "Records in the ingress WALs not yet committed to their partitions."
+    );
+    describe_histogram!(
+        "narad_produce_to_committed_seconds",
+        "Time from a record's acceptance to its durable commit on the owner."
+    );
+    describe_gauge!(
+        "narad_inflight_size",
+        "Leased, unsettled messages per partition."
+    );
+    describe_gauge!(
+        "narad_acked_ahead_size",
+        "Acks above the lowest unacked offset per partition."
+    );
+    describe_gauge!(
+        "narad_consumer_lag_messages",
+        "Committed messages not yet settled per partition."
+    );
+    describe_counter!("narad_ack_extended_total", "Leases extended.");
+    describe_counter!("narad_nack_total", "Leases given back (nack).");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_are_summed_over_threads_and_rendered_as_prometheus_text() {
+        let recorder = ShardedRecorder::default();
+        let record = |n: u64| {
+            let recorder = recorder.clone();
+            std::thread::spawn(move || {
+                ::metrics::with_local_recorder(&recorder, || {
+                    ::metrics::counter!("narad_x_total", "topic" => "a\"b").increment(n);
+                    ::metrics::gauge!("narad_g").set(n as f64);
+                    ::metrics::histogram!("narad_h_seconds").record(0.003);
+                    ::metrics::histogram!("narad_h_seconds").record(20.0);
+                });
+            })
+            .join()
+            .unwrap();
+        };
+        record(2);
+        record(5);
+        let text = recorder.render();
+        assert!(text.contains("# TYPE narad_x_total counter\n"), "{text}");
+        assert!(
+            text.contains("narad_x_total{topic=\"a\\\"b\"} 7\n"),
+            "{text}"
+        );
+        assert!(text.contains("narad_g 7\n"), "{text}");
+        assert!(
+            text.contains("narad_h_seconds_bucket{le=\"0.0025\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("narad_h_seconds_bucket{le=\"0.005\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("narad_h_seconds_bucket{le=\"10\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("narad_h_seconds_bucket{le=\"+Inf\"} 4\n"),
+            "{text}"
+        );
+        assert!(text.contains("narad_h_seconds_count 4\n"), "{text}");
+    }
+
+    #[test]
+    fn one_thread_reuses_its_cell() {
+        let recorder = ShardedRecorder::default();
+        ::metrics::with_local_recorder(&recorder, || {
+            for _ in 0..3 {
+                ::metrics::counter!("narad_once_total").increment(1);
+            }
+        });
+        assert_eq!(recorder.registry.lock().unwrap().cells.len(), 1);
+        assert!(recorder.render().contains("narad_once_total 3\n"));
+    }
+}
