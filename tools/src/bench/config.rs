@@ -437,7 +437,8 @@ mod tests {
 
     #[test]
     fn conflicts_and_ranges_are_refused_with_the_flag_named() {
-        let cases: [(fn(&mut Config), &str); 12] = [
+        type Change = fn(&mut Config);
+        let cases: [(Change, &str); 12] = [
             (
                 |c| {
                     c.consume = true;
