@@ -39,7 +39,8 @@ pub enum Command {
     /// Describe on-disk data without changing it (offline).
     #[command(subcommand)]
     Inspect(InspectCommand),
-    /// Load a broker with produce requests and report throughput and latency.
+    /// Load a broker with produce and consume requests and report throughput and
+    /// latency.
     Bench(BenchArgs),
     /// Developer tools used by the test suite.
     #[command(subcommand, hide = true)]
@@ -70,7 +71,7 @@ pub struct ServeArgs {
     pub shards: Option<usize>,
 }
 
-/// `narad bench <topic>`.
+/// `narad bench [TOPIC]`.
 ///
 /// W workers, each with its own keep-alive HTTP/1.1 connection and one request
 /// in flight, send `POST /v1/topics/<topic>/produce` with the payload
@@ -81,24 +82,54 @@ pub struct ServeArgs {
 /// p99=…` (latency of successful requests, rounded to 100 µs). All workers run
 /// on one core.
 ///
-/// Beyond the reference: --duration, --batch, --rate, --create/--partitions,
-/// --cpu and --json. Exit code 1 if any record failed, 2 for bad arguments.
+/// --mode consume drains the topic with --consumers connections, each a loop
+/// of `GET .../consume?wait=1s` and the ack of what it returned; a message
+/// counts as consumed once its ack is answered 204. --mode flow (also
+/// --consume) runs --producers and --consumers at once; each payload carries
+/// its id and send time, so the report adds end-to-end latency, and --verify
+/// checks that every acknowledged record was consumed. Without TOPIC the run
+/// creates a fresh topic, runs a 10-second flow and deletes the topic.
+///
+/// Beyond the reference: --mode, --producers, --consumers, --max, --verify,
+/// --duration, --batch, --rate, --create/--partitions, --cpu and --json. Exit
+/// code 1 if any record failed, a consume or ack was answered 5xx, a payload
+/// came back changed or (--verify) a record is missing; 2 for bad arguments.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// The topic to produce to.
-    pub topic: String,
-    /// Records to produce.
-    #[arg(long, default_value_t = 10_000)]
-    pub count: u64,
-    /// Payload bytes per record (at least 12, the JSON frame around the x's).
+    /// The topic to use; without it, a fresh topic that the run deletes.
+    pub topic: Option<String>,
+    /// Records to produce (default 10000; in consume mode, records to consume).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Payload bytes per record (at least 12, the JSON frame around the x's; 55
+    /// in flow mode, whose payload also carries an id and a send time).
     #[arg(long, default_value_t = 256)]
     pub size: usize,
-    /// Concurrent workers, each with its own connection.
+    /// Concurrent workers, each with its own connection (the default size of
+    /// each pool).
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
-    /// Measure consuming too (not available yet: exits with code 2).
+    /// Measure consuming too: the same as --mode flow.
     #[arg(long)]
     pub consume: bool,
+    /// (Extension) produce, consume (drain the topic) or flow (both at once);
+    /// default produce, or flow without a TOPIC.
+    #[arg(long, value_parser = ["produce", "consume", "flow"])]
+    pub mode: Option<String>,
+    /// (Extension) Producer connections (default --workers).
+    #[arg(long, value_name = "N")]
+    pub producers: Option<usize>,
+    /// (Extension) Consumer connections (default --workers).
+    #[arg(long, value_name = "N")]
+    pub consumers: Option<usize>,
+    /// (Extension) Messages per consume request (1–100); above 1, batch
+    /// consume and one batch ack per reply.
+    #[arg(long, value_name = "N")]
+    pub max: Option<u32>,
+    /// (Extension) Flow mode: check that every acknowledged record is consumed
+    /// and that payloads come back as sent; report missing and duplicates.
+    #[arg(long)]
+    pub verify: bool,
     /// (Extension) Run for this many seconds instead of --count records.
     #[arg(long, value_name = "SECS", conflicts_with = "count")]
     pub duration: Option<u64>,
@@ -118,18 +149,21 @@ pub struct BenchArgs {
     /// (Extension) Create the topic first if it does not exist.
     #[arg(long)]
     pub create: bool,
-    /// (Extension) Partitions of a topic made by --create.
-    #[arg(long, default_value_t = 3, requires = "create")]
-    pub partitions: u32,
-    /// (Extension) Also print a JSON summary line on standard output: ok,
-    /// failed, seconds, rate, p50_us, p95_us, p99_us, p999_us, max_us.
+    /// (Extension) Partitions of a topic the run creates (default 3).
     #[arg(long)]
-    pub json: bool,
+    pub partitions: Option<u32>,
+    /// (Extension) Also write a JSON summary line to FILE, or to standard output
+    /// without FILE (or with `-`): mode, topic, ok, failed, seconds, rate,
+    /// p50_us…max_us, and with consumers consumed, received, consumed_rate,
+    /// e2e_latency, consume_errors, ack_errors, duplicates, missing.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
 }
 
 impl BenchArgs {
     /// The load generator's settings.
     pub fn config(&self, server: &str) -> narad_tools::bench::Config {
+        use narad_tools::bench::{JsonTarget, Mode};
         narad_tools::bench::Config {
             server: server.to_string(),
             topic: self.topic.clone(),
@@ -137,13 +171,24 @@ impl BenchArgs {
             duration: self.duration.map(std::time::Duration::from_secs),
             size_bytes: self.size,
             workers: self.workers,
+            producers: self.producers,
+            consumers: self.consumers,
+            mode: self
+                .mode
+                .as_deref()
+                .map(|m| Mode::parse(m).expect("clap admits only the modes")),
+            consume: self.consume,
+            consume_max: self.max,
+            verify: self.verify,
             batch_records: self.batch,
             rate: self.rate,
             cpu: self.cpu,
             create: self.create,
             partitions: self.partitions,
-            consume: self.consume,
-            json: self.json,
+            json: self.json.as_ref().map(|path| match path.to_str() {
+                Some("-") => JsonTarget::Stdout,
+                _ => JsonTarget::File(path.clone()),
+            }),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! `narad bench` against a real node: its exit code and its stderr lines, and
-//! that the records it reports as accepted are committed on the broker.
+//! `narad bench` against a real node: its exit code and its stderr lines, that
+//! the records it reports as accepted are committed on the broker, and that a
+//! flow run consumes every record it produced.
 
 mod common;
 
@@ -129,7 +130,7 @@ fn single_and_batch_produce_runs_commit_every_record_they_report() {
 }
 
 #[test]
-fn a_missing_topic_and_consume_are_refused() {
+fn a_missing_topic_and_bad_consume_flags_are_refused() {
     let node = Node::start(&[]);
 
     let output = bench(&node, &["absent", "--count", "10"]);
@@ -140,11 +141,98 @@ fn a_missing_topic_and_consume_are_refused() {
         "{lines:#?}"
     );
 
-    let output = bench(&node, &["t", "--consume"]);
-    assert_eq!(output.status.code(), Some(2));
-    let lines = stderr_lines(&output);
-    assert!(
-        lines.last().unwrap().contains("not available yet"),
-        "{lines:#?}"
-    );
+    for (args, expected) in [
+        (
+            &["t", "--consume", "--max", "101"][..],
+            "--max must be 1 to 100",
+        ),
+        (
+            &["t", "--consume", "--mode", "produce"][..],
+            "--consume means --mode flow",
+        ),
+        (&["t", "--max", "5"][..], "--max applies to"),
+    ] {
+        let output = bench(&node, args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let lines = stderr_lines(&output);
+        assert!(lines.last().unwrap().contains(expected), "{lines:#?}");
+    }
+}
+
+#[test]
+fn a_flow_run_consumes_every_record_it_produced() {
+    let node = Node::start(&[]);
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("flow.json");
+    let runs: [&[&str]; 2] = [
+        &[
+            "flow",
+            "--create",
+            "--mode",
+            "flow",
+            "--verify",
+            "--duration",
+            "2",
+        ],
+        // Batch produce, batch consume and batch ack, on a fresh topic.
+        &[
+            "--max",
+            "20",
+            "--batch",
+            "10",
+            "--verify",
+            "--duration",
+            "2",
+        ],
+    ];
+    for args in runs {
+        let started = Instant::now();
+        let output = bench(
+            &node,
+            &[
+                args,
+                &[
+                    "--workers",
+                    "4",
+                    "--size",
+                    "100",
+                    "--json",
+                    json.to_str().unwrap(),
+                ],
+            ]
+            .concat(),
+        );
+        let lines = stderr_lines(&output);
+        assert!(output.status.success(), "{args:?}: {lines:#?}");
+        assert!(started.elapsed() < Duration::from_secs(15), "{lines:#?}");
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(summary["mode"], "flow");
+        assert!(summary["consumed"].as_u64().unwrap() > 0, "{summary}");
+        assert_eq!(summary["missing"], 0, "{summary}");
+        assert_eq!(summary["failed"], 0, "{summary}");
+        assert_eq!(summary["damaged"], 0, "{summary}");
+        assert!(
+            summary["consumed"].as_u64().unwrap() >= summary["ok"].as_u64().unwrap(),
+            "{summary}"
+        );
+        assert!(summary["e2e_latency"]["count"].as_u64().unwrap() > 0);
+        assert!(
+            lines.iter().any(|l| l.starts_with("verify: ")),
+            "{lines:#?}"
+        );
+    }
+    // The fresh topic is gone; the named one stays.
+    let listed = node
+        .served_client()
+        .request("GET", "/v1/topics", &[], "")
+        .unwrap();
+    let topics: serde_json::Value = serde_json::from_str(&listed.body).unwrap();
+    let names: Vec<&str> = topics["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["flow"]);
 }

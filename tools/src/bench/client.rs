@@ -21,6 +21,11 @@ use hyper::{Method, Request, StatusCode, Uri};
 
 /// The most bytes of a setup response kept for an error message.
 const SETUP_BODY_BYTES_MAX: usize = 64 << 10;
+/// The largest response body [`Conn::send_into`] keeps: above the broker's
+/// bound on a batch consume reply (8 MiB).
+pub const REPLY_BYTES_MAX: usize = 16 << 20;
+/// The `X-Narad-Client` header that batch consume and bodiless acks need.
+pub const CLIENT_HEADER: &str = "x-narad-client";
 
 /// Where the broker listens: `http://host:port`, with an IP address or
 /// `localhost` as the host (no name resolution, no TLS).
@@ -117,6 +122,39 @@ impl Conn {
         Ok(status)
     }
 
+    /// Sends one request and reads its body into `body` (cleared first), whose
+    /// allocation is reused from one request to the next. A body above
+    /// [`REPLY_BYTES_MAX`] is an error.
+    pub async fn send_into(
+        &mut self,
+        request: Request<Full<Bytes>>,
+        body: &mut Vec<u8>,
+    ) -> Result<StatusCode, TransportError> {
+        body.clear();
+        self.sender.ready().await.map_err(|e| e.to_string())?;
+        let response = self
+            .sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let mut incoming = response.into_body();
+        let mut too_long = false;
+        while let Some(frame) = incoming.frame().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            if let Some(data) = frame.data_ref() {
+                too_long |= body.len() + data.len() > REPLY_BYTES_MAX;
+                if !too_long {
+                    body.extend_from_slice(data);
+                }
+            }
+        }
+        if too_long {
+            return Err(format!("a reply exceeded {REPLY_BYTES_MAX} bytes"));
+        }
+        Ok(status)
+    }
+
     /// Sends one request and returns the status and (the start of) the body.
     pub async fn send_collect(
         &mut self,
@@ -149,7 +187,9 @@ pub struct RequestTemplate {
     method: Method,
     uri: Uri,
     host: HeaderValue,
-    content_type: HeaderValue,
+    content_type: Option<HeaderValue>,
+    /// Sends `X-Narad-Client`.
+    client: bool,
 }
 
 impl RequestTemplate {
@@ -160,17 +200,44 @@ impl RequestTemplate {
             method,
             uri,
             host: server.authority.clone(),
-            content_type: HeaderValue::from_static(content_type),
+            content_type: Some(HeaderValue::from_static(content_type)),
+            client: false,
+        }
+    }
+
+    /// A bodiless `GET`.
+    pub fn get(path: &str, server: &Server) -> Self {
+        RequestTemplate {
+            content_type: None,
+            ..RequestTemplate::new(Method::GET, path, server, "text/plain")
+        }
+    }
+
+    /// Also sends `X-Narad-Client`, as batch consume and bodiless acks need.
+    pub fn with_client_header(self) -> Self {
+        RequestTemplate {
+            client: true,
+            ..self
         }
     }
 
     pub fn build(&self, body: Bytes) -> Request<Full<Bytes>> {
+        self.build_to(self.uri.clone(), body)
+    }
+
+    /// The request with another target (a query that changes per request).
+    pub fn build_to(&self, uri: Uri, body: Bytes) -> Request<Full<Bytes>> {
         let mut request = Request::new(Full::new(body));
         *request.method_mut() = self.method.clone();
-        *request.uri_mut() = self.uri.clone();
+        *request.uri_mut() = uri;
         let headers = request.headers_mut();
         headers.insert(HOST, self.host.clone());
-        headers.insert(CONTENT_TYPE, self.content_type.clone());
+        if let Some(content_type) = &self.content_type {
+            headers.insert(CONTENT_TYPE, content_type.clone());
+        }
+        if self.client {
+            headers.insert(CLIENT_HEADER, HeaderValue::from_static("narad-bench"));
+        }
         request
     }
 }
@@ -209,16 +276,29 @@ pub async fn create_topic(
 /// Checks that the topic exists, so that a typo fails at once instead of as a
 /// run of 404s.
 pub async fn check_topic(conn: &mut Conn, server: &Server, topic: &str) -> Result<(), String> {
-    let template = RequestTemplate::new(Method::GET, &topic_path(topic, ""), server, "text/plain");
-    let mut request = template.build(Bytes::new());
-    request.headers_mut().remove(CONTENT_TYPE);
-    let (status, text) = conn.send_collect(request).await?;
+    let template = RequestTemplate::get(&topic_path(topic, ""), server);
+    let (status, text) = conn.send_collect(template.build(Bytes::new())).await?;
     match status {
         StatusCode::OK => Ok(()),
         StatusCode::NOT_FOUND => Err(format!(
             "topic {topic:?} does not exist (--create creates it)"
         )),
         _ => Err(format!("cannot read topic {topic:?}: {status} {text}")),
+    }
+}
+
+/// Deletes the topic (a fresh one the run made).
+pub async fn delete_topic(conn: &mut Conn, server: &Server, topic: &str) -> Result<(), String> {
+    let template = RequestTemplate::new(
+        Method::DELETE,
+        &topic_path(topic, ""),
+        server,
+        "application/json",
+    );
+    let (status, text) = conn.send_collect(template.build(Bytes::new())).await?;
+    match status {
+        StatusCode::NO_CONTENT => Ok(()),
+        _ => Err(format!("cannot delete topic {topic:?}: {status} {text}")),
     }
 }
 

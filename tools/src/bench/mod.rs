@@ -1,4 +1,4 @@
-//! `narad bench <topic>`: the load generator users benchmark a broker with.
+//! `narad bench [TOPIC]`: the load generator users benchmark a broker with.
 //!
 //! As the reference: W workers, each with its own keep-alive HTTP/1.1
 //! connection, send `POST /v1/topics/<topic>/produce` with the payload
@@ -7,6 +7,13 @@
 //! error. Beyond the reference: a timed run (`--duration`), batch produce
 //! (`--batch`), an open-loop rate (`--rate`), topic creation (`--create`), a
 //! pinned CPU (`--cpu`) and a JSON summary (`--json`).
+//!
+//! `--mode consume` drains a topic with a pool of consumers; `--mode flow` (the
+//! reference's `--consume`, and the default without a TOPIC) runs producers and
+//! consumers at once. In flow mode each payload carries its record's id and
+//! send time, so consumers measure the end-to-end latency and a ledger checks,
+//! with `--verify`, that every acknowledged record was consumed. Without a
+//! TOPIC the run creates a fresh topic, runs a 10-second flow and deletes it.
 //!
 //! Which cores: one. Every worker is a task on a single glommio executor in the
 //! calling thread (pinned with `--cpu`), and so is every connection's hyper
@@ -17,16 +24,24 @@
 //!
 //! Map:
 //! - [`client`]: the server address, the keep-alive connection, topic setup.
-//! - `workload`: the payload and bodies, the schedule of requests, the worker.
-//! - `report`: percentiles, the human line and the `--json` line.
+//! - `config`: flags, defaults and the refusals of bad combinations.
+//! - `workload`: the payload and bodies, the schedule of requests, the producer.
+//! - `stamp`: the flow mode's stamped payload and the ledger of record ids.
+//! - `consumer`: the consume-and-ack loop and how it reads replies.
+//! - `report`: percentiles, the human lines and the `--json` line.
 //!
-//! The body of a request is built once as `Bytes` and shared by every request,
-//! so the hot loop copies no payload.
+//! The body of a produce request is built once as `Bytes` and shared by every
+//! request, so the hot loop copies no payload; in flow mode each request copies
+//! its template into a reused buffer to write the stamps.
 
 pub mod client;
+mod config;
+mod consumer;
 mod report;
+mod stamp;
 mod workload;
 
+use std::cell::RefCell;
 use std::io::Write as _;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -35,50 +50,29 @@ use bytes::Bytes;
 use hyper::Method;
 
 use client::{Conn, RequestTemplate, Server};
-use report::Summary;
+pub use config::{
+    Config, JsonTarget, Length, Mode, Settings, BATCH_BODY_BYTES_MAX, BATCH_RECORDS_MAX,
+    CONSUME_MAX_RECORDS, DURATION_MAX, PAYLOAD_BYTES_MAX, RATE_MAX, WORKERS_MAX,
+};
+use consumer::{ConsumePlan, ConsumeTally};
+use report::{ConsumeSummary, Summary};
+use stamp::Ledger;
 use workload::{Plan, Schedule, Stop, Tally};
 
-/// The most workers (connections) one run opens.
-pub const WORKERS_MAX: usize = 4096;
-/// The largest payload the broker accepts.
-pub const PAYLOAD_BYTES_MAX: usize = 1 << 20;
-/// The most records in one batch request, and the largest batch body, as the
-/// broker's batch route allows.
-pub const BATCH_RECORDS_MAX: u64 = 1000;
-pub const BATCH_BODY_BYTES_MAX: usize = 16 << 20;
-/// The longest timed run.
-pub const DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
-/// The highest open-loop rate, in records per second.
-pub const RATE_MAX: f64 = 1e8;
-
-/// What the command line asked for.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// `http://host:port`.
-    pub server: String,
-    pub topic: String,
-    /// Records to send (ignored with `duration`).
-    pub count: u64,
-    pub duration: Option<Duration>,
-    pub size_bytes: usize,
-    pub workers: usize,
-    /// Records per `produce/batch` request; `None` sends single produces.
-    pub batch_records: Option<u64>,
-    /// Open-loop rate in records per second.
-    pub rate: Option<f64>,
-    pub cpu: Option<usize>,
-    pub create: bool,
-    pub partitions: u32,
-    pub consume: bool,
-    pub json: bool,
-}
+/// After the producers stop, consumers drain until no message has come for
+/// this long (or every acknowledged record is consumed) ...
+const DRAIN_IDLE: Duration = Duration::from_secs(2);
+/// ... or for at most this long.
+const DRAIN_MAX: Duration = Duration::from_secs(30);
+/// How often the run checks whether the consumers are done.
+const CONTROL_TICK: Duration = Duration::from_millis(20);
 
 /// Why a run did not succeed, and the exit code that says so.
 #[derive(Debug, PartialEq, Eq)]
 pub enum BenchError {
-    /// Asked for something this build does not do yet, or bad arguments: 2.
+    /// Bad arguments: 2.
     Usage(String),
-    /// The run could not start, or some requests failed: 1.
+    /// The run could not start, some requests failed, or a check failed: 1.
     Failed(String),
 }
 
@@ -97,38 +91,97 @@ impl BenchError {
     }
 }
 
+/// What a run measured.
+struct Outcome {
+    produce: Option<Summary>,
+    consume: Option<ConsumeSummary>,
+    /// The server stopped accepting connections.
+    abandoned: bool,
+    /// Things that went wrong around the measurement (deleting the topic).
+    warnings: Vec<String>,
+}
+
 /// Runs the benchmark, printing progress and results.
 pub fn run(config: &Config) -> Result<(), BenchError> {
-    if config.consume {
-        return Err(BenchError::Usage(
-            "bench --consume: consuming is not available yet in this build; \
-             run without --consume to measure produce"
-                .into(),
-        ));
-    }
-    let server = Server::parse(&config.server).map_err(BenchError::Usage)?;
-    validate(config).map_err(BenchError::Usage)?;
-    say_err(&start_line(config));
-    let setup = config.clone();
-    let outcome = narad_io::rt::try_run_local(config.cpu, drive(setup, server))
+    let settings = Settings::resolve(config).map_err(BenchError::Usage)?;
+    say_err(&start_line(&settings));
+    let outcome = narad_io::rt::try_run_local(settings.cpu, drive(settings.clone()))
+        .map_err(BenchError::Failed)?
         .map_err(BenchError::Failed)?;
-    let (summary, abandoned) = outcome.map_err(BenchError::Failed)?;
-    say_err(&summary.human_line());
-    if config.json {
-        // Not `println!`, which panics when standard output is closed.
-        let _ = writeln!(std::io::stdout(), "{}", summary.json_line());
+    if let Some(produce) = &outcome.produce {
+        say_err(&produce.human_line());
     }
-    if abandoned {
-        return Err(BenchError::Failed(
-            "the server stopped accepting connections; the run ended early".into(),
+    if let Some(consume) = &outcome.consume {
+        for line in consume.human_lines() {
+            say_err(&line);
+        }
+    }
+    for warning in &outcome.warnings {
+        say_err(&format!("warning: {warning}"));
+    }
+    if let Some(target) = &settings.json {
+        let line = report::json_line(
+            settings.mode.name(),
+            &settings.topic,
+            outcome.produce.as_ref(),
+            outcome.consume.as_ref(),
+        );
+        match target {
+            // Not `println!`, which panics when standard output is closed.
+            JsonTarget::Stdout => {
+                let _ = writeln!(std::io::stdout(), "{line}");
+            }
+            JsonTarget::File(path) => std::fs::write(path, format!("{line}\n"))
+                .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display())))?,
+        }
+    }
+    judge(&settings, &outcome).map_err(BenchError::Failed)
+}
+
+/// Whether the run succeeded: every produce accepted, no server error, every
+/// payload intact and, with `--verify`, every acknowledged record consumed.
+fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
+    if outcome.abandoned {
+        return Err("the server stopped accepting connections; the run ended early".into());
+    }
+    if let Some(p) = &outcome.produce {
+        if p.failed_records > 0 {
+            return Err(format!(
+                "{} of {} records failed",
+                p.failed_records,
+                p.failed_records + p.ok_records
+            ));
+        }
+    }
+    let Some(c) = &outcome.consume else {
+        return Ok(());
+    };
+    let server_errors = c.tally.server_errors();
+    if server_errors > 0 {
+        return Err(format!(
+            "{server_errors} consume or ack requests were answered 5xx"
         ));
     }
-    if summary.failed_records > 0 {
-        return Err(BenchError::Failed(format!(
-            "{} of {} records failed",
-            summary.failed_records,
-            summary.failed_records + summary.ok_records
-        )));
+    if c.tally.damaged_records > 0 {
+        return Err(format!(
+            "{} consumed payloads differ from what was sent",
+            c.tally.damaged_records
+        ));
+    }
+    if let Some(v) = &c.verdict {
+        assert!(settings.verify);
+        if v.missing_records > 0 {
+            return Err(format!(
+                "{} of {} acknowledged records were never consumed",
+                v.missing_records, v.produced_ok_records
+            ));
+        }
+        if v.unknown_records > 0 {
+            return Err(format!(
+                "{} consumed records carry ids this run never sent",
+                v.unknown_records
+            ));
+        }
     }
     Ok(())
 }
@@ -138,118 +191,171 @@ fn say_err(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
-fn validate(config: &Config) -> Result<(), String> {
-    let frame = workload::PAYLOAD_FRAME_BYTES;
-    if !(frame..=PAYLOAD_BYTES_MAX).contains(&config.size_bytes) {
-        return Err(format!(
-            "--size must be {frame} to {PAYLOAD_BYTES_MAX} bytes"
-        ));
-    }
-    if !(1..=WORKERS_MAX).contains(&config.workers) {
-        return Err(format!("--workers must be 1 to {WORKERS_MAX}"));
-    }
-    if config.count == 0 && config.duration.is_none() {
-        return Err("--count must be at least 1".into());
-    }
-    if let Some(d) = config.duration {
-        if d.is_zero() || d > DURATION_MAX {
-            return Err(format!(
-                "--duration must be 1 to {} s",
-                DURATION_MAX.as_secs()
-            ));
-        }
-    }
-    if let Some(batch) = config.batch_records {
-        if !(1..=BATCH_RECORDS_MAX).contains(&batch) {
-            return Err(format!("--batch must be 1 to {BATCH_RECORDS_MAX}"));
-        }
-        // Each record costs its payload plus at most `{"payload":""},` and two
-        // escapes per quote of the frame.
-        let record_bytes = config.size_bytes + 32;
-        if record_bytes * batch as usize > BATCH_BODY_BYTES_MAX {
-            return Err(format!(
-                "--batch × --size exceeds the {BATCH_BODY_BYTES_MAX}-byte batch body limit"
-            ));
-        }
-    }
-    if let Some(rate) = config.rate {
-        if !(rate.is_finite() && rate > 0.0 && rate <= RATE_MAX) {
-            return Err(format!("--rate must be above 0 and at most {RATE_MAX}"));
-        }
-    }
-    if config.topic.is_empty() {
-        return Err("the topic name is empty".into());
-    }
-    Ok(())
-}
-
-/// `producing N × SB with W workers...`, with the extensions in between.
-fn start_line(config: &Config) -> String {
-    let what = match config.duration {
-        Some(d) => format!("for {}", report::go_duration(d)),
-        None => config.count.to_string(),
+/// `producing N × SB with W workers...` in produce mode, as the reference;
+/// the other modes name both pools.
+fn start_line(s: &Settings) -> String {
+    let what = match s.length {
+        Length::Timed(d) => format!("for {}", report::go_duration(d)),
+        Length::Records(n) => n.to_string(),
+        Length::UntilIdle => "until idle".into(),
     };
-    let batch = match config.batch_records {
+    let batch = match s.batch_records {
         Some(n) => format!(" in batches of {n}"),
         None => String::new(),
     };
-    let rate = match config.rate {
+    let rate = match s.rate {
         Some(r) => format!(" at {r:.0} msg/s"),
         None => String::new(),
     };
-    format!(
-        "producing {what} × {}B{batch}{rate} with {} workers...",
-        config.size_bytes,
-        workers_used(config)
-    )
+    let topic = if s.fresh_topic {
+        format!("fresh topic {} (deleted after): ", s.topic)
+    } else {
+        String::new()
+    };
+    let consuming = format!(
+        "consuming with {} consumers ({} per request)",
+        s.consumers, s.consume_max
+    );
+    match s.mode {
+        Mode::Produce => format!(
+            "{topic}producing {what} × {}B{batch}{rate} with {} workers...",
+            s.size_bytes,
+            producers_used(s)
+        ),
+        Mode::Flow => format!(
+            "{topic}producing {what} × {}B{batch}{rate} with {} producers, {consuming}...",
+            s.size_bytes,
+            producers_used(s)
+        ),
+        Mode::Consume => format!("{consuming} {what}..."),
+    }
 }
 
 /// A counted run needs no more connections than it has requests.
-fn workers_used(config: &Config) -> usize {
-    let batch = config.batch_records.unwrap_or(1);
-    match config.duration {
-        Some(_) => config.workers,
-        None => {
-            let requests = config.count.div_ceil(batch);
-            config
-                .workers
+fn producers_used(s: &Settings) -> usize {
+    match s.length {
+        Length::Records(count) => {
+            let requests = count.div_ceil(s.batch());
+            s.producers
                 .min(usize::try_from(requests).unwrap_or(usize::MAX))
         }
+        Length::Timed(_) | Length::UntilIdle => s.producers,
     }
 }
 
-/// Sets up the topic and the connections, runs the workers, and sums their
-/// tallies. Returns the summary and whether the run was cut short.
-async fn drive(config: Config, server: Server) -> Result<(Summary, bool), String> {
-    let mut first = Conn::open(&server).await?;
-    if config.create {
-        client::create_topic(&mut first, &server, &config.topic, config.partitions).await?;
+/// Sets up the topic, measures, and deletes a fresh topic.
+async fn drive(s: Settings) -> Result<Outcome, String> {
+    let mut setup = Conn::open(&s.server).await?;
+    if s.create {
+        client::create_topic(&mut setup, &s.server, &s.topic, s.partitions).await?;
     } else {
-        client::check_topic(&mut first, &server, &config.topic).await?;
+        client::check_topic(&mut setup, &s.server, &s.topic).await?;
     }
-    let workers = workers_used(&config);
-    let mut conns = vec![first];
-    while conns.len() < workers {
-        conns.push(Conn::open(&server).await?);
+    drop(setup);
+    let mut outcome = measure(&s).await;
+    if s.fresh_topic {
+        let deleted = match Conn::open(&s.server).await {
+            Ok(mut conn) => client::delete_topic(&mut conn, &s.server, &s.topic).await,
+            Err(e) => Err(e),
+        };
+        if let (Err(why), Ok(outcome)) = (deleted, outcome.as_mut()) {
+            outcome.warnings.push(why);
+        }
     }
-    let plan = Rc::new(plan(&config, server));
+    outcome
+}
+
+/// Opens the pools, runs producers and consumers, drains, and sums up.
+async fn measure(s: &Settings) -> Result<Outcome, String> {
+    let ledger = Rc::new(RefCell::new(Ledger::new()));
+    let run_tag = run_tag();
+    let mut producer_conns = Vec::with_capacity(producers_used(s));
+    while producer_conns.len() < producers_used(s) {
+        producer_conns.push(Conn::open(&s.server).await?);
+    }
+    let mut consumer_conns = Vec::with_capacity(s.consumers);
+    while consumer_conns.len() < s.consumers {
+        consumer_conns.push(Conn::open(&s.server).await?);
+    }
+    let start = Instant::now();
+    let consume_plan = s.mode.consumes().then(|| {
+        let own_run = (s.mode == Mode::Flow).then_some((run_tag, s.size_bytes));
+        let plan = ConsumePlan::new(
+            s.server.clone(),
+            &s.topic,
+            s.consume_max,
+            own_run,
+            ledger.clone(),
+        );
+        plan.last_progress.set(start);
+        Rc::new(plan)
+    });
+    let consumers: Vec<_> = match &consume_plan {
+        Some(plan) => consumer_conns
+            .into_iter()
+            .map(|conn| narad_io::rt::spawn_local(consumer::consumer(plan.clone(), conn)))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut abandoned = false;
+    let produce = if s.mode.produces() {
+        let stamper = (s.mode == Mode::Flow).then(|| stamper(s, run_tag, ledger.clone()));
+        let plan = Rc::new(plan(s, start, stamper));
+        let summary = produce(&plan, producer_conns, s.rate).await?;
+        if let Length::Records(count) = s.length {
+            if !plan.schedule.is_abandoned() {
+                assert_eq!(summary.ok_records + summary.failed_records, count);
+            }
+        }
+        abandoned |= plan.schedule.is_abandoned();
+        Some(summary)
+    } else {
+        None
+    };
+    let consume = match consume_plan {
+        Some(plan) => {
+            await_drained(s, &plan, start).await;
+            plan.stop.set(true);
+            let mut tally = ConsumeTally::new();
+            for handle in consumers {
+                tally.merge(&handle.await.ok_or("a consumer task was cancelled")?)?;
+            }
+            abandoned |= plan.abandoned.get();
+            let ledger = ledger.borrow();
+            let end = tally.last_consumed.unwrap_or_else(Instant::now);
+            Some(ConsumeSummary {
+                tally,
+                elapsed: end.saturating_duration_since(start),
+                duplicate_records: ledger.duplicate_records(),
+                verdict: s.verify.then(|| ledger.verdict()),
+            })
+        }
+        None => None,
+    };
+    Ok(Outcome {
+        produce,
+        consume,
+        abandoned,
+        warnings: Vec::new(),
+    })
+}
+
+/// Runs the producers to the end of the schedule and sums their tallies.
+async fn produce(plan: &Rc<Plan>, conns: Vec<Conn>, rate: Option<f64>) -> Result<Summary, String> {
     let start = plan.schedule.start();
     let handles: Vec<_> = conns
         .into_iter()
         .map(|conn| narad_io::rt::spawn_local(workload::worker(plan.clone(), conn)))
         .collect();
-    let mut tallies: Vec<Tally> = Vec::with_capacity(handles.len());
-    for handle in handles {
-        tallies.push(handle.await.ok_or("a worker task was cancelled")?);
-    }
     let mut summary = Summary {
         ok_records: 0,
         failed_records: 0,
         elapsed: Duration::ZERO,
         latencies_us: report::latency_histogram(),
-        target_rate: config.rate,
+        target_rate: rate,
     };
-    for tally in &tallies {
+    for handle in handles {
+        let tally: Tally = handle.await.ok_or("a worker task was cancelled")?;
         summary.ok_records += tally.ok_records;
         summary.failed_records += tally.failed_records;
         summary.elapsed = summary
@@ -260,50 +366,97 @@ async fn drive(config: Config, server: Server) -> Result<(Summary, bool), String
             .add(&tally.latencies_us)
             .map_err(|e| format!("cannot merge latencies: {e}"))?;
     }
-    if config.duration.is_none() && !plan.schedule.is_abandoned() {
-        assert_eq!(summary.ok_records + summary.failed_records, config.count);
-    }
-    Ok((summary, plan.schedule.is_abandoned()))
+    Ok(summary)
 }
 
-/// The requests of the run, and its schedule starting now.
-fn plan(config: &Config, server: Server) -> Plan {
-    let payload = workload::payload(config.size_bytes);
-    let (template, body, tail_body) = match config.batch_records {
+/// Waits until the consumers are done: in flow mode, once the producers have
+/// stopped, when every acknowledged record is consumed or none came for
+/// [`DRAIN_IDLE`] (at most [`DRAIN_MAX`]); in consume mode at the end of the
+/// run's length or after [`DRAIN_IDLE`] without a message.
+async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
+    let from = Instant::now();
+    loop {
+        let now = Instant::now();
+        let idle = now.saturating_duration_since(plan.last_progress.get().max(from));
+        let done = plan.stop.get()
+            || idle >= DRAIN_IDLE
+            || match s.mode {
+                Mode::Flow => {
+                    plan.ledger.borrow().outstanding_records() == 0
+                        || now.saturating_duration_since(from) >= DRAIN_MAX
+                }
+                Mode::Consume => match s.length {
+                    Length::Timed(d) => now.saturating_duration_since(start) >= d,
+                    Length::Records(n) => plan.consumed_records.get() >= n,
+                    Length::UntilIdle => false,
+                },
+                Mode::Produce => unreachable!("produce mode has no consumers"),
+            };
+        if done {
+            return;
+        }
+        narad_io::rt::sleep(CONTROL_TICK).await;
+    }
+}
+
+/// A tag that tells this run's records from an earlier run's on the topic.
+fn run_tag() -> u32 {
+    let mixed = stamp::unix_ns() ^ u64::from(std::process::id()).rotate_left(32);
+    (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32
+}
+
+/// The stamped bodies of a flow run.
+fn stamper(s: &Settings, run_tag: u32, ledger: Rc<RefCell<Ledger>>) -> workload::Stamper {
+    let payload = stamp::stamped_payload(s.size_bytes);
+    let batch = s.batch_records.map(|batch| {
+        let tail = match s.length {
+            Length::Records(count) if count % batch != 0 => Some(count % batch),
+            _ => None,
+        };
+        (batch, tail)
+    });
+    workload::Stamper::new(run_tag, &payload, batch, ledger)
+}
+
+/// The requests of the run, and its schedule from `start`.
+fn plan(s: &Settings, start: Instant, stamper: Option<workload::Stamper>) -> Plan {
+    let server: Server = s.server.clone();
+    let payload = workload::payload(s.size_bytes);
+    let (template, body, tail_body) = match s.batch_records {
         None => {
-            let path = client::topic_path(&config.topic, "/produce");
+            let path = client::topic_path(&s.topic, "/produce");
             let template =
                 RequestTemplate::new(Method::POST, &path, &server, "application/octet-stream");
             (template, Bytes::from(payload), None)
         }
         Some(batch) => {
-            let path = client::topic_path(&config.topic, "/produce/batch");
+            let path = client::topic_path(&s.topic, "/produce/batch");
             let template = RequestTemplate::new(Method::POST, &path, &server, "application/json");
             let body = Bytes::from(workload::batch_body(&payload, batch));
-            let tail = match config.duration {
-                None if config.count % batch != 0 => Some(Bytes::from(workload::batch_body(
-                    &payload,
-                    config.count % batch,
-                ))),
+            let tail = match s.length {
+                Length::Records(count) if count % batch != 0 => {
+                    Some(Bytes::from(workload::batch_body(&payload, count % batch)))
+                }
                 _ => None,
             };
             (template, body, tail)
         }
     };
-    let batch = config.batch_records.unwrap_or(1);
-    let interval = config
+    let batch = s.batch();
+    let interval = s
         .rate
         .map(|rate| Duration::from_secs_f64(batch as f64 / rate).max(Duration::from_nanos(1)));
-    let start = Instant::now();
-    let stop = match config.duration {
-        Some(d) => Stop::At(start + d),
-        None => Stop::Records(config.count),
+    let stop = match s.length {
+        Length::Timed(d) => Stop::At(start + d),
+        Length::Records(count) => Stop::Records(count),
+        Length::UntilIdle => unreachable!("only consume mode runs until idle"),
     };
     Plan {
         server,
         template,
         body,
         tail_body,
+        stamper,
         schedule: Schedule::new(stop, batch, interval, start),
     }
 }
@@ -315,25 +468,34 @@ mod tests {
     fn config() -> Config {
         Config {
             server: "http://127.0.0.1:7942".into(),
-            topic: "t".into(),
-            count: 10_000,
+            topic: Some("t".into()),
+            count: None,
             duration: None,
             size_bytes: 256,
             workers: 8,
+            producers: None,
+            consumers: None,
+            mode: None,
+            consume: false,
+            consume_max: None,
+            verify: false,
             batch_records: None,
             rate: None,
             cpu: None,
             create: false,
-            partitions: 3,
-            consume: false,
-            json: false,
+            partitions: None,
+            json: None,
         }
+    }
+
+    fn settings(config: Config) -> Settings {
+        Settings::resolve(&config).unwrap()
     }
 
     #[test]
     fn start_line_matches_the_reference() {
         assert_eq!(
-            start_line(&config()),
+            start_line(&settings(config())),
             "producing 10000 × 256B with 8 workers..."
         );
         let timed = Config {
@@ -343,30 +505,47 @@ mod tests {
             ..config()
         };
         assert_eq!(
-            start_line(&timed),
+            start_line(&settings(timed)),
             "producing for 5s × 256B in batches of 50 at 1000 msg/s with 8 workers..."
+        );
+        let flow = Config {
+            mode: Some(Mode::Flow),
+            duration: Some(Duration::from_secs(2)),
+            consumers: Some(4),
+            consume_max: Some(100),
+            ..config()
+        };
+        assert_eq!(
+            start_line(&settings(flow)),
+            "producing for 2s × 256B with 8 producers, consuming with 4 consumers (100 per request)..."
+        );
+        let consume = Config {
+            mode: Some(Mode::Consume),
+            ..config()
+        };
+        assert_eq!(
+            start_line(&settings(consume)),
+            "consuming with 8 consumers (1 per request) until idle..."
         );
     }
 
     #[test]
-    fn consume_is_refused_with_exit_code_2() {
-        let err = run(&Config {
-            consume: true,
-            ..config()
-        })
-        .unwrap_err();
-        assert_eq!(err.exit_code(), 2);
-        assert!(err.message().contains("not available yet"));
-    }
-
-    #[test]
     fn bad_arguments_are_usage_errors() {
-        let changes: [fn(&mut Config); 5] = [
+        let changes: [fn(&mut Config); 8] = [
             |c| c.size_bytes = 11,
             |c| c.workers = 0,
             |c| c.batch_records = Some(1001),
             |c| c.rate = Some(0.0),
             |c| c.server = "http://example.com:1".into(),
+            |c| {
+                c.mode = Some(Mode::Flow);
+                c.consume_max = Some(101)
+            },
+            |c| {
+                c.consume = true;
+                c.mode = Some(Mode::Consume)
+            },
+            |c| c.verify = true,
         ];
         for change in changes {
             let mut bad = config();
@@ -378,16 +557,16 @@ mod tests {
     #[test]
     fn few_requests_use_few_workers() {
         let small = Config {
-            count: 3,
+            count: Some(3),
             ..config()
         };
-        assert_eq!(workers_used(&small), 3);
+        assert_eq!(producers_used(&settings(small)), 3);
         let batched = Config {
-            count: 1000,
+            count: Some(1000),
             batch_records: Some(50),
             workers: 64,
             ..config()
         };
-        assert_eq!(workers_used(&batched), 20);
+        assert_eq!(producers_used(&settings(batched)), 20);
     }
 }

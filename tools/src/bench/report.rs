@@ -9,11 +9,20 @@
 //! the error this adds (under 0.1 %) vanishes in the human line's rounding to
 //! 100 µs.
 //!
+//! The consume and flow modes add a consume line (messages consumed, that is
+//! acknowledged, and received; the latency of a consume and its ack), an
+//! end-to-end line (a record's send time to its delivery), a line of errors by
+//! status when there are any, and with `--verify` the ledger's verdict.
+//!
 //! Which cores: the caller's thread, after the run; pure functions.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+
+use super::consumer::{ConsumeTally, STATUS_TRANSPORT, STATUS_UNREADABLE};
+use super::stamp::Verdict;
 
 /// The largest latency recorded exactly; longer ones are recorded as this.
 pub const LATENCY_US_MAX: u64 = 3_600_000_000;
@@ -75,8 +84,8 @@ impl Summary {
         )
     }
 
-    /// The `--json` line.
-    pub fn json_line(&self) -> String {
+    /// The produce fields of the `--json` line.
+    fn json_value(&self) -> serde_json::Value {
         serde_json::json!({
             "ok": self.ok_records,
             "failed": self.failed_records,
@@ -88,8 +97,187 @@ impl Summary {
             "p999_us": self.percentile_us(0.999),
             "max_us": self.latencies_us.max(),
         })
-        .to_string()
     }
+}
+
+/// What the consumers of a run measured.
+pub struct ConsumeSummary {
+    pub tally: ConsumeTally,
+    /// From the start of the run to the last acknowledged ack.
+    pub elapsed: Duration,
+    /// Records consumed more than once (flow mode).
+    pub duplicate_records: u64,
+    /// With `--verify`: the ledger's verdict.
+    pub verdict: Option<Verdict>,
+}
+
+impl ConsumeSummary {
+    fn per_second(&self, records: u64) -> f64 {
+        let seconds = self.elapsed.as_secs_f64();
+        if seconds > 0.0 {
+            records as f64 / seconds
+        } else {
+            0.0
+        }
+    }
+
+    /// Consumed (acknowledged) messages per second.
+    pub fn consumed_rate(&self) -> f64 {
+        self.per_second(self.tally.consumed_records)
+    }
+
+    pub fn received_rate(&self) -> f64 {
+        self.per_second(self.tally.received_records)
+    }
+
+    /// The human lines.
+    pub fn human_lines(&self) -> Vec<String> {
+        let t = &self.tally;
+        let pct = |h: &Histogram<u64>, p| go_duration(round_latency(histogram_percentile(h, p)));
+        let mut lines = vec![format!(
+            "consume: {} consumed, {} received in {} — {:.0} msg/s consumed, {:.0} received; \
+             consume+ack latency p50={} p95={} p99={}; {} duplicates",
+            t.consumed_records,
+            t.received_records,
+            go_duration(round_to_ms(self.elapsed)),
+            self.consumed_rate(),
+            self.received_rate(),
+            pct(&t.cycle_latencies_us, 0.50),
+            pct(&t.cycle_latencies_us, 0.95),
+            pct(&t.cycle_latencies_us, 0.99),
+            self.duplicate_records,
+        )];
+        let e2e = &t.e2e_latencies_us;
+        if !e2e.is_empty() {
+            lines.push(format!(
+                "end-to-end: p50={} p95={} p99={} p99.9={} max={}",
+                pct(e2e, 0.50),
+                pct(e2e, 0.95),
+                pct(e2e, 0.99),
+                pct(e2e, 0.999),
+                go_duration(round_latency(e2e.max())),
+            ));
+        }
+        if !t.consume_errors.is_empty() || !t.ack_errors.is_empty() {
+            lines.push(format!(
+                "errors: consume {}; ack {}",
+                errors_text(&t.consume_errors),
+                errors_text(&t.ack_errors)
+            ));
+        }
+        if t.foreign_records > 0 || t.damaged_records > 0 {
+            lines.push(format!(
+                "payloads: {} from elsewhere, {} damaged",
+                t.foreign_records, t.damaged_records
+            ));
+        }
+        if let Some(v) = &self.verdict {
+            lines.push(format!(
+                "verify: {} produced, {} missing, {} duplicates, {} damaged, {} unknown ids{}",
+                v.produced_ok_records,
+                v.missing_records,
+                v.duplicate_records,
+                t.damaged_records,
+                v.unknown_records,
+                match v.untracked_records {
+                    0 => String::new(),
+                    n => format!(", {n} past the tracked range"),
+                }
+            ));
+        }
+        lines
+    }
+
+    /// The consume fields of the `--json` line.
+    fn json_fields(&self, out: &mut serde_json::Map<String, serde_json::Value>) {
+        let t = &self.tally;
+        let mut put = |key: &str, value: serde_json::Value| {
+            out.insert(key.to_string(), value);
+        };
+        put("consumed", t.consumed_records.into());
+        put("received", t.received_records.into());
+        put("consume_seconds", self.elapsed.as_secs_f64().into());
+        put("consumed_rate", self.consumed_rate().into());
+        put("received_rate", self.received_rate().into());
+        put("empty_polls", t.empty_polls.into());
+        put("consume_latency", latency_json(&t.cycle_latencies_us));
+        put("e2e_latency", latency_json(&t.e2e_latencies_us));
+        put("consume_errors", errors_json(&t.consume_errors));
+        put("ack_errors", errors_json(&t.ack_errors));
+        put("server_errors", t.server_errors().into());
+        put("foreign", t.foreign_records.into());
+        put("damaged", t.damaged_records.into());
+        put("duplicates", self.duplicate_records.into());
+        match &self.verdict {
+            Some(v) => {
+                put("produced_ok", v.produced_ok_records.into());
+                put("missing", v.missing_records.into());
+                put("unknown", v.unknown_records.into());
+                put("untracked", v.untracked_records.into());
+            }
+            None => put("missing", serde_json::Value::Null),
+        }
+    }
+}
+
+/// The `--json` line of a run: the produce fields (as before) and the consume
+/// fields, whichever the mode has.
+pub fn json_line(
+    mode: &str,
+    topic: &str,
+    produce: Option<&Summary>,
+    consume: Option<&ConsumeSummary>,
+) -> String {
+    let mut out = serde_json::Map::new();
+    out.insert("mode".into(), mode.into());
+    out.insert("topic".into(), topic.into());
+    if let Some(produce) = produce {
+        if let serde_json::Value::Object(fields) = produce.json_value() {
+            out.extend(fields);
+        }
+    }
+    if let Some(consume) = consume {
+        consume.json_fields(&mut out);
+    }
+    serde_json::Value::Object(out).to_string()
+}
+
+fn status_name(status: u16) -> String {
+    match status {
+        STATUS_TRANSPORT => "transport".into(),
+        STATUS_UNREADABLE => "unreadable".into(),
+        other => other.to_string(),
+    }
+}
+
+fn errors_text(errors: &BTreeMap<u16, u64>) -> String {
+    if errors.is_empty() {
+        return "none".into();
+    }
+    let parts: Vec<String> = errors
+        .iter()
+        .map(|(status, n)| format!("{}×{n}", status_name(*status)))
+        .collect();
+    parts.join(" ")
+}
+
+fn errors_json(errors: &BTreeMap<u16, u64>) -> serde_json::Value {
+    errors
+        .iter()
+        .map(|(status, n)| (status_name(*status), serde_json::Value::from(*n)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+fn latency_json(h: &Histogram<u64>) -> serde_json::Value {
+    serde_json::json!({
+        "count": h.len(),
+        "p50_us": histogram_percentile(h, 0.50),
+        "p95_us": histogram_percentile(h, 0.95),
+        "p99_us": histogram_percentile(h, 0.99),
+        "p999_us": histogram_percentile(h, 0.999),
+        "max_us": h.max(),
+    })
 }
 
 /// The reference's rank: index `int(p·(n−1))` into the sorted values.
@@ -256,7 +444,9 @@ mod tests {
             summary.human_line(),
             "produce: 4 ok, 1 failed in 2s — 2 msg/s; latency p50=200µs p95=300µs p99=300µs"
         );
-        let json: serde_json::Value = serde_json::from_str(&summary.json_line()).unwrap();
+        let line = json_line("produce", "t", Some(&summary), None);
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(json["mode"], "produce");
         assert_eq!(json["ok"], 4);
         assert_eq!(json["failed"], 1);
         assert_eq!(json["p50_us"], 200);

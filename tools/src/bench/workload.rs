@@ -15,15 +15,16 @@
 //! Latencies are recorded for successful requests only: a refused request that
 //! comes back at once would otherwise pull the percentiles down.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 
 use super::client::{Conn, RequestTemplate, Server};
 use super::report;
+use super::stamp::{self, Ledger, Stamp, STAMP_BYTES};
 
 /// Reconnection attempts in a row after which a worker gives up, and the run
 /// stops: the server is gone.
@@ -64,6 +65,90 @@ pub fn batch_body(payload: &[u8], records: u64) -> Vec<u8> {
     }
     body.extend_from_slice(b"]}");
     body
+}
+
+/// Stamps each record of a request with its id and send time (flow mode).
+///
+/// The bodies are built once with zero stamps; a request copies its template
+/// into the worker's reused buffer and patches the stamps at known offsets.
+pub struct Stamper {
+    run: u32,
+    /// The body of a full request, and of the shorter last batch, if any.
+    full: Vec<u8>,
+    tail: Option<Vec<u8>>,
+    /// Where record `i`'s stamp starts, in either body.
+    offsets: Vec<usize>,
+    ledger: Rc<RefCell<Ledger>>,
+}
+
+impl Stamper {
+    /// For single produces of `payload` (a stamped payload), or batches of
+    /// `batch` records of it with a last batch of `tail` records.
+    pub fn new(
+        run: u32,
+        payload: &[u8],
+        batch: Option<(u64, Option<u64>)>,
+        ledger: Rc<RefCell<Ledger>>,
+    ) -> Stamper {
+        assert!(payload.starts_with(stamp::PAYLOAD_HEAD));
+        let Some((records, tail)) = batch else {
+            return Stamper {
+                run,
+                full: payload.to_vec(),
+                tail: None,
+                offsets: vec![stamp::PAYLOAD_HEAD.len()],
+                ledger,
+            };
+        };
+        let full = batch_body(payload, records);
+        // Every record of a batch body is the same message text after
+        // `{"messages":[`, one comma apart.
+        let message_bytes = batch_body(payload, 1).len() - b"{\"messages\":[]}".len();
+        let zero = &payload[stamp::PAYLOAD_HEAD.len()..][..STAMP_BYTES];
+        let first = b"{\"messages\":[".len()
+            + full[13..13 + message_bytes]
+                .windows(STAMP_BYTES)
+                .position(|w| w == zero)
+                .expect("the message holds the stamp unescaped");
+        let offsets: Vec<usize> = (0..records as usize)
+            .map(|i| first + i * (message_bytes + 1))
+            .collect();
+        for &at in &offsets {
+            assert_eq!(&full[at..at + STAMP_BYTES], zero);
+        }
+        Stamper {
+            run,
+            full,
+            tail: tail.map(|n| batch_body(payload, n)),
+            offsets,
+            ledger,
+        }
+    }
+
+    /// Claims ids for `records` records and builds their body in `buf`.
+    /// Returns the body and the first id.
+    fn body(&self, buf: &mut BytesMut, records: u64) -> (Bytes, u64) {
+        let template = match &self.tail {
+            Some(tail) if records < self.offsets.len() as u64 => tail,
+            _ => &self.full,
+        };
+        assert!(records as usize <= self.offsets.len());
+        let first = self.ledger.borrow_mut().claim(records);
+        // Dropping the last request's body gave the buffer back to `buf`, so
+        // this reuses its allocation.
+        buf.reserve(template.len());
+        buf.extend_from_slice(template);
+        let sent_unix_ns = stamp::unix_ns();
+        for (i, &at) in self.offsets[..records as usize].iter().enumerate() {
+            let stamp = Stamp {
+                run: self.run,
+                id: first + i as u64,
+                sent_unix_ns,
+            };
+            stamp::write_stamp(&mut buf[at..at + STAMP_BYTES], stamp);
+        }
+        (buf.split().freeze(), first)
+    }
 }
 
 /// When the run ends.
@@ -166,6 +251,8 @@ pub struct Plan {
     pub body: Bytes,
     /// The body of the last, shorter batch of a counted run, if any.
     pub tail_body: Option<Bytes>,
+    /// Flow mode: per-request bodies with stamped records instead.
+    pub stamper: Option<Stamper>,
     pub schedule: Schedule,
 }
 
@@ -188,6 +275,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
         finished: Instant::now(),
     };
     let mut reconnects = 0u32;
+    let mut buf = BytesMut::new();
     while let Some(ticket) = plan.schedule.claim(Instant::now()) {
         if let Some(due) = ticket.due {
             let now = Instant::now();
@@ -214,16 +302,26 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 }
             },
         };
-        let body = match (
-            &plan.tail_body,
-            ticket.records < plan.schedule.batch_records(),
-        ) {
-            (Some(tail), true) => tail.clone(),
-            _ => plan.body.clone(),
+        let (body, first_id) = match (&plan.stamper, &plan.tail_body) {
+            (Some(stamper), _) => {
+                let (body, first) = stamper.body(&mut buf, ticket.records);
+                (body, Some(first))
+            }
+            (None, Some(tail)) if ticket.records < plan.schedule.batch_records() => {
+                (tail.clone(), None)
+            }
+            (None, _) => (plan.body.clone(), None),
         };
         let sent = ticket.due.unwrap_or_else(Instant::now);
         let result = open.send(plan.template.build(body)).await;
         let now = Instant::now();
+        if let (Some(stamper), Some(first)) = (&plan.stamper, first_id) {
+            let ok = matches!(&result, Ok(status) if status.as_u16() < 400);
+            stamper
+                .ledger
+                .borrow_mut()
+                .produced(first, ticket.records, ok);
+        }
         match result {
             Ok(status) if status.as_u16() < 400 => {
                 tally.ok_records += ticket.records;
@@ -272,6 +370,41 @@ mod tests {
             assert_eq!(m["payload"].as_str().unwrap().as_bytes(), &p[..]);
             assert_eq!(m.as_object().unwrap().len(), 1);
         }
+    }
+
+    #[test]
+    fn stamped_batches_carry_consecutive_ids() {
+        let ledger = Rc::new(RefCell::new(Ledger::new()));
+        let payload = stamp::stamped_payload(80);
+        let stamper = Stamper::new(7, &payload, Some((5, Some(2))), ledger.clone());
+        let mut buf = BytesMut::new();
+        for (records, first) in [(5, 0), (2, 5)] {
+            let (body, got) = stamper.body(&mut buf, records);
+            assert_eq!(got, first);
+            let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            let messages = value["messages"].as_array().unwrap();
+            assert_eq!(messages.len() as u64, records);
+            for (i, m) in messages.iter().enumerate() {
+                let text = m["payload"].as_str().unwrap().as_bytes();
+                match stamp::read_payload(text) {
+                    stamp::Reading::Stamped { stamp, len } => {
+                        assert_eq!((stamp.run, stamp.id, len), (7, first + i as u64, 80));
+                        assert!(stamp.sent_unix_ns > 0);
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        let single = Stamper::new(9, &payload, None, ledger);
+        let (body, first) = single.body(&mut buf, 1);
+        assert_eq!(first, 7);
+        assert!(matches!(
+            stamp::read_payload(&body),
+            stamp::Reading::Stamped {
+                stamp: Stamp { run: 9, id: 7, .. },
+                len: 80
+            }
+        ));
     }
 
     #[test]

@@ -1,0 +1,507 @@
+//! What the command line asked for ([`Config`]) and what a run does with it
+//! ([`Settings`]): the mode, the two pools of connections, the stop condition.
+//!
+//! Which cores: the caller's thread, before the run; pure functions.
+//!
+//! Every refusal here is a usage error (exit code 2) with a message that names
+//! the flag, so a bad command line never reaches the broker.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::client::Server;
+use super::stamp::STAMPED_PAYLOAD_BYTES_MIN;
+use super::workload::PAYLOAD_FRAME_BYTES;
+
+/// The most workers (connections) in one pool.
+pub const WORKERS_MAX: usize = 4096;
+/// The largest payload the broker accepts.
+pub const PAYLOAD_BYTES_MAX: usize = 1 << 20;
+/// The most records in one batch request, and the largest batch body, as the
+/// broker's batch route allows.
+pub const BATCH_RECORDS_MAX: u64 = 1000;
+pub const BATCH_BODY_BYTES_MAX: usize = 16 << 20;
+/// The most messages one batch consume asks for, as the broker allows.
+pub const CONSUME_MAX_RECORDS: u32 = 100;
+/// The longest timed run.
+pub const DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
+/// The highest open-loop rate, in records per second.
+pub const RATE_MAX: f64 = 1e8;
+/// How long a run on a fresh topic lasts unless told otherwise.
+pub const FRESH_TOPIC_DURATION: Duration = Duration::from_secs(10);
+/// Records a counted run sends unless told otherwise (the reference's default).
+pub const COUNT_DEFAULT: u64 = 10_000;
+/// Partitions of a topic the run creates, unless told otherwise.
+pub const PARTITIONS_DEFAULT: u32 = 3;
+
+/// What a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Producers only: the reference's bench.
+    Produce,
+    /// Consumers only, draining what the topic holds.
+    Consume,
+    /// Producers and consumers at once, with end-to-end latency.
+    Flow,
+}
+
+impl Mode {
+    pub fn parse(text: &str) -> Result<Mode, String> {
+        match text {
+            "produce" => Ok(Mode::Produce),
+            "consume" => Ok(Mode::Consume),
+            "flow" => Ok(Mode::Flow),
+            other => Err(format!("--mode {other:?}: want produce, consume or flow")),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Produce => "produce",
+            Mode::Consume => "consume",
+            Mode::Flow => "flow",
+        }
+    }
+
+    pub fn produces(self) -> bool {
+        self != Mode::Consume
+    }
+
+    pub fn consumes(self) -> bool {
+        self != Mode::Produce
+    }
+}
+
+/// Where `--json` writes its summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JsonTarget {
+    Stdout,
+    File(PathBuf),
+}
+
+/// What the command line asked for, before defaults that depend on each other.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `http://host:port`.
+    pub server: String,
+    /// `None`: a fresh topic, created and deleted by the run.
+    pub topic: Option<String>,
+    /// Records to send (to consume, in consume mode).
+    pub count: Option<u64>,
+    pub duration: Option<Duration>,
+    pub size_bytes: usize,
+    /// The size of each pool unless `producers` or `consumers` says otherwise.
+    pub workers: usize,
+    pub producers: Option<usize>,
+    pub consumers: Option<usize>,
+    pub mode: Option<Mode>,
+    /// The reference's `--consume`: an alias of `--mode flow`.
+    pub consume: bool,
+    /// Messages per consume request (`--max`).
+    pub consume_max: Option<u32>,
+    pub verify: bool,
+    /// Records per `produce/batch` request; `None` sends single produces.
+    pub batch_records: Option<u64>,
+    /// Open-loop rate in records per second.
+    pub rate: Option<f64>,
+    pub cpu: Option<usize>,
+    pub create: bool,
+    pub partitions: Option<u32>,
+    pub json: Option<JsonTarget>,
+}
+
+/// How the run ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Length {
+    /// After this many records (produced, or consumed in consume mode).
+    Records(u64),
+    /// After this long.
+    Timed(Duration),
+    /// Consume mode without either: when the topic has been empty for a while.
+    UntilIdle,
+}
+
+/// What the run does: every default applied, every relation checked.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub server: Server,
+    pub topic: String,
+    /// The run created the topic under a random name and deletes it at the end.
+    pub fresh_topic: bool,
+    pub mode: Mode,
+    pub length: Length,
+    pub size_bytes: usize,
+    /// 0 in consume mode.
+    pub producers: usize,
+    /// 0 in produce mode.
+    pub consumers: usize,
+    pub consume_max: u32,
+    pub verify: bool,
+    pub batch_records: Option<u64>,
+    pub rate: Option<f64>,
+    pub cpu: Option<usize>,
+    pub create: bool,
+    pub partitions: u32,
+    pub json: Option<JsonTarget>,
+}
+
+impl Settings {
+    /// Applies the defaults and refuses what does not fit together.
+    pub fn resolve(config: &Config) -> Result<Settings, String> {
+        let server = Server::parse(&config.server)?;
+        let mode = resolve_mode(config)?;
+        refuse_flags_of_other_modes(config, mode)?;
+        let fresh_topic = config.topic.is_none();
+        if fresh_topic && mode == Mode::Consume {
+            return Err(
+                "--mode consume needs a TOPIC: a fresh topic has nothing to consume".into(),
+            );
+        }
+        if !fresh_topic && !config.create && config.partitions.is_some() {
+            return Err("--partitions applies to a topic the run creates (--create)".into());
+        }
+        let topic = match &config.topic {
+            Some(topic) if topic.is_empty() => return Err("the topic name is empty".into()),
+            Some(topic) => topic.clone(),
+            None => fresh_topic_name(),
+        };
+        let length = match (config.count, config.duration) {
+            (Some(_), Some(_)) => return Err("--count and --duration exclude each other".into()),
+            (Some(0), None) => return Err("--count must be at least 1".into()),
+            (Some(n), None) => Length::Records(n),
+            (None, Some(d)) if d.is_zero() || d > DURATION_MAX => {
+                return Err(format!(
+                    "--duration must be 1 to {} s",
+                    DURATION_MAX.as_secs()
+                ))
+            }
+            (None, Some(d)) => Length::Timed(d),
+            (None, None) if fresh_topic => Length::Timed(FRESH_TOPIC_DURATION),
+            (None, None) if mode == Mode::Consume => Length::UntilIdle,
+            (None, None) => Length::Records(COUNT_DEFAULT),
+        };
+        let pool = |flag: &str, size: Option<usize>, used: bool| -> Result<usize, String> {
+            let size = size.unwrap_or(config.workers);
+            if !(1..=WORKERS_MAX).contains(&size) {
+                return Err(format!("--{flag} must be 1 to {WORKERS_MAX}"));
+            }
+            Ok(if used { size } else { 0 })
+        };
+        let settings = Settings {
+            server,
+            topic,
+            fresh_topic,
+            mode,
+            length,
+            size_bytes: config.size_bytes,
+            producers: pool("producers", config.producers, mode.produces())?,
+            consumers: pool("consumers", config.consumers, mode.consumes())?,
+            consume_max: config.consume_max.unwrap_or(1),
+            verify: config.verify,
+            batch_records: config.batch_records,
+            rate: config.rate,
+            cpu: config.cpu,
+            create: config.create || fresh_topic,
+            partitions: config.partitions.unwrap_or(PARTITIONS_DEFAULT),
+            json: config.json.clone(),
+        };
+        settings.validate(config.workers)?;
+        Ok(settings)
+    }
+
+    fn validate(&self, workers: usize) -> Result<(), String> {
+        let frame = if self.mode == Mode::Flow {
+            STAMPED_PAYLOAD_BYTES_MIN
+        } else {
+            PAYLOAD_FRAME_BYTES
+        };
+        if !(frame..=PAYLOAD_BYTES_MAX).contains(&self.size_bytes) {
+            let why = if self.mode == Mode::Flow {
+                " in flow mode (the payload carries an id and a send time)"
+            } else {
+                ""
+            };
+            return Err(format!(
+                "--size must be {frame} to {PAYLOAD_BYTES_MAX} bytes{why}"
+            ));
+        }
+        if !(1..=WORKERS_MAX).contains(&workers) {
+            return Err(format!("--workers must be 1 to {WORKERS_MAX}"));
+        }
+        if !(1..=CONSUME_MAX_RECORDS).contains(&self.consume_max) {
+            return Err(format!(
+                "--max must be 1 to {CONSUME_MAX_RECORDS} (messages per consume request)"
+            ));
+        }
+        if let Some(batch) = self.batch_records {
+            if !(1..=BATCH_RECORDS_MAX).contains(&batch) {
+                return Err(format!("--batch must be 1 to {BATCH_RECORDS_MAX}"));
+            }
+            // Each record costs its payload plus at most `{"payload":""},` and
+            // two escapes per quote of the frame.
+            let record_bytes = self.size_bytes + 32;
+            if record_bytes * batch as usize > BATCH_BODY_BYTES_MAX {
+                return Err(format!(
+                    "--batch × --size exceeds the {BATCH_BODY_BYTES_MAX}-byte batch body limit"
+                ));
+            }
+        }
+        if let Some(rate) = self.rate {
+            if !(rate.is_finite() && rate > 0.0 && rate <= RATE_MAX) {
+                return Err(format!("--rate must be above 0 and at most {RATE_MAX}"));
+            }
+        }
+        assert!(self.mode.produces() == (self.producers > 0));
+        assert!(self.mode.consumes() == (self.consumers > 0));
+        Ok(())
+    }
+
+    /// Records per produce request.
+    pub fn batch(&self) -> u64 {
+        self.batch_records.unwrap_or(1)
+    }
+}
+
+/// `--mode`, or `--consume` (its alias for flow), or produce.
+fn resolve_mode(config: &Config) -> Result<Mode, String> {
+    match (config.mode, config.consume) {
+        (Some(mode), true) if mode != Mode::Flow => Err(format!(
+            "--consume means --mode flow; it conflicts with --mode {}",
+            mode.name()
+        )),
+        (Some(mode), _) => Ok(mode),
+        (None, true) => Ok(Mode::Flow),
+        (None, false) if config.topic.is_none() => Ok(Mode::Flow),
+        (None, false) => Ok(Mode::Produce),
+    }
+}
+
+fn refuse_flags_of_other_modes(config: &Config, mode: Mode) -> Result<(), String> {
+    let refuse = |flag: &str, wants: &str| {
+        Err(format!(
+            "{flag} applies to {wants}, not to --mode {}",
+            mode.name()
+        ))
+    };
+    match mode {
+        Mode::Produce => {
+            if config.consumers.is_some() {
+                return refuse("--consumers", "--mode consume or flow");
+            }
+            if config.consume_max.is_some() {
+                return refuse("--max", "--mode consume or flow");
+            }
+            if config.verify {
+                return refuse("--verify", "--mode flow");
+            }
+        }
+        Mode::Consume => {
+            if config.producers.is_some() {
+                return refuse("--producers", "--mode produce or flow");
+            }
+            if config.batch_records.is_some() {
+                return refuse("--batch", "--mode produce or flow");
+            }
+            if config.rate.is_some() {
+                return refuse("--rate", "--mode produce or flow");
+            }
+            if config.verify {
+                return refuse("--verify", "--mode flow");
+            }
+        }
+        Mode::Flow => {}
+    }
+    Ok(())
+}
+
+/// `bench-` and 16 hex digits from the clock and the process id: unique
+/// enough that two runs never share a topic.
+fn fresh_topic_name() -> String {
+    let nanos = super::stamp::unix_ns();
+    let mixed = nanos ^ (u64::from(std::process::id()) << 40);
+    format!("bench-{:016x}", mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub fn config() -> Config {
+        Config {
+            server: "http://127.0.0.1:7942".into(),
+            topic: Some("t".into()),
+            count: None,
+            duration: None,
+            size_bytes: 256,
+            workers: 8,
+            producers: None,
+            consumers: None,
+            mode: None,
+            consume: false,
+            consume_max: None,
+            verify: false,
+            batch_records: None,
+            rate: None,
+            cpu: None,
+            create: false,
+            partitions: None,
+            json: None,
+        }
+    }
+
+    #[test]
+    fn modes_and_the_consume_alias() {
+        let s = Settings::resolve(&config()).unwrap();
+        assert_eq!(s.mode, Mode::Produce);
+        assert_eq!((s.producers, s.consumers), (8, 0));
+        assert_eq!(s.length, Length::Records(10_000));
+
+        let alias = Settings::resolve(&Config {
+            consume: true,
+            ..config()
+        })
+        .unwrap();
+        assert_eq!(alias.mode, Mode::Flow);
+        assert_eq!((alias.producers, alias.consumers), (8, 8));
+
+        let both = Config {
+            consume: true,
+            mode: Some(Mode::Flow),
+            ..config()
+        };
+        assert_eq!(Settings::resolve(&both).unwrap().mode, Mode::Flow);
+        let clash = Config {
+            consume: true,
+            mode: Some(Mode::Produce),
+            ..config()
+        };
+        let err = Settings::resolve(&clash).unwrap_err();
+        assert!(err.contains("--consume means --mode flow"), "{err}");
+
+        let consume = Settings::resolve(&Config {
+            mode: Some(Mode::Consume),
+            consumers: Some(3),
+            ..config()
+        })
+        .unwrap();
+        assert_eq!((consume.producers, consume.consumers), (0, 3));
+        assert_eq!(consume.length, Length::UntilIdle);
+        assert_eq!(Mode::parse("flow"), Ok(Mode::Flow));
+        assert!(Mode::parse("both").is_err());
+    }
+
+    #[test]
+    fn pools_default_to_workers_and_size_separately() {
+        let s = Settings::resolve(&Config {
+            mode: Some(Mode::Flow),
+            workers: 64,
+            consumers: Some(4),
+            consume_max: Some(100),
+            ..config()
+        })
+        .unwrap();
+        assert_eq!((s.producers, s.consumers, s.consume_max), (64, 4, 100));
+    }
+
+    #[test]
+    fn no_topic_is_a_ten_second_flow_on_a_fresh_topic() {
+        let s = Settings::resolve(&Config {
+            topic: None,
+            ..config()
+        })
+        .unwrap();
+        assert!(s.fresh_topic && s.create);
+        assert!(
+            s.topic.starts_with("bench-") && s.topic.len() == 22,
+            "{}",
+            s.topic
+        );
+        assert_eq!(s.mode, Mode::Flow);
+        assert_eq!(s.length, Length::Timed(FRESH_TOPIC_DURATION));
+        let counted = Settings::resolve(&Config {
+            topic: None,
+            count: Some(50),
+            ..config()
+        })
+        .unwrap();
+        assert_eq!(counted.length, Length::Records(50));
+        let consume = Config {
+            topic: None,
+            mode: Some(Mode::Consume),
+            ..config()
+        };
+        assert!(Settings::resolve(&consume)
+            .unwrap_err()
+            .contains("needs a TOPIC"));
+    }
+
+    #[test]
+    fn conflicts_and_ranges_are_refused_with_the_flag_named() {
+        type Change = fn(&mut Config);
+        let cases: [(Change, &str); 12] = [
+            (
+                |c| {
+                    c.consume = true;
+                    c.consume_max = Some(101)
+                },
+                "--max must be 1 to 100",
+            ),
+            (
+                |c| {
+                    c.mode = Some(Mode::Flow);
+                    c.consume_max = Some(0)
+                },
+                "--max must be 1 to 100",
+            ),
+            (|c| c.consume_max = Some(5), "--max applies to"),
+            (|c| c.consumers = Some(2), "--consumers applies to"),
+            (|c| c.verify = true, "--verify applies to --mode flow"),
+            (
+                |c| {
+                    c.mode = Some(Mode::Consume);
+                    c.producers = Some(2)
+                },
+                "--producers applies",
+            ),
+            (
+                |c| {
+                    c.mode = Some(Mode::Consume);
+                    c.batch_records = Some(2)
+                },
+                "--batch applies",
+            ),
+            (
+                |c| {
+                    c.mode = Some(Mode::Flow);
+                    c.size_bytes = 54
+                },
+                "in flow mode",
+            ),
+            (
+                |c| {
+                    c.mode = Some(Mode::Flow);
+                    c.consumers = Some(0)
+                },
+                "--consumers must be 1",
+            ),
+            (
+                |c| {
+                    c.count = Some(1);
+                    c.duration = Some(Duration::from_secs(1))
+                },
+                "exclude",
+            ),
+            (|c| c.partitions = Some(4), "--partitions applies"),
+            (|c| c.topic = Some(String::new()), "empty"),
+        ];
+        for (change, expected) in cases {
+            let mut bad = config();
+            change(&mut bad);
+            let err = Settings::resolve(&bad).unwrap_err();
+            assert!(err.contains(expected), "{bad:?}: {err}");
+        }
+        let mut produce_small = config();
+        produce_small.size_bytes = 12;
+        assert!(Settings::resolve(&produce_small).is_ok());
+    }
+}

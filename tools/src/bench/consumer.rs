@@ -1,0 +1,512 @@
+//! The consumers of the consume and flow modes: each a closed loop of one
+//! long-poll consume and the ack of what it returned, on its own connection.
+//!
+//! Which cores: every consumer is a task on the generator's one executor; the
+//! shared [`ConsumePlan`] is `Cell`s and a `RefCell` borrowed for one call at a
+//! time, never across an `.await`.
+//!
+//! A message counts as consumed only once its ack is acknowledged (204, alone or
+//! in a batch ack's results): a message whose ack fails will be delivered again,
+//! and counting it twice would inflate the rate. With `--max` above 1 a consumer
+//! asks for up to that many messages and acks the whole reply in one request.
+//!
+//! Replies are read into a buffer each consumer reuses and parsed in place: the
+//! payload as raw JSON (the broker returns a JSON payload verbatim), the receipt
+//! handle as a borrowed string.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use hdrhistogram::Histogram;
+use hyper::{Method, Uri};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::client::{self, Conn, RequestTemplate, Server};
+use super::report;
+use super::stamp::{self, Ledger, Reading};
+use super::workload::RECONNECT_ATTEMPTS_MAX;
+
+/// How long a consume request may wait for a message.
+pub const CONSUME_WAIT: &str = "1s";
+/// The pause after a refused or failed request, so that a broker in trouble is
+/// not hammered by a hot loop.
+const ERROR_BACKOFF: Duration = Duration::from_millis(10);
+/// The pause between two reconnection attempts.
+const RECONNECT_BACKOFF: Duration = Duration::from_millis(20);
+/// The error key of a request that got no HTTP answer.
+pub const STATUS_TRANSPORT: u16 = 0;
+/// The error key of a 200 reply that could not be read.
+pub const STATUS_UNREADABLE: u16 = 1;
+
+/// What the consumers share.
+pub struct ConsumePlan {
+    pub server: Server,
+    consume: RequestTemplate,
+    ack_single: RequestTemplate,
+    ack_batch: RequestTemplate,
+    ack_path: String,
+    /// Messages per consume request; above 1, batch consume and batch ack.
+    pub max: u32,
+    /// This run's tag, and the payload size of its records (flow mode).
+    pub own_run: Option<(u32, usize)>,
+    pub ledger: Rc<RefCell<Ledger>>,
+    /// Set by the run: no new consume request after this.
+    pub stop: Cell<bool>,
+    /// Set by a consumer that cannot reach the server.
+    pub abandoned: Cell<bool>,
+    /// When a consumer last had a message acknowledged.
+    pub last_progress: Cell<Instant>,
+    /// Messages consumed by every consumer so far.
+    pub consumed_records: Cell<u64>,
+}
+
+impl ConsumePlan {
+    pub fn new(
+        server: Server,
+        topic: &str,
+        max: u32,
+        own_run: Option<(u32, usize)>,
+        ledger: Rc<RefCell<Ledger>>,
+    ) -> ConsumePlan {
+        assert!((1..=super::config::CONSUME_MAX_RECORDS).contains(&max));
+        let query = match max {
+            1 => format!("/consume?wait={CONSUME_WAIT}"),
+            n => format!("/consume?max={n}&wait={CONSUME_WAIT}"),
+        };
+        let consume =
+            RequestTemplate::get(&client::topic_path(topic, &query), &server).with_client_header();
+        let ack_path = client::topic_path(topic, "/ack");
+        let ack_single = RequestTemplate::new(Method::POST, &ack_path, &server, "application/json")
+            .with_client_header();
+        let ack_batch = RequestTemplate::new(Method::POST, &ack_path, &server, "application/json");
+        ConsumePlan {
+            server,
+            consume,
+            ack_single,
+            ack_batch,
+            ack_path,
+            max,
+            own_run,
+            ledger,
+            stop: Cell::new(false),
+            abandoned: Cell::new(false),
+            last_progress: Cell::new(Instant::now()),
+            consumed_records: Cell::new(0),
+        }
+    }
+}
+
+/// One consumer's totals.
+pub struct ConsumeTally {
+    /// Messages the broker delivered.
+    pub received_records: u64,
+    /// Messages whose ack was acknowledged.
+    pub consumed_records: u64,
+    /// Consume requests answered 204.
+    pub empty_polls: u64,
+    /// Messages another run or writer produced.
+    pub foreign_records: u64,
+    /// Messages whose payload is not what was sent.
+    pub damaged_records: u64,
+    /// Failed consume and ack requests (or ack results), by status.
+    pub consume_errors: BTreeMap<u16, u64>,
+    pub ack_errors: BTreeMap<u16, u64>,
+    /// From sending a consume request to its ack's answer, per reply.
+    pub cycle_latencies_us: Histogram<u64>,
+    /// From a record's send time to its delivery, per message.
+    pub e2e_latencies_us: Histogram<u64>,
+    /// When its last acknowledged ack came back.
+    pub last_consumed: Option<Instant>,
+}
+
+impl ConsumeTally {
+    pub fn new() -> ConsumeTally {
+        ConsumeTally {
+            received_records: 0,
+            consumed_records: 0,
+            empty_polls: 0,
+            foreign_records: 0,
+            damaged_records: 0,
+            consume_errors: BTreeMap::new(),
+            ack_errors: BTreeMap::new(),
+            cycle_latencies_us: report::latency_histogram(),
+            e2e_latencies_us: report::latency_histogram(),
+            last_consumed: None,
+        }
+    }
+
+    /// Adds another consumer's totals to these.
+    pub fn merge(&mut self, other: &ConsumeTally) -> Result<(), String> {
+        self.received_records += other.received_records;
+        self.consumed_records += other.consumed_records;
+        self.empty_polls += other.empty_polls;
+        self.foreign_records += other.foreign_records;
+        self.damaged_records += other.damaged_records;
+        for (status, n) in &other.consume_errors {
+            *self.consume_errors.entry(*status).or_default() += n;
+        }
+        for (status, n) in &other.ack_errors {
+            *self.ack_errors.entry(*status).or_default() += n;
+        }
+        let merge_error = |e| format!("cannot merge latencies: {e}");
+        self.cycle_latencies_us
+            .add(&other.cycle_latencies_us)
+            .map_err(merge_error)?;
+        self.e2e_latencies_us
+            .add(&other.e2e_latencies_us)
+            .map_err(merge_error)?;
+        self.last_consumed = self.last_consumed.max(other.last_consumed);
+        Ok(())
+    }
+
+    /// Answers of 500 or more, to consumes and acks.
+    pub fn server_errors(&self) -> u64 {
+        let fives = |m: &BTreeMap<u16, u64>| m.range(500..).map(|(_, n)| n).sum::<u64>();
+        fives(&self.consume_errors) + fives(&self.ack_errors)
+    }
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    payload: &'a RawValue,
+    #[serde(borrow)]
+    receipt_handle: &'a str,
+}
+
+#[derive(Deserialize)]
+struct Batch<'a> {
+    #[serde(borrow)]
+    messages: Vec<Message<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AckResult {
+    status: u16,
+}
+
+#[derive(Deserialize)]
+struct AckResults {
+    results: Vec<AckResult>,
+}
+
+/// The messages of one reply, waiting for their ack.
+struct Pending {
+    /// This run's record id of each message, if it is one.
+    ids: Vec<Option<u64>>,
+    /// The single ack's target, or the batch ack's body.
+    ack_query: String,
+    ack_body: BytesMut,
+}
+
+/// Consumes over `conn` until the plan says stop.
+pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
+    let mut tally = ConsumeTally::new();
+    let mut conn = Some(conn);
+    let mut reconnects = 0u32;
+    let mut reply = Vec::new();
+    let mut pending = Pending {
+        ids: Vec::with_capacity(plan.max as usize),
+        ack_query: String::new(),
+        ack_body: BytesMut::new(),
+    };
+    while !plan.stop.get() {
+        let open = match conn.as_mut() {
+            Some(open) => open,
+            None => match Conn::open(&plan.server).await {
+                Ok(fresh) => {
+                    reconnects = 0;
+                    conn.insert(fresh)
+                }
+                Err(_) => {
+                    reconnects += 1;
+                    if reconnects >= RECONNECT_ATTEMPTS_MAX {
+                        plan.abandoned.set(true);
+                        plan.stop.set(true);
+                        break;
+                    }
+                    narad_io::rt::sleep(RECONNECT_BACKOFF).await;
+                    continue;
+                }
+            },
+        };
+        let started = Instant::now();
+        let request = plan.consume.build(Bytes::new());
+        let status = match open.send_into(request, &mut reply).await {
+            Ok(status) => status.as_u16(),
+            Err(_) => {
+                count(&mut tally.consume_errors, STATUS_TRANSPORT);
+                conn = None;
+                continue;
+            }
+        };
+        match status {
+            200 => {}
+            204 => {
+                tally.empty_polls += 1;
+                continue;
+            }
+            other => {
+                count(&mut tally.consume_errors, other);
+                narad_io::rt::sleep(ERROR_BACKOFF).await;
+                continue;
+            }
+        }
+        if let Err(()) = take_reply(&plan, &reply, &mut pending, &mut tally) {
+            count(&mut tally.consume_errors, STATUS_UNREADABLE);
+            continue;
+        }
+        if pending.ids.is_empty() {
+            continue;
+        }
+        if ack(&plan, open, &mut reply, &mut pending, &mut tally)
+            .await
+            .is_err()
+        {
+            conn = None;
+            continue;
+        }
+        let now = Instant::now();
+        let cycle_us = u64::try_from(now.duration_since(started).as_micros()).unwrap_or(u64::MAX);
+        tally.cycle_latencies_us.saturating_record(cycle_us.max(1));
+    }
+    tally
+}
+
+fn count(errors: &mut BTreeMap<u16, u64>, status: u16) {
+    *errors.entry(status).or_default() += 1;
+}
+
+/// Reads a consume reply: checks each payload, records its end-to-end
+/// latency, and prepares the ack of every message in `pending`.
+fn take_reply(
+    plan: &ConsumePlan,
+    reply: &[u8],
+    pending: &mut Pending,
+    tally: &mut ConsumeTally,
+) -> Result<(), ()> {
+    let delivered_unix_ns = stamp::unix_ns();
+    pending.ids.clear();
+    pending.ack_query.clear();
+    pending.ack_body.clear();
+    let mut take = |message: &Message, pending: &mut Pending| {
+        tally.received_records += 1;
+        let id = match stamp::read_payload(message.payload.get().as_bytes()) {
+            Reading::Stamped { stamp, len } => match plan.own_run {
+                Some((run, size)) if stamp.run == run => {
+                    if len == size {
+                        record_e2e(tally, delivered_unix_ns, stamp.sent_unix_ns);
+                        Some(stamp.id)
+                    } else {
+                        tally.damaged_records += 1;
+                        None
+                    }
+                }
+                Some(_) => {
+                    tally.foreign_records += 1;
+                    None
+                }
+                None => {
+                    // Consume mode: any run's records tell their age.
+                    record_e2e(tally, delivered_unix_ns, stamp.sent_unix_ns);
+                    None
+                }
+            },
+            Reading::Foreign => {
+                tally.foreign_records += 1;
+                None
+            }
+            Reading::Damaged => {
+                tally.damaged_records += 1;
+                None
+            }
+        };
+        pending.ids.push(id);
+    };
+    if plan.max == 1 {
+        let message: Message = serde_json::from_slice(reply).map_err(|_| ())?;
+        take(&message, pending);
+        let _ = write!(
+            pending.ack_query,
+            "{}?receipt_handle={}",
+            plan.ack_path, message.receipt_handle
+        );
+        return Ok(());
+    }
+    let batch: Batch = serde_json::from_slice(reply).map_err(|_| ())?;
+    if batch.messages.len() > plan.max as usize {
+        return Err(());
+    }
+    pending.ack_body.put_slice(b"{\"receipt_handles\":[");
+    for (i, message) in batch.messages.iter().enumerate() {
+        take(message, pending);
+        if i > 0 {
+            pending.ack_body.put_u8(b',');
+        }
+        // A handle is `partition:offset:nonce`: nothing in it needs escaping.
+        if message
+            .receipt_handle
+            .bytes()
+            .any(|b| b == b'"' || b == b'\\')
+        {
+            return Err(());
+        }
+        pending.ack_body.put_u8(b'"');
+        pending
+            .ack_body
+            .put_slice(message.receipt_handle.as_bytes());
+        pending.ack_body.put_u8(b'"');
+    }
+    pending.ack_body.put_slice(b"]}");
+    Ok(())
+}
+
+fn record_e2e(tally: &mut ConsumeTally, delivered_unix_ns: u64, sent_unix_ns: u64) {
+    let us = delivered_unix_ns.saturating_sub(sent_unix_ns) / 1000;
+    tally.e2e_latencies_us.saturating_record(us.max(1));
+}
+
+/// Acks the messages of `pending`; counts those acknowledged. An error means
+/// the connection broke.
+async fn ack(
+    plan: &ConsumePlan,
+    conn: &mut Conn,
+    reply: &mut Vec<u8>,
+    pending: &mut Pending,
+    tally: &mut ConsumeTally,
+) -> Result<(), ()> {
+    let request = if plan.max == 1 {
+        assert_eq!(pending.ids.len(), 1);
+        let Ok(uri) = Uri::try_from(pending.ack_query.as_str()) else {
+            count(&mut tally.ack_errors, STATUS_UNREADABLE);
+            return Ok(());
+        };
+        plan.ack_single.build_to(uri, Bytes::new())
+    } else {
+        plan.ack_batch.build(pending.ack_body.split().freeze())
+    };
+    let status = match conn.send_into(request, reply).await {
+        Ok(status) => status.as_u16(),
+        Err(_) => {
+            count(&mut tally.ack_errors, STATUS_TRANSPORT);
+            return Err(());
+        }
+    };
+    let now = Instant::now();
+    let before = tally.consumed_records;
+    let acked = |id: Option<u64>, tally: &mut ConsumeTally| {
+        tally.consumed_records += 1;
+        if let Some(id) = id {
+            plan.ledger.borrow_mut().consumed(id);
+        }
+    };
+    match (plan.max, status) {
+        (1, 204) => acked(pending.ids[0], tally),
+        (1, other) => count(&mut tally.ack_errors, other),
+        (_, 200) => {
+            let results: AckResults = match serde_json::from_slice(reply) {
+                Ok(results) => results,
+                Err(_) => {
+                    count(&mut tally.ack_errors, STATUS_UNREADABLE);
+                    return Ok(());
+                }
+            };
+            if results.results.len() != pending.ids.len() {
+                count(&mut tally.ack_errors, STATUS_UNREADABLE);
+                return Ok(());
+            }
+            for (result, &id) in results.results.iter().zip(&pending.ids) {
+                match result.status {
+                    204 => acked(id, tally),
+                    other => count(&mut tally.ack_errors, other),
+                }
+            }
+        }
+        (_, other) => count(&mut tally.ack_errors, other),
+    }
+    let newly = tally.consumed_records - before;
+    assert!(newly <= pending.ids.len() as u64);
+    if newly > 0 {
+        tally.last_consumed = Some(now);
+        plan.last_progress.set(now);
+        plan.consumed_records
+            .set(plan.consumed_records.get() + newly);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(max: u32) -> ConsumePlan {
+        let server = Server::parse("http://127.0.0.1:7942").unwrap();
+        let ledger = Rc::new(RefCell::new(Ledger::new()));
+        ConsumePlan::new(server, "t", max, Some((5, 60)), ledger)
+    }
+
+    fn message(payload: &str, handle: &str) -> String {
+        format!(
+            r#"{{"topic":"t","partition":0,"offset":1,"payload":{payload},"timestamp":1,"timestamp_ms":1000,"receipt_handle":"{handle}"}}"#
+        )
+    }
+
+    fn own_payload(id: u64) -> String {
+        let mut p = stamp::stamped_payload(60);
+        let s = stamp::Stamp {
+            run: 5,
+            id,
+            sent_unix_ns: stamp::unix_ns(),
+        };
+        stamp::write_stamp(&mut p[stamp::PAYLOAD_HEAD.len()..][..stamp::STAMP_BYTES], s);
+        String::from_utf8(p).unwrap()
+    }
+
+    fn pending() -> Pending {
+        Pending {
+            ids: Vec::new(),
+            ack_query: String::new(),
+            ack_body: BytesMut::new(),
+        }
+    }
+
+    #[test]
+    fn a_single_reply_is_read_and_its_ack_targeted() {
+        let plan = plan(1);
+        let mut tally = ConsumeTally::new();
+        let mut pending = pending();
+        let reply = message(&own_payload(3), "0:1:77");
+        take_reply(&plan, reply.as_bytes(), &mut pending, &mut tally).unwrap();
+        assert_eq!(pending.ids, [Some(3)]);
+        assert_eq!(pending.ack_query, "/v1/topics/t/ack?receipt_handle=0:1:77");
+        assert_eq!(tally.e2e_latencies_us.len(), 1);
+        assert!(take_reply(&plan, b"{}", &mut pending, &mut tally).is_err());
+    }
+
+    #[test]
+    fn a_batch_reply_sorts_own_foreign_and_damaged_records() {
+        let plan = plan(10);
+        let mut tally = ConsumeTally::new();
+        let mut pending = pending();
+        let damaged = own_payload(4).replace("xx", "xy");
+        let reply = format!(
+            r#"{{"messages":[{},{},{}]}}"#,
+            message(&own_payload(9), "1:2:3"),
+            message(r#""plain text""#, "1:3:4"),
+            message(&damaged, "1:4:5"),
+        );
+        take_reply(&plan, reply.as_bytes(), &mut pending, &mut tally).unwrap();
+        assert_eq!(pending.ids, [Some(9), None, None]);
+        assert_eq!(
+            &pending.ack_body[..],
+            br#"{"receipt_handles":["1:2:3","1:3:4","1:4:5"]}"#
+        );
+        assert_eq!(tally.received_records, 3);
+        assert_eq!((tally.foreign_records, tally.damaged_records), (1, 1));
+    }
+}
