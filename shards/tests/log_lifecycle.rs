@@ -352,6 +352,34 @@ fn reads_right_behind_the_high_watermark_never_touch_the_disk() {
     });
 }
 
+/// A consumer working through a backlog one record at a time: each window of
+/// segment bytes is fetched once and each frame decoded once, not once per record.
+#[test]
+fn reading_a_backlog_one_record_at_a_time_reads_each_byte_about_once() {
+    block_on(async {
+        let disk = SimDisk::new(16, SimFaults::default());
+        let cfg = LogConfig {
+            cache_bytes_max: 0,
+            ..config()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        for i in 0..40 {
+            commit(&mut log, 10, i).await;
+        }
+        let stored = log.stats().size_bytes;
+        let before = disk.stats().bytes_read;
+        for offset in 0..log.high_watermark().0 {
+            let batch = log.read(Offset(offset), 1, 1 << 20).await.unwrap();
+            assert_records(&batch.items, offset..offset + 1);
+        }
+        let read = disk.stats().bytes_read - before;
+        assert!(
+            read <= 3 * stored,
+            "read {read} bytes for {stored} stored, one record at a time"
+        );
+    });
+}
+
 #[test]
 fn preparation_keeps_file_growth_to_one_chunk_ahead() {
     block_on(async {

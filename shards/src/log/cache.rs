@@ -40,7 +40,8 @@ pub struct CachedFrame {
 }
 
 impl CachedFrame {
-    fn end(&self) -> Offset {
+    /// The offset after its last record.
+    pub fn end(&self) -> Offset {
         Offset(self.base.0 + u64::from(self.count))
     }
 

@@ -323,6 +323,15 @@ pub struct PartitionLog<S: Storage> {
     /// One open handle to a sealed segment, for reads: thousands of partitions
     /// cannot keep every segment open.
     sealed_file: Option<(Offset, S::File)>,
+    /// The segment bytes the last read fetched, by segment base: consumers
+    /// reading a backlog one record at a time read the device once per window,
+    /// not once per record. Only committed bytes are ever fetched, and committed
+    /// bytes never change, so the window stays true until its segment is deleted
+    /// (and reads below the oldest offset are refused before they get here).
+    read_window: Option<(Offset, read::Window)>,
+    /// The last frame a segment read decoded, so consecutive single-record reads
+    /// check and decode each frame once.
+    last_frame: Option<cache::CachedFrame>,
 }
 
 impl<S: Storage> PartitionLog<S> {
@@ -344,6 +353,8 @@ impl<S: Storage> PartitionLog<S> {
             cache,
             gaps: opened.gaps,
             sealed_file: None,
+            read_window: None,
+            last_frame: None,
         };
         if log.active.first_commit_ms.is_none() && !log.sealed.is_empty() {
             // The active segment is empty: the newest commit time is the last

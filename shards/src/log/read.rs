@@ -20,7 +20,7 @@ use bytes::Bytes;
 use narad_io::append::read_exact_at;
 use narad_io::{BlockFile, Storage};
 
-use super::cache::FrameCache;
+use super::cache::{CachedFrame, FrameCache};
 use super::envelope::decode_envelope;
 use super::frame::{check_frame, decode_header, records_area, split_records, FRAME_HEADER_BYTES};
 use super::index::SparseIndex;
@@ -155,7 +155,8 @@ pub fn read_cached(
 }
 
 /// A window of segment bytes, refilled as a scan moves on.
-struct Window {
+#[derive(Default)]
+pub(super) struct Window {
     start: u64,
     bytes: Vec<u8>,
 }
@@ -252,18 +253,30 @@ impl<S: Storage> PartitionLog<S> {
         if served_from_cache {
             return Ok(());
         }
+        if let Some(frame) = self
+            .last_frame
+            .as_ref()
+            .filter(|f| f.base <= at && at < f.end())
+        {
+            assembly.push_frame(frame.base, frame.count, &frame.area);
+            return Ok(());
+        }
         if let Some(gap) = self.gaps.iter().find(|g| g.contains(&at)) {
             assembly.push_corrupt(gap.clone());
             return Ok(());
         }
         if at >= self.active.base {
+            let base = self.active.base;
+            let mut window = self.take_window(base);
             let view = SegmentView {
                 file: self.active.file.file(),
                 index: &self.active.index,
                 end: self.high_watermark,
                 limit_bytes: self.active.file.len(),
             };
-            return read_segment(view, assembly).await;
+            let read = read_segment(view, assembly, &mut window, &mut self.last_frame).await;
+            self.read_window = Some((base, window));
+            return read;
         }
         let i = self.sealed.partition_point(|s| s.base <= at) - 1;
         let (base, end, limit_bytes) = (
@@ -273,13 +286,24 @@ impl<S: Storage> PartitionLog<S> {
         );
         self.sealed_index(i).await?;
         self.sealed_file(base).await?;
+        let mut window = self.take_window(base);
         let view = SegmentView {
             file: &self.sealed_file.as_ref().expect("opened above").1,
             index: self.sealed[i].index.as_ref().expect("loaded above"),
             end,
             limit_bytes,
         };
-        read_segment(view, assembly).await
+        let read = read_segment(view, assembly, &mut window, &mut self.last_frame).await;
+        self.read_window = Some((base, window));
+        read
+    }
+
+    /// The last read's window if it is of the segment at `base`, else an empty one.
+    fn take_window(&mut self, base: Offset) -> Window {
+        match self.read_window.take() {
+            Some((b, window)) if b == base => window,
+            _ => Window::default(),
+        }
     }
 }
 
@@ -288,12 +312,10 @@ impl<S: Storage> PartitionLog<S> {
 async fn read_segment<F: BlockFile>(
     view: SegmentView<'_, F>,
     assembly: &mut Assembly,
+    window: &mut Window,
+    last_frame: &mut Option<CachedFrame>,
 ) -> Result<(), LogError> {
     let (mut expected, mut pos) = view.index.lookup(assembly.batch.next_offset);
-    let mut window = Window {
-        start: 0,
-        bytes: Vec::new(),
-    };
     while expected < view.end && !assembly.full() {
         let header_bytes = window
             .get(view.file, pos, FRAME_HEADER_BYTES, view.limit_bytes)
@@ -307,11 +329,15 @@ async fn read_segment<F: BlockFile>(
         match check_frame(frame) {
             Ok((header, stored)) if header.base_offset == expected && frame.len() == frame_len => {
                 match records_area(&header, stored) {
-                    Ok(area) => assembly.push_frame(
-                        header.base_offset,
-                        header.record_count,
-                        &Bytes::from(area),
-                    ),
+                    Ok(area) => {
+                        let area = Bytes::from(area);
+                        assembly.push_frame(header.base_offset, header.record_count, &area);
+                        *last_frame = Some(CachedFrame {
+                            base: header.base_offset,
+                            count: header.record_count,
+                            area,
+                        });
+                    }
                     Err(_) => assembly.push_corrupt(expected..header.end_offset()),
                 }
                 pos += frame_len as u64;
