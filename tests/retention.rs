@@ -1,5 +1,5 @@
 //! Retention as a client sees it: with the debug hooks making a finite retention
-//! two seconds and the reaper's check interval 100 ms, produced records age out,
+//! three seconds and the reaper's check interval 100 ms, produced records age out,
 //! `oldest_offset` in `partition_stats` moves forward, a replay below it answers
 //! 410, a queue consumer whose backlog aged out is served only retained records,
 //! and a topic kept forever keeps everything.
@@ -15,7 +15,7 @@ use common::{
 use serde_json::{json, Value};
 
 /// What the debug hook makes every finite retention.
-const RETENTION_MS: u64 = 2_000;
+const RETENTION_MS: u64 = 3_000;
 
 fn hooks() -> [(&'static str, String); 3] {
     [
