@@ -84,6 +84,11 @@ pub struct StorageConfig {
     /// Durability interval of consumer acks: each partition acked since is
     /// fdatasynced once per interval (10 to 60000).
     pub consumer_offset_commit_interval_ms: u64,
+    /// A partition log no commit or read used for this long is closed.
+    pub idle_log_eviction_ms: u64,
+    /// Between two walks that apply retention to the partitions whose log is not
+    /// open.
+    pub cold_retention_walk_ms: u64,
 }
 
 /// `topic.*`: defaults for topics created without these fields.
@@ -139,6 +144,8 @@ impl Default for Config {
                 // group commits about twice as fast on ext4 and XFS.
                 ingress_wal_prealloc: true,
                 consumer_offset_commit_interval_ms: 1000,
+                idle_log_eviction_ms: 1_800_000,
+                cold_retention_walk_ms: 300_000,
             },
             topic: TopicDefaults {
                 default_partitions: 3,
@@ -311,6 +318,18 @@ impl Config {
         )?;
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err("storage.data_dir must not be empty".to_string());
+        }
+        for (name, value) in [
+            (
+                "storage.idle_log_eviction_ms",
+                self.storage.idle_log_eviction_ms,
+            ),
+            (
+                "storage.cold_retention_walk_ms",
+                self.storage.cold_retention_walk_ms,
+            ),
+        ] {
+            check_range(name, value, 1, u64::MAX)?;
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| format!("log.level `{}`: {e}", self.log.level))?;
@@ -567,6 +586,16 @@ static KEYS: &[Key] = &[
         storage.consumer_offset_commit_interval_ms = u64
     ),
     key!(
+        "storage.idle_log_eviction_ms",
+        None,
+        storage.idle_log_eviction_ms = u64
+    ),
+    key!(
+        "storage.cold_retention_walk_ms",
+        None,
+        storage.cold_retention_walk_ms = u64
+    ),
+    key!(
         "topic.default_partitions",
         Some("NARAD_TOPIC_DEFAULT_PARTITIONS"),
         topic.default_partitions = u32
@@ -632,8 +661,6 @@ const UNSUPPORTED_KEYS: &[&str] = &[
     "http.pprof_addr",
     "storage.codec",
     "storage.compression_level",
-    "storage.idle_log_eviction_ms",
-    "storage.cold_retention_walk_ms",
     "security.cluster_tls_cert_file",
     "security.cluster_tls_key_file",
     "security.cluster_tls_ca_file",

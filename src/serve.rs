@@ -21,6 +21,15 @@
 //! `ENOSPC` as on a full disk, so black-box tests can watch the WAL latch. The
 //! partition logs, the metadata and the drain of leftover WALs use storage without
 //! the budget. Release binaries have no hook: they never read the variable.
+//!
+//! Two more debug-only hooks make retention observable within seconds, for
+//! black-box tests (the API refuses a retention under one hour, as the reference
+//! does): `NARAD_DEBUG_RETENTION_MS_OVERRIDE=<ms>` makes every topic with a finite
+//! retention keep its records for `ms` instead (topics that keep them forever
+//! still do), and `NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS=<ms>` runs each shard's
+//! retention reaper that often instead of every minute (the internal
+//! `storage.retention_check_interval_ms`). The topic's `retention_ms` as the API
+//! shows it does not change. Release binaries never read these variables either.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -36,7 +45,9 @@ use narad_shards::log::LogConfig;
 use narad_shards::wal::{Wal, WalConfig};
 
 use narad_io::rt::Notify;
-use narad_shards::produce::{driver, DriverConfig, Mode};
+use narad_shards::produce::{
+    driver, reaper, DriverConfig, Mode, OwnedPartition, ReaperConfig, Retention,
+};
 
 use crate::broker::env::ShardEnv;
 use crate::broker::ops::Op;
@@ -49,6 +60,9 @@ use crate::http::{HttpSettings, NodeState, ShardServer};
 
 /// Ops a shard's inbox from one peer holds before the peer waits.
 const MESH_CHANNEL_CAPACITY: usize = 1_024;
+
+/// The reference's internal `storage.retention_check_interval_ms`.
+const RETENTION_CHECK_INTERVAL_MS: u64 = 60_000;
 
 /// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
 /// process may run on.
@@ -99,6 +113,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         ..WalConfig::default()
     };
     let wal_write_budget_bytes = debug_wal_write_budget_bytes()?;
+    let retention = RetentionSettings::load(&config)?;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut stops = Vec::with_capacity(shards);
     let mut threads = Vec::with_capacity(shards);
@@ -111,6 +126,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             data_dir: data_dir.clone(),
             wal_config: wal_config.clone(),
             wal_write_budget_bytes,
+            retention: retention.clone(),
             socket,
             node: node.clone(),
             settings: settings.clone(),
@@ -177,6 +193,7 @@ struct ShardStart {
     /// The debug fault hook's budget for this shard's own WAL; always `None` in
     /// release builds.
     wal_write_budget_bytes: Option<u64>,
+    retention: RetentionSettings,
     socket: std::net::TcpListener,
     node: Arc<NodeState>,
     settings: HttpSettings,
@@ -200,6 +217,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         data_dir,
         wal_config,
         wal_write_budget_bytes,
+        retention,
         socket,
         node,
         settings,
@@ -270,6 +288,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         )
     };
     let owner = Owner::new(storage.clone(), LogConfig::default(), live);
+    owner.set_retention(retention.retention_of(meta.clone()));
     let waiters = Rc::new(crate::consume::waiters::Waiters::default());
     let persister = Rc::new(crate::consume::persist::Persister::default());
     let queues = {
@@ -317,6 +336,11 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         committer,
     ));
     let pump = narad_io::rt::spawn_local(crate::consume::flow::run_pump(shard.clone()));
+    let reaper = narad_io::rt::spawn_local(reaper::run(
+        owner.clone(),
+        retention.reaper.clone(),
+        owned_partitions(&shard),
+    ));
     narad_io::rt::spawn_local(crate::consume::flow::run_purger(shard.clone()));
     for (_, receiver) in receivers {
         narad_io::rt::spawn_local(receive_loop(shard.clone(), receiver));
@@ -374,6 +398,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     shard.persister.close();
     persister_task.await;
     owner.close_all().await;
+    reaper.await;
     wal.close().await;
     api.broker.borrow_mut().take();
     match failed {
@@ -385,18 +410,110 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
 /// The debug fault hook's budget (see the module docs): the value of
 /// `NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES` in a debug build, else `None`.
 fn debug_wal_write_budget_bytes() -> Result<Option<u64>, String> {
-    #[cfg(debug_assertions)]
-    if let Ok(value) = std::env::var("NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES") {
-        let bytes = value.parse::<u64>().map_err(|e| {
-            format!("NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES={value:?} is not a byte count: {e}")
-        })?;
+    let budget = debug_env_u64("NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES")?;
+    if let Some(bytes) = budget {
         tracing::warn!(
             budget_bytes = bytes,
             "debug fault hook: each shard's ingress WAL fails its writes with ENOSPC past this budget"
         );
-        return Ok(Some(bytes));
     }
+    Ok(budget)
+}
+
+/// The value of a debug hook's variable in a debug build; `None` when it is unset,
+/// and always in a release build, which never reads it.
+fn debug_env_u64(name: &str) -> Result<Option<u64>, String> {
+    #[cfg(debug_assertions)]
+    if let Ok(value) = std::env::var(name) {
+        return value
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|e| format!("{name}={value:?} is not a non-negative integer: {e}"));
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = name;
     Ok(None)
+}
+
+/// How each shard's reaper runs, and the debug retention override (see the
+/// module docs). Plain values, copied to every shard.
+#[derive(Clone, Debug)]
+struct RetentionSettings {
+    reaper: ReaperConfig,
+    /// Always `None` in release builds.
+    retention_override: Option<std::time::Duration>,
+}
+
+impl RetentionSettings {
+    fn load(config: &Config) -> Result<RetentionSettings, String> {
+        let ms = std::time::Duration::from_millis;
+        let check_interval_ms = debug_env_u64("NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS")?
+            .unwrap_or(RETENTION_CHECK_INTERVAL_MS);
+        let retention_override = debug_env_u64("NARAD_DEBUG_RETENTION_MS_OVERRIDE")?;
+        if check_interval_ms == 0 || retention_override == Some(0) {
+            return Err(
+                "NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS and NARAD_DEBUG_RETENTION_MS_OVERRIDE must be positive"
+                    .to_string(),
+            );
+        }
+        if check_interval_ms != RETENTION_CHECK_INTERVAL_MS || retention_override.is_some() {
+            tracing::warn!(
+                check_interval_ms,
+                retention_override_ms = retention_override,
+                "debug hook: retention runs on test settings"
+            );
+        }
+        Ok(RetentionSettings {
+            reaper: ReaperConfig {
+                check_interval: ms(check_interval_ms),
+                cold_walk_interval: ms(config.storage.cold_retention_walk_ms),
+                idle_eviction: ms(config.storage.idle_log_eviction_ms),
+            },
+            retention_override: retention_override.map(ms),
+        })
+    }
+
+    /// Each topic's current retention, read from the shard's metadata snapshot at
+    /// every call, so an alter applies at the reaper's next run.
+    fn retention_of(&self, meta: Rc<MetaView>) -> narad_shards::produce::RetentionOf {
+        let retention_override = self.retention_override;
+        Box::new(move |topic: &str, id| {
+            let snapshot = meta.snapshot();
+            let record = snapshot.topics.get(topic).filter(|t| t.id == id)?;
+            Some(
+                match (Retention::from_ms(record.retention_ms), retention_override) {
+                    (Retention::Age(_), Some(age)) => Retention::Age(age),
+                    (retention, _) => retention,
+                },
+            )
+        })
+    }
+}
+
+/// The partitions of live topics the shard owns now, for the reaper's cold walk.
+fn owned_partitions(shard: &Rc<Shard>) -> narad_shards::produce::OwnedPartitions {
+    let shard = Rc::downgrade(shard);
+    Box::new(move || {
+        let Some(shard) = shard.upgrade() else {
+            return Vec::new();
+        };
+        let snapshot = shard.meta.snapshot();
+        let mut owned = Vec::new();
+        for (name, record) in &snapshot.topics {
+            let topic: Arc<str> = Arc::from(name.as_str());
+            for p in 0..record.partitions {
+                let partition = narad_shards::ids::PartitionId(p);
+                if shard.owner_of(record.id, partition) == shard.index {
+                    owned.push(OwnedPartition {
+                        topic: topic.clone(),
+                        incarnation: record.id,
+                        partition,
+                    });
+                }
+            }
+        }
+        owned
+    })
 }
 
 fn mesh_size(mesh: &MeshEnd<Op>) -> usize {

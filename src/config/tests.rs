@@ -207,3 +207,54 @@ fn validation_explains_what_is_wrong() {
     ]);
     Config::load(&Flags::default(), &env).unwrap();
 }
+
+#[test]
+fn retention_walk_and_idle_eviction_are_file_only_positive_milliseconds() {
+    let defaults = Config::load(&Flags::default(), &no_env).unwrap();
+    assert_eq!(defaults.storage.idle_log_eviction_ms, 1_800_000);
+    assert_eq!(defaults.storage.cold_retention_walk_ms, 300_000);
+    let (_file, flags) =
+        file(r#"{"storage": {"idle_log_eviction_ms": 60000, "cold_retention_walk_ms": 1000}}"#);
+    let config = Config::load(&flags, &no_env).unwrap();
+    assert_eq!(config.storage.idle_log_eviction_ms, 60_000);
+    assert_eq!(config.storage.cold_retention_walk_ms, 1_000);
+    // File-only: no environment variable reaches them.
+    let env = env_of(&[
+        ("NARAD_STORAGE_IDLE_LOG_EVICTION_MS", "5"),
+        ("NARAD_IDLE_LOG_EVICTION_MS", "5"),
+    ]);
+    assert_eq!(
+        Config::load(&Flags::default(), &env)
+            .unwrap()
+            .storage
+            .idle_log_eviction_ms,
+        1_800_000
+    );
+    for (json, needle) in [
+        (
+            r#"{"storage": {"idle_log_eviction_ms": 0}}"#,
+            "storage.idle_log_eviction_ms must be at least 1",
+        ),
+        (
+            r#"{"storage": {"cold_retention_walk_ms": 0}}"#,
+            "storage.cold_retention_walk_ms must be at least 1",
+        ),
+        (
+            r#"{"storage": {"cold_retention_walk_ms": "5m"}}"#,
+            "`storage.cold_retention_walk_ms`: expected a non-negative integer",
+        ),
+        (
+            r#"{"storage": {"idle_log_eviction_ms": -1}}"#,
+            "`storage.idle_log_eviction_ms`: expected a non-negative integer",
+        ),
+        // The check interval stays internal, as in the reference.
+        (
+            r#"{"storage": {"retention_check_interval_ms": 1000}}"#,
+            "`storage.retention_check_interval_ms` is internal",
+        ),
+    ] {
+        let (_file, flags) = file(json);
+        let error = Config::load(&flags, &no_env).unwrap_err();
+        assert!(error.contains(needle), "{json}: {error}");
+    }
+}

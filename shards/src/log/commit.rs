@@ -76,7 +76,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         let data_bytes = self.active.file.len();
         let overflow = data_bytes + commit_bytes > self.config.segment_bytes_max;
-        if data_bytes > 0 && (overflow || self.roll_due_by_age(now_ms)) {
+        if data_bytes > 0 && (overflow || self.roll_due_by_age(now_ms, self.config.segment_ms)) {
             self.roll().await?;
         }
         let mark = self.active.file.mark();

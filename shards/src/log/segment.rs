@@ -285,20 +285,32 @@ impl<S: Storage> PartitionLog<S> {
     /// Rolls the active segment if its first record is `segment_ms` old. Call it
     /// from a periodic task so slow topics seal too. Returns whether it rolled.
     pub async fn maybe_roll(&mut self, now_ms: u64) -> Result<bool, LogError> {
+        self.maybe_roll_at_age(now_ms, self.config.segment_ms).await
+    }
+
+    /// [`PartitionLog::maybe_roll`] with the age given by the caller: the retention
+    /// reaper rolls at the topic's current retention when that is shorter than the
+    /// configured `segment_ms`, so a record is never kept much past its retention.
+    pub async fn maybe_roll_at_age(
+        &mut self,
+        now_ms: u64,
+        segment_ms: u64,
+    ) -> Result<bool, LogError> {
+        assert!(segment_ms > 0, "a segment age of 0 would roll every commit");
         if self.poisoned {
             return Err(LogError::Poisoned);
         }
-        if !self.roll_due_by_age(now_ms) {
+        if !self.roll_due_by_age(now_ms, segment_ms) {
             return Ok(false);
         }
         self.roll().await?;
         Ok(true)
     }
 
-    pub(super) fn roll_due_by_age(&self, now_ms: u64) -> bool {
+    pub(super) fn roll_due_by_age(&self, now_ms: u64, segment_ms: u64) -> bool {
         self.active
             .first_commit_ms
-            .is_some_and(|first| now_ms.saturating_sub(first) >= self.config.segment_ms)
+            .is_some_and(|first| now_ms.saturating_sub(first) >= segment_ms)
     }
 
     /// Seals the active segment (trim, sync, write its index) and starts a new one
@@ -366,13 +378,31 @@ impl<S: Storage> PartitionLog<S> {
     /// than `retention_ms`. The active segment is never deleted: `maybe_roll`
     /// seals it by age first.
     pub async fn enforce_retention(&mut self, now_ms: u64) -> Result<RetentionOutcome, LogError> {
+        self.enforce_retention_of(now_ms, self.config.retention_ms)
+            .await
+    }
+
+    /// [`PartitionLog::enforce_retention`] with the retention given by the caller:
+    /// a topic's retention can be altered while its log is open, so the reaper
+    /// passes the current one on every run. `retention_ms` is positive; a topic
+    /// that keeps its records forever is never passed here.
+    pub async fn enforce_retention_of(
+        &mut self,
+        now_ms: u64,
+        retention_ms: u64,
+    ) -> Result<RetentionOutcome, LogError> {
+        assert!(
+            retention_ms > 0,
+            "retention 0 means forever; callers skip it"
+        );
+        let oldest_before = self.oldest_offset();
         let mut outcome = RetentionOutcome::default();
         for _ in 0..RETENTION_SEGMENTS_PER_RUN_MAX {
             if self.sealed.is_empty() {
                 break;
             }
             let newest_ms = self.sealed_index(0).await?.max_commit_ms;
-            if now_ms.saturating_sub(newest_ms) < self.config.retention_ms {
+            if now_ms.saturating_sub(newest_ms) < retention_ms {
                 break;
             }
             let segment = self.sealed.front().expect("checked non-empty");
@@ -398,6 +428,10 @@ impl<S: Storage> PartitionLog<S> {
             outcome.segments_deleted += 1;
             outcome.bytes_deleted += removed.data_bytes;
         }
+        assert!(
+            self.oldest_offset() >= oldest_before && self.oldest_offset() <= self.high_watermark,
+            "retention only moves the oldest offset forward, never past the high watermark"
+        );
         // Cached frames of a deleted segment must not be read past retention.
         let oldest = self.oldest_offset();
         self.cache.borrow_mut().trim_below(oldest);

@@ -5,9 +5,11 @@
 //! served there and only there. Generic over [`Storage`], so the simulation runs
 //! the same combiner on the fault-injecting disk.
 //!
-//! A partition's log is opened on first use and kept open. Everything that touches
-//! it (a commit cycle, a read, stats, a purge) holds the partition's lock, a local
-//! semaphore of one: the log is single-writer and its reads move its cache.
+//! A partition's log is opened on first use and kept open until it has been idle
+//! for a while (the reaper in [`super::reaper`] closes it; the next use opens it
+//! again). Everything that touches it (a commit cycle, a read, stats, a purge, the
+//! reaper) holds the partition's lock, a local semaphore of one: the log is
+//! single-writer and its reads move its cache.
 //!
 //! The commit combiner. A commit batch never waits in the caller: it joins the
 //! partition's queue, and if no cycle is running one is started. A cycle takes the
@@ -30,9 +32,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_channel::oneshot;
-use narad_io::rt::LocalLock;
+use narad_io::rt::{LocalLock, Notify};
 use narad_io::Storage;
 
+use super::reaper::RetentionOf;
 use super::types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 use crate::ids::{IncarnationId, Offset, PartitionId};
 use crate::log::cache::FrameCache;
@@ -48,24 +51,28 @@ struct Pending {
     reply: oneshot::Sender<CommitReply>,
 }
 
-/// One owned partition.
-struct Slot<S: Storage> {
-    topic: Arc<str>,
-    incarnation: IncarnationId,
-    partition: PartitionId,
-    lock: LocalLock,
-    log: RefCell<Option<PartitionLog<S>>>,
+/// One owned partition. Its log is `Some` while open and not in use; a commit cycle
+/// or a read takes it out under `lock` and puts it back before letting go.
+pub(super) struct Slot<S: Storage> {
+    pub(super) topic: Arc<str>,
+    pub(super) incarnation: IncarnationId,
+    pub(super) partition: PartitionId,
+    pub(super) lock: LocalLock,
+    pub(super) log: RefCell<Option<PartitionLog<S>>>,
     /// The open log's recent-frame cache: reads of the committed tail are served
     /// from it without the lock, so they never wait for a commit in progress.
-    cache: RefCell<Option<Rc<RefCell<FrameCache>>>>,
+    pub(super) cache: RefCell<Option<Rc<RefCell<FrameCache>>>>,
     queue: RefCell<Vec<Pending>>,
     cycling: Cell<bool>,
-    retired: Cell<bool>,
+    pub(super) retired: Cell<bool>,
     /// No open attempt before this instant (after a failure).
     retry_open_at: Cell<Option<Instant>>,
+    /// The last commit or read that used the log: idle eviction closes a log not
+    /// used for `storage.idle_log_eviction_ms`.
+    pub(super) last_used: Cell<Instant>,
 }
 
-type SlotKey = (IncarnationId, PartitionId);
+pub(super) type SlotKey = (IncarnationId, PartitionId);
 
 /// Whether an incarnation is the live topic under its name with the partition, in
 /// this shard's metadata: `(topic, incarnation, partition) -> live`.
@@ -77,12 +84,18 @@ pub type OnVisible = Box<dyn Fn(&Arc<str>, IncarnationId, PartitionId, Offset)>;
 
 /// The partitions of one shard.
 pub struct Owner<S: Storage> {
-    storage: S,
-    config: LogConfig,
+    pub(super) storage: S,
+    pub(super) config: LogConfig,
     live: Liveness,
     reopen_backoff: Duration,
-    slots: RefCell<HashMap<SlotKey, Rc<Slot<S>>>>,
+    pub(super) slots: RefCell<HashMap<SlotKey, Rc<Slot<S>>>>,
     on_visible: RefCell<Option<OnVisible>>,
+    /// The topics' current retention; `None` applies `config.retention_ms`.
+    pub(super) retention: RefCell<Option<RetentionOf>>,
+    /// Set by [`Owner::close_all`]: the reaper stops and opens nothing more.
+    pub(super) closing: Cell<bool>,
+    /// Wakes the reaper early (to stop).
+    pub(super) reaper_wake: Notify,
 }
 
 impl<S: Storage> Owner<S> {
@@ -104,6 +117,9 @@ impl<S: Storage> Owner<S> {
             reopen_backoff,
             slots: RefCell::new(HashMap::new()),
             on_visible: RefCell::new(None),
+            retention: RefCell::new(None),
+            closing: Cell::new(false),
+            reaper_wake: Notify::default(),
         })
     }
 
@@ -112,11 +128,16 @@ impl<S: Storage> Owner<S> {
         *self.on_visible.borrow_mut() = Some(on_visible);
     }
 
-    fn is_live(&self, topic: &str, incarnation: IncarnationId, partition: PartitionId) -> bool {
+    pub(super) fn is_live(
+        &self,
+        topic: &str,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+    ) -> bool {
         (self.live)(topic, incarnation, partition)
     }
 
-    fn slot(
+    pub(super) fn slot(
         &self,
         topic: &Arc<str>,
         incarnation: IncarnationId,
@@ -137,6 +158,7 @@ impl<S: Storage> Owner<S> {
                     cycling: Cell::new(false),
                     retired: Cell::new(false),
                     retry_open_at: Cell::new(None),
+                    last_used: Cell::new(Instant::now()),
                 })
             })
             .clone()
@@ -227,6 +249,7 @@ impl<S: Storage> Owner<S> {
         run: &[Pending],
     ) -> Result<std::ops::Range<Offset>, CommitError> {
         let mut log = self.open_log(slot).await.map_err(CommitError::Failed)?;
+        slot.last_used.set(Instant::now());
         let refs: Vec<RecordRef<'_>> = run
             .iter()
             .flat_map(|p| p.records.iter())
@@ -237,6 +260,16 @@ impl<S: Storage> Owner<S> {
             .collect();
         let result = log.commit_durable(&refs, narad_io::rt::unix_ms()).await;
         drop(refs);
+        self.put_back(slot, log).await;
+        result.map_err(|e| {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "partition commit failed");
+            CommitError::Failed(e.to_string())
+        })
+    }
+
+    /// Puts a log taken out by [`Owner::open_log`] back in its slot, or closes it
+    /// when a failed fdatasync poisoned it (the next use reopens it, recovering).
+    pub(super) async fn put_back(&self, slot: &Slot<S>, log: PartitionLog<S>) {
         if log.is_poisoned() {
             tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned by a failed fdatasync; it will be reopened");
             slot.retry_open_at
@@ -246,14 +279,10 @@ impl<S: Storage> Owner<S> {
         } else {
             *slot.log.borrow_mut() = Some(log);
         }
-        result.map_err(|e| {
-            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "partition commit failed");
-            CommitError::Failed(e.to_string())
-        })
     }
 
     /// Takes the slot's log out (opening it if needed); the caller puts it back.
-    async fn open_log(&self, slot: &Slot<S>) -> Result<PartitionLog<S>, String> {
+    pub(super) async fn open_log(&self, slot: &Slot<S>) -> Result<PartitionLog<S>, String> {
         if let Some(log) = slot.log.borrow_mut().take() {
             return Ok(log);
         }
@@ -295,8 +324,9 @@ impl<S: Storage> Owner<S> {
             return Err(ReadError::NotFound);
         }
         let mut log = self.open_log(&slot).await.map_err(ReadError::Failed)?;
+        slot.last_used.set(Instant::now());
         let result = f(&mut log).await;
-        *slot.log.borrow_mut() = Some(log);
+        self.put_back(&slot, log).await;
         result
     }
 
@@ -370,6 +400,20 @@ impl<S: Storage> Owner<S> {
         .await
     }
 
+    /// Drops the slots nobody uses, so the map holds only partitions in use: a
+    /// slot goes when its log is closed, nothing is queued or failing, and the map
+    /// holds its only reference (so no task holds it or waits on its lock, and the
+    /// next use makes a fresh one without two locks ever guarding one log).
+    pub(super) fn forget_unused(&self) {
+        self.slots.borrow_mut().retain(|_, slot| {
+            Rc::strong_count(slot) > 1
+                || slot.log.borrow().is_some()
+                || slot.cycling.get()
+                || !slot.queue.borrow().is_empty()
+                || slot.retry_open_at.get().is_some()
+        });
+    }
+
     /// Closes every log of `incarnation`; later commits to it are refused.
     pub async fn purge(&self, incarnation: IncarnationId) {
         let retired: Vec<Rc<Slot<S>>> = {
@@ -394,8 +438,10 @@ impl<S: Storage> Owner<S> {
         }
     }
 
-    /// Closes every open log (shutdown).
+    /// Closes every open log (shutdown) and stops the reaper.
     pub async fn close_all(&self) {
+        self.closing.set(true);
+        self.reaper_wake.notify();
         let slots: Vec<Rc<Slot<S>>> = self.slots.borrow_mut().drain().map(|(_, s)| s).collect();
         for slot in slots {
             slot.retired.set(true);

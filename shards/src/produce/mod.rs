@@ -5,14 +5,17 @@
 //! - [`types`]: what a commit, a read and a stats request carry and answer.
 //! - [`combiner`]: the partitions a shard owns: logs, the commit combiner, reads,
 //!   stats, purge.
+//! - [`reaper`]: retention, time-based roll and idle eviction of the owned logs.
 //! - [`driver`]: the dispatch task over one WAL.
 
 pub mod combiner;
 pub mod driver;
+pub mod reaper;
 pub mod types;
 
 pub use combiner::{Liveness, OnVisible, Owner};
 pub use driver::{DispatchEnv, DriverConfig, Mode};
+pub use reaper::{OwnedPartition, OwnedPartitions, ReaperConfig, Retention, RetentionOf};
 pub use types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 
 use crate::ids::{IncarnationId, PartitionId};

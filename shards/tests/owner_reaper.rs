@@ -1,0 +1,395 @@
+//! The retention reaper and idle eviction on an [`Owner`]: aged segments go and the
+//! oldest offset moves, a topic kept forever keeps everything, an altered retention
+//! applies at the next run, a commit racing the reaper keeps offsets dense, a failed
+//! fsync while rolling closes the log, idle logs close and reopen with their data,
+//! the cold walk reaches closed logs, and the task stops with the owner.
+//!
+//! Commit times come from the wall clock, so the tests pass the reaper a "now" hours
+//! ahead of it rather than waiting; only the task test runs in real time.
+
+use std::cell::Cell;
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_channel::oneshot;
+use narad_io::dma::DmaStorage;
+use narad_io::rt::{run_local, unix_ms};
+use narad_io::sim::{SimDisk, SimFaults};
+use narad_io::Storage;
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use narad_shards::log::{LogConfig, ReadItem};
+use narad_shards::produce::reaper::{self, ColdWalk, ReaperConfig};
+use narad_shards::produce::{
+    partition_dir, OwnedPartition, OwnedRecord, Owner, ReadError, Retention,
+};
+
+const TOPIC: &str = "orders";
+const ID: IncarnationId = IncarnationId(0xfeed);
+const PARTITIONS: u32 = 3;
+const HOUR_MS: u64 = 3_600_000;
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn log_config() -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 64 << 10,
+        prep_chunk_bytes: 16 << 10,
+        index_interval_bytes: 2048,
+        frame_area_bytes_target: 2048,
+        commit_bytes_max: 64 << 10,
+        ..LogConfig::default()
+    }
+}
+
+/// An owner of `TOPIC` whose retention is whatever `retention` holds at each run.
+fn owner_on<S: Storage>(storage: S, retention: &Rc<Cell<Retention>>) -> Rc<Owner<S>> {
+    let live = Box::new(|topic: &str, id: IncarnationId, p: PartitionId| {
+        topic == TOPIC && id == ID && p.0 < PARTITIONS
+    });
+    let owner = Owner::with_reopen_backoff(storage, log_config(), live, Duration::ZERO);
+    let retention = retention.clone();
+    owner.set_retention(Box::new(move |topic, id| {
+        (topic == TOPIC && id == ID).then(|| retention.get())
+    }));
+    owner
+}
+
+fn topic() -> Arc<str> {
+    Arc::from(TOPIC)
+}
+
+fn owned(partition: u32) -> OwnedPartition {
+    OwnedPartition {
+        topic: topic(),
+        incarnation: ID,
+        partition: PartitionId(partition),
+    }
+}
+
+/// Commits `payloads` to `partition` and waits for the offsets they took.
+async fn commit<S: Storage>(
+    owner: &Rc<Owner<S>>,
+    partition: u32,
+    payloads: &[String],
+) -> Range<Offset> {
+    let records = payloads
+        .iter()
+        .map(|p| OwnedRecord {
+            key: None,
+            payload: p.clone().into_bytes().into(),
+        })
+        .collect();
+    let (reply, answer) = oneshot::channel();
+    owner.commit(topic(), ID, PartitionId(partition), records, reply);
+    answer.await.expect("the owner answers").expect("commit")
+}
+
+fn batch(tag: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{tag}-{i}")).collect()
+}
+
+/// Every record of the partition from `from` to its end, as `(offset, payload)`.
+async fn read_from<S: Storage>(
+    owner: &Rc<Owner<S>>,
+    partition: u32,
+    from: u64,
+) -> Result<Vec<(u64, String)>, ReadError> {
+    let mut out = Vec::new();
+    let mut at = Offset(from);
+    for _ in 0..1000 {
+        let batch = owner
+            .read(&topic(), ID, PartitionId(partition), at, 64, 1 << 20)
+            .await?;
+        if batch.items.is_empty() {
+            return Ok(out);
+        }
+        for item in batch.items {
+            match item {
+                ReadItem::Record(r) => {
+                    out.push((r.offset.0, String::from_utf8(r.payload.to_vec()).unwrap()))
+                }
+                ReadItem::Corrupt(range) => panic!("corrupt range {range:?}"),
+            }
+        }
+        at = batch.next_offset;
+    }
+    panic!("the partition did not end");
+}
+
+async fn oldest_and_next<S: Storage>(owner: &Rc<Owner<S>>, partition: u32) -> (u64, u64) {
+    let stats = owner
+        .stats(&topic(), ID, PartitionId(partition))
+        .await
+        .expect("stats");
+    (stats.oldest_offset.0, stats.next_offset.0)
+}
+
+async fn segment_files<S: Storage>(storage: &S, partition: u32) -> Vec<String> {
+    let dir = partition_dir(TOPIC, ID, PartitionId(partition));
+    storage.list(&dir).await.unwrap()
+}
+
+#[test]
+fn aged_segments_are_deleted_and_the_oldest_offset_moves() {
+    let disk = SimDisk::new(1, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        for tag in ["a", "b", "c"] {
+            commit(&owner, 0, &batch(tag, 4)).await;
+        }
+        let now = unix_ms();
+        // Younger than the retention: the segment is neither sealed nor deleted.
+        let totals = owner.reap_open(now + HOUR_MS / 2).await;
+        assert_eq!((totals.segments_rolled, totals.segments_deleted), (0, 0));
+        assert_eq!(oldest_and_next(&owner, 0).await, (0, 12));
+        // Two hours on, it is sealed by age and deleted in the same run.
+        let totals = owner.reap_open(now + 2 * HOUR_MS).await;
+        assert_eq!((totals.segments_rolled, totals.segments_deleted), (1, 1));
+        assert!(totals.bytes_deleted > 0 && totals.failures == 0);
+        assert_eq!(oldest_and_next(&owner, 0).await, (12, 12));
+        assert_eq!(
+            segment_files(&disk, 0).await,
+            vec![format!("{:020}.log", 12)],
+            "the deleted segment and its index are gone"
+        );
+        assert_eq!(
+            read_from(&owner, 0, 0).await,
+            Err(ReadError::AgedOut { oldest: Offset(12) })
+        );
+        // Records committed after the run are kept until they age in turn.
+        let range = commit(&owner, 0, &batch("d", 2)).await;
+        assert_eq!(range, Offset(12)..Offset(14));
+        let totals = owner.reap_open(unix_ms() + HOUR_MS / 2).await;
+        assert_eq!(totals.segments_deleted, 0);
+        let kept = read_from(&owner, 0, 12).await.unwrap();
+        assert_eq!(kept, vec![(12, "d-0".into()), (13, "d-1".into())]);
+        // The other partitions were never opened by the reaper.
+        assert!(segment_files(&disk, 1).await.is_empty());
+        owner.close_all().await;
+    });
+}
+
+#[test]
+fn retention_forever_keeps_everything_and_an_altered_retention_applies_next_run() {
+    let disk = SimDisk::new(2, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Forever));
+        let owner = owner_on(disk.clone(), &retention);
+        commit(&owner, 1, &batch("a", 5)).await;
+        let far = unix_ms() + 1000 * 24 * HOUR_MS;
+        let totals = owner.reap_open(far).await;
+        assert_eq!((totals.segments_rolled, totals.segments_deleted), (0, 0));
+        assert_eq!(read_from(&owner, 1, 0).await.unwrap().len(), 5);
+        // Altered to one hour: the next run applies it.
+        retention.set(Retention::Age(HOUR));
+        let totals = owner.reap_open(far).await;
+        assert_eq!(totals.segments_deleted, 1);
+        assert_eq!(oldest_and_next(&owner, 1).await, (5, 5));
+        owner.close_all().await;
+    });
+}
+
+#[test]
+fn a_commit_racing_the_reaper_keeps_offsets_dense_and_records_intact() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let storage = DmaStorage::new(dir.path());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(storage.clone(), &retention);
+        const ROUNDS: usize = 20;
+        let mut answers = Vec::new();
+        let mut deleted = 0;
+        for round in 0..ROUNDS {
+            // Commits queue on the partition; the reaper asks for its lock at once
+            // (ahead of their cycle) or a moment later (while a cycle writes).
+            for i in 0..1 + round % 3 {
+                let payloads = batch(&format!("r{round}-{i}"), 1 + i);
+                let records = payloads
+                    .iter()
+                    .map(|p| OwnedRecord {
+                        key: None,
+                        payload: p.clone().into_bytes().into(),
+                    })
+                    .collect();
+                let (reply, answer) = oneshot::channel();
+                owner.commit(topic(), ID, PartitionId(2), records, reply);
+                answers.push((answer, payloads));
+            }
+            if round % 2 == 1 {
+                glommio::timer::sleep(Duration::from_micros(100)).await;
+            }
+            // Every run seals the active segment and deletes every sealed one.
+            deleted += owner
+                .reap_open(unix_ms() + 2 * HOUR_MS)
+                .await
+                .segments_deleted;
+        }
+        let mut ranges = Vec::new();
+        for (answer, payloads) in answers {
+            let range = answer.await.expect("the owner answers").expect("commit");
+            ranges.push((range, payloads));
+        }
+        // Records committed after the last run are retained.
+        let tail = batch("tail", 3);
+        ranges.push((commit(&owner, 2, &tail).await, tail));
+        let totals = owner.reap_open(unix_ms() + HOUR_MS / 2).await;
+        assert_eq!(totals.segments_deleted, 0);
+        ranges.sort_by_key(|(r, _)| r.start);
+        let mut next = 0;
+        for (range, payloads) in &ranges {
+            assert_eq!(range.start.0, next, "offsets are dense: {ranges:?}");
+            assert_eq!((range.end.0 - range.start.0) as usize, payloads.len());
+            next = range.end.0;
+        }
+        let (oldest, end) = oldest_and_next(&owner, 2).await;
+        assert_eq!(end, next);
+        assert_eq!(next - oldest, 3, "only the tail is retained");
+        assert!(
+            deleted >= ROUNDS / 2,
+            "the reaper deleted segments between commits"
+        );
+        // What is retained reads back as committed.
+        let expected: Vec<(u64, String)> = ranges
+            .iter()
+            .flat_map(|(r, p)| (r.start.0..r.end.0).zip(p.iter().cloned()))
+            .filter(|(offset, _)| *offset >= oldest)
+            .collect();
+        assert_eq!(read_from(&owner, 2, oldest).await.unwrap(), expected);
+        owner.close_all().await;
+        // And the log reopens to the same shape.
+        let again = owner_on(storage, &retention);
+        assert_eq!(oldest_and_next(&again, 2).await, (oldest, next));
+        again.close_all().await;
+    });
+}
+
+#[test]
+fn a_failed_fsync_while_rolling_closes_the_log_and_the_next_commit_reopens_it() {
+    let disk = SimDisk::new(3, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        commit(&owner, 0, &batch("a", 3)).await;
+        disk.fail_next_syncs(1);
+        let totals = owner.reap_open(unix_ms() + 2 * HOUR_MS).await;
+        assert_eq!((totals.failures, totals.segments_deleted), (1, 0));
+        assert_eq!(owner.open_log_count(), 0, "a poisoned log is closed");
+        // The next commit reopens (and so recovers) the log and carries on.
+        assert_eq!(
+            commit(&owner, 0, &batch("b", 2)).await,
+            Offset(3)..Offset(5)
+        );
+        let all = read_from(&owner, 0, 0).await.unwrap();
+        assert_eq!(all.len(), 5);
+        assert_eq!(all[0], (0, "a-0".into()));
+        // The next run does what the failed one could not.
+        let totals = owner.reap_open(unix_ms() + 2 * HOUR_MS).await;
+        assert_eq!((totals.failures, totals.segments_deleted), (0, 1));
+        assert_eq!(oldest_and_next(&owner, 0).await, (5, 5));
+        owner.close_all().await;
+    });
+}
+
+#[test]
+fn idle_logs_close_and_a_later_read_reopens_them_with_the_same_data() {
+    let disk = SimDisk::new(4, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        commit(&owner, 0, &batch("a", 3)).await;
+        commit(&owner, 1, &batch("b", 2)).await;
+        assert_eq!(owner.open_log_count(), 2);
+        assert_eq!(owner.evict_idle(Instant::now(), HOUR).await, 0);
+        assert_eq!(owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await, 2);
+        assert_eq!(owner.open_log_count(), 0);
+        // A read opens the log again and finds every record.
+        let read = read_from(&owner, 0, 0).await.unwrap();
+        assert_eq!(
+            read,
+            vec![(0, "a-0".into()), (1, "a-1".into()), (2, "a-2".into())]
+        );
+        assert_eq!(owner.open_log_count(), 1);
+        // Used just now: not idle.
+        assert_eq!(owner.evict_idle(Instant::now() + HOUR / 2, HOUR).await, 0);
+        // A commit to the other one reopens it and continues its offsets.
+        assert_eq!(
+            commit(&owner, 1, &batch("c", 1)).await,
+            Offset(2)..Offset(3)
+        );
+        assert_eq!(owner.open_log_count(), 2);
+        owner.close_all().await;
+    });
+}
+
+#[test]
+fn the_cold_walk_reaps_closed_logs_and_closes_them_again() {
+    let disk = SimDisk::new(5, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        commit(&owner, 0, &batch("a", 3)).await;
+        commit(&owner, 1, &batch("b", 4)).await;
+        owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await;
+        assert_eq!(owner.open_log_count(), 0);
+        let all = vec![owned(2), owned(1), owned(0)];
+        let mut walk = ColdWalk::default();
+        // Not yet aged: visited, nothing deleted, closed again.
+        let totals = walk.step(&owner, all.clone(), unix_ms()).await;
+        assert_eq!((totals.partitions_reaped, totals.segments_deleted), (2, 0));
+        assert_eq!(owner.open_log_count(), 0);
+        let totals = walk
+            .step(&owner, all.clone(), unix_ms() + 2 * HOUR_MS)
+            .await;
+        assert_eq!((totals.partitions_reaped, totals.segments_deleted), (2, 2));
+        assert_eq!(owner.open_log_count(), 0, "cold logs are closed after");
+        // A partition never written is not opened, so not created either.
+        assert!(segment_files(&disk, 2).await.is_empty());
+        // Each log now holds one empty segment: nothing left to visit.
+        let totals = walk.step(&owner, all, unix_ms() + 2 * HOUR_MS).await;
+        assert_eq!(totals.partitions_reaped, 0);
+        assert_eq!(oldest_and_next(&owner, 0).await, (3, 3));
+        assert_eq!(oldest_and_next(&owner, 1).await, (4, 4));
+        // Retention forever: the walk leaves the logs alone.
+        commit(&owner, 0, &batch("c", 2)).await;
+        owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await;
+        retention.set(Retention::Forever);
+        let mut walk = ColdWalk::default();
+        let totals = walk
+            .step(&owner, vec![owned(0)], unix_ms() + 99 * HOUR_MS)
+            .await;
+        assert_eq!(totals.partitions_reaped, 0);
+        owner.close_all().await;
+    });
+}
+
+#[test]
+fn the_reaper_task_trims_on_its_cadence_and_stops_with_the_owner() {
+    let disk = SimDisk::new(6, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(Duration::from_millis(100))));
+        let owner = owner_on(disk.clone(), &retention);
+        let config = ReaperConfig {
+            check_interval: Duration::from_millis(20),
+            cold_walk_interval: Duration::from_millis(50),
+            idle_eviction: Duration::from_secs(60),
+        };
+        let task = glommio::spawn_local(reaper::run(
+            owner.clone(),
+            config,
+            Box::new(|| (0..PARTITIONS).map(owned).collect()),
+        ))
+        .detach();
+        commit(&owner, 0, &batch("a", 5)).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while oldest_and_next(&owner, 0).await != (5, 5) {
+            assert!(Instant::now() < deadline, "the reaper did not trim in time");
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        let started = Instant::now();
+        owner.close_all().await;
+        assert!(task.await.is_some(), "the reaper ran to its end");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    });
+}
