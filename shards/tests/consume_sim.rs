@@ -755,6 +755,11 @@ impl Sim {
         consumer.waiter = Some(waiter);
         consumer.answer = Some(answer);
         self.parked.insert(c);
+        if self.available_on(s, t, pinned) > 0 {
+            // A record landed here while the consumer probed: the kick of the park
+            // is its only wake.
+            self.count("parked beside a free record");
+        }
         let after = self.consumers[c].deadline_ms.saturating_sub(self.now_ms);
         self.at(after, Ev::Deadline(c));
         self.note(format!("c{c} parks on {s} pinned {pinned:?}"));
