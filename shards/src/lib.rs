@@ -17,8 +17,9 @@
 //! - [`log`]: the partition log: CRC-framed batches, commit durable (append,
 //!   fdatasync, read back, verify, advance the high watermark), recovery, index,
 //!   roll, retention and the recent-frame cache.
-//! - [`consume`]: the consume path's per-partition cores (sans-IO): the in-flight
-//!   table of leases, the settled frontier and the acked-ahead set.
+//! - [`consume`]: the consume path's cores (sans-IO): the in-flight table of
+//!   leases, the settled frontier and the acked-ahead set; the waiter FIFOs and
+//!   registrations of a shard; the delivery tokens an owner holds.
 
 #[cfg(all(
     not(debug_assertions),

@@ -21,7 +21,7 @@ use narad_shards::ids::{IncarnationId, PartitionId};
 
 use super::handle::Handle;
 use super::waiters::{Kick, Notification, Waiter, SHARE_WINDOW};
-use super::{ConsumeError, Delivered, Settle, SettleError, TAKE_BYTES_MAX};
+use super::{now_ms, ConsumeError, Delivered, Settle, SettleError, TAKE_BYTES_MAX};
 use crate::broker::ops::Op;
 use crate::broker::Shard;
 use crate::meta::TopicRecord;
@@ -77,6 +77,7 @@ async fn consume_queue(
     request: ConsumeRequest,
 ) -> Result<Vec<Delivered>, ConsumeError> {
     let deadline = Instant::now() + request.wait;
+    let deadline_ms = now_ms().saturating_add(request.wait.as_millis() as u64);
     let local = shard.local_partitions(record);
     if !local.is_empty() {
         let got = shard
@@ -103,12 +104,12 @@ async fn consume_queue(
     }
     let (waiter, answer) = Waiter::new(request.max);
     shard.waiters.park(record.id, topic, None, waiter.clone());
-    let now = Instant::now();
+    let now = now_ms();
     let needed = shard
         .waiters
-        .registrations_needed(record.id, topic, &remote, deadline, now);
+        .registrations_needed(record.id, topic, &remote, deadline_ms, now);
     for owner in needed {
-        let ttl = deadline.saturating_duration_since(now) + SHARE_WINDOW;
+        let ttl = Duration::from_millis(deadline_ms.saturating_sub(now)) + SHARE_WINDOW;
         register(shard, owner, topic, record.id, ttl).await;
     }
     ensure_keeper(shard);
@@ -363,7 +364,7 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
         .await;
         shard
             .waiters
-            .note_registered(incarnation, owner, RENEW_AFTER + SHARE_WINDOW);
+            .note_registered(incarnation, owner, RENEW_AFTER + SHARE_WINDOW, now_ms());
     }
 }
 
@@ -387,7 +388,7 @@ fn ensure_keeper(shard: &Rc<Shard>) {
 async fn keeper(shard: Rc<Shard>) {
     loop {
         narad_io::rt::sleep(KEEPER_INTERVAL).await;
-        let now = Instant::now();
+        let now = now_ms();
         if shard.stopping.get() || !shard.waiters.any_parked() {
             shard.waiters.sweep(now);
             shard.waiters.keeper_running.set(false);
@@ -404,7 +405,9 @@ async fn keeper(shard: Rc<Shard>) {
             for owner in owners {
                 let ttl = RENEW_AFTER + SHARE_WINDOW;
                 register(&shard, owner, &topic, incarnation, ttl).await;
-                shard.waiters.note_registered(incarnation, owner, ttl);
+                shard
+                    .waiters
+                    .note_registered(incarnation, owner, ttl, now_ms());
             }
         }
     }

@@ -17,19 +17,20 @@
 //! (see [`super::waiters`]). A token reserves nothing. When records are available
 //! and no consumer parked on this shard takes them, the pump spends one token per
 //! available record ([`Queues::spend_tokens`]) and tells that shard, which then
-//! claims. An outstanding notification counts against the available records until
-//! its claim arrives or its deadline passes, so one record is never promised to two
-//! shards.
+//! claims. The bookkeeping is the sans-IO [`Tokens`] core: an outstanding
+//! notification counts against the available records until its claim arrives or
+//! its deadline passes, so one record is never promised to two shards.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use narad_io::dma::DmaStorage;
 use narad_shards::consume::inflight::{Caps, HandleError, InFlight, Reserve};
 use narad_shards::consume::state;
+use narad_shards::consume::tokens::Tokens;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadItem;
 use rand::RngCore;
@@ -46,12 +47,6 @@ use crate::meta::TopicRecord;
 /// again at most this often per call.
 const TAKE_ATTEMPTS_MAX: usize = 4;
 
-/// How long a notified shard has to claim before the record may be offered again.
-pub const CLAIM_DEADLINE: Duration = Duration::from_millis(500);
-
-/// Tokens one topic holds at most: one per requesting shard.
-const TOKENS_PER_TOPIC_MAX: usize = 1024;
-
 type Key = (IncarnationId, PartitionId);
 
 /// Tells the shard's pump that a topic's records became available here.
@@ -65,20 +60,12 @@ pub struct PartitionQueue {
     pub hwm: Offset,
 }
 
-/// Delivery tokens and outstanding notifications of one topic on its owner.
-#[derive(Default)]
-struct Tokens {
-    /// (requesting shard, expiry), oldest registration first.
-    held: Vec<(usize, Instant)>,
-    /// Deadlines of notifications sent and not yet claimed or passed.
-    outstanding: Vec<Instant>,
-}
-
 /// The partitions of one shard, as consumers see them.
 pub struct Queues {
     owner: Rc<Owner>,
     parts: RefCell<HashMap<Key, Rc<RefCell<PartitionQueue>>>>,
-    tokens: RefCell<HashMap<IncarnationId, Tokens>>,
+    /// Delivery tokens other shards left here, and the notifications promised.
+    tokens: RefCell<Tokens>,
     rng: RefCell<ChaCha8Rng>,
     /// Partitions whose settled state changed since the persister last looked.
     settled_changed: RefCell<Vec<Key>>,
@@ -101,7 +88,7 @@ impl Queues {
             persister,
             owner,
             parts: RefCell::new(HashMap::new()),
-            tokens: RefCell::new(HashMap::new()),
+            tokens: RefCell::new(Tokens::default()),
             rng: RefCell::new(rng),
             settled_changed: RefCell::new(Vec::new()),
             wake,
@@ -428,57 +415,29 @@ impl Queues {
         from: usize,
         ttl: Duration,
     ) {
-        let mut tokens = self.tokens.borrow_mut();
-        let entry = tokens.entry(incarnation).or_default();
-        entry.held.retain(|(s, _)| *s != from);
-        if entry.held.len() < TOKENS_PER_TOPIC_MAX {
-            entry.held.push((from, Instant::now() + ttl));
-        }
-        drop(tokens);
+        self.tokens
+            .borrow_mut()
+            .register(incarnation, from, ttl, now_ms());
         (self.wake)(incarnation, topic);
     }
 
     /// Whether any shard holds a live token for the topic here.
     pub fn has_tokens(&self, incarnation: IncarnationId) -> bool {
-        let now = Instant::now();
-        self.tokens
-            .borrow()
-            .get(&incarnation)
-            .is_some_and(|t| t.held.iter().any(|(_, until)| *until > now))
+        self.tokens.borrow().has_tokens(incarnation, now_ms())
     }
 
     /// Spends one token per available record not already promised; returns the
     /// shards to notify, each once.
     pub fn spend_tokens(&self, incarnation: IncarnationId) -> Vec<usize> {
         let available = self.available(incarnation);
-        let now = Instant::now();
-        let mut tokens = self.tokens.borrow_mut();
-        let Some(entry) = tokens.get_mut(&incarnation) else {
-            return Vec::new();
-        };
-        entry.held.retain(|(_, until)| *until > now);
-        entry.outstanding.retain(|deadline| *deadline > now);
-        let mut spare = available.saturating_sub(entry.outstanding.len() as u64);
-        let mut notify = Vec::new();
-        while spare > 0 && !entry.held.is_empty() {
-            let (shard, _) = entry.held.remove(0);
-            entry.outstanding.push(now + CLAIM_DEADLINE);
-            notify.push(shard);
-            spare -= 1;
-        }
-        if entry.held.is_empty() && entry.outstanding.is_empty() {
-            tokens.remove(&incarnation);
-        }
-        notify
+        self.tokens
+            .borrow_mut()
+            .spend(incarnation, available, now_ms())
     }
 
     /// A notified shard claimed or passed: its promise is retired.
     pub fn retire_notification(&self, incarnation: IncarnationId) {
-        if let Some(entry) = self.tokens.borrow_mut().get_mut(&incarnation) {
-            if !entry.outstanding.is_empty() {
-                entry.outstanding.remove(0);
-            }
-        }
+        self.tokens.borrow_mut().retire_notification(incarnation);
     }
 
     /// Forgets a deleted incarnation's consumer state.
@@ -486,7 +445,7 @@ impl Queues {
         self.parts
             .borrow_mut()
             .retain(|(id, _), _| *id != incarnation);
-        self.tokens.borrow_mut().remove(&incarnation);
+        self.tokens.borrow_mut().drop_incarnation(incarnation);
         self.settled_changed
             .borrow_mut()
             .retain(|(id, _)| *id != incarnation);

@@ -1,7 +1,9 @@
-//! The consume path's per-partition state machines (sans-IO): leases handed to
-//! consumers, the settled frontier, and what may be handed out next.
+//! The consume path's state machines (sans-IO): leases handed to consumers, the
+//! settled frontier, what may be handed out next, the consumers parked on a
+//! shard and the delivery tokens shards leave with owners.
 //!
-//! Runs on every shard, one instance per partition the shard owns. Nothing here
+//! Runs on every shard: an in-flight table per partition the shard owns, one
+//! [`waiters::Waiters`] and one [`tokens::Tokens`] per shard. Nothing here
 //! reads a clock, draws a random number or touches a file: the owner passes in the
 //! time (`now_ms`, milliseconds of a monotonic clock), the nonces (from its
 //! per-shard ChaCha8 stream) and the partition's high watermark, so a seeded
@@ -14,6 +16,11 @@
 //! Map:
 //! - [`inflight`]: the in-flight table: leases with nonces and expiries, the
 //!   frontier and the acked-ahead set.
+//! - [`waiters`]: the consumer side of a shard: parked consumers in FIFOs, kicks
+//!   and notifications for the pump, and the registrations (delivery tokens) this
+//!   shard left with other owners.
+//! - [`tokens`]: the owner side of delivery tokens: the tokens other shards left
+//!   here and the notifications promised against the available records.
 //! - [`state`]: what of it is durable: `consumer.ahead` (anchor and window slots)
 //!   and `consumer.offset`, their loader, and the per-shard committer that writes
 //!   them every tick and makes them durable once per interval. Unlike the rest of
@@ -21,3 +28,5 @@
 
 pub mod inflight;
 pub mod state;
+pub mod tokens;
+pub mod waiters;

@@ -1,0 +1,172 @@
+//! Delivery tokens other shards left with this owner, and the notifications it
+//! sent and not yet saw claimed (sans-IO).
+//!
+//! Which cores: one [`Tokens`] per shard, for the topics whose partitions that shard
+//! owns; touched by the mesh handlers (register, claim, pass) and the pump. Nothing
+//! here reads a clock: the caller passes `now_ms` (milliseconds of a monotonic
+//! clock), and the records available (the sum of its in-flight tables'
+//! [`available`](super::inflight::InFlight::available)).
+//!
+//! A token reserves nothing: it says "a consumer is parked on shard `from`; tell it
+//! when records show up". When records are available and no consumer parked on the
+//! owner takes them, the owner spends one token per available record not already
+//! promised ([`Tokens::spend`]) and notifies that shard, which then claims.
+//!
+//! Invariant: an outstanding notification (a promise) counts against the available
+//! records until its claim or pass arrives ([`Tokens::retire_notification`]) or its
+//! [`CLAIM_DEADLINE`] passes, so one record is never promised to two shards: a
+//! spend never makes more promises than `available - outstanding`.
+//!
+//! One token per (requesting shard, topic): a registration replaces the shard's
+//! token rather than stacking one, and a spent token is gone (single use), so a
+//! stale token costs at most one notification.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::ids::IncarnationId;
+
+/// How long a notified shard has to claim before the record may be offered again.
+pub const CLAIM_DEADLINE: Duration = Duration::from_millis(500);
+
+/// Tokens one topic holds at most: one per requesting shard.
+pub const TOKENS_PER_TOPIC_MAX: usize = 1024;
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The tokens and promises of one topic.
+#[derive(Default, Debug)]
+struct TopicTokens {
+    /// (requesting shard, expiry in ms), oldest registration first.
+    held: Vec<(usize, u64)>,
+    /// Deadlines (ms) of notifications sent and not yet claimed or passed.
+    outstanding: Vec<u64>,
+}
+
+/// The delivery tokens of one owner shard, per topic incarnation. See the module doc.
+#[derive(Default, Debug)]
+pub struct Tokens {
+    topics: HashMap<IncarnationId, TopicTokens>,
+}
+
+impl Tokens {
+    /// Shard `from` left (or renewed) its token for the topic, for `ttl` from now.
+    /// The caller then wakes its pump: registering marks the topic.
+    pub fn register(
+        &mut self,
+        incarnation: IncarnationId,
+        from: usize,
+        ttl: Duration,
+        now_ms: u64,
+    ) {
+        let entry = self.topics.entry(incarnation).or_default();
+        entry.held.retain(|(s, _)| *s != from);
+        if entry.held.len() < TOKENS_PER_TOPIC_MAX {
+            entry.held.push((from, now_ms.saturating_add(ms(ttl))));
+        }
+        assert!(entry.held.len() <= TOKENS_PER_TOPIC_MAX);
+    }
+
+    /// Whether any shard holds a live token for the topic here.
+    pub fn has_tokens(&self, incarnation: IncarnationId, now_ms: u64) -> bool {
+        self.topics
+            .get(&incarnation)
+            .is_some_and(|t| t.held.iter().any(|&(_, until)| until > now_ms))
+    }
+
+    /// Notifications of the topic sent and neither claimed, passed nor lapsed.
+    pub fn outstanding(&self, incarnation: IncarnationId, now_ms: u64) -> u64 {
+        self.topics.get(&incarnation).map_or(0, |t| {
+            t.outstanding.iter().filter(|&&d| d > now_ms).count() as u64
+        })
+    }
+
+    /// Spends one token per record of `available` not already promised; returns
+    /// the shards to notify, each once, oldest registration first.
+    pub fn spend(&mut self, incarnation: IncarnationId, available: u64, now_ms: u64) -> Vec<usize> {
+        let Some(entry) = self.topics.get_mut(&incarnation) else {
+            return Vec::new();
+        };
+        entry.held.retain(|&(_, until)| until > now_ms);
+        entry.outstanding.retain(|&deadline| deadline > now_ms);
+        let promised = entry.outstanding.len() as u64;
+        let mut spare = available.saturating_sub(promised);
+        let mut notify = Vec::new();
+        // Bounded by the tokens held: every iteration removes one.
+        while spare > 0 && !entry.held.is_empty() {
+            let (shard, _) = entry.held.remove(0);
+            entry
+                .outstanding
+                .push(now_ms.saturating_add(ms(CLAIM_DEADLINE)));
+            notify.push(shard);
+            spare -= 1;
+        }
+        assert!(notify.len() as u64 <= available.saturating_sub(promised));
+        if entry.held.is_empty() && entry.outstanding.is_empty() {
+            self.topics.remove(&incarnation);
+        }
+        notify
+    }
+
+    /// A notified shard claimed or passed: its promise (the oldest) is retired.
+    pub fn retire_notification(&mut self, incarnation: IncarnationId) {
+        if let Some(entry) = self.topics.get_mut(&incarnation) {
+            if !entry.outstanding.is_empty() {
+                entry.outstanding.remove(0);
+            }
+        }
+    }
+
+    /// Forgets a deleted incarnation's tokens and promises.
+    pub fn drop_incarnation(&mut self, incarnation: IncarnationId) {
+        self.topics.remove(&incarnation);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: IncarnationId = IncarnationId(7);
+
+    #[test]
+    fn one_record_is_promised_to_one_shard() {
+        let mut tokens = Tokens::default();
+        let ttl = Duration::from_secs(5);
+        tokens.register(T, 1, ttl, 1_000);
+        tokens.register(T, 2, ttl, 1_000);
+        assert!(tokens.has_tokens(T, 1_000));
+        assert_eq!(tokens.spend(T, 1, 1_000), vec![1]);
+        assert_eq!(tokens.outstanding(T, 1_000), 1);
+        // Still one record: promised already.
+        assert!(tokens.spend(T, 1, 1_010).is_empty());
+        // A pass retires the promise; the record goes to the next holder.
+        tokens.retire_notification(T);
+        assert_eq!(tokens.spend(T, 1, 1_020), vec![2]);
+        assert!(!tokens.has_tokens(T, 1_020), "tokens are single use");
+    }
+
+    #[test]
+    fn promises_lapse_at_the_claim_deadline_and_tokens_at_their_ttl() {
+        let mut tokens = Tokens::default();
+        tokens.register(T, 1, Duration::from_secs(5), 1_000);
+        tokens.register(T, 2, Duration::from_millis(100), 1_000);
+        assert_eq!(tokens.spend(T, 1, 1_000), vec![1]);
+        let lapsed = 1_000 + ms(CLAIM_DEADLINE);
+        assert_eq!(tokens.outstanding(T, lapsed), 0);
+        // Shard 2's token lapsed at 1.1 s.
+        assert!(tokens.spend(T, 1, lapsed).is_empty());
+        assert!(!tokens.has_tokens(T, lapsed));
+    }
+
+    #[test]
+    fn a_registration_replaces_the_shards_token() {
+        let mut tokens = Tokens::default();
+        for i in 0..10 {
+            tokens.register(T, 3, Duration::from_secs(1), 1_000 + i);
+        }
+        assert_eq!(tokens.spend(T, 10, 1_100), vec![3]);
+    }
+}

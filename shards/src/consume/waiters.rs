@@ -1,0 +1,474 @@
+//! The consumer side of one shard (sans-IO): parked consumers in FIFOs, the topics
+//! to pump, the notifications owners sent, and the registrations (tokens) this
+//! shard left with other owners.
+//!
+//! Which cores: one [`Waiters`] per shard, touched only by that shard's tasks (the
+//! consume requests that park, the pump, the claims, the registration keeper).
+//! Nothing here reads a clock or wakes a task: the caller passes the time in
+//! (`now_ms`, milliseconds of a monotonic clock) and, after [`Waiters::park`],
+//! [`Waiters::kick`] or [`Waiters::notified`], wakes its pump itself. So a seeded
+//! simulation drives this core exactly as the broker does.
+//!
+//! A consumer that found nothing parks: it joins its topic's FIFO (or, pinned to a
+//! partition, that partition's FIFO) holding the sending end of a oneshot. Nothing
+//! is reserved for it. The pump takes the head of a FIFO, reserves for exactly that
+//! consumer, and sends; a consumer whose request was cancelled has dropped the
+//! receiving end, so the send fails and the records are released at once.
+//!
+//! Dead entries (timed out, cancelled) stay where they stand and are skipped when
+//! popped; a FIFO is swept once it doubles past 64 entries, so a re-park costs
+//! O(1) amortized and a FIFO never holds more than about twice its live entries.
+//!
+//! Registrations: one per (topic, owner shard), shared by every consumer parked
+//! here. A consumer parking within [`SHARE_WINDOW`] of a registration whose token
+//! outlives its deadline shares it; a notification spends the owner's token, so
+//! the registration is forgotten at once.
+//!
+//! The delivered item type `D` is the broker's (leased records); the core only
+//! moves it through the oneshot.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_channel::oneshot;
+
+use crate::ids::{IncarnationId, PartitionId};
+
+/// A registration younger than this is shared by consumers that park after it.
+pub const SHARE_WINDOW: Duration = Duration::from_millis(250);
+
+/// A FIFO is swept of dead entries when it reaches a power of two at least this.
+const SWEEP_FROM_ENTRIES: usize = 64;
+
+/// Milliseconds of a duration, for arithmetic on the caller's millisecond clock.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One parked consumer.
+pub struct Waiter<D> {
+    pub max: usize,
+    reply: RefCell<Option<oneshot::Sender<D>>>,
+}
+
+impl<D> Waiter<D> {
+    pub fn new(max: usize) -> (Rc<Waiter<D>>, oneshot::Receiver<D>) {
+        assert!(max > 0, "a consumer asks for at least one record");
+        let (reply, answer) = oneshot::channel();
+        let waiter = Rc::new(Waiter {
+            max,
+            reply: RefCell::new(Some(reply)),
+        });
+        (waiter, answer)
+    }
+
+    /// Still waiting: not delivered to, not timed out, request not cancelled.
+    pub fn is_live(&self) -> bool {
+        self.reply
+            .borrow()
+            .as_ref()
+            .is_some_and(|reply| !reply.is_canceled())
+    }
+
+    /// Hands records over; gives them back if the consumer is gone.
+    pub fn deliver(&self, records: D) -> Result<(), D> {
+        let result = match self.reply.borrow_mut().take() {
+            Some(reply) => reply.send(records),
+            None => Err(records),
+        };
+        // Delivered or not, a waiter answers at most once.
+        assert!(self.reply.borrow().is_none());
+        result
+    }
+
+    /// The consumer stops waiting (its deadline passed).
+    pub fn close(&self) {
+        self.reply.borrow_mut().take();
+    }
+}
+
+/// When this shard registered with an owner, and when that token lapses, both on
+/// this shard's clock.
+#[derive(Clone, Copy, Debug)]
+struct Registration {
+    sent_at_ms: u64,
+    expires_at_ms: u64,
+}
+
+struct TopicWait<D> {
+    topic: Arc<str>,
+    queue: VecDeque<Rc<Waiter<D>>>,
+    pinned: HashMap<PartitionId, VecDeque<Rc<Waiter<D>>>>,
+    registered: HashMap<usize, Registration>,
+}
+
+/// A topic with something to do for the pump.
+#[derive(Clone, Debug)]
+pub struct Kick {
+    pub incarnation: IncarnationId,
+    pub topic: Arc<str>,
+}
+
+/// An owner told this shard a record is there for it.
+#[derive(Clone, Debug)]
+pub struct Notification {
+    pub incarnation: IncarnationId,
+    pub topic: Arc<str>,
+    pub owner: usize,
+}
+
+/// One shard's parked consumers. See the module doc.
+pub struct Waiters<D> {
+    topics: HashMap<IncarnationId, TopicWait<D>>,
+    kicked: Vec<Kick>,
+    notifications: Vec<Notification>,
+}
+
+impl<D> Default for Waiters<D> {
+    fn default() -> Self {
+        Waiters {
+            topics: HashMap::new(),
+            kicked: Vec::new(),
+            notifications: Vec::new(),
+        }
+    }
+}
+
+impl<D> Waiters<D> {
+    fn topic_entry<'a>(
+        topics: &'a mut HashMap<IncarnationId, TopicWait<D>>,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+    ) -> &'a mut TopicWait<D> {
+        topics.entry(incarnation).or_insert_with(|| TopicWait {
+            topic: topic.clone(),
+            queue: VecDeque::new(),
+            pinned: HashMap::new(),
+            registered: HashMap::new(),
+        })
+    }
+
+    /// Parks a consumer and kicks its topic (a consumer that arrives after the data
+    /// must not wait for a wake that already happened); the caller wakes the pump.
+    pub fn park(
+        &mut self,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        pinned: Option<PartitionId>,
+        waiter: Rc<Waiter<D>>,
+    ) {
+        let entry = Self::topic_entry(&mut self.topics, incarnation, topic);
+        let fifo = match pinned {
+            Some(p) => entry.pinned.entry(p).or_default(),
+            None => &mut entry.queue,
+        };
+        if fifo.len() >= SWEEP_FROM_ENTRIES && fifo.len().is_power_of_two() {
+            fifo.retain(|w| w.is_live());
+        }
+        fifo.push_back(waiter);
+        self.kick(incarnation, topic);
+    }
+
+    /// Asks the pump to look at a topic; the caller wakes the pump.
+    pub fn kick(&mut self, incarnation: IncarnationId, topic: &Arc<str>) {
+        if !self.kicked.iter().any(|k| k.incarnation == incarnation) {
+            self.kicked.push(Kick {
+                incarnation,
+                topic: topic.clone(),
+            });
+        }
+        assert!(!self.kicked.is_empty());
+    }
+
+    /// An owner spent this shard's token: forget the registration and queue the
+    /// notification for the pump; the caller wakes the pump.
+    pub fn notified(&mut self, incarnation: IncarnationId, topic: &Arc<str>, owner: usize) {
+        if let Some(entry) = self.topics.get_mut(&incarnation) {
+            entry.registered.remove(&owner);
+        }
+        self.notifications.push(Notification {
+            incarnation,
+            topic: topic.clone(),
+            owner,
+        });
+    }
+
+    pub fn take_kicked(&mut self) -> Vec<Kick> {
+        std::mem::take(&mut self.kicked)
+    }
+
+    pub fn take_notifications(&mut self) -> Vec<Notification> {
+        std::mem::take(&mut self.notifications)
+    }
+
+    /// The first live consumer of a FIFO, taken off it.
+    pub fn pop_live(
+        &mut self,
+        incarnation: IncarnationId,
+        pinned: Option<PartitionId>,
+    ) -> Option<Rc<Waiter<D>>> {
+        let entry = self.topics.get_mut(&incarnation)?;
+        let fifo = match pinned {
+            Some(p) => entry.pinned.get_mut(&p)?,
+            None => &mut entry.queue,
+        };
+        // Bounded by the FIFO's length: every iteration pops one entry.
+        while let Some(waiter) = fifo.pop_front() {
+            if waiter.is_live() {
+                return Some(waiter);
+            }
+        }
+        None
+    }
+
+    /// Puts a consumer the pump could not serve back at the head of its FIFO.
+    pub fn push_front(
+        &mut self,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        pinned: Option<PartitionId>,
+        waiter: Rc<Waiter<D>>,
+    ) {
+        let entry = Self::topic_entry(&mut self.topics, incarnation, topic);
+        match pinned {
+            Some(p) => entry.pinned.entry(p).or_default().push_front(waiter),
+            None => entry.queue.push_front(waiter),
+        }
+    }
+
+    /// Partitions with a pinned consumer parked.
+    pub fn pinned_partitions(&mut self, incarnation: IncarnationId) -> Vec<PartitionId> {
+        let Some(entry) = self.topics.get_mut(&incarnation) else {
+            return Vec::new();
+        };
+        entry.pinned.retain(|_, fifo| {
+            fifo.retain(|w| w.is_live());
+            !fifo.is_empty()
+        });
+        entry.pinned.keys().copied().collect()
+    }
+
+    /// Whether a live unpinned consumer is parked on the topic.
+    pub fn has_parked(&self, incarnation: IncarnationId) -> bool {
+        self.topics
+            .get(&incarnation)
+            .is_some_and(|e| e.queue.iter().any(|w| w.is_live()))
+    }
+
+    /// Of `owners`, those this shard must (re)register with for a consumer that
+    /// waits until `deadline_ms`; marks them registered until `deadline_ms` plus
+    /// the share window.
+    pub fn registrations_needed(
+        &mut self,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        owners: &[usize],
+        deadline_ms: u64,
+        now_ms: u64,
+    ) -> Vec<usize> {
+        let entry = Self::topic_entry(&mut self.topics, incarnation, topic);
+        let mut needed = Vec::new();
+        for &owner in owners {
+            let shared = entry.registered.get(&owner).is_some_and(|r| {
+                now_ms.saturating_sub(r.sent_at_ms) < ms(SHARE_WINDOW)
+                    && r.expires_at_ms >= deadline_ms
+            });
+            if !shared {
+                entry.registered.insert(
+                    owner,
+                    Registration {
+                        sent_at_ms: now_ms,
+                        expires_at_ms: deadline_ms.saturating_add(ms(SHARE_WINDOW)),
+                    },
+                );
+                needed.push(owner);
+            }
+        }
+        assert!(needed.len() <= owners.len());
+        needed
+    }
+
+    /// The keeper's view: per topic with live unpinned consumers, its name and the
+    /// owners whose registration is missing, lapsing within the share window, or
+    /// older than `renew_after`.
+    pub fn stale_registrations(
+        &self,
+        now_ms: u64,
+        renew_after: Duration,
+        owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
+    ) -> Vec<(IncarnationId, Arc<str>, Vec<usize>)> {
+        let mut out = Vec::new();
+        for (&incarnation, entry) in &self.topics {
+            if !entry.queue.iter().any(|w| w.is_live()) {
+                continue;
+            }
+            let mut stale = Vec::new();
+            for owner in owners_of(incarnation, &entry.topic) {
+                let fresh = entry.registered.get(&owner).is_some_and(|r| {
+                    r.expires_at_ms > now_ms.saturating_add(ms(SHARE_WINDOW))
+                        && now_ms.saturating_sub(r.sent_at_ms) < ms(renew_after)
+                });
+                if !fresh {
+                    stale.push(owner);
+                }
+            }
+            if !stale.is_empty() {
+                out.push((incarnation, entry.topic.clone(), stale));
+            }
+        }
+        out
+    }
+
+    /// Records that a registration was sent at `now_ms`, lasting `ttl`.
+    pub fn note_registered(
+        &mut self,
+        incarnation: IncarnationId,
+        owner: usize,
+        ttl: Duration,
+        now_ms: u64,
+    ) {
+        if let Some(entry) = self.topics.get_mut(&incarnation) {
+            entry.registered.insert(
+                owner,
+                Registration {
+                    sent_at_ms: now_ms,
+                    expires_at_ms: now_ms.saturating_add(ms(ttl)),
+                },
+            );
+        }
+    }
+
+    /// Whether any consumer is parked on this shard at all.
+    pub fn any_parked(&self) -> bool {
+        self.topics
+            .values()
+            .any(|e| e.queue.iter().any(|w| w.is_live()))
+    }
+
+    /// Forgets a deleted topic: its parked consumers get nothing (answered 204).
+    pub fn drop_incarnation(&mut self, incarnation: IncarnationId) {
+        self.topics.remove(&incarnation);
+    }
+
+    /// Empties every FIFO (the node is stopping): parked consumers are answered at
+    /// once.
+    pub fn release_all(&mut self) {
+        let topics = std::mem::take(&mut self.topics);
+        for entry in topics.into_values() {
+            for w in entry.queue.iter().chain(entry.pinned.values().flatten()) {
+                w.close();
+            }
+        }
+    }
+
+    /// Forgets dead topic entries (nothing parked, no registration alive).
+    pub fn sweep(&mut self, now_ms: u64) {
+        self.topics.retain(|_, e| {
+            e.queue.retain(|w| w.is_live());
+            e.pinned.retain(|_, f| {
+                f.retain(|w| w.is_live());
+                !f.is_empty()
+            });
+            e.registered.retain(|_, r| r.expires_at_ms > now_ms);
+            !(e.queue.is_empty() && e.pinned.is_empty() && e.registered.is_empty())
+        });
+    }
+
+    /// Entries (live or dead) in the topic's unpinned FIFO; for tests.
+    pub fn queued_len(&self, incarnation: IncarnationId) -> usize {
+        self.topics.get(&incarnation).map_or(0, |e| e.queue.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_waiters_are_skipped_and_swept() {
+        let mut waiters = Waiters::<u32>::default();
+        let topic: Arc<str> = Arc::from("t");
+        let id = IncarnationId(1);
+        let mut answers = Vec::new();
+        for i in 0..200 {
+            let (w, answer) = Waiter::new(1);
+            waiters.park(id, &topic, None, w);
+            if i % 2 == 0 {
+                answers.push(answer); // kept: live
+            }
+        }
+        let len = waiters.queued_len(id);
+        assert!(len < 200, "swept while parking: {len}");
+        let mut live = 0;
+        while let Some(w) = waiters.pop_live(id, None) {
+            assert!(w.is_live());
+            live += 1;
+        }
+        assert_eq!(live, 100);
+    }
+
+    #[test]
+    fn registrations_are_shared_inside_the_window_only() {
+        let mut waiters = Waiters::<u32>::default();
+        let topic: Arc<str> = Arc::from("t");
+        let id = IncarnationId(1);
+        let now = 1_000;
+        let deadline = now + 5_000;
+        assert_eq!(
+            waiters.registrations_needed(id, &topic, &[1, 2], deadline, now),
+            vec![1, 2]
+        );
+        let soon = now + 100;
+        assert!(waiters
+            .registrations_needed(id, &topic, &[1, 2], deadline, soon)
+            .is_empty());
+        // A later deadline is not covered by the token.
+        let later = deadline + 1_000;
+        assert_eq!(
+            waiters.registrations_needed(id, &topic, &[1], later, soon),
+            vec![1]
+        );
+        // Past the share window a consumer registers again.
+        let late = now + ms(SHARE_WINDOW) + 1;
+        assert_eq!(
+            waiters.registrations_needed(id, &topic, &[2], deadline, late),
+            vec![2]
+        );
+        // A notification spends the token.
+        waiters.notified(id, &topic, 2);
+        assert_eq!(
+            waiters.registrations_needed(id, &topic, &[2], deadline, late),
+            vec![2]
+        );
+    }
+
+    #[test]
+    fn the_keeper_renews_missing_lapsing_and_old_registrations() {
+        let mut waiters = Waiters::<u32>::default();
+        let topic: Arc<str> = Arc::from("t");
+        let id = IncarnationId(1);
+        let renew_after = Duration::from_secs(5);
+        let owners = |_, _: &str| vec![1, 2];
+        // Nobody parked: nothing to keep.
+        assert!(waiters
+            .stale_registrations(0, renew_after, owners)
+            .is_empty());
+        let (w, _answer) = Waiter::new(1);
+        waiters.park(id, &topic, None, w);
+        let now = 1_000;
+        waiters.note_registered(id, 1, Duration::from_secs(10), now);
+        let stale = waiters.stale_registrations(now, renew_after, owners);
+        assert_eq!(stale.len(), 1);
+        assert_eq!(stale[0].2, vec![2], "owner 2 was never registered with");
+        let old = now + ms(renew_after);
+        let stale = waiters.stale_registrations(old, renew_after, owners);
+        assert_eq!(
+            stale[0].2,
+            vec![1, 2],
+            "a registration is renewed after 5 s"
+        );
+    }
+}
