@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use narad_shards::ids::{IncarnationId, PartitionId};
 
 use super::handle::Handle;
+use super::inbound::Inbound;
 use super::waiters::{Kick, Notification, Waiter, SHARE_WINDOW};
 use super::{now_ms, ConsumeError, Delivered, Settle, SettleError, TAKE_BYTES_MAX};
 use crate::broker::ops::Op;
@@ -66,8 +67,13 @@ pub async fn consume(
         wait: request.wait,
         reply,
     };
-    let stopped = || Err(ConsumeError::Failed("the owner shard stopped".into()));
-    shard.ask(owner, op, stopped).await
+    let (reply, answer) = futures_channel::oneshot::channel();
+    shard.send(owner, op(reply)).await;
+    let mut answer = Inbound::new(answer, shard, topic, record.id, |r| r.unwrap_or_default());
+    answer
+        .recv()
+        .await
+        .unwrap_or_else(|| Err(ConsumeError::Failed("the owner shard stopped".into())))
 }
 
 async fn consume_queue(
@@ -113,7 +119,12 @@ async fn consume_queue(
         register(shard, owner, topic, record.id, ttl).await;
     }
     ensure_keeper(shard);
-    Ok(wait_for(&waiter, answer, deadline).await)
+    Ok(wait_for(
+        &waiter,
+        Inbound::new(answer, shard, topic, record.id, |v| v),
+        deadline,
+    )
+    .await)
 }
 
 /// A pinned consume of a partition this shard owns.
@@ -136,16 +147,21 @@ async fn consume_pinned_here(
     shard
         .waiters
         .park(record.id, topic, Some(partition), waiter.clone());
-    Ok(wait_for(&waiter, answer, deadline).await)
+    Ok(wait_for(
+        &waiter,
+        Inbound::new(answer, shard, topic, record.id, |v| v),
+        deadline,
+    )
+    .await)
 }
 
 /// Waits for the pump to deliver, until `deadline`.
 async fn wait_for(
     waiter: &Waiter,
-    mut answer: futures_channel::oneshot::Receiver<Vec<Delivered>>,
+    mut answer: Inbound<Vec<Delivered>>,
     deadline: Instant,
 ) -> Vec<Delivered> {
-    let delivered = futures_lite::future::or(async { Some((&mut answer).await.ok()) }, async {
+    let delivered = futures_lite::future::or(async { Some(answer.recv().await) }, async {
         glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
         None
     })
@@ -155,7 +171,7 @@ async fn wait_for(
         None => {
             waiter.close();
             // The pump may have sent in the same instant the deadline passed.
-            answer.try_recv().ok().flatten().unwrap_or_default()
+            answer.try_recv().unwrap_or_default()
         }
     }
 }
@@ -178,8 +194,13 @@ async fn probe(
         wait: Duration::ZERO,
         reply,
     };
-    let stopped = || Err(ConsumeError::Failed("the owner shard stopped".into()));
-    shard.ask(owner, op, stopped).await
+    let (reply, answer) = futures_channel::oneshot::channel();
+    shard.send(owner, op(reply)).await;
+    let mut answer = Inbound::new(answer, shard, topic, incarnation, |r| r.unwrap_or_default());
+    answer
+        .recv()
+        .await
+        .unwrap_or_else(|| Err(ConsumeError::Failed("the owner shard stopped".into())))
 }
 
 async fn register(
@@ -349,7 +370,11 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
                 }
             }
         }
-        _ => shard.waiters.push_front(incarnation, &topic, None, waiter),
+        _ => {
+            shard.waiters.push_front(incarnation, &topic, None, waiter);
+            // The keeper may have stopped while this consumer was off the FIFO.
+            ensure_keeper(&shard);
+        }
     }
     // The notification spent this shard's token there: leave a fresh one at once
     // if anyone is still parked, so the next record finds it.

@@ -19,11 +19,14 @@
 //! - [`flow`]: the tasks and request flows: consume routing (local, probe, park),
 //!   the pump, claims after a notification, the registration keeper, settling.
 //! - [`handle`]: receipt handles.
+//! - [`inbound`]: the receiving end of a delivery, which gives records back when
+//!   its request is cancelled before it read them.
 //! - [`persist`]: the ack persister task feeding the shard's consumer-offset
 //!   committer (`consumer.ahead`, `consumer.offset`).
 
 pub mod flow;
 pub mod handle;
+pub mod inbound;
 pub mod persist;
 pub mod queues;
 pub mod waiters;

@@ -200,7 +200,8 @@ impl Queues {
             acked_ahead_max: record.max_acked_ahead_per_partition as usize,
         };
         for _ in 0..TAKE_ATTEMPTS_MAX {
-            let reserved = self.reserve(&queue, &caps, record.visibility_timeout_ms, want);
+            let reserved =
+                self.reserve(record.id, &queue, &caps, record.visibility_timeout_ms, want);
             let (Some(&(first, _)), Some(&(last, _))) = (reserved.first(), reserved.last()) else {
                 return Ok(Vec::new());
             };
@@ -267,9 +268,12 @@ impl Queues {
         Ok(Vec::new())
     }
 
-    /// Leases up to `want` offsets, lowest first.
+    /// Leases up to `want` offsets, lowest first. Leases that expired are purged
+    /// first, and their records announced: a purge on a touch is as much a wake
+    /// as one by the background purger.
     fn reserve(
         &self,
+        incarnation: IncarnationId,
         queue: &RefCell<PartitionQueue>,
         caps: &Caps,
         visibility_ms: u64,
@@ -278,6 +282,7 @@ impl Queues {
         let mut queue = queue.borrow_mut();
         let mut rng = self.rng.borrow_mut();
         let now = now_ms();
+        let purged = queue.table.purge_expired(now);
         let hwm = queue.hwm;
         let mut reserved = Vec::new();
         while reserved.len() < want {
@@ -288,6 +293,11 @@ impl Queues {
             }
         }
         assert!(reserved.windows(2).all(|w| w[0].0 < w[1].0));
+        let topic = queue.topic.clone();
+        drop(queue);
+        if purged > 0 {
+            (self.wake)(incarnation, &topic);
+        }
         reserved
     }
 
@@ -307,25 +317,26 @@ impl Queues {
         };
         let now = now_ms();
         let mut queue = queue.borrow_mut();
-        queue.table.purge_expired(now);
-        match settle {
-            Settle::Ack => {
-                queue.table.ack(offset, nonce, now)?;
+        // Leases that lapsed are released before the handle is checked; their
+        // records are announced like a nack's.
+        let purged = queue.table.purge_expired(now);
+        let outcome = match settle {
+            Settle::Ack => queue.table.ack(offset, nonce, now).map(|()| {
                 self.note_settled(key);
-            }
-            Settle::Extend => {
-                queue
-                    .table
-                    .extend(offset, nonce, now, record.visibility_timeout_ms)?;
-            }
-            Settle::Nack => {
-                queue.table.nack(offset, nonce, now)?;
-                let topic = queue.topic.clone();
-                drop(queue);
-                (self.wake)(record.id, &topic);
-            }
+            }),
+            Settle::Extend => queue
+                .table
+                .extend(offset, nonce, now, record.visibility_timeout_ms)
+                .map(|_| ()),
+            Settle::Nack => queue.table.nack(offset, nonce, now),
+        };
+        let topic = queue.topic.clone();
+        drop(queue);
+        let released = settle == Settle::Nack && outcome.is_ok();
+        if purged > 0 || released {
+            (self.wake)(record.id, &topic);
         }
-        Ok(())
+        outcome
     }
 
     /// Gives records handed out to nobody (their request was cancelled) back.
