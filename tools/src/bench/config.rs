@@ -323,9 +323,10 @@ fn fresh_topic_name() -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
+    /// A valid produce configuration the tests start from.
     pub fn config() -> Config {
         Config {
             server: "http://127.0.0.1:7942".into(),

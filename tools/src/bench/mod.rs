@@ -463,30 +463,8 @@ fn plan(s: &Settings, start: Instant, stamper: Option<workload::Stamper>) -> Pla
 
 #[cfg(test)]
 mod tests {
+    use super::config::tests::config;
     use super::*;
-
-    fn config() -> Config {
-        Config {
-            server: "http://127.0.0.1:7942".into(),
-            topic: Some("t".into()),
-            count: None,
-            duration: None,
-            size_bytes: 256,
-            workers: 8,
-            producers: None,
-            consumers: None,
-            mode: None,
-            consume: false,
-            consume_max: None,
-            verify: false,
-            batch_records: None,
-            rate: None,
-            cpu: None,
-            create: false,
-            partitions: None,
-            json: None,
-        }
-    }
 
     fn settings(config: Config) -> Settings {
         Settings::resolve(&config).unwrap()
