@@ -1,0 +1,220 @@
+//! The tasks of a consumer's shard in the broker's `src/consume/flow.rs`.
+//!
+//! The pump (`run_pump`, `pump_topic`, `serve_fifo`: pinned FIFOs first, then the
+//! topic's FIFO, then, with nobody parked here and a live token, `load_all` and
+//! `spend_tokens`, one `Op::Notify` each), the claim after a notification
+//! (`flow::claim`) and the registration keeper (`flow::keeper`).
+//!
+//! A spend of tokens is checked here against the simulation's own ledger of
+//! promises: it never notifies more shards than the records available minus the
+//! promises outstanding.
+
+use narad_shards::consume::tokens::CLAIM_DEADLINE;
+use narad_shards::consume::waiters::{Notification, SHARE_WINDOW};
+use narad_shards::ids::{IncarnationId, PartitionId};
+use rand::Rng;
+
+use crate::world::{ms, Asker, Claim, Ev, Msg, Records, Sim};
+use crate::{KEEPER_INTERVAL_MS, RENEW_AFTER, TASK_DELAY_MAX_MS};
+
+impl Sim {
+    /// `run_pump`, one round.
+    pub(crate) fn pump(&mut self, s: usize) {
+        self.shards[s].pump_scheduled = false;
+        self.note(format!("pump of {s} runs"));
+        let notifications = self.shards[s].waiters.take_notifications();
+        for n in notifications {
+            // `spawn_local(claim(..))`: the claim runs after the pump yields.
+            let delay = self.rng.random_range(0..=TASK_DELAY_MAX_MS);
+            let epoch = self.shards[s].epoch;
+            self.at(delay, Ev::ClaimStart(s, epoch, n));
+        }
+        for kick in self.shards[s].waiters.take_kicked() {
+            let t = self.topic_of(kick.incarnation);
+            self.pump_topic(s, t);
+        }
+    }
+
+    /// `pump_topic`.
+    fn pump_topic(&mut self, s: usize, t: usize) {
+        let id = self.topics[t].id;
+        let local = self.local_partitions(s, t);
+        for p in self.shards[s].waiters.pinned_partitions(id) {
+            if local.contains(&p) {
+                self.serve_fifo(s, t, Some(p), &[p]);
+            }
+        }
+        if local.is_empty() {
+            return;
+        }
+        self.serve_fifo(s, t, None, &local);
+        let now = self.now_ms;
+        if self.shards[s].waiters.has_parked(id) || !self.shards[s].tokens.has_tokens(id, now) {
+            return;
+        }
+        // `load_all`, then `spend_tokens`.
+        for &p in &local {
+            self.load(s, t, p);
+        }
+        let available = self.available_loaded(s, t);
+        let ledger = self.ledger.entry((s, t)).or_default();
+        ledger.retain(|&deadline| deadline > now);
+        let promised = ledger.len() as u64;
+        let notify = self.shards[s].tokens.spend(id, available, now);
+        if notify.len() as u64 > available.saturating_sub(promised) {
+            self.report_failure(&format!(
+                "shard {s} notified {notify:?} for t{t} with {available} available and {promised} promised"
+            ));
+        }
+        for to in notify {
+            let deadline = now + ms(CLAIM_DEADLINE);
+            self.ledger.entry((s, t)).or_default().push_back(deadline);
+            self.count("notifications");
+            self.note(format!("{s} notifies {to} for t{t}"));
+            self.send(s, to, Msg::Notify { topic: t, owner: s });
+        }
+    }
+
+    /// `serve_fifo`: hands records to the FIFO's consumers, head first, until one
+    /// finds nothing.
+    fn serve_fifo(
+        &mut self,
+        s: usize,
+        t: usize,
+        pinned: Option<PartitionId>,
+        parts: &[PartitionId],
+    ) {
+        let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
+        // Bounded: every round hands records to a consumer taken off the FIFO, or
+        // puts it back and stops.
+        while let Some(waiter) = self.shards[s].waiters.pop_live(id, pinned) {
+            let got = self.take(s, t, parts, waiter.max);
+            if got.is_empty() {
+                self.shards[s].waiters.push_front(id, &name, pinned, waiter);
+                return;
+            }
+            if let Err(back) = waiter.deliver(got) {
+                self.release_delivered(s, t, &back);
+            }
+        }
+    }
+
+    /// `flow::claim`, up to the claim's probe.
+    pub(crate) fn claim_start(&mut self, s: usize, n: Notification) {
+        let t = self.topic_of(n.incarnation);
+        let Some(waiter) = self.shards[s].waiters.pop_live(n.incarnation, None) else {
+            self.count("passes");
+            return self.send(s, n.owner, Msg::Pass { topic: t });
+        };
+        let k = self.claims.len();
+        let max = waiter.max;
+        self.claims.push(Some(Claim {
+            shard: s,
+            epoch: self.shards[s].epoch,
+            topic: t,
+            owner: n.owner,
+            waiter,
+        }));
+        self.count("claims");
+        let msg = Msg::Consume {
+            topic: t,
+            partition: None,
+            max,
+            claim: true,
+            wait_ms: 0,
+            asker: Asker::Claim { claim: k },
+        };
+        self.send(s, n.owner, msg);
+    }
+
+    /// `flow::claim`, after the claim's answer.
+    pub(crate) fn claim_answered(&mut self, k: usize, records: Option<Records>) {
+        let Claim {
+            shard: s,
+            topic: t,
+            owner,
+            waiter,
+            ..
+        } = self.claims[k].take().expect("a claim is answered once");
+        let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
+        match records {
+            Some(got) if !got.is_empty() => {
+                let mut got = got;
+                let mut next = Some(waiter);
+                // Bounded by the FIFO: every round takes a consumer off it.
+                loop {
+                    let w = next
+                        .take()
+                        .or_else(|| self.shards[s].waiters.pop_live(id, None));
+                    let Some(w) = w else {
+                        self.count("claimed records released");
+                        self.send(
+                            s,
+                            owner,
+                            Msg::Release {
+                                topic: t,
+                                records: got,
+                            },
+                        );
+                        break;
+                    };
+                    match w.deliver(got) {
+                        Ok(()) => break,
+                        Err(back) => got = back,
+                    }
+                }
+            }
+            _ => self.shards[s].waiters.push_front(id, &name, None, waiter),
+        }
+        if self.shards[s].waiters.has_parked(id) {
+            let ttl = RENEW_AFTER + SHARE_WINDOW;
+            self.send(
+                s,
+                owner,
+                Msg::Register {
+                    topic: t,
+                    from: s,
+                    ttl,
+                },
+            );
+            let now = self.now_ms;
+            self.shards[s].waiters.note_registered(id, owner, ttl, now);
+        }
+    }
+
+    /// `flow::keeper`, one round.
+    pub(crate) fn keeper(&mut self, s: usize) {
+        let now = self.now_ms;
+        if !self.shards[s].waiters.any_parked() {
+            self.shards[s].waiters.sweep(now);
+            self.shards[s].keeper_running = false;
+            return;
+        }
+        let owners: Vec<Vec<usize>> = (0..self.topics.len())
+            .map(|t| self.remote_owners(s, t))
+            .collect();
+        let owners_of = |id: IncarnationId, _: &str| owners[(id.0 - 1) as usize].clone();
+        let stale = self.shards[s]
+            .waiters
+            .stale_registrations(now, RENEW_AFTER, owners_of);
+        for (id, _, owners) in stale {
+            let t = self.topic_of(id);
+            for owner in owners {
+                let ttl = RENEW_AFTER + SHARE_WINDOW;
+                self.count("keeper registrations");
+                self.send(
+                    s,
+                    owner,
+                    Msg::Register {
+                        topic: t,
+                        from: s,
+                        ttl,
+                    },
+                );
+                self.shards[s].waiters.note_registered(id, owner, ttl, now);
+            }
+        }
+        let epoch = self.shards[s].epoch;
+        self.at(KEEPER_INTERVAL_MS, Ev::Keeper(s, epoch));
+    }
+}

@@ -1,0 +1,391 @@
+//! The simulated node and the plumbing every step uses.
+//!
+//! It owns the topics (partition `p` of a topic is owned by shard
+//! `(p + shift) % shards`), what survives a crash ([`Disk`]), each shard's memory
+//! ([`Shard`], [`PartQ`]), the consumers and claims in progress, the messages of
+//! the mesh ([`Msg`]) and the scheduled events ([`Ev`]), all held by [`Sim`]. Its
+//! helpers schedule events, send over the mesh (FIFO per ordered pair after a
+//! random delay) and wake a shard's pump.
+//!
+//! Everything runs on the test's one thread: a shard is an index into
+//! `Sim::shards`, and its `epoch` counts its crashes, so an event or message of an
+//! earlier life is dropped when it comes due.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_channel::oneshot;
+use narad_shards::consume::inflight::InFlight;
+use narad_shards::consume::tokens::Tokens;
+use narad_shards::consume::waiters::{Notification, Waiter, Waiters};
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::events::Workload;
+use crate::{
+    MESH_DELAY_MAX_MS, PERSIST_INTERVAL_MS, PURGE_INTERVAL_MS, TASK_DELAY_MAX_MS, TRACE_EVENTS_MAX,
+};
+
+pub(crate) fn ms(d: Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// One lease as its consumer holds it (the receipt handle, plus the topic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Lease {
+    pub(crate) topic: usize,
+    pub(crate) partition: PartitionId,
+    pub(crate) offset: Offset,
+    pub(crate) nonce: u64,
+}
+
+pub(crate) type Records = Vec<Lease>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Ack,
+    Extend,
+    Nack,
+}
+
+/// Who waits for the answer of an `Op::Consume`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Asker {
+    /// `consume_queue`'s probe of the `at`-th other owner.
+    Probe { consumer: usize, at: usize },
+    /// `flow::claim` after a notification.
+    Claim { claim: usize },
+    /// A pinned consume forwarded to the partition's owner.
+    Pinned { consumer: usize },
+}
+
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Consume {
+        topic: usize,
+        partition: Option<PartitionId>,
+        max: usize,
+        claim: bool,
+        wait_ms: u64,
+        asker: Asker,
+    },
+    /// The answer to a `Consume`; `None` when the owner dropped the op (crashed).
+    Answer {
+        asker: Asker,
+        records: Option<Records>,
+    },
+    Register {
+        topic: usize,
+        from: usize,
+        ttl: Duration,
+    },
+    Notify {
+        topic: usize,
+        owner: usize,
+    },
+    Pass {
+        topic: usize,
+    },
+    Release {
+        topic: usize,
+        records: Records,
+    },
+    Settle {
+        lease: Lease,
+        kind: Kind,
+    },
+}
+
+pub(crate) enum Ev {
+    Tick,
+    Mesh {
+        from: usize,
+        to: usize,
+        from_epoch: u64,
+        to_epoch: u64,
+        msg: Msg,
+    },
+    Pump(usize, u64),
+    ClaimStart(usize, u64, Notification),
+    Keeper(usize, u64),
+    Purge(usize, u64),
+    Persist(usize, u64),
+    Deadline(usize),
+    Act(u64),
+}
+
+pub(crate) struct Topic {
+    pub(crate) id: IncarnationId,
+    pub(crate) name: Arc<str>,
+    pub(crate) partitions: u32,
+    pub(crate) shift: usize,
+    pub(crate) visibility_ms: u64,
+}
+
+/// What survives a crash: the log's high watermark and the persisted settled state.
+pub(crate) struct Disk {
+    pub(crate) hwm: Offset,
+    pub(crate) frontier: Offset,
+    pub(crate) ahead: Vec<Offset>,
+}
+
+/// `Queues`' `PartitionQueue`.
+pub(crate) struct PartQ {
+    pub(crate) table: InFlight,
+    pub(crate) hwm: Offset,
+    /// The lowest frontier this life may show: the loaded one, then the last seen.
+    pub(crate) frontier_seen: Offset,
+}
+
+pub(crate) struct Shard {
+    pub(crate) epoch: u64,
+    pub(crate) parts: BTreeMap<(usize, PartitionId), PartQ>,
+    pub(crate) waiters: Waiters<Records>,
+    pub(crate) tokens: Tokens,
+    pub(crate) pump_scheduled: bool,
+    pub(crate) keeper_running: bool,
+}
+
+impl Shard {
+    pub(crate) fn new(epoch: u64) -> Self {
+        Shard {
+            epoch,
+            parts: BTreeMap::new(),
+            waiters: Waiters::default(),
+            tokens: Tokens::default(),
+            pump_scheduled: false,
+            keeper_running: false,
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum State {
+    Probing {
+        at: usize,
+    },
+    Parked,
+    /// A pinned consume waiting for its owner's answer.
+    Forwarded,
+    Done,
+}
+
+pub(crate) struct Consumer {
+    pub(crate) shard: usize,
+    pub(crate) epoch: u64,
+    pub(crate) topic: usize,
+    pub(crate) pinned: Option<PartitionId>,
+    pub(crate) max: usize,
+    pub(crate) wait_ms: u64,
+    pub(crate) deadline_ms: u64,
+    pub(crate) remote: Vec<usize>,
+    pub(crate) state: State,
+    pub(crate) parked_at_ms: u64,
+    pub(crate) waiter: Option<Rc<Waiter<Records>>>,
+    pub(crate) answer: Option<oneshot::Receiver<Records>>,
+    /// The consumer whose forwarded pinned consume this one serves on its owner.
+    pub(crate) origin: Option<usize>,
+}
+
+pub(crate) struct Claim {
+    pub(crate) shard: usize,
+    pub(crate) epoch: u64,
+    pub(crate) topic: usize,
+    pub(crate) owner: usize,
+    pub(crate) waiter: Rc<Waiter<Records>>,
+}
+
+/// What a consumer does with a record it received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    Ack,
+    ExtendThenAck,
+    Nack,
+    /// Acks after its lease expired: stale by then.
+    AckLate,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Held {
+    pub(crate) lease: Lease,
+    pub(crate) plan: Plan,
+}
+
+pub(crate) struct Sim {
+    pub(crate) seed: u64,
+    pub(crate) workload: Workload,
+    pub(crate) rng: ChaCha8Rng,
+    pub(crate) now_ms: u64,
+    pub(crate) seq: u64,
+    pub(crate) events: BTreeMap<(u64, u64), Ev>,
+    pub(crate) topics: Vec<Topic>,
+    pub(crate) disk: BTreeMap<(usize, PartitionId), Disk>,
+    pub(crate) shards: Vec<Shard>,
+    pub(crate) mesh_last_ms: Vec<Vec<u64>>,
+    pub(crate) consumers: Vec<Consumer>,
+    pub(crate) parked: BTreeSet<usize>,
+    pub(crate) claims: Vec<Option<Claim>>,
+    pub(crate) held: BTreeMap<u64, Held>,
+    pub(crate) next_held: u64,
+    pub(crate) delivered: HashSet<Lease>,
+    pub(crate) acked: HashSet<(usize, PartitionId, Offset)>,
+    /// Promises per (owner shard, topic): deadlines of notifications not retired.
+    pub(crate) ledger: HashMap<(usize, usize), VecDeque<u64>>,
+    /// Since when records were available without a break, per (owner, topic) and
+    /// per (topic, partition).
+    pub(crate) avail_since: HashMap<(usize, usize), u64>,
+    pub(crate) avail_since_part: HashMap<(usize, PartitionId), u64>,
+    /// When a consumer parked on (shard, topic, pinned partition) was last served.
+    pub(crate) served_ms: HashMap<(usize, usize, Option<PartitionId>), u64>,
+    pub(crate) crashed_ms: Option<u64>,
+    pub(crate) draining: bool,
+    pub(crate) trace: VecDeque<String>,
+    pub(crate) stats: BTreeMap<&'static str, u64>,
+}
+
+impl Sim {
+    pub(crate) fn new(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let shards = rng.random_range(3..=4);
+        let topics: Vec<Topic> = (0..rng.random_range(1..=2))
+            .map(|t| Topic {
+                id: IncarnationId(t as u128 + 1),
+                name: Arc::from(format!("t{t}")),
+                partitions: rng.random_range(1..=6),
+                shift: rng.random_range(0..shards),
+                visibility_ms: rng.random_range(300..3_000),
+            })
+            .collect();
+        let mut disk = BTreeMap::new();
+        for (t, topic) in topics.iter().enumerate() {
+            for p in 0..topic.partitions {
+                let d = Disk {
+                    hwm: Offset(0),
+                    frontier: Offset(0),
+                    ahead: Vec::new(),
+                };
+                disk.insert((t, PartitionId(p)), d);
+            }
+        }
+        let workload = Workload::roll(&mut rng, 1_000);
+        let mut sim = Sim {
+            seed,
+            workload,
+            rng,
+            now_ms: 1_000,
+            seq: 0,
+            events: BTreeMap::new(),
+            topics,
+            disk,
+            shards: (0..shards).map(|_| Shard::new(0)).collect(),
+            mesh_last_ms: vec![vec![0; shards]; shards],
+            consumers: Vec::new(),
+            parked: BTreeSet::new(),
+            claims: Vec::new(),
+            held: BTreeMap::new(),
+            next_held: 0,
+            delivered: HashSet::new(),
+            acked: HashSet::new(),
+            ledger: HashMap::new(),
+            avail_since: HashMap::new(),
+            avail_since_part: HashMap::new(),
+            served_ms: HashMap::new(),
+            crashed_ms: None,
+            draining: false,
+            trace: VecDeque::new(),
+            stats: BTreeMap::new(),
+        };
+        for s in 0..shards {
+            sim.start_shard_tasks(s);
+        }
+        sim.at(0, Ev::Tick);
+        sim
+    }
+
+    pub(crate) fn count(&mut self, what: &'static str) {
+        *self.stats.entry(what).or_default() += 1;
+    }
+
+    pub(crate) fn note(&mut self, what: String) {
+        if self.trace.len() == TRACE_EVENTS_MAX {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(format!("{:>7} {what}", self.now_ms));
+    }
+
+    pub(crate) fn at(&mut self, after_ms: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.insert((self.now_ms + after_ms, self.seq), ev);
+    }
+
+    pub(crate) fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub(crate) fn owner_of(&self, t: usize, p: PartitionId) -> usize {
+        (p.0 as usize + self.topics[t].shift) % self.shards()
+    }
+
+    pub(crate) fn local_partitions(&self, s: usize, t: usize) -> Vec<PartitionId> {
+        (0..self.topics[t].partitions)
+            .map(PartitionId)
+            .filter(|&p| self.owner_of(t, p) == s)
+            .collect()
+    }
+
+    /// `Shard::remote_owners`: the other shards owning partitions of the topic.
+    pub(crate) fn remote_owners(&self, s: usize, t: usize) -> Vec<usize> {
+        let owners: BTreeSet<usize> = (0..self.topics[t].partitions)
+            .map(|p| self.owner_of(t, PartitionId(p)))
+            .filter(|&o| o != s)
+            .collect();
+        owners.into_iter().collect()
+    }
+
+    pub(crate) fn topic_of(&self, id: IncarnationId) -> usize {
+        (id.0 - 1) as usize
+    }
+
+    pub(crate) fn send(&mut self, from: usize, to: usize, msg: Msg) {
+        assert_ne!(from, to, "a shard never sends itself an op");
+        let delay = self.rng.random_range(1..=MESH_DELAY_MAX_MS);
+        // FIFO per ordered pair: never before the previous message on the pair.
+        let when = (self.now_ms + delay).max(self.mesh_last_ms[from][to]);
+        self.mesh_last_ms[from][to] = when;
+        let ev = Ev::Mesh {
+            from,
+            to,
+            from_epoch: self.shards[from].epoch,
+            to_epoch: self.shards[to].epoch,
+            msg,
+        };
+        self.at(when - self.now_ms, ev);
+    }
+
+    pub(crate) fn wake_pump(&mut self, s: usize) {
+        if !self.shards[s].pump_scheduled {
+            self.shards[s].pump_scheduled = true;
+            let delay = self.rng.random_range(0..=TASK_DELAY_MAX_MS);
+            let epoch = self.shards[s].epoch;
+            self.at(delay, Ev::Pump(s, epoch));
+        }
+    }
+
+    /// The `wake` callback of `Queues`: kick the topic, wake the pump.
+    pub(crate) fn wake(&mut self, s: usize, t: usize) {
+        let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
+        self.shards[s].waiters.kick(id, &name);
+        self.wake_pump(s);
+    }
+
+    pub(crate) fn start_shard_tasks(&mut self, s: usize) {
+        let epoch = self.shards[s].epoch;
+        let purge = self.rng.random_range(1..=PURGE_INTERVAL_MS);
+        self.at(purge, Ev::Purge(s, epoch));
+        let persist = self.rng.random_range(1..=PERSIST_INTERVAL_MS);
+        self.at(persist, Ev::Persist(s, epoch));
+    }
+}
