@@ -24,8 +24,9 @@
 //! `NARAD_TEST_SEED=<n>` replays one seed exactly (nothing here reads a clock);
 //! `NARAD_SIM_SEEDS=<n>` runs more seeds (default 200) from a random base.
 
+mod seeded;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use narad_shards::consume::inflight::{Caps, InFlight, Reserve};
 use narad_shards::ids::Offset;
@@ -495,41 +496,16 @@ impl Sim {
     }
 }
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("NARAD_TEST_SEED") {
-        return vec![seed.parse().expect("NARAD_TEST_SEED is a number")];
-    }
-    let count: u64 = std::env::var("NARAD_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SEEDS_DEFAULT);
-    let base: u64 = rand::rng().random_range(0..1 << 40);
-    (base..base + count).collect()
-}
-
 #[test]
 fn every_record_is_delivered_until_settled() {
-    let mut totals: BTreeMap<&'static str, u64> = BTreeMap::new();
-    for seed in seeds() {
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+    seeded::run(
+        "in-flight simulation",
+        "inflight_sim",
+        SEEDS_DEFAULT,
+        |seed| {
             let mut sim = Sim::new(seed);
             sim.run();
             sim.stats
-        }));
-        match outcome {
-            Ok(stats) => {
-                for (k, v) in stats {
-                    *totals.entry(k).or_default() += v;
-                }
-            }
-            Err(panic) => {
-                eprintln!("in-flight simulation failed: seed={seed}");
-                eprintln!(
-                    "replay with NARAD_TEST_SEED={seed} cargo test -p narad-shards --test inflight_sim"
-                );
-                std::panic::resume_unwind(panic);
-            }
-        }
-    }
-    eprintln!("in-flight simulation totals: {totals:?}");
+        },
+    );
 }

@@ -21,7 +21,7 @@
 //! token rather than stacking one, and a spent token is gone (single use), so a
 //! stale token costs at most one notification.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::ids::IncarnationId;
@@ -48,7 +48,7 @@ struct TopicTokens {
 /// The delivery tokens of one owner shard, per topic incarnation. See the module doc.
 #[derive(Default, Debug)]
 pub struct Tokens {
-    topics: HashMap<IncarnationId, TopicTokens>,
+    topics: BTreeMap<IncarnationId, TopicTokens>,
 }
 
 impl Tokens {

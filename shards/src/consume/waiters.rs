@@ -28,7 +28,7 @@
 //! moves it through the oneshot.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,8 +101,8 @@ struct Registration {
 struct TopicWait<D> {
     topic: Arc<str>,
     queue: VecDeque<Rc<Waiter<D>>>,
-    pinned: HashMap<PartitionId, VecDeque<Rc<Waiter<D>>>>,
-    registered: HashMap<usize, Registration>,
+    pinned: BTreeMap<PartitionId, VecDeque<Rc<Waiter<D>>>>,
+    registered: BTreeMap<usize, Registration>,
 }
 
 /// A topic with something to do for the pump.
@@ -122,7 +122,7 @@ pub struct Notification {
 
 /// One shard's parked consumers. See the module doc.
 pub struct Waiters<D> {
-    topics: HashMap<IncarnationId, TopicWait<D>>,
+    topics: BTreeMap<IncarnationId, TopicWait<D>>,
     kicked: Vec<Kick>,
     notifications: Vec<Notification>,
 }
@@ -130,7 +130,7 @@ pub struct Waiters<D> {
 impl<D> Default for Waiters<D> {
     fn default() -> Self {
         Waiters {
-            topics: HashMap::new(),
+            topics: BTreeMap::new(),
             kicked: Vec::new(),
             notifications: Vec::new(),
         }
@@ -139,15 +139,15 @@ impl<D> Default for Waiters<D> {
 
 impl<D> Waiters<D> {
     fn topic_entry<'a>(
-        topics: &'a mut HashMap<IncarnationId, TopicWait<D>>,
+        topics: &'a mut BTreeMap<IncarnationId, TopicWait<D>>,
         incarnation: IncarnationId,
         topic: &Arc<str>,
     ) -> &'a mut TopicWait<D> {
         topics.entry(incarnation).or_insert_with(|| TopicWait {
             topic: topic.clone(),
             queue: VecDeque::new(),
-            pinned: HashMap::new(),
-            registered: HashMap::new(),
+            pinned: BTreeMap::new(),
+            registered: BTreeMap::new(),
         })
     }
 

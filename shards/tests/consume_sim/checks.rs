@@ -6,7 +6,7 @@
 //! by an ack. A failure prints the seed, the last events and each shard's view of
 //! each topic, then panics.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use narad_shards::ids::{Offset, PartitionId};
 
@@ -50,7 +50,7 @@ impl Sim {
         if let Some(what) = regressed {
             self.report_failure(&format!("the frontier regressed: {what}"));
         }
-        let mut live: HashMap<(usize, PartitionId, Offset), u64> = HashMap::new();
+        let mut live: BTreeMap<(usize, PartitionId, Offset), u64> = BTreeMap::new();
         for held in self.held.values() {
             let l = held.lease;
             let owner = self.owner_of(l.topic, l.partition);

@@ -77,12 +77,12 @@ mod pump;
 mod queues;
 mod world;
 
-use std::collections::BTreeMap;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+#[path = "../seeded/mod.rs"]
+mod seeded;
+
 use std::time::Duration;
 
 use narad_shards::consume::inflight::Caps;
-use rand::Rng;
 
 use world::Sim;
 
@@ -123,41 +123,11 @@ const CAPS: Caps = Caps {
 };
 const _: () = assert!(CAPS.in_flight_max as u64 > 2 * 6 * RECORDS_PER_PARTITION_MAX);
 
-fn seeds() -> Vec<u64> {
-    if let Ok(seed) = std::env::var("NARAD_TEST_SEED") {
-        return vec![seed.parse().expect("NARAD_TEST_SEED is a number")];
-    }
-    let count: u64 = std::env::var("NARAD_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SEEDS_DEFAULT);
-    let base: u64 = rand::rng().random_range(0..1 << 40);
-    (base..base + count).collect()
-}
-
 #[test]
 fn parked_consumers_get_every_record_across_shards() {
-    let mut totals: BTreeMap<&'static str, u64> = BTreeMap::new();
-    for seed in seeds() {
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let mut sim = Sim::new(seed);
-            sim.run();
-            sim.stats
-        }));
-        match outcome {
-            Ok(stats) => {
-                for (k, v) in stats {
-                    *totals.entry(k).or_default() += v;
-                }
-            }
-            Err(panic) => {
-                eprintln!("consume simulation failed: seed={seed}");
-                eprintln!(
-                    "replay with NARAD_TEST_SEED={seed} cargo test -p narad-shards --test consume_sim"
-                );
-                std::panic::resume_unwind(panic);
-            }
-        }
-    }
-    eprintln!("consume simulation totals: {totals:?}");
+    seeded::run("consume simulation", "consume_sim", SEEDS_DEFAULT, |seed| {
+        let mut sim = Sim::new(seed);
+        sim.run();
+        sim.stats
+    });
 }

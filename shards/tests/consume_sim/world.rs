@@ -11,7 +11,7 @@
 //! `Sim::shards`, and its `epoch` counts its crashes, so an event or message of an
 //! earlier life is dropped when it comes due.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -230,16 +230,16 @@ pub(crate) struct Sim {
     pub(crate) claims: Vec<Option<Claim>>,
     pub(crate) held: BTreeMap<u64, Held>,
     pub(crate) next_held: u64,
-    pub(crate) delivered: HashSet<Lease>,
-    pub(crate) acked: HashSet<(usize, PartitionId, Offset)>,
+    pub(crate) delivered: BTreeSet<Lease>,
+    pub(crate) acked: BTreeSet<(usize, PartitionId, Offset)>,
     /// Promises per (owner shard, topic): deadlines of notifications not retired.
-    pub(crate) ledger: HashMap<(usize, usize), VecDeque<u64>>,
+    pub(crate) ledger: BTreeMap<(usize, usize), VecDeque<u64>>,
     /// Since when records were available without a break, per (owner, topic) and
     /// per (topic, partition).
-    pub(crate) avail_since: HashMap<(usize, usize), u64>,
-    pub(crate) avail_since_part: HashMap<(usize, PartitionId), u64>,
+    pub(crate) avail_since: BTreeMap<(usize, usize), u64>,
+    pub(crate) avail_since_part: BTreeMap<(usize, PartitionId), u64>,
     /// When a consumer parked on (shard, topic, pinned partition) was last served.
-    pub(crate) served_ms: HashMap<(usize, usize, Option<PartitionId>), u64>,
+    pub(crate) served_ms: BTreeMap<(usize, usize, Option<PartitionId>), u64>,
     pub(crate) crashed_ms: Option<u64>,
     pub(crate) draining: bool,
     pub(crate) trace: VecDeque<String>,
@@ -287,12 +287,12 @@ impl Sim {
             claims: Vec::new(),
             held: BTreeMap::new(),
             next_held: 0,
-            delivered: HashSet::new(),
-            acked: HashSet::new(),
-            ledger: HashMap::new(),
-            avail_since: HashMap::new(),
-            avail_since_part: HashMap::new(),
-            served_ms: HashMap::new(),
+            delivered: BTreeSet::new(),
+            acked: BTreeSet::new(),
+            ledger: BTreeMap::new(),
+            avail_since: BTreeMap::new(),
+            avail_since_part: BTreeMap::new(),
+            served_ms: BTreeMap::new(),
             crashed_ms: None,
             draining: false,
             trace: VecDeque::new(),
