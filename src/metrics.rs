@@ -20,8 +20,11 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use narad_shards::ids::{IncarnationId, PartitionId};
 
 use ::metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
@@ -405,6 +408,101 @@ fn describe_all() {
     );
     describe_counter!("narad_ack_extended_total", "Leases extended.");
     describe_counter!("narad_nack_total", "Leases given back (nack).");
+}
+
+/// One partition's traffic counters.
+pub struct PartitionSeries {
+    produced: Counter,
+    produced_bytes: Counter,
+    consumed: Counter,
+    consumed_bytes: Counter,
+}
+
+impl PartitionSeries {
+    pub fn produced(&self, messages: u64, bytes: u64) {
+        self.produced.increment(messages);
+        self.produced_bytes.increment(bytes);
+    }
+
+    pub fn consumed(&self, messages: u64, bytes: u64) {
+        self.consumed.increment(messages);
+        self.consumed_bytes.increment(bytes);
+    }
+}
+
+/// One shard's per-partition traffic counters, registered once per partition so
+/// that counting a message costs a map lookup and no allocation.
+#[derive(Default)]
+pub struct Traffic {
+    series: RefCell<HashMap<(IncarnationId, PartitionId), Rc<PartitionSeries>>>,
+}
+
+/// Partitions one shard keeps counters cached for; past it the cache starts over
+/// (the series themselves live on in the recorder).
+const TRAFFIC_CACHED_MAX: usize = 65_536;
+
+impl Traffic {
+    pub fn partition(
+        &self,
+        topic: &str,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+    ) -> Rc<PartitionSeries> {
+        let key = (incarnation, partition);
+        if let Some(series) = self.series.borrow().get(&key) {
+            return series.clone();
+        }
+        let labels = [
+            ("topic", topic.to_string()),
+            ("partition", partition.0.to_string()),
+        ];
+        let series = Rc::new(PartitionSeries {
+            produced: ::metrics::counter!("narad_messages_produced_total", &labels),
+            produced_bytes: ::metrics::counter!("narad_bytes_produced_total", &labels),
+            consumed: ::metrics::counter!("narad_messages_consumed_total", &labels),
+            consumed_bytes: ::metrics::counter!("narad_bytes_consumed_total", &labels),
+        });
+        let mut cached = self.series.borrow_mut();
+        if cached.len() >= TRAFFIC_CACHED_MAX {
+            cached.clear();
+        }
+        cached.insert(key, series.clone());
+        series
+    }
+}
+
+/// How often a shard refreshes its gauges.
+const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sets the shard's gauges every few seconds: its WAL's backlog and latch, and
+/// the consumer state of the partitions it has loaded.
+pub async fn run_poller(shard: Rc<crate::broker::Shard>) {
+    while !shard.stopping.get() {
+        poll_once(&shard);
+        narad_io::rt::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// One refresh of the shard's gauges.
+pub fn poll_once(shard: &crate::broker::Shard) {
+    ::metrics::gauge!("narad_ingress_dispatch_backlog_records")
+        .set(shard.wal.dispatch_backlog_records() as f64);
+    ::metrics::gauge!("narad_ingress_wal_failed").set(if shard.wal.is_latched() {
+        1.0
+    } else {
+        0.0
+    });
+    shard.queues.for_each_loaded(|topic, partition, queue| {
+        let labels = [
+            ("topic", topic.to_string()),
+            ("partition", partition.0.to_string()),
+        ];
+        let table = &queue.table;
+        ::metrics::gauge!("narad_inflight_size", &labels).set(table.in_flight() as f64);
+        ::metrics::gauge!("narad_acked_ahead_size", &labels).set(table.acked_ahead_len() as f64);
+        let lag = queue.hwm.0.saturating_sub(table.frontier().0);
+        ::metrics::gauge!("narad_consumer_lag_messages", &labels).set(lag as f64);
+    });
 }
 
 #[cfg(test)]

@@ -85,6 +85,8 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let _lock = lock_data_dir(&data_dir)?;
     let cpus = allowed_cpus();
     let shards = shards.unwrap_or(cpus.len()).max(1);
+    // Before any shard records: handles taken earlier would count into nothing.
+    crate::metrics::install();
     let memlock_bytes = narad_io::rt::raise_memlock_limit();
     if memlock_bytes < 512 << 10 {
         tracing::warn!(
@@ -329,7 +331,9 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         waiters,
         persister,
         consume_turn: Cell::new(index),
+        traffic: crate::metrics::Traffic::default(),
     });
+    narad_io::rt::spawn_local(crate::metrics::run_poller(shard.clone()));
     let committer = crate::consume::persist::committer_config(consumer_offset_interval);
     let persister_task = narad_io::rt::spawn_local(crate::consume::persist::run_persister(
         shard.clone(),

@@ -60,6 +60,8 @@ pub struct Shard {
     pub persister: Rc<crate::consume::persist::Persister>,
     /// Turns the order in which a consume scans partitions and owners.
     pub consume_turn: Cell<usize>,
+    /// Per-partition traffic counters.
+    pub traffic: crate::metrics::Traffic,
 }
 
 impl Shard {

@@ -462,6 +462,14 @@ impl Queues {
             .retain(|(id, _)| *id != incarnation);
     }
 
+    /// Calls `f` with every loaded partition queue (the metrics poller).
+    pub fn for_each_loaded(&self, mut f: impl FnMut(&Arc<str>, PartitionId, &PartitionQueue)) {
+        for ((_, partition), queue) in self.parts.borrow().iter() {
+            let queue = queue.borrow();
+            f(&queue.topic, *partition, &queue);
+        }
+    }
+
     /// The loaded queue of a partition, for the persister.
     pub fn loaded(&self, key: Key) -> Option<Rc<RefCell<PartitionQueue>>> {
         self.parts.borrow().get(&key).cloned()

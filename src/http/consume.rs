@@ -163,6 +163,12 @@ pub async fn consume<B>(
     };
     let name: Arc<str> = Arc::from(topic);
     let result = flow::consume(shard, &name, &record, consume_request).await;
+    if let Ok(got) = &result {
+        for d in got {
+            let series = shard.traffic.partition(topic, record.id, d.partition);
+            series.consumed(1, d.record.payload.len() as u64);
+        }
+    }
     let mut response = match result {
         Err(ConsumeError::NotFound) => not_found(topic),
         Err(ConsumeError::Failed(why)) => {
@@ -292,12 +298,25 @@ where
         Err(message) => return bad_request(&message),
     };
     match flow::settle(shard, &name, &record, handle, settle).await {
-        Ok(()) => no_content(),
+        Ok(()) => {
+            count_settle(topic, settle, 1);
+            no_content()
+        }
         Err(e) => {
             let (status, message) = settle_error(topic, &e);
             response::error(status, &message)
         }
     }
+}
+
+/// Counts extends and nacks by topic (acks are the consumed messages).
+fn count_settle(topic: &str, settle: Settle, n: u64) {
+    let name = match settle {
+        Settle::Ack => return,
+        Settle::Extend => "narad_ack_extended_total",
+        Settle::Nack => "narad_nack_total",
+    };
+    ::metrics::counter!(name, "topic" => topic.to_string()).increment(n);
 }
 
 fn settle_error(topic: &str, e: &SettleError) -> (StatusCode, String) {
@@ -351,7 +370,10 @@ where
                 .map_err(|e| settle_error(topic, &e)),
         };
         results.push(match outcome {
-            Ok(()) => serde_json::json!({"status": 204}),
+            Ok(()) => {
+                count_settle(topic, settle, 1);
+                serde_json::json!({"status": 204})
+            }
             Err((status, error)) => serde_json::json!({"status": status.as_u16(), "error": error}),
         });
     }

@@ -95,7 +95,11 @@ where
         payload: &payload,
     };
     match shard.wal.append(&ingress).await {
-        Ok(_) => accepted_empty(),
+        Ok(_) => {
+            let series = shard.traffic.partition(topic, record.id, ingress.partition);
+            series.produced(1, payload.len() as u64);
+            accepted_empty()
+        }
         Err(e) => wal_error(topic, &e),
     }
 }
@@ -165,10 +169,16 @@ where
         })
         .collect();
     match shard.wal.append_many(&ingress).await {
-        Ok(_) => response::json(
-            StatusCode::ACCEPTED,
-            &serde_json::json!({ "accepted": ingress.len() }),
-        ),
+        Ok(_) => {
+            for r in &ingress {
+                let series = shard.traffic.partition(topic, record.id, r.partition);
+                series.produced(1, r.payload.len() as u64);
+            }
+            response::json(
+                StatusCode::ACCEPTED,
+                &serde_json::json!({ "accepted": ingress.len() }),
+            )
+        }
         Err(e) => wal_error(topic, &e),
     }
 }
