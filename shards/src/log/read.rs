@@ -44,6 +44,21 @@ struct Assembly {
 }
 
 impl Assembly {
+    /// An empty read from `from`, ending before `end` at the latest.
+    fn new(from: Offset, records_max: usize, bytes_max: usize, end: Offset) -> Self {
+        Assembly {
+            batch: ReadBatch {
+                items: Vec::new(),
+                next_offset: from,
+            },
+            records_max,
+            bytes_max,
+            bytes: 0,
+            end,
+            stopped: false,
+        }
+    }
+
     fn full(&self) -> bool {
         self.stopped
             || self.batch.items.len() >= self.records_max
@@ -133,17 +148,7 @@ pub fn read_cached(
     if from < start {
         return None;
     }
-    let mut assembly = Assembly {
-        batch: ReadBatch {
-            items: Vec::new(),
-            next_offset: from,
-        },
-        records_max: max_records,
-        bytes_max: max_bytes,
-        bytes: 0,
-        end,
-        stopped: false,
-    };
+    let mut assembly = Assembly::new(from, max_records, max_bytes, end);
     for frame in cache.frames_from(from) {
         if assembly.full() {
             break;
@@ -211,17 +216,7 @@ impl<S: Storage> PartitionLog<S> {
                 oldest,
             });
         }
-        let mut assembly = Assembly {
-            batch: ReadBatch {
-                items: Vec::new(),
-                next_offset: from,
-            },
-            records_max: max_records,
-            bytes_max: max_bytes,
-            bytes: 0,
-            end: self.high_watermark,
-            stopped: false,
-        };
+        let mut assembly = Assembly::new(from, max_records, max_bytes, self.high_watermark);
         // Bounded: every pass adds an item or moves to a later segment.
         while !assembly.full() {
             let before = (assembly.batch.next_offset, assembly.batch.items.len());
