@@ -107,7 +107,8 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let node = Arc::new(
         NodeState::new(config.http.max_connections)
             .with_batch_bytes_max(config.http.max_batch_body_bytes_in_flight)
-            .with_consumes_max(config.http.max_consume_in_flight_per_identity),
+            .with_consumes_max(config.http.max_consume_in_flight_per_identity)
+            .with_produces_max(config.http.max_produce_in_flight_per_identity),
     );
     let settings = HttpSettings::from(&config.http);
     let wal_config = WalConfig {

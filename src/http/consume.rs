@@ -143,12 +143,7 @@ pub async fn consume<B>(
             Err(e) => return bad_request(&format!("invalid wait {text:?}: {e}")),
         },
     };
-    // The cap counts per node; a request without a peer address (in-process
-    // tests) counts as loopback.
-    let identity = request
-        .extensions()
-        .get::<super::ClientAddr>()
-        .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.0);
+    let identity = super::identity_of(request);
     let weight = query.max.unwrap_or(1);
     let Some(_permit) = api.node.try_begin_consume(identity, weight) else {
         return response::error(

@@ -45,3 +45,12 @@ pub use server::{HttpSettings, ShardServer};
 /// the identity of per-identity caps while security is off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientAddr(pub std::net::IpAddr);
+
+/// The identity per-identity caps count a request against: its client address
+/// (security is off); loopback for requests without one (in-process tests).
+pub fn identity_of<B>(request: &hyper::Request<B>) -> std::net::IpAddr {
+    request
+        .extensions()
+        .get::<ClientAddr>()
+        .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.0)
+}

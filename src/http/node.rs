@@ -29,10 +29,60 @@ pub struct NodeState {
     connections_max: usize,
     batch_bytes: AtomicU64,
     batch_bytes_max: u64,
-    /// Consumes in flight per identity (the client IP while security is off),
-    /// counted per node: `http.max_consume_in_flight_per_identity`.
-    consumes: [Mutex<HashMap<IpAddr, u64>>; IDENTITY_STRIPES],
-    consumes_max: u64,
+    /// Consumes in flight per identity: `http.max_consume_in_flight_per_identity`.
+    consumes: Arc<IdentityCap>,
+    /// Produces in flight per identity: `http.max_produce_in_flight_per_identity`
+    /// (none: no cap).
+    produces: Option<Arc<IdentityCap>>,
+}
+
+/// Requests in flight per identity (the client IP while security is off),
+/// counted per node: the caps are per node, so the counts are shared between
+/// shards. Touched once when a request starts and once when it ends, never per
+/// message.
+#[derive(Debug)]
+pub struct IdentityCap {
+    counts: [Mutex<HashMap<IpAddr, u64>>; IDENTITY_STRIPES],
+    max: u64,
+}
+
+impl IdentityCap {
+    pub fn new(max: u64) -> Arc<Self> {
+        Arc::new(IdentityCap {
+            counts: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            max: max.max(1),
+        })
+    }
+
+    fn counts(&self, identity: &IpAddr) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u64>> {
+        self.counts[stripe_of(identity)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a request of `weight` against `identity`'s share, or `None` when
+    /// that would pass the cap (429). One request is let through whatever its
+    /// weight when the identity has none in flight.
+    pub fn try_begin(self: &Arc<Self>, identity: IpAddr, weight: u64) -> Option<IdentityPermit> {
+        let mut counts = self.counts(&identity);
+        let held = counts.entry(identity).or_insert(0);
+        if *held > 0 && held.saturating_add(weight) > self.max {
+            return None;
+        }
+        *held += weight;
+        Some(IdentityPermit {
+            cap: self.clone(),
+            identity,
+            weight,
+        })
+    }
+
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.counts
+            .iter()
+            .all(|m| m.lock().unwrap_or_else(|e| e.into_inner()).is_empty())
+    }
 }
 
 impl NodeState {
@@ -45,41 +95,40 @@ impl NodeState {
             connections_max,
             batch_bytes: AtomicU64::new(0),
             batch_bytes_max: u64::MAX,
-            consumes: std::array::from_fn(|_| Mutex::new(HashMap::new())),
-            consumes_max: u64::MAX,
+            consumes: IdentityCap::new(u64::MAX),
+            produces: None,
         }
     }
 
     /// Sets `http.max_consume_in_flight_per_identity`.
     pub fn with_consumes_max(mut self, consumes: u64) -> Self {
-        self.consumes_max = consumes.max(1);
+        self.consumes = IdentityCap::new(consumes);
         self
     }
 
-    /// Counts a consume of `weight` (its `max`) against `identity`'s share, or
-    /// `None` when that would pass the cap (429). Touched once when a consume
-    /// starts and once when it ends, not per message; the count is per node, so it
-    /// must be shared between shards. One consume is let through whatever its
-    /// weight when the identity has none in flight.
-    pub fn try_begin_consume(
-        self: &Arc<Self>,
+    /// Sets `http.max_produce_in_flight_per_identity`; 0 is no cap.
+    pub fn with_produces_max(mut self, produces: u64) -> Self {
+        self.produces = (produces > 0).then(|| IdentityCap::new(produces));
+        self
+    }
+
+    /// Counts a consume of `weight` (its `max`; a held long-poll counts too), or
+    /// `None` past `http.max_consume_in_flight_per_identity`.
+    pub fn try_begin_consume(&self, identity: IpAddr, weight: u64) -> Option<IdentityPermit> {
+        self.consumes.try_begin(identity, weight)
+    }
+
+    /// Counts a produce (a batch counts its records), or `None` past
+    /// `http.max_produce_in_flight_per_identity`. `Some(None)`: no cap.
+    pub fn try_begin_produce(
+        &self,
         identity: IpAddr,
         weight: u64,
-    ) -> Option<ConsumePermit> {
-        let stripe = stripe_of(&identity);
-        let mut counts = self.consumes[stripe]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let held = counts.entry(identity).or_insert(0);
-        if *held > 0 && held.saturating_add(weight) > self.consumes_max {
-            return None;
+    ) -> Option<Option<IdentityPermit>> {
+        match &self.produces {
+            None => Some(None),
+            Some(cap) => cap.try_begin(identity, weight).map(Some),
         }
-        *held += weight;
-        Some(ConsumePermit {
-            node: self.clone(),
-            identity,
-            weight,
-        })
     }
 
     /// Sets `http.max_batch_body_bytes_in_flight`.
@@ -176,24 +225,21 @@ fn stripe_of(identity: &IpAddr) -> usize {
     crate::partition::fnv1a32(&bytes) as usize % IDENTITY_STRIPES
 }
 
-/// A consume's share of its identity's cap, given back on drop.
+/// A request's share of its identity's cap, given back on drop.
 #[derive(Debug)]
-pub struct ConsumePermit {
-    node: Arc<NodeState>,
+pub struct IdentityPermit {
+    cap: Arc<IdentityCap>,
     identity: IpAddr,
     weight: u64,
 }
 
-impl Drop for ConsumePermit {
+impl Drop for IdentityPermit {
     fn drop(&mut self) {
-        let stripe = stripe_of(&self.identity);
-        let mut counts = self.node.consumes[stripe]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut counts = self.cap.counts(&self.identity);
         let held = counts
             .get_mut(&self.identity)
             .expect("a permit's identity is counted");
-        assert!(*held >= self.weight, "consume count went below zero");
+        assert!(*held >= self.weight, "in-flight count went below zero");
         *held -= self.weight;
         if *held == 0 {
             counts.remove(&self.identity);
@@ -216,8 +262,16 @@ mod tests {
         // Another identity has its own share; a lone oversized consume passes.
         let big = node.try_begin_consume(b, 50).unwrap();
         drop((first, second, big));
-        assert!(node.consumes.iter().all(|m| m.lock().unwrap().is_empty()));
+        assert!(node.consumes.is_empty());
         assert!(node.try_begin_consume(a, 10).is_some());
+        // Produces are not capped unless asked; then they count apart.
+        assert!(matches!(node.try_begin_produce(a, 1_000_000), Some(None)));
+        let capped = Arc::new(NodeState::new(1).with_produces_max(2));
+        let held = capped.try_begin_produce(a, 2).unwrap();
+        assert!(capped.try_begin_produce(a, 1).is_none());
+        assert!(capped.try_begin_consume(a, 1).is_some());
+        drop(held);
+        assert!(capped.try_begin_produce(a, 1).unwrap().is_some());
     }
 
     #[test]

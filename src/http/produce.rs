@@ -59,7 +59,15 @@ fn choose(shard: &Shard, topic: &TopicRecord, explicit: Option<u32>, key: Option
     }
 }
 
-pub async fn single<B>(shard: &Shard, topic: &str, request: Request<B>) -> Response<Body>
+/// 429: the client has `http.max_produce_in_flight_per_identity` in flight.
+fn produce_cap_full() -> Response<Body> {
+    response::error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too many produces in flight for this client (http.max_produce_in_flight_per_identity)",
+    )
+}
+
+pub async fn single<B>(api: &Api, shard: &Shard, topic: &str, request: Request<B>) -> Response<Body>
 where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -77,6 +85,9 @@ where
             return response::error(StatusCode::BAD_REQUEST, &message);
         }
     }
+    let Some(_permit) = api.node.try_begin_produce(super::identity_of(&request), 1) else {
+        return produce_cap_full();
+    };
     let payload = match read_body(request.into_body(), PAYLOAD_BYTES_MAX).await {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
@@ -141,6 +152,7 @@ where
         );
         return answer;
     };
+    let identity = super::identity_of(&request);
     let body: Bytes = match read_body(request.into_body(), BATCH_BODY_BYTES_MAX).await {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
@@ -153,6 +165,9 @@ where
         }
     };
     drop(body);
+    let Some(_permit) = api.node.try_begin_produce(identity, records.len() as u64) else {
+        return produce_cap_full();
+    };
     let accept_time_ms = narad_io::rt::unix_ms();
     let ingress: Vec<IngressRecord<'_>> = records
         .iter()

@@ -174,7 +174,7 @@ impl Routes {
             Endpoint::TopicGet => super::topics::get(&shard, &topic, request.uri().query()).await,
             Endpoint::TopicAlter => super::topics::alter(api, &shard, &topic, request).await,
             Endpoint::TopicDelete => super::topics::delete(&shard, &topic).await,
-            Endpoint::Produce => super::produce::single(&shard, &topic, request).await,
+            Endpoint::Produce => super::produce::single(api, &shard, &topic, request).await,
             Endpoint::ProduceBatch => super::produce::batch(api, &shard, &topic, request).await,
             Endpoint::Consume => super::consume::consume(api, &shard, &topic, &request).await,
             Endpoint::Ack => super::consume::ack(&shard, &topic, request).await,
