@@ -333,6 +333,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         persister,
         consume_turn: Cell::new(index),
         traffic: crate::metrics::Traffic::default(),
+        acks: crate::consume::acks::AckLanes::new(shards),
     });
     narad_io::rt::spawn_local(crate::metrics::run_poller(shard.clone()));
     let committer = crate::consume::persist::committer_config(consumer_offset_interval);

@@ -17,6 +17,7 @@ use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadBatch;
 pub use narad_shards::produce::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 
+pub use crate::consume::acks::SettleItem;
 pub use crate::consume::{ConsumeError, Delivered, Settle, SettleError};
 
 /// A message between shards.
@@ -79,15 +80,11 @@ pub enum Op {
         incarnation: IncarnationId,
         delivered: Vec<Delivered>,
     },
-    /// Ack, extend or nack a lease.
-    Settle {
-        topic: Arc<str>,
-        incarnation: IncarnationId,
-        partition: PartitionId,
-        offset: Offset,
-        nonce: u64,
-        settle: Settle,
-        reply: oneshot::Sender<Result<(), SettleError>>,
+    /// Acks, extends and nacks, applied in order; each record is answered on
+    /// its own, then `done` says the op is finished.
+    SettleBatch {
+        items: Vec<SettleItem>,
+        done: oneshot::Sender<()>,
     },
     /// Close every log of the incarnation this shard has open; answered when none
     /// is open or in use any more.
@@ -149,23 +146,24 @@ pub fn serve_consume_op(shard: &std::rc::Rc<super::Shard>, op: Op) {
         } => shard
             .queues
             .release_delivered(incarnation, &topic, &delivered),
-        Op::Settle {
-            topic,
-            incarnation,
-            partition,
-            offset,
-            nonce,
-            settle,
-            reply,
-        } => {
-            let answer = match shard.live_topic(&topic, incarnation) {
-                None => Err(SettleError::NotFound),
-                Some(record) => shard
-                    .queues
-                    .settle(&record, partition, offset, nonce, settle)
-                    .map_err(|_| SettleError::Stale),
-            };
-            let _ = reply.send(answer);
+        Op::SettleBatch { items, done } => {
+            for item in items {
+                let answer = match shard.live_topic(&item.topic, item.incarnation) {
+                    None => Err(SettleError::NotFound),
+                    Some(record) => shard
+                        .queues
+                        .settle(
+                            &record,
+                            item.partition,
+                            item.offset,
+                            item.nonce,
+                            item.settle,
+                        )
+                        .map_err(|_| SettleError::Stale),
+                };
+                let _ = item.reply.send(answer);
+            }
+            let _ = done.send(());
         }
         Op::Commit { .. } | Op::Read { .. } | Op::Stats { .. } | Op::Purge { .. } => {
             unreachable!("served by the receive loop")

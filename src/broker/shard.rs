@@ -62,6 +62,8 @@ pub struct Shard {
     pub consume_turn: Cell<usize>,
     /// Per-partition traffic counters.
     pub traffic: crate::metrics::Traffic,
+    /// Acks on their way to other owner shards.
+    pub acks: crate::consume::acks::AckLanes,
 }
 
 impl Shard {

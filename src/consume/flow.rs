@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use narad_shards::ids::{IncarnationId, PartitionId};
 
+use super::acks::SettleItem;
 use super::handle::Handle;
 use super::inbound::Inbound;
 use super::waiters::{Kick, Notification, Waiter, SHARE_WINDOW};
@@ -462,7 +463,8 @@ pub async fn settle(
             )
             .map_err(|_| SettleError::Stale);
     }
-    let op = |reply| Op::Settle {
+    let (reply, _) = futures_channel::oneshot::channel();
+    let item = SettleItem {
         topic: topic.clone(),
         incarnation: record.id,
         partition: handle.partition,
@@ -471,6 +473,5 @@ pub async fn settle(
         settle,
         reply,
     };
-    let stopped = || Err(SettleError::Unavailable("the owner shard stopped".into()));
-    shard.ask(owner, op, stopped).await
+    super::acks::send(shard, owner, item).await
 }

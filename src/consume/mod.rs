@@ -16,6 +16,8 @@
 //! - [`queues`]: the owner side: in-flight tables, reserve then read, settling
 //!   handles, tokens left by other shards.
 //! - [`waiters`]: the consumer side: waiter FIFOs, the pump, registrations.
+//! - [`acks`]: acks for other shards' partitions, coalesced per owner only when
+//!   its in-flight window is full.
 //! - [`flow`]: the tasks and request flows: consume routing (local, probe, park),
 //!   the pump, claims after a notification, the registration keeper, settling.
 //! - [`handle`]: receipt handles.
@@ -24,6 +26,7 @@
 //! - [`persist`]: the ack persister task feeding the shard's consumer-offset
 //!   committer (`consumer.ahead`, `consumer.offset`).
 
+pub mod acks;
 pub mod flow;
 pub mod handle;
 pub mod inbound;

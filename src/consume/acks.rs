@@ -1,0 +1,163 @@
+//! Acks, extends and nacks for partitions another shard owns: one mesh op each
+//! while fewer than [`ACK_WINDOW`] are in flight to that owner; past it they
+//! queue, and the queue leaves as one batch op (at most [`ACK_BATCH_MAX`]
+//! records) the moment an op to that owner completes. So batches form only when
+//! more acks to one owner overlap than the window holds, and an ack never waits
+//! longer than the op ahead of it. Each record is answered on its own, exactly as
+//! its single op would have been.
+//!
+//! Which cores: one [`AckLanes`] per shard, for the acks that shard's requests
+//! send; the owner applies a batch record by record, in order.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use futures_channel::oneshot;
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+
+use super::{Settle, SettleError};
+use crate::broker::ops::Op;
+use crate::broker::Shard;
+
+/// Ack ops in flight to one owner before further acks queue.
+pub const ACK_WINDOW: usize = 128;
+
+/// Records one batch op carries at most.
+pub const ACK_BATCH_MAX: usize = 64;
+
+/// One ack, extend or nack on its way to its owner, with its own answer.
+pub struct SettleItem {
+    pub topic: Arc<str>,
+    pub incarnation: IncarnationId,
+    pub partition: PartitionId,
+    pub offset: Offset,
+    pub nonce: u64,
+    pub settle: Settle,
+    pub reply: oneshot::Sender<Result<(), SettleError>>,
+}
+
+#[derive(Default)]
+struct Lane {
+    in_flight: usize,
+    queued: VecDeque<SettleItem>,
+}
+
+/// The ack lanes of one shard, one per owner shard.
+pub struct AckLanes {
+    lanes: RefCell<Vec<Lane>>,
+}
+
+impl AckLanes {
+    pub fn new(shards: usize) -> Self {
+        AckLanes {
+            lanes: RefCell::new((0..shards).map(|_| Lane::default()).collect()),
+        }
+    }
+
+    /// An ack for `owner`: `Some` to send now on its own (it counts as in
+    /// flight), `None` when the window is full and it was queued.
+    fn admit(&self, owner: usize, item: SettleItem) -> Option<SettleItem> {
+        let mut lanes = self.lanes.borrow_mut();
+        let lane = &mut lanes[owner];
+        if lane.in_flight < ACK_WINDOW {
+            lane.in_flight += 1;
+            return Some(item);
+        }
+        lane.queued.push_back(item);
+        None
+    }
+
+    /// An op to `owner` completed: the next batch to send in its place (which
+    /// keeps the slot), or `None` (the slot is freed).
+    fn completed(&self, owner: usize) -> Option<Vec<SettleItem>> {
+        let mut lanes = self.lanes.borrow_mut();
+        let lane = &mut lanes[owner];
+        assert!(
+            lane.in_flight > 0,
+            "an ack op completed that was not in flight"
+        );
+        // Records whose requester gave up are not sent.
+        lane.queued.retain(|item| !item.reply.is_canceled());
+        if lane.queued.is_empty() {
+            lane.in_flight -= 1;
+            return None;
+        }
+        let take = lane.queued.len().min(ACK_BATCH_MAX);
+        Some(lane.queued.drain(..take).collect())
+    }
+}
+
+/// Sends an ack to its owner through the shard's lane and waits for its answer.
+pub async fn send(shard: &Rc<Shard>, owner: usize, item: SettleItem) -> Result<(), SettleError> {
+    let (reply, answer) = oneshot::channel();
+    let item = SettleItem { reply, ..item };
+    if let Some(item) = shard.acks.admit(owner, item) {
+        narad_io::rt::spawn_local(run_lane(shard.clone(), owner, vec![item]));
+    }
+    answer
+        .await
+        .unwrap_or_else(|_| Err(SettleError::Unavailable("the owner shard stopped".into())))
+}
+
+/// Holds one slot of the lane to `owner`: sends `first`, then whatever queued
+/// behind it, until nothing is queued.
+async fn run_lane(shard: Rc<Shard>, owner: usize, first: Vec<SettleItem>) {
+    let mut next = Some(first);
+    while let Some(items) = next {
+        let (done, finished) = oneshot::channel();
+        shard.send(owner, Op::SettleBatch { items, done }).await;
+        // A stopped owner drops the op, and with it every record's answer.
+        let _ = finished.await;
+        next = shard.acks.completed(owner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item() -> (SettleItem, oneshot::Receiver<Result<(), SettleError>>) {
+        let (reply, answer) = oneshot::channel();
+        let item = SettleItem {
+            topic: Arc::from("t"),
+            incarnation: IncarnationId(1),
+            partition: PartitionId(0),
+            offset: Offset(0),
+            nonce: 1,
+            settle: Settle::Ack,
+            reply,
+        };
+        (item, answer)
+    }
+
+    #[test]
+    fn acks_go_alone_until_the_window_is_full_then_leave_in_batches() {
+        let lanes = AckLanes::new(2);
+        let mut answers = Vec::new();
+        for _ in 0..ACK_WINDOW {
+            let (i, a) = item();
+            assert!(lanes.admit(1, i).is_some());
+            answers.push(a);
+        }
+        // Another owner has its own window.
+        assert!(lanes.admit(0, item().0).is_some());
+        for _ in 0..ACK_BATCH_MAX + 10 {
+            let (i, a) = item();
+            assert!(lanes.admit(1, i).is_none(), "the window is full");
+            answers.push(a);
+        }
+        // A freed slot carries the queue: a full batch, then the rest.
+        assert_eq!(lanes.completed(1).map(|b| b.len()), Some(ACK_BATCH_MAX));
+        assert_eq!(lanes.completed(1).map(|b| b.len()), Some(10));
+        assert!(lanes.completed(1).is_none());
+        assert_eq!(lanes.lanes.borrow()[1].in_flight, ACK_WINDOW - 1);
+        // A queued ack whose requester gave up is not sent.
+        assert!(lanes.admit(1, item().0).is_some());
+        let (i, a) = item();
+        assert!(lanes.admit(1, i).is_none());
+        drop(a);
+        assert!(lanes.completed(1).is_none());
+    }
+}
