@@ -62,7 +62,8 @@ use workload::{Plan, Schedule, Stop, Tally};
 /// After the producers stop, consumers drain until no message has come for
 /// this long (or every acknowledged record is consumed) ...
 const DRAIN_IDLE: Duration = Duration::from_secs(2);
-/// ... or for at most this long.
+/// ... or for at most this long, or twice the producing time if that is longer
+/// (consumers that fell behind get to finish the backlog they were measured on).
 const DRAIN_MAX: Duration = Duration::from_secs(30);
 /// How often the run checks whether the consumers are done.
 const CONTROL_TICK: Duration = Duration::from_millis(20);
@@ -369,9 +370,17 @@ async fn produce(plan: &Rc<Plan>, conns: Vec<Conn>, rate: Option<f64>) -> Result
     Ok(summary)
 }
 
+/// How long the consumers may drain after the producers stopped.
+fn drain_max(s: &Settings) -> Duration {
+    match s.length {
+        Length::Timed(d) => DRAIN_MAX.max(d * 2),
+        _ => DRAIN_MAX,
+    }
+}
+
 /// Waits until the consumers are done: in flow mode, once the producers have
 /// stopped, when every acknowledged record is consumed or none came for
-/// [`DRAIN_IDLE`] (at most [`DRAIN_MAX`]); in consume mode at the end of the
+/// [`DRAIN_IDLE`] (at most [`drain_max`]); in consume mode at the end of the
 /// run's length or after [`DRAIN_IDLE`] without a message.
 async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
     let from = Instant::now();
@@ -383,7 +392,7 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
             || match s.mode {
                 Mode::Flow => {
                     plan.ledger.borrow().outstanding_records() == 0
-                        || now.saturating_duration_since(from) >= DRAIN_MAX
+                        || now.saturating_duration_since(from) >= drain_max(s)
                 }
                 Mode::Consume => match s.length {
                     Length::Timed(d) => now.saturating_duration_since(start) >= d,
