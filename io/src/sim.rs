@@ -32,7 +32,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::file::{BlockFile, OpenMode, Storage, SECTOR_BYTES};
-use crate::{align_up, is_aligned};
+use crate::{align_up, is_aligned, BLOCK_BYTES};
 
 /// Probabilities of spontaneous faults, in parts per million of operations.
 #[derive(Clone, Copy, Debug, Default)]
@@ -77,9 +77,10 @@ struct Inner {
     crash_at_op: Option<u64>,
     fail_next_syncs: u32,
     flip_next_reads: u32,
-    /// (inode, byte position, bit): the next read of that inode covering the
-    /// position returns the bit flipped.
-    flip_at: Option<(u64, u64, u8)>,
+    /// (inode, byte position, bit, longest read): the next read of that inode
+    /// covering the position, and asking for at most that many bytes, returns the
+    /// bit flipped.
+    flip_at: Option<(u64, u64, u8, usize)>,
     capacity_bytes: Option<u64>,
     stats: SimStats,
 }
@@ -188,7 +189,16 @@ impl SimDisk {
     pub fn flip_next_read_at(&self, path: &str, pos: u64, bit: u8) {
         let mut inner = self.inner.borrow_mut();
         let inode = inner.names[path];
-        inner.flip_at = Some((inode, pos, bit % 8));
+        inner.flip_at = Some((inode, pos, bit % 8, usize::MAX));
+    }
+
+    /// [`SimDisk::flip_next_read_at`], but only a read of one block takes the
+    /// flip: larger reads of the same byte (a scan) pass it by. For tests that aim
+    /// at a read-modify-write of a single block.
+    pub fn flip_next_block_read_at(&self, path: &str, pos: u64, bit: u8) {
+        let mut inner = self.inner.borrow_mut();
+        let inode = inner.names[path];
+        inner.flip_at = Some((inode, pos, bit % 8, BLOCK_BYTES));
     }
 
     /// Limits the bytes all files may occupy; writes past it fail with `ENOSPC`.
@@ -340,8 +350,11 @@ impl BlockFile for SimFile {
             let bit = inner.rng.random_range(0..8);
             buf[byte] ^= 1 << bit;
         }
-        if let Some((inode, at, bit)) = inner.flip_at {
-            if inode == self.inode && (pos..pos + n as u64).contains(&at) {
+        if let Some((inode, at, bit, read_bytes_max)) = inner.flip_at {
+            if inode == self.inode
+                && buf.len() <= read_bytes_max
+                && (pos..pos + n as u64).contains(&at)
+            {
                 inner.flip_at = None;
                 buf[(at - pos) as usize] ^= 1 << bit;
             }

@@ -138,8 +138,21 @@ impl ChunkBuf {
     }
 }
 
+/// Reads of the frame a scan stops at, at most, while they disagree.
+const STOP_READS_MAX: usize = 4;
+
 /// Scans a segment from its start. `first` is the sequence number its name
 /// promises; `last_expected` (for sealed segments) the last one it must hold.
+///
+/// A frame that fails to decode may be a bit the read flipped rather than bad
+/// bytes on the disk. Ending the last segment there would take the acknowledged
+/// records after it for a torn write and erase them (and a sealed segment would
+/// fail the open), so before the scan ends at such a frame it reads the segment
+/// again from there, until two reads in a row give the same bytes for that frame.
+/// Frames a read decodes carry a valid checksum, which no bad read makes up: each
+/// read continues after the frames verified so far, so the longest verified run is
+/// kept. Zeros where a header would be (or the end of the file) need no second
+/// read: no single flipped bit turns a frame's header into zeros.
 pub async fn scan<F: BlockFile>(
     file: &F,
     first: Seq,
@@ -148,7 +161,10 @@ pub async fn scan<F: BlockFile>(
     let mut reader = ChunkBuf::default();
     let mut pos = 0u64;
     let mut expected = first;
-    loop {
+    // The bytes of the frame the previous read stopped at, and where.
+    let mut previous_stop: Option<(u64, Vec<u8>)> = None;
+    let mut reads = 1;
+    let why = loop {
         if last_expected.is_some_and(|last| expected > last) {
             return Ok(ScanEnd {
                 end_bytes: pos,
@@ -162,23 +178,73 @@ pub async fn scan<F: BlockFile>(
                 expected = expected.next();
                 continue;
             }
-            Ok((seq, _)) => format!("frame carries seq {seq} where {expected} was expected"),
+            // A valid checksum: these are the bytes on the disk.
+            Ok((seq, _)) => break format!("frame carries seq {seq} where {expected} was expected"),
             Err(e) => format!("{e:?}"),
         };
-        if let Some(last) = last_expected {
-            return Err(ScanError::Corrupt {
-                position_bytes: pos,
-                expected,
-                why: format!("sealed segment ends before seq {last}: {why}"),
-            });
+        let stop = stop_bytes(&mut reader, file, pos).await?;
+        if stop.iter().all(|&b| b == 0) {
+            break why;
         }
-        let torn_until_bytes = find_torn_frames(&mut reader, file, pos, expected).await?;
-        return Ok(ScanEnd {
-            end_bytes: pos,
-            next_seq: expected,
-            torn_until_bytes,
+        if previous_stop
+            .as_ref()
+            .is_some_and(|(at, bytes)| *at == pos && *bytes == stop)
+        {
+            break why;
+        }
+        if reads == STOP_READS_MAX {
+            tracing::warn!(
+                position_bytes = pos,
+                expected = expected.0,
+                reads,
+                "ingress WAL: no two reads of a bad frame agreed; ending the scan there"
+            );
+            break why;
+        }
+        if previous_stop.is_some() {
+            tracing::warn!(
+                position_bytes = pos,
+                expected = expected.0,
+                "ingress WAL: two reads of a segment differ: the device returned unstable data"
+            );
+        }
+        previous_stop = Some((pos, stop));
+        reader.invalidate();
+        reads += 1;
+    };
+    if let Some(last) = last_expected {
+        return Err(ScanError::Corrupt {
+            position_bytes: pos,
+            expected,
+            why: format!("sealed segment ends before seq {last}: {why}"),
         });
     }
+    let torn_until_bytes = find_torn_frames(&mut reader, file, pos, expected).await?;
+    Ok(ScanEnd {
+        end_bytes: pos,
+        next_seq: expected,
+        torn_until_bytes,
+    })
+}
+
+/// A copy of the bytes that decide the frame at `pos`: its header (or what the file
+/// has of it) and, if the header is plausible, the body it announces.
+async fn stop_bytes<F: BlockFile>(
+    reader: &mut ChunkBuf,
+    file: &F,
+    pos: u64,
+) -> io::Result<Vec<u8>> {
+    let header = reader.bytes_at(file, pos, FRAME_HEADER_BYTES).await?;
+    let header_len = header.len().min(FRAME_HEADER_BYTES);
+    let mut want = header_len;
+    if header_len == FRAME_HEADER_BYTES && header[..4] == FRAME_MAGIC {
+        let body_len = u32::from_be_bytes(header[4..8].try_into().expect("4 bytes")) as usize;
+        if body_len <= RECORD_BYTES_MAX {
+            want += body_len;
+        }
+    }
+    let bytes = reader.bytes_at(file, pos, want).await?;
+    Ok(bytes[..want.min(bytes.len())].to_vec())
 }
 
 /// Decodes the frame at `pos`: its sequence number and length. Reads the header

@@ -176,9 +176,8 @@ async fn erase_torn_run<F: BlockFile>(file: &F, end: &segment::ScanEnd) -> io::R
         );
         let start = narad_io::align_down(end.end_bytes);
         let stop = narad_io::align_up(torn_until);
-        let mut block = vec![0u8; narad_io::BLOCK_BYTES];
         // Keep the good bytes of the first block; zero everything after them.
-        file.read_at(start, &mut block).await?;
+        let mut block = read_stable_block(file, start).await?;
         block[(end.end_bytes - start) as usize..].fill(0);
         file.write_at(start, &block).await?;
         let zeros = vec![0u8; 1 << 20];
@@ -191,6 +190,35 @@ async fn erase_torn_run<F: BlockFile>(file: &F, end: &segment::ScanEnd) -> io::R
         file.sync_data().await?;
     }
     Ok(end.end_bytes)
+}
+
+/// Reads of a block about to be written back, at most, while they disagree.
+#[cfg(not(feature = "broken-no-torn-truncation"))]
+const BLOCK_READS_MAX: usize = 4;
+
+/// Reads the block at `pos` until two reads in a row agree: its bytes are written
+/// back, so a bit one bad read flipped would become a durable flip inside
+/// acknowledged frames. Fails if the device never gives the same bytes twice.
+#[cfg(not(feature = "broken-no-torn-truncation"))]
+async fn read_stable_block<F: BlockFile>(file: &F, pos: u64) -> io::Result<Vec<u8>> {
+    let mut previous = vec![0u8; narad_io::BLOCK_BYTES];
+    let mut block = vec![0u8; narad_io::BLOCK_BYTES];
+    file.read_at(pos, &mut previous).await?;
+    for _ in 1..BLOCK_READS_MAX {
+        file.read_at(pos, &mut block).await?;
+        if block == previous {
+            return Ok(block);
+        }
+        tracing::warn!(
+            position_bytes = pos,
+            "ingress WAL: two reads of a block differ: the device returned unstable data"
+        );
+        std::mem::swap(&mut block, &mut previous);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("the device returns different bytes on every read of the block at {pos}"),
+    ))
 }
 
 /// Deliberately broken: resumes after the surviving frames of a torn run instead of
