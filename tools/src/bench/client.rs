@@ -103,17 +103,24 @@ impl Conn {
         Ok(Conn { sender })
     }
 
+    /// Sends one request once the connection is ready; the response's head.
+    async fn start(
+        &mut self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<hyper::Response<hyper::body::Incoming>, TransportError> {
+        self.sender.ready().await.map_err(|e| e.to_string())?;
+        self.sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
     /// Sends one request and reads its whole response, discarding the body.
     pub async fn send(
         &mut self,
         request: Request<Full<Bytes>>,
     ) -> Result<StatusCode, TransportError> {
-        self.sender.ready().await.map_err(|e| e.to_string())?;
-        let response = self
-            .sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
+        let response = self.start(request).await?;
         let status = response.status();
         let mut body = response.into_body();
         while let Some(frame) = body.frame().await {
@@ -131,12 +138,7 @@ impl Conn {
         body: &mut Vec<u8>,
     ) -> Result<StatusCode, TransportError> {
         body.clear();
-        self.sender.ready().await.map_err(|e| e.to_string())?;
-        let response = self
-            .sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
+        let response = self.start(request).await?;
         let status = response.status();
         let mut incoming = response.into_body();
         let mut too_long = false;

@@ -208,11 +208,22 @@ impl<S: Storage> Committer<S> {
         now: Instant,
         changed: Vec<(PartitionKey, String, AckedState)>,
     ) -> TickReport {
+        self.pass(now, changed, false).await
+    }
+
+    /// One pass: accept the states given, write their windows, then write out
+    /// and level what is due (`everything`: all of it, as at close).
+    async fn pass(
+        &mut self,
+        now: Instant,
+        changed: Vec<(PartitionKey, String, AckedState)>,
+        everything: bool,
+    ) -> TickReport {
         let mut report = TickReport::default();
         self.accept(changed, &mut report);
         self.write_windows(now, &mut report).await;
-        self.write_out(now, false, &mut report).await;
-        self.level_quiet(now, false, &mut report).await;
+        self.write_out(now, everything, &mut report).await;
+        self.level_quiet(now, everything, &mut report).await;
         report
     }
 
@@ -239,11 +250,7 @@ impl<S: Storage> Committer<S> {
         now: Instant,
         changed: Vec<(PartitionKey, String, AckedState)>,
     ) -> TickReport {
-        let mut report = TickReport::default();
-        self.accept(changed, &mut report);
-        self.write_windows(now, &mut report).await;
-        self.write_out(now, true, &mut report).await;
-        self.level_quiet(now, true, &mut report).await;
+        let mut report = self.pass(now, changed, true).await;
         for (key, partition) in self.partitions.iter_mut() {
             if partition.stranded {
                 report.errors.push((*key, stranded_message(&partition.dir)));
