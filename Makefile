@@ -4,7 +4,7 @@
 CARGO ?= cargo
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test prove-tests-fail bench fio clean
+.PHONY: help build run test prove-tests-fail bench bench-matrix fio clean
 
 help: ## List the targets.
 	@awk -F ':.*## ' '/^[a-z][a-z-]*:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -30,10 +30,15 @@ test: ## The whole suite: format, lints, tests, and proof that the tests can fai
 prove-tests-fail: ## Show that the durability tests fail against broken variants.
 	bash tools/prove-tests-fail.sh
 
-bench: ## Install benchmark tools, run the fio baseline, then the cargo benchmarks.
+bench: ## Install benchmark tools, run the fio baseline, the cargo benchmarks and the narad bench matrix.
 	tools/install-deps.sh
 	benches/fio/run.sh
 	$(CARGO) bench
+	$(MAKE) bench-matrix
+
+bench-matrix: ## Run the narad bench matrix and update benches/RESULTS.md (MATRIX_FLAGS: see benches/matrix.py).
+	$(CARGO) build --release
+	python3 benches/matrix.py $(MATRIX_FLAGS)
 
 fio: ## Run the fio baseline only (FIO_DIR, FIO_RUNTIME_S: see benches/fio/run.sh).
 	benches/fio/run.sh

@@ -19,6 +19,9 @@ set -euo pipefail
 # Command name and the Debian package that provides it, for benchmark-only tools.
 bench_tools=(
     "fio:fio"
+    "wrk:wrk"
+    "redis-server:redis-server"
+    "redis-benchmark:redis-tools"
 )
 
 missing_packages=()
