@@ -72,6 +72,38 @@ fn round_trip_on_a_real_disk() {
     }
 }
 
+/// The dispatcher waits for durability in a loop, racing the wait against
+/// timers and dropping it when they win. An idle WAL must hold one waker per
+/// listening task however many rounds pass: one per round used to pile up until
+/// the task's waker reference count overflowed and the shard died.
+#[test]
+fn an_abandoned_durability_wait_leaves_one_listener() {
+    run_local(None, async {
+        let wal = Wal::open(
+            SimDisk::new(1, SimFaults::default()),
+            "wal",
+            small_config(false),
+        )
+        .await
+        .unwrap();
+        let payload = payload_for(0, 100);
+        wal.append(&record(&payload, None)).await.unwrap();
+        let position = wal.next_seq();
+        for _ in 0..1000 {
+            futures_lite::future::or(wal.wait_durable_past(position), std::future::ready(())).await;
+        }
+        assert_eq!(wal.durable_listener_count(), 1);
+        // The one listener is still woken by the next flush.
+        let next = payload_for(1, 100);
+        futures_lite::future::zip(wal.wait_durable_past(position), async {
+            wal.append(&record(&next, None)).await.unwrap();
+        })
+        .await;
+        assert_eq!(wal.durable_listener_count(), 0);
+        wal.close().await;
+    });
+}
+
 #[test]
 fn many_appenders_share_each_fdatasync() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();

@@ -452,10 +452,22 @@ impl<S: Storage> Wal<S> {
             if sh.durable_next > seq || sh.latched.is_some() || sh.closing {
                 return Poll::Ready(());
             }
-            sh.durable_listeners.push(cx.waker().clone());
+            // The dispatcher races this wait against timers and drops it when
+            // they win, then waits again: a task already listening must not be
+            // added once more per round, or an idle WAL would collect a waker
+            // clone every backstop until the task's reference count overflows.
+            let waker = cx.waker();
+            if !sh.durable_listeners.iter().any(|w| w.will_wake(waker)) {
+                sh.durable_listeners.push(waker.clone());
+            }
             Poll::Pending
         })
         .await
+    }
+
+    /// Tasks waiting in [`Wal::wait_durable_past`] for the next flush.
+    pub fn durable_listener_count(&self) -> usize {
+        self.inner.shared.borrow().durable_listeners.len()
     }
 
     /// Every sequence number below this is durable.
