@@ -317,7 +317,9 @@ fn take_reply(
                     None
                 }
             },
-            Reading::Foreign => {
+            // A produce-mode run's record: intact, but another run's in flow mode.
+            Reading::Plain if plan.own_run.is_none() => None,
+            Reading::Plain | Reading::Foreign => {
                 tally.foreign_records += 1;
                 None
             }

@@ -46,6 +46,9 @@ pub struct Stamp {
 pub enum Reading {
     /// A well-formed stamped payload of `len` bytes.
     Stamped { stamp: Stamp, len: usize },
+    /// The unstamped payload of a produce-mode run (`{"bench":"x…"}`), intact:
+    /// it carries no send time and no id.
+    Plain,
     /// Not a bench payload at all: some other writer's record.
     Foreign,
     /// Starts as a bench payload but its stamp or padding is damaged.
@@ -117,6 +120,12 @@ pub fn read_payload(payload: &[u8]) -> Reading {
     let Some(rest) = payload.strip_prefix(PAYLOAD_HEAD) else {
         return Reading::Foreign;
     };
+    if rest
+        .strip_suffix(PAYLOAD_TAIL)
+        .is_some_and(|padding| padding.iter().all(|&b| b == b'x'))
+    {
+        return Reading::Plain;
+    }
     if rest.len() < STAMP_BYTES + PAYLOAD_TAIL.len() {
         return Reading::Damaged;
     }
@@ -295,6 +304,11 @@ mod tests {
         assert!(matches!(read_payload(&good), Reading::Stamped { .. }));
         assert_eq!(read_payload(b"{\"other\":1}"), Reading::Foreign);
         assert_eq!(read_payload(b"hello"), Reading::Foreign);
+        let plain = super::super::workload::payload(64);
+        assert_eq!(read_payload(&plain), Reading::Plain);
+        let mut torn_plain = plain.clone();
+        torn_plain[20] = b'y';
+        assert_eq!(read_payload(&torn_plain), Reading::Damaged);
         let mut flipped = good.clone();
         flipped[70] = b'y';
         assert_eq!(read_payload(&flipped), Reading::Damaged);
