@@ -91,7 +91,7 @@ pub struct ServeArgs {
 /// creates a fresh topic, runs a 10-second flow and deletes the topic.
 ///
 /// Beyond the reference: --mode, --producers, --consumers, --max, --verify,
-/// --duration, --batch, --rate, --create/--partitions, --cpu and --json. Exit
+/// --duration, --batch, --rate, --create/--partitions, --cpus and --json. Exit
 /// code 1 if any record failed, a consume or ack was answered 5xx, a payload
 /// came back changed or (--verify) a record is missing; 2 for bad arguments.
 #[derive(Args, Debug)]
@@ -143,9 +143,11 @@ pub struct BenchArgs {
     /// hidden; the line reports the achieved rate next to the target.
     #[arg(long, value_name = "MSGS_PER_SEC")]
     pub rate: Option<f64>,
-    /// (Extension) Pin the generator's one executor to this CPU.
-    #[arg(long, value_name = "N")]
-    pub cpu: Option<usize>,
+    /// (Extension) Pin the generator to the first CPU of LIST (`1`, `0,2`,
+    /// `2-3`): it runs on one executor, so it uses one CPU whatever the list.
+    /// --cpu N is an alias.
+    #[arg(long, value_name = "LIST", visible_alias = "cpu")]
+    pub cpus: Option<String>,
     /// (Extension) Create the topic first if it does not exist.
     #[arg(long)]
     pub create: bool,
@@ -182,7 +184,7 @@ impl BenchArgs {
             verify: self.verify,
             batch_records: self.batch,
             rate: self.rate,
-            cpu: self.cpu,
+            cpus: self.cpus.clone(),
             create: self.create,
             partitions: self.partitions,
             json: self.json.as_ref().map(|path| match path.to_str() {

@@ -151,6 +151,15 @@ fn a_missing_topic_and_bad_consume_flags_are_refused() {
             "--consume means --mode flow",
         ),
         (&["t", "--max", "5"][..], "--max applies to"),
+        (
+            &["t", "--cpus", "3-1"][..],
+            "--cpus \"3-1\": the range 3-1 runs backwards",
+        ),
+        // --cpu is an alias of --cpus.
+        (
+            &["t", "--cpu", "x"][..],
+            "--cpus \"x\": \"x\" is not a CPU number",
+        ),
     ] {
         let output = bench(&node, args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");

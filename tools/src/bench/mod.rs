@@ -6,7 +6,7 @@
 //! connection, and report the totals and latency percentiles on standard
 //! error. Beyond the reference: a timed run (`--duration`), batch produce
 //! (`--batch`), an open-loop rate (`--rate`), topic creation (`--create`), a
-//! pinned CPU (`--cpu`) and a JSON summary (`--json`).
+//! pinned CPU (`--cpus`) and a JSON summary (`--json`).
 //!
 //! `--mode consume` drains a topic with a pool of consumers; `--mode flow` (the
 //! reference's `--consume`, and the default without a TOPIC) runs producers and
@@ -16,7 +16,7 @@
 //! TOPIC the run creates a fresh topic, runs a 10-second flow and deletes it.
 //!
 //! Which cores: one. Every worker is a task on a single glommio executor in the
-//! calling thread (pinned with `--cpu`), and so is every connection's hyper
+//! calling thread (pinned with `--cpus`), and so is every connection's hyper
 //! state machine. A generator that spread itself over cores would compete with
 //! the broker it measures on a small machine; one core that pushes well over
 //! 100,000 requests a second is enough to saturate a broker shard, and its
@@ -51,8 +51,9 @@ use hyper::Method;
 
 use client::{Conn, RequestTemplate, Server};
 pub use config::{
-    Config, JsonTarget, Length, Mode, Settings, BATCH_BODY_BYTES_MAX, BATCH_RECORDS_MAX,
-    CONSUME_MAX_RECORDS, DURATION_MAX, PAYLOAD_BYTES_MAX, RATE_MAX, WORKERS_MAX,
+    parse_cpu_list, Config, JsonTarget, Length, Mode, Settings, BATCH_BODY_BYTES_MAX,
+    BATCH_RECORDS_MAX, CONSUME_MAX_RECORDS, CPU_ID_LIMIT, DURATION_MAX, PAYLOAD_BYTES_MAX,
+    RATE_MAX, WORKERS_MAX,
 };
 use consumer::{ConsumePlan, ConsumeTally};
 use report::{ConsumeSummary, Summary};
@@ -106,7 +107,7 @@ struct Outcome {
 pub fn run(config: &Config) -> Result<(), BenchError> {
     let settings = Settings::resolve(config).map_err(BenchError::Usage)?;
     say_err(&start_line(&settings));
-    let outcome = narad_io::rt::try_run_local(settings.cpu, drive(settings.clone()))
+    let outcome = narad_io::rt::try_run_local(settings.pin_cpu(), drive(settings.clone()))
         .map_err(BenchError::Failed)?
         .map_err(BenchError::Failed)?;
     if let Some(produce) = &outcome.produce {
@@ -518,7 +519,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_usage_errors() {
-        let changes: [fn(&mut Config); 8] = [
+        let changes: [fn(&mut Config); 9] = [
             |c| c.size_bytes = 11,
             |c| c.workers = 0,
             |c| c.batch_records = Some(1001),
@@ -533,6 +534,7 @@ mod tests {
                 c.mode = Some(Mode::Consume)
             },
             |c| c.verify = true,
+            |c| c.cpus = Some("3-1".into()),
         ];
         for change in changes {
             let mut bad = config();
