@@ -90,6 +90,10 @@ pub struct ServeArgs {
 /// checks that every acknowledged record was consumed. Without TOPIC the run
 /// creates a fresh topic, runs a 10-second flow and deletes the topic.
 ///
+/// On a terminal, a status line on standard error is redrawn every second
+/// (elapsed time, rates, errors and p99 so far); piped, standard error gets
+/// only the lines above.
+///
 /// Beyond the reference: --mode, --producers, --consumers, --max, --verify,
 /// --duration, --batch, --rate, --create/--partitions, --cpus and --json. Exit
 /// code 1 if any record failed, a consume or ack was answered 5xx, a payload

@@ -6,7 +6,8 @@
 //! connection, and report the totals and latency percentiles on standard
 //! error. Beyond the reference: a timed run (`--duration`), batch produce
 //! (`--batch`), an open-loop rate (`--rate`), topic creation (`--create`), a
-//! pinned CPU (`--cpus`) and a JSON summary (`--json`).
+//! pinned CPU (`--cpus`), a JSON summary (`--json`) and, on a terminal, a
+//! status line redrawn every second.
 //!
 //! `--mode consume` drains a topic with a pool of consumers; `--mode flow` (the
 //! reference's `--consume`, and the default without a TOPIC) runs producers and
@@ -28,6 +29,7 @@
 //! - `workload`: the payload and bodies, the schedule of requests, the producer.
 //! - `stamp`: the flow mode's stamped payload and the ledger of record ids.
 //! - `consumer`: the consume-and-ack loop and how it reads replies.
+//! - `live`: the running tallies, the per-second series and the status line.
 //! - `report`: percentiles, the human lines and the `--json` line.
 //!
 //! The body of a produce request is built once as `Bytes` and shared by every
@@ -37,12 +39,13 @@
 pub mod client;
 mod config;
 mod consumer;
+mod live;
 mod report;
 mod stamp;
 mod workload;
 
 use std::cell::RefCell;
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -56,6 +59,7 @@ pub use config::{
     RATE_MAX, WORKERS_MAX,
 };
 use consumer::{ConsumePlan, ConsumeTally};
+use live::Live;
 use report::{ConsumeSummary, Summary};
 use stamp::Ledger;
 use workload::{Plan, Schedule, Stop, Tally};
@@ -107,7 +111,10 @@ struct Outcome {
 pub fn run(config: &Config) -> Result<(), BenchError> {
     let settings = Settings::resolve(config).map_err(BenchError::Usage)?;
     say_err(&start_line(&settings));
-    let outcome = narad_io::rt::try_run_local(settings.pin_cpu(), drive(settings.clone()))
+    // Tests and pipelines read standard error: the status line is for people.
+    let show_progress = std::io::stderr().is_terminal();
+    let drive = drive(settings.clone(), show_progress);
+    let outcome = narad_io::rt::try_run_local(settings.pin_cpu(), drive)
         .map_err(BenchError::Failed)?
         .map_err(BenchError::Failed)?;
     if let Some(produce) = &outcome.produce {
@@ -246,7 +253,7 @@ fn producers_used(s: &Settings) -> usize {
 }
 
 /// Sets up the topic, measures, and deletes a fresh topic.
-async fn drive(s: Settings) -> Result<Outcome, String> {
+async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
     let mut setup = Conn::open(&s.server).await?;
     if s.create {
         client::create_topic(&mut setup, &s.server, &s.topic, s.partitions).await?;
@@ -254,7 +261,7 @@ async fn drive(s: Settings) -> Result<Outcome, String> {
         client::check_topic(&mut setup, &s.server, &s.topic).await?;
     }
     drop(setup);
-    let mut outcome = measure(&s).await;
+    let mut outcome = measure(&s, show_progress).await;
     if s.fresh_topic {
         let deleted = match Conn::open(&s.server).await {
             Ok(mut conn) => client::delete_topic(&mut conn, &s.server, &s.topic).await,
@@ -267,10 +274,9 @@ async fn drive(s: Settings) -> Result<Outcome, String> {
     outcome
 }
 
-/// Opens the pools, runs producers and consumers, drains, and sums up.
-async fn measure(s: &Settings) -> Result<Outcome, String> {
-    let ledger = Rc::new(RefCell::new(Ledger::new()));
-    let run_tag = run_tag();
+/// Opens the pools and runs them, with the ticker closing a window of the
+/// series every second until the last consumer is done.
+async fn measure(s: &Settings, show_progress: bool) -> Result<Outcome, String> {
     let mut producer_conns = Vec::with_capacity(producers_used(s));
     while producer_conns.len() < producers_used(s) {
         producer_conns.push(Conn::open(&s.server).await?);
@@ -280,6 +286,32 @@ async fn measure(s: &Settings) -> Result<Outcome, String> {
         consumer_conns.push(Conn::open(&s.server).await?);
     }
     let start = Instant::now();
+    let live = Rc::new(Live::new(start));
+    let ticker = live::ticker(
+        live.clone(),
+        show_progress,
+        s.mode.produces(),
+        s.mode.consumes(),
+    );
+    let ticker = narad_io::rt::spawn_local(ticker);
+    let outcome = run_pools(s, producer_conns, consumer_conns, &live).await;
+    live.finish();
+    // The ticker closes the last window and erases the status line; `None`
+    // would mean it was cancelled, which nothing here does.
+    let _ = ticker.await;
+    outcome
+}
+
+/// Runs producers and consumers, drains, and sums up.
+async fn run_pools(
+    s: &Settings,
+    producer_conns: Vec<Conn>,
+    consumer_conns: Vec<Conn>,
+    live: &Rc<Live>,
+) -> Result<Outcome, String> {
+    let ledger = Rc::new(RefCell::new(Ledger::new()));
+    let run_tag = run_tag();
+    let start = live.start();
     let consume_plan = s.mode.consumes().then(|| {
         let own_run = (s.mode == Mode::Flow).then_some((run_tag, s.size_bytes));
         let plan = ConsumePlan::new(
@@ -288,6 +320,7 @@ async fn measure(s: &Settings) -> Result<Outcome, String> {
             s.consume_max,
             own_run,
             ledger.clone(),
+            live.clone(),
         );
         plan.last_progress.set(start);
         Rc::new(plan)
@@ -302,7 +335,7 @@ async fn measure(s: &Settings) -> Result<Outcome, String> {
     let mut abandoned = false;
     let produce = if s.mode.produces() {
         let stamper = (s.mode == Mode::Flow).then(|| stamper(s, run_tag, ledger.clone()));
-        let plan = Rc::new(plan(s, start, stamper));
+        let plan = Rc::new(plan(s, live.clone(), stamper));
         let summary = produce(&plan, producer_conns, s.rate).await?;
         if let Length::Records(count) = s.length {
             if !plan.schedule.is_abandoned() {
@@ -397,7 +430,7 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
                 }
                 Mode::Consume => match s.length {
                     Length::Timed(d) => now.saturating_duration_since(start) >= d,
-                    Length::Records(n) => plan.consumed_records.get() >= n,
+                    Length::Records(n) => plan.live.consumed_records() >= n,
                     Length::UntilIdle => false,
                 },
                 Mode::Produce => unreachable!("produce mode has no consumers"),
@@ -428,8 +461,9 @@ fn stamper(s: &Settings, run_tag: u32, ledger: Rc<RefCell<Ledger>>) -> workload:
     workload::Stamper::new(run_tag, &payload, batch, ledger)
 }
 
-/// The requests of the run, and its schedule from `start`.
-fn plan(s: &Settings, start: Instant, stamper: Option<workload::Stamper>) -> Plan {
+/// The requests of the run, and its schedule from the start of `live`.
+fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Plan {
+    let start = live.start();
     let server: Server = s.server.clone();
     let payload = workload::payload(s.size_bytes);
     let (template, body, tail_body) = match s.batch_records {
@@ -468,6 +502,7 @@ fn plan(s: &Settings, start: Instant, stamper: Option<workload::Stamper>) -> Pla
         tail_body,
         stamper,
         schedule: Schedule::new(stop, batch, interval, start),
+        live,
     }
 }
 
