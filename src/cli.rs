@@ -95,9 +95,10 @@ pub struct ServeArgs {
 /// only the lines above.
 ///
 /// Beyond the reference: --mode, --producers, --consumers, --max, --verify,
-/// --duration, --batch, --rate, --create/--partitions, --cpus and --json. Exit
-/// code 1 if any record failed, a consume or ack was answered 5xx, a payload
-/// came back changed or (--verify) a record is missing; 2 for bad arguments.
+/// --duration, --batch, --rate, --create/--partitions, --cpus, --json and
+/// --report. Exit code 1 if any record failed, a consume or ack was answered
+/// 5xx, a payload came back changed or (--verify) a record is missing; 2 for
+/// bad arguments.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// The topic to use; without it, a fresh topic that the run deletes.
@@ -164,6 +165,13 @@ pub struct BenchArgs {
     /// e2e_latency, consume_errors, ack_errors, duplicates, missing.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
+    /// (Extension) Write an HTML report to FILE: settings, figures, latency
+    /// (p50, p99, max) and throughput second by second, and latency by
+    /// percentile. Self-contained (inline SVG): it loads nothing. The file is
+    /// created before the run, so a path that cannot be written is refused at
+    /// once.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 impl BenchArgs {
@@ -195,6 +203,7 @@ impl BenchArgs {
                 Some("-") => JsonTarget::Stdout,
                 _ => JsonTarget::File(path.clone()),
             }),
+            report: self.report.clone(),
         }
     }
 }

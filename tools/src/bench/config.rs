@@ -112,6 +112,8 @@ pub struct Config {
     pub create: bool,
     pub partitions: Option<u32>,
     pub json: Option<JsonTarget>,
+    /// Where `--report` writes its HTML page.
+    pub report: Option<PathBuf>,
 }
 
 /// How the run ends.
@@ -148,6 +150,7 @@ pub struct Settings {
     pub create: bool,
     pub partitions: u32,
     pub json: Option<JsonTarget>,
+    pub report: Option<PathBuf>,
 }
 
 impl Settings {
@@ -212,6 +215,7 @@ impl Settings {
             create: config.create || fresh_topic,
             partitions: config.partitions.unwrap_or(PARTITIONS_DEFAULT),
             json: config.json.clone(),
+            report: config.report.clone(),
         };
         settings.validate(config.workers)?;
         Ok(settings)
@@ -401,6 +405,7 @@ pub(super) mod tests {
             create: false,
             partitions: None,
             json: None,
+            report: None,
         }
     }
 

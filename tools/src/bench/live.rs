@@ -284,6 +284,11 @@ impl Live {
     pub fn finish(&self) {
         self.finished.set(true);
     }
+
+    /// The series so far.
+    pub fn take_series(&self) -> Series {
+        std::mem::take(&mut self.series.borrow_mut())
+    }
 }
 
 fn add(cell: &Cell<u64>, n: u64) {
@@ -383,7 +388,7 @@ mod tests {
             live.status_line(&second, true, false),
             "   1.5s  produce 2 msg/s  errors 6  p99 400µs"
         );
-        let series = live.series.borrow();
+        let series = live.take_series();
         assert_eq!(series.rows, [first, second]);
         assert_eq!(series.dropped_rows, 0);
     }

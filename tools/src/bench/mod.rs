@@ -6,8 +6,8 @@
 //! connection, and report the totals and latency percentiles on standard
 //! error. Beyond the reference: a timed run (`--duration`), batch produce
 //! (`--batch`), an open-loop rate (`--rate`), topic creation (`--create`), a
-//! pinned CPU (`--cpus`), a JSON summary (`--json`) and, on a terminal, a
-//! status line redrawn every second.
+//! pinned CPU (`--cpus`), a JSON summary (`--json`), an HTML report with
+//! plots (`--report`) and, on a terminal, a status line redrawn every second.
 //!
 //! `--mode consume` drains a topic with a pool of consumers; `--mode flow` (the
 //! reference's `--consume`, and the default without a TOPIC) runs producers and
@@ -31,6 +31,7 @@
 //! - `consumer`: the consume-and-ack loop and how it reads replies.
 //! - `live`: the running tallies, the per-second series and the status line.
 //! - `report`: percentiles, the human lines and the `--json` line.
+//! - `html`: the `--report` page; `svg`: the line charts it draws.
 //!
 //! The body of a produce request is built once as `Bytes` and shared by every
 //! request, so the hot loop copies no payload; in flow mode each request copies
@@ -39,12 +40,15 @@
 pub mod client;
 mod config;
 mod consumer;
+mod html;
 mod live;
 mod report;
 mod stamp;
+mod svg;
 mod workload;
 
 use std::cell::RefCell;
+use std::fs::File;
 use std::io::{IsTerminal as _, Write as _};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -59,7 +63,7 @@ pub use config::{
     RATE_MAX, WORKERS_MAX,
 };
 use consumer::{ConsumePlan, ConsumeTally};
-use live::Live;
+use live::{Live, Series};
 use report::{ConsumeSummary, Summary};
 use stamp::Ledger;
 use workload::{Plan, Schedule, Stop, Tally};
@@ -105,46 +109,119 @@ struct Outcome {
     abandoned: bool,
     /// Things that went wrong around the measurement (deleting the topic).
     warnings: Vec<String>,
+    /// The run second by second.
+    series: Series,
 }
 
 /// Runs the benchmark, printing progress and results.
 pub fn run(config: &Config) -> Result<(), BenchError> {
     let settings = Settings::resolve(config).map_err(BenchError::Usage)?;
-    say_err(&start_line(&settings));
+    let report_file = open_report(&settings).map_err(BenchError::Usage)?;
+    let start = start_line(&settings);
+    say_err(&start);
     // Tests and pipelines read standard error: the status line is for people.
     let show_progress = std::io::stderr().is_terminal();
     let drive = drive(settings.clone(), show_progress);
-    let outcome = narad_io::rt::try_run_local(settings.pin_cpu(), drive)
-        .map_err(BenchError::Failed)?
-        .map_err(BenchError::Failed)?;
+    let outcome = match narad_io::rt::try_run_local(settings.pin_cpu(), drive) {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(why)) | Err(why) => {
+            // A run that measured nothing leaves no empty report behind.
+            if let (Some(file), Some(path)) = (report_file, &settings.report) {
+                drop(file);
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(BenchError::Failed(why));
+        }
+    };
+    let mut lines = vec![start];
     if let Some(produce) = &outcome.produce {
-        say_err(&produce.human_line());
+        lines.push(produce.human_line());
     }
     if let Some(consume) = &outcome.consume {
-        for line in consume.human_lines() {
-            say_err(&line);
-        }
+        lines.extend(consume.human_lines());
     }
-    for warning in &outcome.warnings {
-        say_err(&format!("warning: {warning}"));
+    lines.extend(outcome.warnings.iter().map(|w| format!("warning: {w}")));
+    for line in &lines[1..] {
+        say_err(line);
     }
-    if let Some(target) = &settings.json {
-        let line = report::json_line(
-            settings.mode.name(),
-            &settings.topic,
-            outcome.produce.as_ref(),
-            outcome.consume.as_ref(),
-        );
-        match target {
-            // Not `println!`, which panics when standard output is closed.
-            JsonTarget::Stdout => {
-                let _ = writeln!(std::io::stdout(), "{line}");
-            }
-            JsonTarget::File(path) => std::fs::write(path, format!("{line}\n"))
-                .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display())))?,
-        }
+    write_json(&settings, &outcome)?;
+    if let Some(file) = report_file {
+        write_report(file, &settings, &outcome, &lines)?;
     }
     judge(&settings, &outcome).map_err(BenchError::Failed)
+}
+
+/// The `--json` line, to standard output or its file.
+fn write_json(settings: &Settings, outcome: &Outcome) -> Result<(), BenchError> {
+    let Some(target) = &settings.json else {
+        return Ok(());
+    };
+    let line = report::json_line(
+        settings.mode.name(),
+        &settings.topic,
+        outcome.produce.as_ref(),
+        outcome.consume.as_ref(),
+    );
+    match target {
+        // Not `println!`, which panics when standard output is closed.
+        JsonTarget::Stdout => {
+            let _ = writeln!(std::io::stdout(), "{line}");
+            Ok(())
+        }
+        JsonTarget::File(path) => std::fs::write(path, format!("{line}\n"))
+            .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display()))),
+    }
+}
+
+/// The `--report` page, into the file created before the run.
+fn write_report(
+    mut file: File,
+    settings: &Settings,
+    outcome: &Outcome,
+    lines: &[String],
+) -> Result<(), BenchError> {
+    let path = settings.report.as_ref().expect("a report file has a path");
+    let page = html::page(&html::Run {
+        command: &command_line(),
+        settings,
+        produce: outcome.produce.as_ref(),
+        consume: outcome.consume.as_ref(),
+        series: &outcome.series,
+        lines,
+    });
+    file.write_all(page.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Creates the `--report` file before the run, so that a path that cannot be
+/// written is refused at once rather than after a long run.
+fn open_report(settings: &Settings) -> Result<Option<File>, String> {
+    let Some(path) = &settings.report else {
+        return Ok(None);
+    };
+    File::create(path)
+        .map(Some)
+        .map_err(|e| format!("--report {}: cannot create the file: {e}", path.display()))
+}
+
+/// The command line as typed, each argument quoted when the shell would need
+/// it, for the report.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_=./:,@%+".contains(&b));
+            if plain {
+                arg
+            } else {
+                format!("'{}'", arg.replace('\'', "'\\''"))
+            }
+        })
+        .collect();
+    args.join(" ")
 }
 
 /// Whether the run succeeded: every produce accepted, no server error, every
@@ -299,7 +376,9 @@ async fn measure(s: &Settings, show_progress: bool) -> Result<Outcome, String> {
     // The ticker closes the last window and erases the status line; `None`
     // would mean it was cancelled, which nothing here does.
     let _ = ticker.await;
-    outcome
+    let mut outcome = outcome?;
+    outcome.series = live.take_series();
+    Ok(outcome)
 }
 
 /// Runs producers and consumers, drains, and sums up.
@@ -372,6 +451,7 @@ async fn run_pools(
         consume,
         abandoned,
         warnings: Vec::new(),
+        series: Series::default(),
     })
 }
 
@@ -554,7 +634,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_usage_errors() {
-        let changes: [fn(&mut Config); 9] = [
+        let changes: [fn(&mut Config); 10] = [
             |c| c.size_bytes = 11,
             |c| c.workers = 0,
             |c| c.batch_records = Some(1001),
@@ -570,12 +650,45 @@ mod tests {
             },
             |c| c.verify = true,
             |c| c.cpus = Some("3-1".into()),
+            |c| c.report = Some("/nonexistent-narad-dir/report.html".into()),
         ];
         for change in changes {
             let mut bad = config();
             change(&mut bad);
             assert_eq!(run(&bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_report_path_that_cannot_be_written_is_refused_before_the_run() {
+        let dir = std::env::temp_dir().join(format!("narad-bench-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (path, why) in [
+            (
+                dir.join("absent").join("r.html"),
+                "No such file or directory",
+            ),
+            (dir.clone(), "Is a directory"),
+        ] {
+            let bad = Config {
+                report: Some(path.clone()),
+                ..config()
+            };
+            let err = run(&bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{err:?}");
+            let expected = format!("--report {}: cannot create the file: ", path.display());
+            assert!(err.message().starts_with(&expected), "{err:?}");
+            assert!(err.message().contains(why), "{err:?}");
+        }
+        // A writable path is created (empty) before the run starts.
+        let fine = dir.join("r.html");
+        let settings = settings(Config {
+            report: Some(fine.clone()),
+            ..config()
+        });
+        assert!(open_report(&settings).unwrap().is_some());
+        assert_eq!(std::fs::metadata(&fine).unwrap().len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
