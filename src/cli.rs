@@ -90,10 +90,15 @@ pub struct ServeArgs {
 /// checks that every acknowledged record was consumed. Without TOPIC the run
 /// creates a fresh topic, runs a 10-second flow and deletes the topic.
 ///
+/// On a terminal, a status line on standard error is redrawn every second
+/// (elapsed time, rates, errors and p99 so far); piped, standard error gets
+/// only the lines above.
+///
 /// Beyond the reference: --mode, --producers, --consumers, --max, --verify,
-/// --duration, --batch, --rate, --create/--partitions, --cpu and --json. Exit
-/// code 1 if any record failed, a consume or ack was answered 5xx, a payload
-/// came back changed or (--verify) a record is missing; 2 for bad arguments.
+/// --duration, --batch, --rate, --create/--partitions, --cpus, --json and
+/// --report. Exit code 1 if any record failed, a consume or ack was answered
+/// 5xx, a payload came back changed or (--verify) a record is missing; 2 for
+/// bad arguments.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// The topic to use; without it, a fresh topic that the run deletes.
@@ -143,9 +148,11 @@ pub struct BenchArgs {
     /// hidden; the line reports the achieved rate next to the target.
     #[arg(long, value_name = "MSGS_PER_SEC")]
     pub rate: Option<f64>,
-    /// (Extension) Pin the generator's one executor to this CPU.
-    #[arg(long, value_name = "N")]
-    pub cpu: Option<usize>,
+    /// (Extension) Pin the generator to the first CPU of LIST (`1`, `0,2`,
+    /// `2-3`): it runs on one executor, so it uses one CPU whatever the list.
+    /// --cpu N is an alias.
+    #[arg(long, value_name = "LIST", visible_alias = "cpu")]
+    pub cpus: Option<String>,
     /// (Extension) Create the topic first if it does not exist.
     #[arg(long)]
     pub create: bool,
@@ -158,6 +165,13 @@ pub struct BenchArgs {
     /// e2e_latency, consume_errors, ack_errors, duplicates, missing.
     #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<PathBuf>,
+    /// (Extension) Write an HTML report to FILE: settings, figures, latency
+    /// (p50, p99, max) and throughput second by second, and latency by
+    /// percentile. Self-contained (inline SVG): it loads nothing. The file is
+    /// created before the run, so a path that cannot be written is refused at
+    /// once.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 impl BenchArgs {
@@ -182,13 +196,14 @@ impl BenchArgs {
             verify: self.verify,
             batch_records: self.batch,
             rate: self.rate,
-            cpu: self.cpu,
+            cpus: self.cpus.clone(),
             create: self.create,
             partitions: self.partitions,
             json: self.json.as_ref().map(|path| match path.to_str() {
                 Some("-") => JsonTarget::Stdout,
                 _ => JsonTarget::File(path.clone()),
             }),
+            report: self.report.clone(),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `narad bench` against a real node: its exit code and its stderr lines, that
-//! the records it reports as accepted are committed on the broker, and that a
-//! flow run consumes every record it produced.
+//! the records it reports as accepted are committed on the broker, that a
+//! flow run consumes every record it produced, and that `--report` writes a
+//! page with its charts.
 
 mod common;
 
@@ -151,6 +152,19 @@ fn a_missing_topic_and_bad_consume_flags_are_refused() {
             "--consume means --mode flow",
         ),
         (&["t", "--max", "5"][..], "--max applies to"),
+        (
+            &["t", "--cpus", "3-1"][..],
+            "--cpus \"3-1\": the range 3-1 runs backwards",
+        ),
+        // --cpu is an alias of --cpus.
+        (
+            &["t", "--cpu", "x"][..],
+            "--cpus \"x\": \"x\" is not a CPU number",
+        ),
+        (
+            &["t", "--report", "/nonexistent-narad-dir/r.html"][..],
+            "--report /nonexistent-narad-dir/r.html: cannot create the file",
+        ),
     ] {
         let output = bench(&node, args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
@@ -164,6 +178,8 @@ fn a_flow_run_consumes_every_record_it_produced() {
     let node = Node::start(&[]);
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let json = dir.path().join("flow.json");
+    let report = dir.path().join("flow.html");
+    let report_arg = report.to_str().unwrap();
     let runs: [&[&str]; 2] = [
         &[
             "flow",
@@ -173,6 +189,8 @@ fn a_flow_run_consumes_every_record_it_produced() {
             "--verify",
             "--duration",
             "2",
+            "--report",
+            report_arg,
         ],
         // Batch produce, batch consume and batch ack, on a fresh topic.
         &[
@@ -204,6 +222,11 @@ fn a_flow_run_consumes_every_record_it_produced() {
         );
         let lines = stderr_lines(&output);
         assert!(output.status.success(), "{args:?}: {lines:#?}");
+        // Standard error is a pipe here: no status line, no control codes.
+        assert!(
+            !output.stderr.iter().any(|&b| b == b'\r' || b == 0x1b),
+            "{lines:#?}"
+        );
         assert!(started.elapsed() < Duration::from_secs(15), "{lines:#?}");
         let summary: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -222,6 +245,16 @@ fn a_flow_run_consumes_every_record_it_produced() {
             "{lines:#?}"
         );
     }
+    // The first run wrote its report: a page with the per-second charts of
+    // both latencies and of throughput, and the percentile plot.
+    let page = std::fs::read_to_string(&report).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+    assert_eq!(page.matches("<svg").count(), 4, "{page}");
+    assert!(page.contains("Produce-ack latency, per second"), "{page}");
+    assert!(page.contains("End-to-end latency, per second"), "{page}");
+    assert!(page.contains("<td>flow</td>"), "{page}");
+    assert!(!page.contains("<script") && !page.contains("https://"));
+
     // The fresh topic is gone; the named one stays.
     let listed = node
         .served_client()

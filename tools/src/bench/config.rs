@@ -33,6 +33,9 @@ pub const FRESH_TOPIC_DURATION: Duration = Duration::from_secs(10);
 pub const COUNT_DEFAULT: u64 = 10_000;
 /// Partitions of a topic the run creates, unless told otherwise.
 pub const PARTITIONS_DEFAULT: u32 = 3;
+/// CPU numbers `--cpus` accepts are below this, far above the machines the
+/// generator runs on; it also bounds the length of the list.
+pub const CPU_ID_LIMIT: usize = 4096;
 
 /// What a run measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,10 +107,13 @@ pub struct Config {
     pub batch_records: Option<u64>,
     /// Open-loop rate in records per second.
     pub rate: Option<f64>,
-    pub cpu: Option<usize>,
+    /// `--cpus LIST` as written (`1`, `0,2`, `2-3`).
+    pub cpus: Option<String>,
     pub create: bool,
     pub partitions: Option<u32>,
     pub json: Option<JsonTarget>,
+    /// Where `--report` writes its HTML page.
+    pub report: Option<PathBuf>,
 }
 
 /// How the run ends.
@@ -139,10 +145,12 @@ pub struct Settings {
     pub verify: bool,
     pub batch_records: Option<u64>,
     pub rate: Option<f64>,
-    pub cpu: Option<usize>,
+    /// The CPUs `--cpus` named, in order; empty when the run is not pinned.
+    pub cpus: Vec<usize>,
     pub create: bool,
     pub partitions: u32,
     pub json: Option<JsonTarget>,
+    pub report: Option<PathBuf>,
 }
 
 impl Settings {
@@ -200,10 +208,14 @@ impl Settings {
             verify: config.verify,
             batch_records: config.batch_records,
             rate: config.rate,
-            cpu: config.cpu,
+            cpus: match &config.cpus {
+                Some(list) => parse_cpu_list(list)?,
+                None => Vec::new(),
+            },
             create: config.create || fresh_topic,
             partitions: config.partitions.unwrap_or(PARTITIONS_DEFAULT),
             json: config.json.clone(),
+            report: config.report.clone(),
         };
         settings.validate(config.workers)?;
         Ok(settings)
@@ -260,6 +272,52 @@ impl Settings {
     pub fn batch(&self) -> u64 {
         self.batch_records.unwrap_or(1)
     }
+
+    /// The CPU the generator's one executor is pinned to: the first of
+    /// `--cpus`. The generator runs on one core (see the module map), so the
+    /// rest of the list goes unused.
+    pub fn pin_cpu(&self) -> Option<usize> {
+        self.cpus.first().copied()
+    }
+}
+
+/// Parses a CPU list as `taskset -c` writes it: numbers and inclusive ranges,
+/// comma-separated (`1`, `0,2`, `2-3`, `0,4-5`). Refuses an empty entry, a
+/// range that runs backwards, a CPU listed twice and a number at or above
+/// [`CPU_ID_LIMIT`], so the list holds fewer than [`CPU_ID_LIMIT`] entries.
+pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
+    let refuse = |why: String| {
+        format!("--cpus {text:?}: {why}; want CPU numbers or ranges like 1, 0,2 or 2-3")
+    };
+    let number = |part: &str| -> Result<usize, String> {
+        match part.trim().parse::<usize>() {
+            Ok(cpu) if cpu < CPU_ID_LIMIT => Ok(cpu),
+            Ok(cpu) => Err(refuse(format!("CPU {cpu} is not below {CPU_ID_LIMIT}"))),
+            Err(_) => Err(refuse(format!("{:?} is not a CPU number", part.trim()))),
+        }
+    };
+    let mut seen = vec![false; CPU_ID_LIMIT];
+    let mut cpus = Vec::new();
+    for part in text.split(',') {
+        let (first, last) = match part.split_once('-') {
+            Some((first, last)) => (number(first)?, number(last)?),
+            None => {
+                let cpu = number(part)?;
+                (cpu, cpu)
+            }
+        };
+        if first > last {
+            return Err(refuse(format!("the range {first}-{last} runs backwards")));
+        }
+        for (cpu, listed) in seen.iter_mut().enumerate().take(last + 1).skip(first) {
+            if std::mem::replace(listed, true) {
+                return Err(refuse(format!("CPU {cpu} is listed twice")));
+            }
+            cpus.push(cpu);
+        }
+    }
+    assert!(!cpus.is_empty() && cpus.len() <= CPU_ID_LIMIT);
+    Ok(cpus)
 }
 
 /// `--mode`, or `--consume` (its alias for flow), or produce.
@@ -343,10 +401,11 @@ pub(super) mod tests {
             verify: false,
             batch_records: None,
             rate: None,
-            cpu: None,
+            cpus: None,
             create: false,
             partitions: None,
             json: None,
+            report: None,
         }
     }
 
@@ -504,5 +563,49 @@ pub(super) mod tests {
         let mut produce_small = config();
         produce_small.size_bytes = 12;
         assert!(Settings::resolve(&produce_small).is_ok());
+    }
+
+    #[test]
+    fn cpu_lists_pin_to_their_first_cpu() {
+        assert_eq!(parse_cpu_list("1"), Ok(vec![1]));
+        assert_eq!(parse_cpu_list("0,2"), Ok(vec![0, 2]));
+        assert_eq!(parse_cpu_list("2-3"), Ok(vec![2, 3]));
+        assert_eq!(parse_cpu_list("3, 0-1"), Ok(vec![3, 0, 1]));
+        assert_eq!(parse_cpu_list("4095"), Ok(vec![4095]));
+        let pinned = Settings::resolve(&Config {
+            cpus: Some("2-3".into()),
+            ..config()
+        })
+        .unwrap();
+        assert_eq!(pinned.cpus, [2, 3]);
+        assert_eq!(pinned.pin_cpu(), Some(2));
+        let free = Settings::resolve(&config()).unwrap();
+        assert!(free.cpus.is_empty());
+        assert_eq!(free.pin_cpu(), None);
+    }
+
+    #[test]
+    fn bad_cpu_lists_are_refused_with_the_flag_named() {
+        for (list, why) in [
+            ("", "\"\" is not a CPU number"),
+            ("1,", "\"\" is not a CPU number"),
+            ("a", "\"a\" is not a CPU number"),
+            ("-1", "\"\" is not a CPU number"),
+            ("1-2-3", "\"2-3\" is not a CPU number"),
+            ("3-2", "the range 3-2 runs backwards"),
+            ("0,1,0", "CPU 0 is listed twice"),
+            ("1-3,2", "CPU 2 is listed twice"),
+            ("4096", "CPU 4096 is not below 4096"),
+            ("0-99999999", "CPU 99999999 is not below 4096"),
+        ] {
+            let err = parse_cpu_list(list).unwrap_err();
+            assert!(err.starts_with(&format!("--cpus {list:?}: ")), "{err}");
+            assert!(err.contains(why), "{list:?}: {err}");
+            let bad = Config {
+                cpus: Some(list.into()),
+                ..config()
+            };
+            assert_eq!(Settings::resolve(&bad).unwrap_err(), err);
+        }
     }
 }

@@ -27,6 +27,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::client::{self, Conn, RequestTemplate, Server};
+use super::live::Live;
 use super::report;
 use super::stamp::{self, Ledger, Reading};
 use super::workload::RECONNECT_ATTEMPTS_MAX;
@@ -61,8 +62,8 @@ pub struct ConsumePlan {
     pub abandoned: Cell<bool>,
     /// When a consumer last had a message acknowledged.
     pub last_progress: Cell<Instant>,
-    /// Messages consumed by every consumer so far.
-    pub consumed_records: Cell<u64>,
+    /// The run's running tallies, among them the messages consumed so far.
+    pub live: Rc<Live>,
 }
 
 impl ConsumePlan {
@@ -72,6 +73,7 @@ impl ConsumePlan {
         max: u32,
         own_run: Option<(u32, usize)>,
         ledger: Rc<RefCell<Ledger>>,
+        live: Rc<Live>,
     ) -> ConsumePlan {
         assert!((1..=super::config::CONSUME_MAX_RECORDS).contains(&max));
         let query = match max {
@@ -96,7 +98,7 @@ impl ConsumePlan {
             stop: Cell::new(false),
             abandoned: Cell::new(false),
             last_progress: Cell::new(Instant::now()),
-            consumed_records: Cell::new(0),
+            live,
         }
     }
 }
@@ -240,7 +242,7 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
         let status = match open.send_into(request, &mut reply).await {
             Ok(status) => status.as_u16(),
             Err(_) => {
-                count(&mut tally.consume_errors, STATUS_TRANSPORT);
+                count(&plan.live, &mut tally.consume_errors, STATUS_TRANSPORT);
                 conn = None;
                 continue;
             }
@@ -252,13 +254,13 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
                 continue;
             }
             other => {
-                count(&mut tally.consume_errors, other);
+                count(&plan.live, &mut tally.consume_errors, other);
                 narad_io::rt::sleep(ERROR_BACKOFF).await;
                 continue;
             }
         }
         if let Err(()) = take_reply(&plan, &reply, &mut pending, &mut tally) {
-            count(&mut tally.consume_errors, STATUS_UNREADABLE);
+            count(&plan.live, &mut tally.consume_errors, STATUS_UNREADABLE);
             continue;
         }
         if pending.ids.is_empty() {
@@ -278,8 +280,10 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
     tally
 }
 
-fn count(errors: &mut BTreeMap<u16, u64>, status: u16) {
+/// Counts a failed request (or batch ack result) by its status.
+fn count(live: &Live, errors: &mut BTreeMap<u16, u64>, status: u16) {
     *errors.entry(status).or_default() += 1;
+    live.consume_failed();
 }
 
 /// Reads a consume reply: checks each payload, records its end-to-end
@@ -300,7 +304,7 @@ fn take_reply(
             Reading::Stamped { stamp, len } => match plan.own_run {
                 Some((run, size)) if stamp.run == run => {
                     if len == size {
-                        record_e2e(tally, delivered_unix_ns, stamp.sent_unix_ns);
+                        record_e2e(plan, tally, delivered_unix_ns, stamp.sent_unix_ns);
                         Some(stamp.id)
                     } else {
                         tally.damaged_records += 1;
@@ -313,7 +317,7 @@ fn take_reply(
                 }
                 None => {
                     // Consume mode: any run's records tell their age.
-                    record_e2e(tally, delivered_unix_ns, stamp.sent_unix_ns);
+                    record_e2e(plan, tally, delivered_unix_ns, stamp.sent_unix_ns);
                     None
                 }
             },
@@ -368,9 +372,15 @@ fn take_reply(
     Ok(())
 }
 
-fn record_e2e(tally: &mut ConsumeTally, delivered_unix_ns: u64, sent_unix_ns: u64) {
-    let us = delivered_unix_ns.saturating_sub(sent_unix_ns) / 1000;
-    tally.e2e_latencies_us.saturating_record(us.max(1));
+fn record_e2e(
+    plan: &ConsumePlan,
+    tally: &mut ConsumeTally,
+    delivered_unix_ns: u64,
+    sent_unix_ns: u64,
+) {
+    let us = (delivered_unix_ns.saturating_sub(sent_unix_ns) / 1000).max(1);
+    tally.e2e_latencies_us.saturating_record(us);
+    plan.live.delivered(us);
 }
 
 /// Acks the messages of `pending`; counts those acknowledged. An error means
@@ -385,7 +395,7 @@ async fn ack(
     let request = if plan.max == 1 {
         assert_eq!(pending.ids.len(), 1);
         let Ok(uri) = Uri::try_from(pending.ack_query.as_str()) else {
-            count(&mut tally.ack_errors, STATUS_UNREADABLE);
+            count(&plan.live, &mut tally.ack_errors, STATUS_UNREADABLE);
             return Ok(());
         };
         plan.ack_single.build_to(uri, Bytes::new())
@@ -395,7 +405,7 @@ async fn ack(
     let status = match conn.send_into(request, reply).await {
         Ok(status) => status.as_u16(),
         Err(_) => {
-            count(&mut tally.ack_errors, STATUS_TRANSPORT);
+            count(&plan.live, &mut tally.ack_errors, STATUS_TRANSPORT);
             return Err(());
         }
     };
@@ -409,35 +419,34 @@ async fn ack(
     };
     match (plan.max, status) {
         (1, 204) => acked(pending.ids[0], tally),
-        (1, other) => count(&mut tally.ack_errors, other),
+        (1, other) => count(&plan.live, &mut tally.ack_errors, other),
         (_, 200) => {
             let results: AckResults = match serde_json::from_slice(reply) {
                 Ok(results) => results,
                 Err(_) => {
-                    count(&mut tally.ack_errors, STATUS_UNREADABLE);
+                    count(&plan.live, &mut tally.ack_errors, STATUS_UNREADABLE);
                     return Ok(());
                 }
             };
             if results.results.len() != pending.ids.len() {
-                count(&mut tally.ack_errors, STATUS_UNREADABLE);
+                count(&plan.live, &mut tally.ack_errors, STATUS_UNREADABLE);
                 return Ok(());
             }
             for (result, &id) in results.results.iter().zip(&pending.ids) {
                 match result.status {
                     204 => acked(id, tally),
-                    other => count(&mut tally.ack_errors, other),
+                    other => count(&plan.live, &mut tally.ack_errors, other),
                 }
             }
         }
-        (_, other) => count(&mut tally.ack_errors, other),
+        (_, other) => count(&plan.live, &mut tally.ack_errors, other),
     }
     let newly = tally.consumed_records - before;
     assert!(newly <= pending.ids.len() as u64);
     if newly > 0 {
         tally.last_consumed = Some(now);
         plan.last_progress.set(now);
-        plan.consumed_records
-            .set(plan.consumed_records.get() + newly);
+        plan.live.consumed(newly);
     }
     Ok(())
 }
@@ -449,7 +458,8 @@ mod tests {
     fn plan(max: u32) -> ConsumePlan {
         let server = Server::parse("http://127.0.0.1:7942").unwrap();
         let ledger = Rc::new(RefCell::new(Ledger::new()));
-        ConsumePlan::new(server, "t", max, Some((5, 60)), ledger)
+        let live = Rc::new(Live::new(Instant::now()));
+        ConsumePlan::new(server, "t", max, Some((5, 60)), ledger, live)
     }
 
     fn message(payload: &str, handle: &str) -> String {

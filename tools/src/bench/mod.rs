@@ -6,7 +6,8 @@
 //! connection, and report the totals and latency percentiles on standard
 //! error. Beyond the reference: a timed run (`--duration`), batch produce
 //! (`--batch`), an open-loop rate (`--rate`), topic creation (`--create`), a
-//! pinned CPU (`--cpu`) and a JSON summary (`--json`).
+//! pinned CPU (`--cpus`), a JSON summary (`--json`), an HTML report with
+//! plots (`--report`) and, on a terminal, a status line redrawn every second.
 //!
 //! `--mode consume` drains a topic with a pool of consumers; `--mode flow` (the
 //! reference's `--consume`, and the default without a TOPIC) runs producers and
@@ -16,7 +17,7 @@
 //! TOPIC the run creates a fresh topic, runs a 10-second flow and deletes it.
 //!
 //! Which cores: one. Every worker is a task on a single glommio executor in the
-//! calling thread (pinned with `--cpu`), and so is every connection's hyper
+//! calling thread (pinned with `--cpus`), and so is every connection's hyper
 //! state machine. A generator that spread itself over cores would compete with
 //! the broker it measures on a small machine; one core that pushes well over
 //! 100,000 requests a second is enough to saturate a broker shard, and its
@@ -28,7 +29,9 @@
 //! - `workload`: the payload and bodies, the schedule of requests, the producer.
 //! - `stamp`: the flow mode's stamped payload and the ledger of record ids.
 //! - `consumer`: the consume-and-ack loop and how it reads replies.
+//! - `live`: the running tallies, the per-second series and the status line.
 //! - `report`: percentiles, the human lines and the `--json` line.
+//! - `html`: the `--report` page; `svg`: the line charts it draws.
 //!
 //! The body of a produce request is built once as `Bytes` and shared by every
 //! request, so the hot loop copies no payload; in flow mode each request copies
@@ -37,12 +40,16 @@
 pub mod client;
 mod config;
 mod consumer;
+mod html;
+mod live;
 mod report;
 mod stamp;
+mod svg;
 mod workload;
 
 use std::cell::RefCell;
-use std::io::Write as _;
+use std::fs::File;
+use std::io::{IsTerminal as _, Write as _};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -51,10 +58,12 @@ use hyper::Method;
 
 use client::{Conn, RequestTemplate, Server};
 pub use config::{
-    Config, JsonTarget, Length, Mode, Settings, BATCH_BODY_BYTES_MAX, BATCH_RECORDS_MAX,
-    CONSUME_MAX_RECORDS, DURATION_MAX, PAYLOAD_BYTES_MAX, RATE_MAX, WORKERS_MAX,
+    parse_cpu_list, Config, JsonTarget, Length, Mode, Settings, BATCH_BODY_BYTES_MAX,
+    BATCH_RECORDS_MAX, CONSUME_MAX_RECORDS, CPU_ID_LIMIT, DURATION_MAX, PAYLOAD_BYTES_MAX,
+    RATE_MAX, WORKERS_MAX,
 };
 use consumer::{ConsumePlan, ConsumeTally};
+use live::{Live, Series};
 use report::{ConsumeSummary, Summary};
 use stamp::Ledger;
 use workload::{Plan, Schedule, Stop, Tally};
@@ -100,43 +109,119 @@ struct Outcome {
     abandoned: bool,
     /// Things that went wrong around the measurement (deleting the topic).
     warnings: Vec<String>,
+    /// The run second by second.
+    series: Series,
 }
 
 /// Runs the benchmark, printing progress and results.
 pub fn run(config: &Config) -> Result<(), BenchError> {
     let settings = Settings::resolve(config).map_err(BenchError::Usage)?;
-    say_err(&start_line(&settings));
-    let outcome = narad_io::rt::try_run_local(settings.cpu, drive(settings.clone()))
-        .map_err(BenchError::Failed)?
-        .map_err(BenchError::Failed)?;
+    let report_file = open_report(&settings).map_err(BenchError::Usage)?;
+    let start = start_line(&settings);
+    say_err(&start);
+    // Tests and pipelines read standard error: the status line is for people.
+    let show_progress = std::io::stderr().is_terminal();
+    let drive = drive(settings.clone(), show_progress);
+    let outcome = match narad_io::rt::try_run_local(settings.pin_cpu(), drive) {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(why)) | Err(why) => {
+            // A run that measured nothing leaves no empty report behind.
+            if let (Some(file), Some(path)) = (report_file, &settings.report) {
+                drop(file);
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(BenchError::Failed(why));
+        }
+    };
+    let mut lines = vec![start];
     if let Some(produce) = &outcome.produce {
-        say_err(&produce.human_line());
+        lines.push(produce.human_line());
     }
     if let Some(consume) = &outcome.consume {
-        for line in consume.human_lines() {
-            say_err(&line);
-        }
+        lines.extend(consume.human_lines());
     }
-    for warning in &outcome.warnings {
-        say_err(&format!("warning: {warning}"));
+    lines.extend(outcome.warnings.iter().map(|w| format!("warning: {w}")));
+    for line in &lines[1..] {
+        say_err(line);
     }
-    if let Some(target) = &settings.json {
-        let line = report::json_line(
-            settings.mode.name(),
-            &settings.topic,
-            outcome.produce.as_ref(),
-            outcome.consume.as_ref(),
-        );
-        match target {
-            // Not `println!`, which panics when standard output is closed.
-            JsonTarget::Stdout => {
-                let _ = writeln!(std::io::stdout(), "{line}");
-            }
-            JsonTarget::File(path) => std::fs::write(path, format!("{line}\n"))
-                .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display())))?,
-        }
+    write_json(&settings, &outcome)?;
+    if let Some(file) = report_file {
+        write_report(file, &settings, &outcome, &lines)?;
     }
     judge(&settings, &outcome).map_err(BenchError::Failed)
+}
+
+/// The `--json` line, to standard output or its file.
+fn write_json(settings: &Settings, outcome: &Outcome) -> Result<(), BenchError> {
+    let Some(target) = &settings.json else {
+        return Ok(());
+    };
+    let line = report::json_line(
+        settings.mode.name(),
+        &settings.topic,
+        outcome.produce.as_ref(),
+        outcome.consume.as_ref(),
+    );
+    match target {
+        // Not `println!`, which panics when standard output is closed.
+        JsonTarget::Stdout => {
+            let _ = writeln!(std::io::stdout(), "{line}");
+            Ok(())
+        }
+        JsonTarget::File(path) => std::fs::write(path, format!("{line}\n"))
+            .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display()))),
+    }
+}
+
+/// The `--report` page, into the file created before the run.
+fn write_report(
+    mut file: File,
+    settings: &Settings,
+    outcome: &Outcome,
+    lines: &[String],
+) -> Result<(), BenchError> {
+    let path = settings.report.as_ref().expect("a report file has a path");
+    let page = html::page(&html::Run {
+        command: &command_line(),
+        settings,
+        produce: outcome.produce.as_ref(),
+        consume: outcome.consume.as_ref(),
+        series: &outcome.series,
+        lines,
+    });
+    file.write_all(page.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Creates the `--report` file before the run, so that a path that cannot be
+/// written is refused at once rather than after a long run.
+fn open_report(settings: &Settings) -> Result<Option<File>, String> {
+    let Some(path) = &settings.report else {
+        return Ok(None);
+    };
+    File::create(path)
+        .map(Some)
+        .map_err(|e| format!("--report {}: cannot create the file: {e}", path.display()))
+}
+
+/// The command line as typed, each argument quoted when the shell would need
+/// it, for the report.
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args()
+        .map(|arg| {
+            let plain = !arg.is_empty()
+                && arg
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_=./:,@%+".contains(&b));
+            if plain {
+                arg
+            } else {
+                format!("'{}'", arg.replace('\'', "'\\''"))
+            }
+        })
+        .collect();
+    args.join(" ")
 }
 
 /// Whether the run succeeded: every produce accepted, no server error, every
@@ -245,7 +330,7 @@ fn producers_used(s: &Settings) -> usize {
 }
 
 /// Sets up the topic, measures, and deletes a fresh topic.
-async fn drive(s: Settings) -> Result<Outcome, String> {
+async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
     let mut setup = Conn::open(&s.server).await?;
     if s.create {
         client::create_topic(&mut setup, &s.server, &s.topic, s.partitions).await?;
@@ -253,7 +338,7 @@ async fn drive(s: Settings) -> Result<Outcome, String> {
         client::check_topic(&mut setup, &s.server, &s.topic).await?;
     }
     drop(setup);
-    let mut outcome = measure(&s).await;
+    let mut outcome = measure(&s, show_progress).await;
     if s.fresh_topic {
         let deleted = match Conn::open(&s.server).await {
             Ok(mut conn) => client::delete_topic(&mut conn, &s.server, &s.topic).await,
@@ -266,10 +351,9 @@ async fn drive(s: Settings) -> Result<Outcome, String> {
     outcome
 }
 
-/// Opens the pools, runs producers and consumers, drains, and sums up.
-async fn measure(s: &Settings) -> Result<Outcome, String> {
-    let ledger = Rc::new(RefCell::new(Ledger::new()));
-    let run_tag = run_tag();
+/// Opens the pools and runs them, with the ticker closing a window of the
+/// series every second until the last consumer is done.
+async fn measure(s: &Settings, show_progress: bool) -> Result<Outcome, String> {
     let mut producer_conns = Vec::with_capacity(producers_used(s));
     while producer_conns.len() < producers_used(s) {
         producer_conns.push(Conn::open(&s.server).await?);
@@ -279,6 +363,34 @@ async fn measure(s: &Settings) -> Result<Outcome, String> {
         consumer_conns.push(Conn::open(&s.server).await?);
     }
     let start = Instant::now();
+    let live = Rc::new(Live::new(start));
+    let ticker = live::ticker(
+        live.clone(),
+        show_progress,
+        s.mode.produces(),
+        s.mode.consumes(),
+    );
+    let ticker = narad_io::rt::spawn_local(ticker);
+    let outcome = run_pools(s, producer_conns, consumer_conns, &live).await;
+    live.finish();
+    // The ticker closes the last window and erases the status line; `None`
+    // would mean it was cancelled, which nothing here does.
+    let _ = ticker.await;
+    let mut outcome = outcome?;
+    outcome.series = live.take_series();
+    Ok(outcome)
+}
+
+/// Runs producers and consumers, drains, and sums up.
+async fn run_pools(
+    s: &Settings,
+    producer_conns: Vec<Conn>,
+    consumer_conns: Vec<Conn>,
+    live: &Rc<Live>,
+) -> Result<Outcome, String> {
+    let ledger = Rc::new(RefCell::new(Ledger::new()));
+    let run_tag = run_tag();
+    let start = live.start();
     let consume_plan = s.mode.consumes().then(|| {
         let own_run = (s.mode == Mode::Flow).then_some((run_tag, s.size_bytes));
         let plan = ConsumePlan::new(
@@ -287,6 +399,7 @@ async fn measure(s: &Settings) -> Result<Outcome, String> {
             s.consume_max,
             own_run,
             ledger.clone(),
+            live.clone(),
         );
         plan.last_progress.set(start);
         Rc::new(plan)
@@ -301,7 +414,7 @@ async fn measure(s: &Settings) -> Result<Outcome, String> {
     let mut abandoned = false;
     let produce = if s.mode.produces() {
         let stamper = (s.mode == Mode::Flow).then(|| stamper(s, run_tag, ledger.clone()));
-        let plan = Rc::new(plan(s, start, stamper));
+        let plan = Rc::new(plan(s, live.clone(), stamper));
         let summary = produce(&plan, producer_conns, s.rate).await?;
         if let Length::Records(count) = s.length {
             if !plan.schedule.is_abandoned() {
@@ -338,6 +451,7 @@ async fn measure(s: &Settings) -> Result<Outcome, String> {
         consume,
         abandoned,
         warnings: Vec::new(),
+        series: Series::default(),
     })
 }
 
@@ -396,7 +510,7 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
                 }
                 Mode::Consume => match s.length {
                     Length::Timed(d) => now.saturating_duration_since(start) >= d,
-                    Length::Records(n) => plan.consumed_records.get() >= n,
+                    Length::Records(n) => plan.live.consumed_records() >= n,
                     Length::UntilIdle => false,
                 },
                 Mode::Produce => unreachable!("produce mode has no consumers"),
@@ -427,8 +541,9 @@ fn stamper(s: &Settings, run_tag: u32, ledger: Rc<RefCell<Ledger>>) -> workload:
     workload::Stamper::new(run_tag, &payload, batch, ledger)
 }
 
-/// The requests of the run, and its schedule from `start`.
-fn plan(s: &Settings, start: Instant, stamper: Option<workload::Stamper>) -> Plan {
+/// The requests of the run, and its schedule from the start of `live`.
+fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Plan {
+    let start = live.start();
     let server: Server = s.server.clone();
     let payload = workload::payload(s.size_bytes);
     let (template, body, tail_body) = match s.batch_records {
@@ -467,6 +582,7 @@ fn plan(s: &Settings, start: Instant, stamper: Option<workload::Stamper>) -> Pla
         tail_body,
         stamper,
         schedule: Schedule::new(stop, batch, interval, start),
+        live,
     }
 }
 
@@ -518,7 +634,7 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_usage_errors() {
-        let changes: [fn(&mut Config); 8] = [
+        let changes: [fn(&mut Config); 10] = [
             |c| c.size_bytes = 11,
             |c| c.workers = 0,
             |c| c.batch_records = Some(1001),
@@ -533,12 +649,46 @@ mod tests {
                 c.mode = Some(Mode::Consume)
             },
             |c| c.verify = true,
+            |c| c.cpus = Some("3-1".into()),
+            |c| c.report = Some("/nonexistent-narad-dir/report.html".into()),
         ];
         for change in changes {
             let mut bad = config();
             change(&mut bad);
             assert_eq!(run(&bad).unwrap_err().exit_code(), 2, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_report_path_that_cannot_be_written_is_refused_before_the_run() {
+        let dir = std::env::temp_dir().join(format!("narad-bench-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (path, why) in [
+            (
+                dir.join("absent").join("r.html"),
+                "No such file or directory",
+            ),
+            (dir.clone(), "Is a directory"),
+        ] {
+            let bad = Config {
+                report: Some(path.clone()),
+                ..config()
+            };
+            let err = run(&bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{err:?}");
+            let expected = format!("--report {}: cannot create the file: ", path.display());
+            assert!(err.message().starts_with(&expected), "{err:?}");
+            assert!(err.message().contains(why), "{err:?}");
+        }
+        // A writable path is created (empty) before the run starts.
+        let fine = dir.join("r.html");
+        let settings = settings(Config {
+            report: Some(fine.clone()),
+            ..config()
+        });
+        assert!(open_report(&settings).unwrap().is_some());
+        assert_eq!(std::fs::metadata(&fine).unwrap().len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -23,6 +23,7 @@ use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 
 use super::client::{Conn, RequestTemplate, Server};
+use super::live::Live;
 use super::report;
 use super::stamp::{self, Ledger, Stamp, STAMP_BYTES};
 
@@ -254,6 +255,8 @@ pub struct Plan {
     /// Flow mode: per-request bodies with stamped records instead.
     pub stamper: Option<Stamper>,
     pub schedule: Schedule,
+    /// The run's running tallies, for the status line and the series.
+    pub live: Rc<Live>,
 }
 
 /// One worker's totals.
@@ -292,6 +295,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 }
                 Err(_) => {
                     tally.failed_records += ticket.records;
+                    plan.live.failed(ticket.records);
                     reconnects += 1;
                     if reconnects >= RECONNECT_ATTEMPTS_MAX {
                         plan.schedule.abandon();
@@ -325,16 +329,21 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
         match result {
             Ok(status) if status.as_u16() < 400 => {
                 tally.ok_records += ticket.records;
-                let latency_us = u64::try_from(now.duration_since(sent).as_micros());
-                tally
-                    .latencies_us
-                    .saturating_record(latency_us.unwrap_or(u64::MAX).max(1));
+                let latency_us = u64::try_from(now.duration_since(sent).as_micros())
+                    .unwrap_or(u64::MAX)
+                    .max(1);
+                tally.latencies_us.saturating_record(latency_us);
+                plan.live.produced(ticket.records, latency_us);
             }
-            Ok(_) => tally.failed_records += ticket.records,
+            Ok(_) => {
+                tally.failed_records += ticket.records;
+                plan.live.failed(ticket.records);
+            }
             Err(_) => {
                 // The server closed the connection or it broke: open a new one
                 // for the next request.
                 tally.failed_records += ticket.records;
+                plan.live.failed(ticket.records);
                 conn = None;
             }
         }
