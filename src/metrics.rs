@@ -16,6 +16,12 @@
 //!
 //! Series are never removed: a deleted topic's counters keep their last value
 //! until the process restarts, as Prometheus expects of counters.
+//!
+//! Map: this file holds the recorder, the traffic counters and the gauge poller;
+//! [`storage`] holds the partition logs' series, fed by the owner's storage events.
+
+mod storage;
+pub use storage::StorageMetrics;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -408,6 +414,48 @@ fn describe_all() {
     );
     describe_counter!("narad_ack_extended_total", "Leases extended.");
     describe_counter!("narad_nack_total", "Leases given back (nack).");
+    describe_storage();
+}
+
+/// Help texts of the storage series.
+fn describe_storage() {
+    use ::metrics::{describe_counter, describe_gauge, describe_histogram};
+    describe_histogram!(
+        "narad_storage_fsync_duration_seconds",
+        "Partition log fdatasync time per commit."
+    );
+    describe_histogram!(
+        "narad_storage_flush_duration_seconds",
+        "Partition log write time per commit (space preparation and append, before the fdatasync)."
+    );
+    describe_counter!(
+        "narad_storage_flush_bytes_total",
+        "Frame bytes written to partition logs by commits."
+    );
+    describe_gauge!(
+        "narad_partition_size_bytes",
+        "Bytes of frames in a partition's segments, as of its last open, commit or retention run."
+    );
+    describe_gauge!(
+        "narad_segments",
+        "Segment files of a partition, the active one included."
+    );
+    describe_counter!(
+        "narad_storage_retention_bytes_deleted_total",
+        "Frame bytes deleted by retention."
+    );
+    describe_counter!(
+        "narad_storage_retention_messages_deleted_total",
+        "Offsets deleted by retention."
+    );
+    describe_gauge!(
+        "narad_open_partition_logs",
+        "Partition logs open on the node."
+    );
+    describe_counter!(
+        "narad_idle_logs_evicted_total",
+        "Partition logs closed after going unused for storage.idle_log_eviction_ms."
+    );
 }
 
 /// One partition's traffic counters.
@@ -474,8 +522,8 @@ impl Traffic {
 /// How often a shard refreshes its gauges.
 const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Sets the shard's gauges every few seconds: its WAL's backlog and latch, and
-/// the consumer state of the partitions it has loaded.
+/// Sets the shard's gauges every few seconds: its WAL's backlog and latch, its
+/// open logs, and the consumer state of the partitions it has loaded.
 pub async fn run_poller(shard: Rc<crate::broker::Shard>) {
     while !shard.stopping.get() {
         poll_once(&shard);
@@ -492,6 +540,7 @@ pub fn poll_once(shard: &crate::broker::Shard) {
     } else {
         0.0
     });
+    ::metrics::gauge!("narad_open_partition_logs").set(shard.owner.open_log_count() as f64);
     shard.queues.for_each_loaded(|topic, partition, queue| {
         let labels = [
             ("topic", topic.to_string()),

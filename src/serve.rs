@@ -292,6 +292,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     };
     let owner = Owner::new(storage.clone(), LogConfig::default(), live);
     owner.set_retention(retention.retention_of(meta.clone()));
+    owner.set_observer(Rc::new(crate::metrics::StorageMetrics::default()));
     let waiters = Rc::new(crate::consume::waiters::Waiters::default());
     let persister = Rc::new(crate::consume::persist::Persister::default());
     let queues = {

@@ -20,6 +20,7 @@
 //! reopen scans it. Invariant: the high watermark moves only at the end of step 6.
 
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use narad_io::append::AppendMark;
@@ -47,6 +48,19 @@ impl EncodedFrame {
     }
 }
 
+/// What one commit cost the device, for the storage metrics: the owner reads it
+/// after a successful commit ([`PartitionLog::last_commit_io`]) rather than the
+/// log recording metrics itself, so the log stays free of any metrics registry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitIo {
+    /// Step 3: preparing zeroed space (when due) and appending the frames.
+    pub write: Duration,
+    /// Step 4: the fdatasync.
+    pub sync: Duration,
+    /// Bytes of frames the commit wrote (headers included, padding not).
+    pub bytes: u64,
+}
+
 impl<S: Storage> PartitionLog<S> {
     /// Makes `records` durable and visible, or nothing of them. Returns their
     /// offsets. See the module documentation for the steps and failure rules.
@@ -55,6 +69,7 @@ impl<S: Storage> PartitionLog<S> {
         records: &[RecordRef<'_>],
         now_ms: u64,
     ) -> Result<Range<Offset>, LogError> {
+        self.last_commit_io = None;
         if self.poisoned {
             return Err(LogError::Poisoned);
         }
@@ -80,11 +95,15 @@ impl<S: Storage> PartitionLog<S> {
             self.roll().await?;
         }
         let mark = self.active.file.mark();
-        if let Err(e) = self.write_sync_verify(&frames, commit_bytes, &mark).await {
-            self.active.file.rewind(&mark);
-            return Err(e);
-        }
+        let io = match self.write_sync_verify(&frames, commit_bytes, &mark).await {
+            Ok(io) => io,
+            Err(e) => {
+                self.active.file.rewind(&mark);
+                return Err(e);
+            }
+        };
         self.publish(frames, mark.len(), commit_ms);
+        self.last_commit_io = Some(io);
         assert_eq!(
             self.high_watermark.0,
             start.0 + records.len() as u64,
@@ -167,13 +186,14 @@ impl<S: Storage> PartitionLog<S> {
         frames
     }
 
-    /// Steps 3 to 5. The caller rewinds on error.
+    /// Steps 3 to 5, timing 3 and 4. The caller rewinds on error.
     async fn write_sync_verify(
         &mut self,
         frames: &[EncodedFrame],
         commit_bytes: u64,
         mark: &AppendMark,
-    ) -> Result<(), LogError> {
+    ) -> Result<CommitIo, LogError> {
+        let write_start = Instant::now();
         self.prepare_active(mark.len() + commit_bytes).await?;
         let parts: Vec<&[u8]> = frames.iter().map(|f| f.bytes.as_slice()).collect();
         self.active
@@ -181,15 +201,21 @@ impl<S: Storage> PartitionLog<S> {
             .append(&parts)
             .await
             .map_err(super::io_err("append frames"))?;
+        let sync_start = Instant::now();
         if let Err(e) = self.active.file.sync().await {
             self.poisoned = true;
             tracing::error!(dir = %self.dir, error = %e, "partition log fdatasync failed; log poisoned until reopened");
             return Err(LogError::SyncFailed(e));
         }
+        let io = CommitIo {
+            write: sync_start - write_start,
+            sync: sync_start.elapsed(),
+            bytes: commit_bytes,
+        };
         #[cfg(not(feature = "broken-no-readback"))]
         self.verify_read_back(frames, mark.len(), commit_bytes)
             .await?;
-        Ok(())
+        Ok(io)
     }
 
     /// Step 5: reads back every block the append wrote and checks it: the

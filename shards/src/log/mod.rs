@@ -30,6 +30,7 @@
 
 pub mod cache;
 mod commit;
+pub use commit::CommitIo;
 pub mod envelope;
 pub mod frame;
 pub mod index;
@@ -310,10 +311,15 @@ pub struct PartitionLog<S: Storage> {
     dir: String,
     config: LogConfig,
     sealed: VecDeque<SealedSegment>,
+    /// Bytes of frames in the sealed segments, kept with `sealed` so the log's
+    /// size costs no walk over thousands of segments after every commit.
+    sealed_bytes: u64,
     active: ActiveSegment<S::File>,
     high_watermark: Offset,
     last_commit_ms: u64,
     poisoned: bool,
+    /// The device time of the last commit, if it succeeded (for metrics).
+    last_commit_io: Option<CommitIo>,
     /// Shared with the owner, which serves reads of the cached tail without
     /// taking the partition's lock (so a consume never waits for a commit's
     /// fdatasync). Only `publish` adds to it, in the same step that moves the
@@ -341,15 +347,18 @@ impl<S: Storage> PartitionLog<S> {
         config.validate()?;
         let opened = segment::open_segments(&storage, dir, &config).await?;
         let cache = Rc::new(RefCell::new(FrameCache::new(config.cache_bytes_max)));
+        let sealed_bytes = opened.sealed.iter().map(|s| s.data_bytes).sum();
         let mut log = Self {
             storage,
             dir: dir.to_string(),
             config,
             sealed: opened.sealed,
+            sealed_bytes,
             active: opened.active,
             high_watermark: opened.next_offset,
             last_commit_ms: opened.last_commit_ms,
             poisoned: false,
+            last_commit_io: None,
             cache,
             gaps: opened.gaps,
             sealed_file: None,
@@ -407,14 +416,24 @@ impl<S: Storage> PartitionLog<S> {
         &self.gaps
     }
 
-    /// The log's shape now.
+    /// The device time of the last commit: `None` when it failed, wrote nothing,
+    /// or no commit was made since the log was opened.
+    pub fn last_commit_io(&self) -> Option<CommitIo> {
+        self.last_commit_io
+    }
+
+    /// The log's shape now. Costs no walk over the segments.
     pub fn stats(&self) -> LogStats {
-        let sealed_bytes: u64 = self.sealed.iter().map(|s| s.data_bytes).sum();
+        debug_assert_eq!(
+            self.sealed_bytes,
+            self.sealed.iter().map(|s| s.data_bytes).sum::<u64>(),
+            "the sealed bytes follow the sealed segments"
+        );
         LogStats {
             oldest_offset: self.oldest_offset(),
             next_offset: self.high_watermark,
             segment_count: self.sealed.len() + 1,
-            size_bytes: sealed_bytes + self.active.file.len(),
+            size_bytes: self.sealed_bytes + self.active.file.len(),
             corrupt_gap_count: self.gaps.len(),
             cache_bytes: self.cache.borrow().charged_bytes(),
         }

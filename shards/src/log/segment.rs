@@ -58,6 +58,9 @@ pub struct RetentionOutcome {
     pub segments_deleted: usize,
     /// Bytes of frames deleted.
     pub bytes_deleted: u64,
+    /// Offsets deleted: the records of the deleted segments (and any corrupt
+    /// ranges among them).
+    pub records_deleted: u64,
 }
 
 /// What opening the directory found.
@@ -371,6 +374,7 @@ impl<S: Storage> PartitionLog<S> {
             data_bytes,
             index: Some(old.index),
         });
+        self.sealed_bytes += data_bytes;
         Ok(())
     }
 
@@ -427,6 +431,8 @@ impl<S: Storage> PartitionLog<S> {
             let removed = self.sealed.pop_front().expect("checked non-empty");
             outcome.segments_deleted += 1;
             outcome.bytes_deleted += removed.data_bytes;
+            outcome.records_deleted += removed.end.0 - removed.base.0;
+            self.sealed_bytes -= removed.data_bytes;
         }
         assert!(
             self.oldest_offset() >= oldest_before && self.oldest_offset() <= self.high_watermark,

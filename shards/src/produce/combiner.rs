@@ -24,6 +24,10 @@
 //! A poisoned log (a failed fdatasync) refuses commits until it is reopened; the
 //! owner reopens it on the next cycle at most once a second, and recovery truncates
 //! whatever was not verified.
+//!
+//! Storage events (a commit's device time, a log's shape after an open, a commit
+//! or the reaper) go to the [`StorageObserver`] set with [`Owner::set_observer`],
+//! through a per-partition observer kept in the slot.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -35,6 +39,7 @@ use futures_channel::oneshot;
 use narad_io::rt::{LocalLock, Notify};
 use narad_io::Storage;
 
+use super::observe::{PartitionObserver, StorageObserver};
 use super::reaper::RetentionOf;
 use super::types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 use crate::ids::{IncarnationId, Offset, PartitionId};
@@ -70,6 +75,8 @@ pub(super) struct Slot<S: Storage> {
     /// The last commit or read that used the log: idle eviction closes a log not
     /// used for `storage.idle_log_eviction_ms`.
     pub(super) last_used: Cell<Instant>,
+    /// Told of this partition's storage events; `None` without an observer.
+    pub(super) observer: Option<Rc<dyn PartitionObserver>>,
 }
 
 pub(super) type SlotKey = (IncarnationId, PartitionId);
@@ -96,6 +103,10 @@ pub struct Owner<S: Storage> {
     pub(super) closing: Cell<bool>,
     /// Wakes the reaper early (to stop).
     pub(super) reaper_wake: Notify,
+    /// Told of storage events, if set.
+    pub(super) observer: RefCell<Option<Rc<dyn StorageObserver>>>,
+    /// Logs open now, in a slot or taken out by a task using them.
+    open_logs: Cell<usize>,
 }
 
 impl<S: Storage> Owner<S> {
@@ -120,7 +131,27 @@ impl<S: Storage> Owner<S> {
             retention: RefCell::new(None),
             closing: Cell::new(false),
             reaper_wake: Notify::default(),
+            observer: RefCell::new(None),
+            open_logs: Cell::new(0),
         })
+    }
+
+    /// Sets who is told of storage events (the metrics). Set it before the first
+    /// use: partitions already in use keep the observer they had.
+    pub fn set_observer(&self, observer: Rc<dyn StorageObserver>) {
+        *self.observer.borrow_mut() = Some(observer);
+    }
+
+    /// Logs open now, those a task is using included.
+    pub fn open_log_count(&self) -> usize {
+        self.open_logs.get()
+    }
+
+    /// Counts a log closed (or dropped after a failure) that was counted open.
+    pub(super) fn note_log_closed(&self) {
+        let open = self.open_logs.get();
+        assert!(open > 0, "a log is closed at most once after its open");
+        self.open_logs.set(open - 1);
     }
 
     /// Sets what is told when commits make records visible (the consumers).
@@ -147,6 +178,11 @@ impl<S: Storage> Owner<S> {
             .borrow_mut()
             .entry((incarnation, partition))
             .or_insert_with(|| {
+                let observer = self
+                    .observer
+                    .borrow()
+                    .as_ref()
+                    .map(|observer| observer.partition(topic, incarnation, partition));
                 Rc::new(Slot {
                     topic: topic.clone(),
                     incarnation,
@@ -159,6 +195,7 @@ impl<S: Storage> Owner<S> {
                     retired: Cell::new(false),
                     retry_open_at: Cell::new(None),
                     last_used: Cell::new(Instant::now()),
+                    observer,
                 })
             })
             .clone()
@@ -260,6 +297,9 @@ impl<S: Storage> Owner<S> {
             .collect();
         let result = log.commit_durable(&refs, narad_io::rt::unix_ms()).await;
         drop(refs);
+        if let (Some(observer), Some(io)) = (&slot.observer, log.last_commit_io()) {
+            observer.committed(&io, &log.stats());
+        }
         self.put_back(slot, log).await;
         result.map_err(|e| {
             tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "partition commit failed");
@@ -276,6 +316,7 @@ impl<S: Storage> Owner<S> {
                 .set(Some(Instant::now() + self.reopen_backoff));
             slot.cache.borrow_mut().take();
             let _ = log.close().await;
+            self.note_log_closed();
         } else {
             *slot.log.borrow_mut() = Some(log);
         }
@@ -296,6 +337,10 @@ impl<S: Storage> Owner<S> {
             Ok(log) => {
                 slot.retry_open_at.set(None);
                 *slot.cache.borrow_mut() = Some(log.shared_cache());
+                self.open_logs.set(self.open_logs.get() + 1);
+                if let Some(observer) = &slot.observer {
+                    observer.reshaped(&log.stats());
+                }
                 Ok(log)
             }
             Err(e) => {
@@ -434,7 +479,12 @@ impl<S: Storage> Owner<S> {
                 if let Err(e) = log.close().await {
                     tracing::warn!(topic = %slot.topic, error = %e, "closing a deleted topic's log failed");
                 }
+                self.note_log_closed();
             }
+        }
+        let observer = self.observer.borrow().clone();
+        if let Some(observer) = observer {
+            observer.purged(incarnation);
         }
     }
 
@@ -450,6 +500,7 @@ impl<S: Storage> Owner<S> {
             let log = slot.log.borrow_mut().take();
             if let Some(log) = log {
                 let _ = log.close().await;
+                self.note_log_closed();
             }
         }
     }

@@ -6,15 +6,18 @@
 //! - [`combiner`]: the partitions a shard owns: logs, the commit combiner, reads,
 //!   stats, purge.
 //! - [`reaper`]: retention, time-based roll and idle eviction of the owned logs.
+//! - [`observe`]: the storage events the owner reports (for the metrics).
 //! - [`driver`]: the dispatch task over one WAL.
 
 pub mod combiner;
 pub mod driver;
+pub mod observe;
 pub mod reaper;
 pub mod types;
 
 pub use combiner::{Liveness, OnVisible, Owner};
 pub use driver::{DispatchEnv, DriverConfig, Mode};
+pub use observe::{PartitionObserver, StorageObserver};
 pub use reaper::{OwnedPartition, OwnedPartitions, ReaperConfig, Retention, RetentionOf};
 pub use types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 

@@ -273,15 +273,6 @@ impl<S: Storage> Owner<S> {
             .is_some_and(|slot| slot.log.borrow().is_some() || Rc::strong_count(slot) > 1)
     }
 
-    /// Logs open now, for tests and stats.
-    pub fn open_log_count(&self) -> usize {
-        self.slots
-            .borrow()
-            .values()
-            .filter(|slot| slot.log.borrow().is_some())
-            .count()
-    }
-
     /// One retention run over every open log.
     pub async fn reap_open(&self, now_ms: u64) -> ReapTotals {
         let slots: Vec<Rc<Slot<S>>> = self.slots.borrow().values().cloned().collect();
@@ -322,6 +313,15 @@ impl<S: Storage> Owner<S> {
         let oldest_before = log.oldest_offset();
         let result = enforce(&mut log, retention, self.config.segment_ms, now_ms, totals).await;
         totals.partitions_reaped += 1;
+        if let Some(observer) = &slot.observer {
+            // Even a failed run may have rolled or deleted some segments.
+            observer.reshaped(&log.stats());
+            if let Ok(outcome) = &result {
+                if outcome.segments_deleted > 0 {
+                    observer.retained(outcome);
+                }
+            }
+        }
         match result {
             Ok(outcome) if outcome.segments_deleted > 0 => {
                 totals.segments_deleted += outcome.segments_deleted;
@@ -345,8 +345,11 @@ impl<S: Storage> Owner<S> {
         }
         if was_open || log.is_poisoned() {
             self.put_back(slot, log).await;
-        } else if let Err(e) = log.close().await {
-            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a log after the cold retention walk failed");
+        } else {
+            if let Err(e) = log.close().await {
+                tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a log after the cold retention walk failed");
+            }
+            self.note_log_closed();
         }
     }
 
@@ -376,10 +379,15 @@ impl<S: Storage> Owner<S> {
             if let Err(e) = log.close().await {
                 tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing an idle partition log failed");
             }
+            self.note_log_closed();
             tracing::debug!(topic = %slot.topic, partition = slot.partition.0, "closed an idle partition log");
             closed += 1;
         }
         self.forget_unused();
+        let observer = self.observer.borrow().clone();
+        if let Some(observer) = observer.filter(|_| closed > 0) {
+            observer.idle_evicted(closed);
+        }
         closed
     }
 

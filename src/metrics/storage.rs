@@ -1,0 +1,132 @@
+//! The storage series: the partition logs' device time, size and retention, fed
+//! by the owner's [`StorageObserver`] events.
+//!
+//! Which cores: every shard's owner gets its own [`StorageMetrics`], and records
+//! into its own cells like every other series here. A partition's series are
+//! registered (labels allocated) once, when its owner starts tracking it; a
+//! commit then records through handles held by the partition's observer.
+//!
+//! The size and segment gauges are set when a log's shape changes (an open, a
+//! commit, a roll or retention), so they are current without a poller walking
+//! the logs, and a log closed while idle keeps showing its last size, which is
+//! still its size on disk. A deleted topic's gauges are set to zero on every
+//! shard that ever tracked its partitions.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use ::metrics::{Counter, Gauge, Histogram};
+use narad_shards::ids::{IncarnationId, PartitionId};
+use narad_shards::log::{CommitIo, LogStats, RetentionOutcome};
+use narad_shards::produce::{PartitionObserver, StorageObserver};
+
+/// Partitions one shard keeps series for; past it the map starts over (the
+/// series live on in the recorder and in the owner's slots, but a topic deleted
+/// after that is not zeroed for the partitions forgotten).
+const STORAGE_TRACKED_MAX: usize = 65_536;
+
+/// One partition's storage series.
+pub struct PartitionStorageSeries {
+    fsync_seconds: Histogram,
+    flush_seconds: Histogram,
+    flush_bytes: Counter,
+    size_bytes: Gauge,
+    segments: Gauge,
+    retention_bytes: Counter,
+    retention_messages: Counter,
+}
+
+impl PartitionStorageSeries {
+    fn new(topic: &str, partition: PartitionId) -> Self {
+        let labels = [
+            ("topic", topic.to_string()),
+            ("partition", partition.0.to_string()),
+        ];
+        let aged = [
+            ("topic", topic.to_string()),
+            ("partition", partition.0.to_string()),
+            ("reason", "age".to_string()),
+        ];
+        PartitionStorageSeries {
+            fsync_seconds: ::metrics::histogram!("narad_storage_fsync_duration_seconds", &labels),
+            flush_seconds: ::metrics::histogram!("narad_storage_flush_duration_seconds", &labels),
+            flush_bytes: ::metrics::counter!("narad_storage_flush_bytes_total", &labels),
+            size_bytes: ::metrics::gauge!("narad_partition_size_bytes", &labels),
+            segments: ::metrics::gauge!("narad_segments", &labels),
+            retention_bytes: ::metrics::counter!(
+                "narad_storage_retention_bytes_deleted_total",
+                &aged
+            ),
+            retention_messages: ::metrics::counter!(
+                "narad_storage_retention_messages_deleted_total",
+                &aged
+            ),
+        }
+    }
+
+    fn zero_gauges(&self) {
+        self.size_bytes.set(0.0);
+        self.segments.set(0.0);
+    }
+}
+
+impl PartitionObserver for PartitionStorageSeries {
+    fn committed(&self, io: &CommitIo, stats: &LogStats) {
+        self.flush_seconds.record(io.write.as_secs_f64());
+        self.fsync_seconds.record(io.sync.as_secs_f64());
+        self.flush_bytes.increment(io.bytes);
+        self.reshaped(stats);
+    }
+
+    fn reshaped(&self, stats: &LogStats) {
+        self.size_bytes.set(stats.size_bytes as f64);
+        self.segments.set(stats.segment_count as f64);
+    }
+
+    fn retained(&self, deleted: &RetentionOutcome) {
+        self.retention_bytes.increment(deleted.bytes_deleted);
+        self.retention_messages.increment(deleted.records_deleted);
+    }
+}
+
+/// One shard's storage observer: hands each partition its series and remembers
+/// them, so a deleted topic's gauges can be zeroed.
+#[derive(Default)]
+pub struct StorageMetrics {
+    tracked: RefCell<HashMap<(IncarnationId, PartitionId), Rc<PartitionStorageSeries>>>,
+}
+
+impl StorageObserver for StorageMetrics {
+    fn partition(
+        &self,
+        topic: &str,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+    ) -> Rc<dyn PartitionObserver> {
+        let key = (incarnation, partition);
+        if let Some(series) = self.tracked.borrow().get(&key) {
+            return series.clone();
+        }
+        let series = Rc::new(PartitionStorageSeries::new(topic, partition));
+        let mut tracked = self.tracked.borrow_mut();
+        if tracked.len() >= STORAGE_TRACKED_MAX {
+            tracked.clear();
+        }
+        tracked.insert(key, series.clone());
+        series
+    }
+
+    fn idle_evicted(&self, logs: usize) {
+        ::metrics::counter!("narad_idle_logs_evicted_total").increment(logs as u64);
+    }
+
+    fn purged(&self, incarnation: IncarnationId) {
+        self.tracked.borrow_mut().retain(|(id, _), series| {
+            if *id == incarnation {
+                series.zero_gauges();
+            }
+            *id != incarnation
+        });
+    }
+}
