@@ -277,28 +277,32 @@ fn a_parked_consumer_is_held_for_its_wait() {
 }
 
 /// One produce wakes one of many parked consumers, quickly, whichever shard they
-/// are parked on; the others keep waiting until their own wait ends.
+/// are parked on; the others keep waiting until their own wait ends. "Quickly" is
+/// the 100 ms from the produce's 202 to the consumer's answer, as the
+/// median of five rounds (a shared CI disk can stretch one commit, not most);
+/// no round may take as long as a fallback timer would.
 #[test]
 fn one_produce_wakes_exactly_one_of_many_parked_consumers() {
     let node = Node::start_shards(3, &[]);
     let mut client = node.client();
     create(&mut client, "wake", json!({}));
     let consumers = 8;
-    for round in 0..3 {
+    let mut latencies = Vec::new();
+    for round in 0..5 {
         let results = Arc::new(Mutex::new(Vec::new()));
         let threads: Vec<_> = (0..consumers)
             .map(|_| {
                 let results = results.clone();
                 let mut c = node.client();
                 std::thread::spawn(move || {
-                    let response = consume(&mut c, "wake", "wait=4s");
+                    let response = consume(&mut c, "wake", "wait=2s");
                     results.lock().unwrap().push((response, Instant::now()));
                 })
             })
             .collect();
         std::thread::sleep(Duration::from_millis(400)); // all parked
-        let produced_at = Instant::now();
         produce_ok(&mut client, "wake", "", format!("r{round}").as_bytes());
+        let accepted_at = Instant::now();
         for t in threads {
             t.join().unwrap();
         }
@@ -309,17 +313,24 @@ fn one_produce_wakes_exactly_one_of_many_parked_consumers() {
             1,
             "round {round}: exactly one consumer gets it"
         );
-        let latency = served[0].1.duration_since(produced_at);
+        let latency = served[0].1.saturating_duration_since(accepted_at);
         assert!(
-            latency < Duration::from_millis(300),
-            "round {round}: woken {latency:?} after the produce"
+            latency < Duration::from_millis(450),
+            "round {round}: woken {latency:?} after the produce was accepted"
         );
+        latencies.push(latency);
         assert!(results
             .iter()
             .all(|(r, _)| r.status == 200 || r.status == 204));
         let handle = handle_of(&json_of(&served[0].0));
         assert_eq!(ack(&mut client, "wake", &handle, None).status, 204);
     }
+    latencies.sort();
+    assert!(
+        latencies[2] < Duration::from_millis(100),
+        "median wake {:?} (all: {latencies:?})",
+        latencies[2]
+    );
 }
 
 /// Many consumers on one topic: every record is delivered, none to two
