@@ -10,9 +10,12 @@
 //! segment per partition is out of the question with thousands of partitions per
 //! node (and would double the disk they take). So the active segment is grown by
 //! *writing zeros* (allocated blocks, not unwritten extents, which measured ~2x
-//! slower) in chunks of `prep_chunk_bytes` (1 MiB) ahead of the write position,
-//! in front of the commit that needs them. Only about one commit per chunk pays a
-//! size change in its fdatasync; the cost is at most one chunk of extra disk per
+//! slower) in chunks of `prep_chunk_bytes` (1 MiB) ahead of the write position:
+//! when less than a chunk is left past a commit, the next chunk's zeros are
+//! written beside the commit's frames, both writes in flight at once, so the
+//! preparation costs no round trip of its own (only the first commit of a
+//! segment, or one larger than a chunk, waits for zeros first). Only about one
+//! commit per chunk pays a size change in its fdatasync; the cost is at most one chunk of extra disk per
 //! partition and one extra write of zeros per byte appended (sequential, and
 //! coalesced into one 1 MiB write). A zeroed region reads as a bad magic, which
 //! every scanner takes as the end of the data. Sealing trims the file to its data,
@@ -283,6 +286,20 @@ impl<S: Storage> PartitionLog<S> {
             self.active.prepared_bytes = from + len;
         }
         Ok(())
+    }
+
+    /// The zero chunk to write beside a commit that ends at `end`, when less than
+    /// a chunk of prepared space is left past it: the next chunk's zeros then go
+    /// to the device in the same round trip as the commit's frames (and its size
+    /// change into the same fdatasync), instead of delaying a later commit.
+    /// `None` when there is headroom enough, or preparation is off.
+    pub(super) fn prepare_ahead(&self, end: u64) -> Option<(u64, u64)> {
+        let chunk = self.config.prep_chunk_bytes;
+        let prepared = self.active.prepared_bytes;
+        if chunk == 0 || align_up(end) > prepared || prepared - align_up(end) >= chunk {
+            return None;
+        }
+        Some((prepared, chunk))
     }
 
     /// Rolls the active segment if its first record is `segment_ms` old. Call it
