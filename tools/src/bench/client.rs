@@ -162,7 +162,9 @@ impl Conn {
         }
         let result = self.write_and_read(request, sink).await;
         match &result {
-            Ok(response) if response.close => self.ended = Some("the server closed the connection"),
+            Ok(response) if response.close => {
+                self.ended = Some("the server ended the connection (Connection: close)")
+            }
             Ok(_) => {}
             Err(_) => self.ended = Some("an earlier request on this connection failed"),
         }
@@ -513,5 +515,105 @@ mod tests {
         ] {
             assert!(!is_request_target(bad), "{bad:?}");
         }
+    }
+
+    /// Serves one connection on a loopback listener: reads each request
+    /// (head and `Content-Length` body), answers it with the next of
+    /// `answers`, and closes after the last. Returns the requests read.
+    fn serve_canned(answers: Vec<&'static [u8]>) -> (Server, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = Server::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        let handle = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut requests = Vec::new();
+            let mut pending = Vec::new();
+            for answer in answers {
+                let request = loop {
+                    let text = String::from_utf8_lossy(&pending).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length: usize = text[..end]
+                            .lines()
+                            .find_map(|l| l.strip_prefix("Content-Length: "))
+                            .map_or(0, |n| n.parse().unwrap());
+                        if pending.len() >= end + 4 + length {
+                            let rest = pending.split_off(end + 4 + length);
+                            break String::from_utf8(std::mem::replace(&mut pending, rest))
+                                .unwrap();
+                        }
+                    }
+                    let mut buf = [0u8; 4096];
+                    let n = socket.read(&mut buf).unwrap();
+                    assert!(n > 0, "the client closed early");
+                    pending.extend_from_slice(&buf[..n]);
+                };
+                requests.push(request);
+                socket.write_all(answer).unwrap();
+            }
+            requests
+        });
+        (server, handle)
+    }
+
+    #[test]
+    fn a_connection_reads_chunks_and_ends_when_the_server_closes() {
+        let (server, handle) = serve_canned(vec![
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2\r\nlo\r\n0\r\n\r\n",
+            b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        ]);
+        let template = RequestTemplate::new(Method::Post, "/p", &server, "text/plain");
+        let outcome = narad_io::rt::run_local(None, async move {
+            let mut conn = Conn::open(&server).await.unwrap();
+            let mut body = Vec::new();
+            let first = conn.send_into(template.build(b"abc"), &mut body).await;
+            let second = conn.send(template.build_to("/q?x=1", &[])).await;
+            let third = conn.send(template.build(b"abc")).await;
+            (first, body, second, third)
+        });
+        let (first, body, second, third) = outcome;
+        assert_eq!((first, &body[..]), (Ok(200), &b"hello"[..]));
+        assert_eq!(second, Ok(202));
+        assert_eq!(
+            third,
+            Err("the server ended the connection (Connection: close)".to_string())
+        );
+        let requests = handle.join().unwrap();
+        assert_eq!(requests.len(), 2);
+        assert!(
+            requests[0].starts_with("POST /p HTTP/1.1\r\n"),
+            "{requests:?}"
+        );
+        assert!(
+            requests[0].ends_with("Content-Length: 3\r\n\r\nabc"),
+            "{requests:?}"
+        );
+        assert!(
+            requests[1].starts_with("POST /q?x=1 HTTP/1.1\r\n"),
+            "{requests:?}"
+        );
+    }
+
+    #[test]
+    fn bytes_after_a_response_end_the_connection() {
+        let (server, handle) =
+            serve_canned(vec![b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\n"]);
+        let template = RequestTemplate::get("/healthz", &server);
+        let (first, second) = narad_io::rt::run_local(None, async move {
+            let mut conn = Conn::open(&server).await.unwrap();
+            let first = conn.send(template.build(&[])).await;
+            let second = conn.send(template.build(&[])).await;
+            (first, second)
+        });
+        let first = first.unwrap_err();
+        assert!(
+            first.contains("bytes after the end of the response"),
+            "{first}"
+        );
+        let second = second.unwrap_err();
+        assert!(
+            second.contains("an earlier request on this connection failed"),
+            "{second}"
+        );
+        assert_eq!(handle.join().unwrap().len(), 1);
     }
 }
