@@ -90,6 +90,12 @@ pub struct ServeArgs {
 /// checks that every acknowledged record was consumed. Without TOPIC the run
 /// creates a fresh topic, runs a 10-second flow and deletes the topic.
 ///
+/// --mode ping takes no TOPIC: the --workers connections send `GET /healthz`
+/// in a closed loop and count each 200 as ok, which measures the generator and
+/// the broker's HTTP layer on its cheapest route (`ping: <ok> ok, … req/s`).
+/// --count and --duration bound it; --size does not apply, and --batch,
+/// --rate, --create, --partitions and the consume flags are refused.
+///
 /// On a terminal, a status line on standard error is redrawn every second
 /// (elapsed time, rates, errors and p99 so far); piped, standard error gets
 /// only the lines above.
@@ -117,9 +123,10 @@ pub struct BenchArgs {
     /// Measure consuming too: the same as --mode flow.
     #[arg(long)]
     pub consume: bool,
-    /// (Extension) produce, consume (drain the topic) or flow (both at once);
-    /// default produce, or flow without a TOPIC.
-    #[arg(long, value_parser = ["produce", "consume", "flow"])]
+    /// (Extension) produce, consume (drain the topic), flow (both at once) or
+    /// ping (`GET /healthz`, no TOPIC); default produce, or flow without a
+    /// TOPIC.
+    #[arg(long, value_parser = ["produce", "consume", "flow", "ping"])]
     pub mode: Option<String>,
     /// (Extension) Producer connections (default --workers).
     #[arg(long, value_name = "N")]

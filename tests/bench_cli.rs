@@ -269,3 +269,72 @@ fn a_flow_run_consumes_every_record_it_produced() {
         .collect();
     assert_eq!(names, ["flow"]);
 }
+
+/// The broker's count of `GET /healthz` answered 200, from `/metrics`. The
+/// node is up, so this asks at once rather than through `served_client`,
+/// whose own `/healthz` probe would count.
+fn healthz_served(node: &Node) -> u64 {
+    let response = node.client().request("GET", "/metrics", &[], "").unwrap();
+    assert_eq!(response.status, 200, "{}", response.body);
+    response
+        .body
+        .lines()
+        .filter(|line| {
+            line.starts_with("narad_http_requests_total{")
+                && line.contains("route=\"/healthz\"")
+                && line.contains("status=\"200\"")
+        })
+        .map(|line| line.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap() as u64)
+        .sum()
+}
+
+#[test]
+fn a_ping_run_sends_healthz_and_takes_no_topic() {
+    let node = Node::start(&[]);
+    let before = healthz_served(&node);
+    let output = bench(
+        &node,
+        &[
+            "--mode",
+            "ping",
+            "--count",
+            "3000",
+            "--workers",
+            "8",
+            "--json",
+        ],
+    );
+    let lines = stderr_lines(&output);
+    assert!(output.status.success(), "{lines:#?}");
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(lines[0], "pinging /healthz 3000 times with 8 workers...");
+    assert!(
+        lines[1].starts_with("ping: 3000 ok, 0 failed in ") && lines[1].contains(" req/s; "),
+        "{lines:#?}"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(summary["mode"], "ping");
+    assert_eq!(summary["ok"], 3000);
+    assert_eq!(healthz_served(&node) - before, 3000);
+
+    for (args, expected) in [
+        (&["t", "--mode", "ping"][..], "--mode ping takes no TOPIC"),
+        (
+            &["--mode", "ping", "--consume"][..],
+            "--consume means --mode flow",
+        ),
+        (
+            &["--mode", "ping", "--max", "5"][..],
+            "--max does not apply",
+        ),
+        (
+            &["--mode", "ping", "--rate", "100"][..],
+            "--rate does not apply",
+        ),
+    ] {
+        let output = bench(&node, args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let lines = stderr_lines(&output);
+        assert!(lines.last().unwrap().contains(expected), "{lines:#?}");
+    }
+}

@@ -1,31 +1,44 @@
 //! The load generator's side of the wire: the server address, one keep-alive
-//! HTTP/1.1 connection per worker, and the two setup calls (create the topic,
-//! check that it exists).
+//! HTTP/1.1 connection per worker, and the setup calls (create, check and
+//! delete the topic).
 //!
 //! Which cores: the generator's single executor. A [`Conn`] is `!Send`: its
-//! socket and the task that drives hyper's connection state machine both live
-//! on the executor that opened it.
+//! socket lives on the executor that opened it, and the task that sends a
+//! request is the one that writes it and reads its answer. There is no
+//! connection task and no channel between the two (see `wire` for why the
+//! client is hand-written rather than hyper's).
 //!
 //! A connection carries one request at a time (no pipelining), as a real
 //! request/response client does; concurrency comes from the number of workers.
-//! Each response body is read to its end before the next request, because
-//! hyper can only reuse a connection whose previous response was consumed.
+//! A request is rendered into a buffer the connection reuses: its head comes
+//! pre-rendered from a [`RequestTemplate`] (method, path, `Host`,
+//! `Content-Type`, `X-Narad-Client`), and only `Content-Length` and, for a
+//! target that changes per request, the request line are written each time. A
+//! small body is copied behind the head so the request leaves in one write; a
+//! large one follows the head in a second write rather than being copied.
+//!
+//! After a failed exchange, or a response that says `Connection: close`, the
+//! connection refuses further requests with an error: the caller opens a new
+//! one.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
-use hyper::{Method, Request, StatusCode, Uri};
+use futures_lite::io::AsyncWriteExt;
+
+use super::wire::{ResponseError, ResponseReader, Sink};
 
 /// The most bytes of a setup response kept for an error message.
 const SETUP_BODY_BYTES_MAX: usize = 64 << 10;
-/// The largest response body [`Conn::send_into`] keeps: above the broker's
-/// bound on a batch consume reply (8 MiB).
+/// The largest response body a connection reads: above the broker's bound on
+/// a batch consume reply (8 MiB).
 pub const REPLY_BYTES_MAX: usize = 16 << 20;
-/// The `X-Narad-Client` header that batch consume and bodiless acks need.
-pub const CLIENT_HEADER: &str = "x-narad-client";
+/// The largest body copied behind its head into one write; a larger one is
+/// written on its own, as copying it would cost more than the second call.
+const INLINE_BODY_BYTES_MAX: usize = 16 << 10;
+/// The `X-Narad-Client` header line that batch consume and bodiless acks need.
+const CLIENT_HEADER_LINE: &str = "X-Narad-Client: narad-bench\r\n";
+
+const _: () = assert!(SETUP_BODY_BYTES_MAX <= REPLY_BYTES_MAX);
 
 /// Where the broker listens: `http://host:port`, with an IP address or
 /// `localhost` as the host (no name resolution, no TLS).
@@ -33,7 +46,7 @@ pub const CLIENT_HEADER: &str = "x-narad-client";
 pub struct Server {
     pub addr: SocketAddr,
     /// `host:port` as the user wrote it, sent as the `Host` header.
-    pub authority: HeaderValue,
+    pub authority: String,
 }
 
 impl Server {
@@ -70,10 +83,12 @@ impl Server {
         if bracketed != ip.is_ipv6() {
             return Err(refuse("an IPv6 address goes in brackets"));
         }
-        let authority = HeaderValue::from_str(rest).map_err(|_| refuse("bad host"))?;
+        if !rest.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(refuse("bad host"));
+        }
         Ok(Server {
             addr: SocketAddr::new(ip, port),
-            authority,
+            authority: rest.to_string(),
         })
     }
 }
@@ -83,50 +98,32 @@ pub type TransportError = String;
 
 /// One keep-alive HTTP/1.1 connection.
 pub struct Conn {
-    sender: SendRequest<Full<Bytes>>,
+    stream: narad_io::net::Stream,
+    /// The request being written: its head, and its body when small.
+    tx: Vec<u8>,
+    reader: ResponseReader,
+    /// Set once no request may follow: why.
+    ended: Option<&'static str>,
 }
 
 impl Conn {
-    /// Connects and starts the task that drives the connection. The task ends
-    /// when the server closes the connection or when this `Conn` is dropped.
+    /// Connects to the server.
     pub async fn open(server: &Server) -> Result<Conn, TransportError> {
         let stream = narad_io::net::connect(server.addr)
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", server.addr))?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(stream)
-            .await
-            .map_err(|e| format!("HTTP handshake with {} failed: {e}", server.addr))?;
-        narad_io::rt::spawn_local(async move {
-            // Its end is seen by the sender as a failed request; nothing to add.
-            let _ = connection.await;
-        });
-        Ok(Conn { sender })
-    }
-
-    /// Sends one request once the connection is ready; the response's head.
-    async fn start(
-        &mut self,
-        request: Request<Full<Bytes>>,
-    ) -> Result<hyper::Response<hyper::body::Incoming>, TransportError> {
-        self.sender.ready().await.map_err(|e| e.to_string())?;
-        self.sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(Conn {
+            stream,
+            tx: Vec::with_capacity(1024),
+            reader: ResponseReader::new(),
+            ended: None,
+        })
     }
 
     /// Sends one request and reads its whole response, discarding the body.
-    pub async fn send(
-        &mut self,
-        request: Request<Full<Bytes>>,
-    ) -> Result<StatusCode, TransportError> {
-        let response = self.start(request).await?;
-        let status = response.status();
-        let mut body = response.into_body();
-        while let Some(frame) = body.frame().await {
-            frame.map_err(|e| e.to_string())?;
-        }
-        Ok(status)
+    pub async fn send(&mut self, request: Request<'_>) -> Result<u16, TransportError> {
+        self.exchange(request, &mut Sink::discard(REPLY_BYTES_MAX))
+            .await
     }
 
     /// Sends one request and reads its body into `body` (cleared first), whose
@@ -134,114 +131,218 @@ impl Conn {
     /// [`REPLY_BYTES_MAX`] is an error.
     pub async fn send_into(
         &mut self,
-        request: Request<Full<Bytes>>,
+        request: Request<'_>,
         body: &mut Vec<u8>,
-    ) -> Result<StatusCode, TransportError> {
-        body.clear();
-        let response = self.start(request).await?;
-        let status = response.status();
-        let mut incoming = response.into_body();
-        let mut too_long = false;
-        while let Some(frame) = incoming.frame().await {
-            let frame = frame.map_err(|e| e.to_string())?;
-            if let Some(data) = frame.data_ref() {
-                too_long |= body.len() + data.len() > REPLY_BYTES_MAX;
-                if !too_long {
-                    body.extend_from_slice(data);
-                }
-            }
-        }
-        if too_long {
-            return Err(format!("a reply exceeded {REPLY_BYTES_MAX} bytes"));
-        }
-        Ok(status)
+    ) -> Result<u16, TransportError> {
+        self.exchange(request, &mut Sink::keep(body, REPLY_BYTES_MAX))
+            .await
     }
 
     /// Sends one request and returns the status and (the start of) the body.
     pub async fn send_collect(
         &mut self,
-        request: Request<Full<Bytes>>,
-    ) -> Result<(StatusCode, String), TransportError> {
-        self.sender.ready().await.map_err(|e| e.to_string())?;
-        let response = self
-            .sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        let mut body = response.into_body();
+        request: Request<'_>,
+    ) -> Result<(u16, String), TransportError> {
         let mut kept = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| e.to_string())?;
-            if let Some(data) = frame.data_ref() {
-                let room = SETUP_BODY_BYTES_MAX - kept.len();
-                kept.extend_from_slice(&data[..data.len().min(room)]);
-            }
-        }
+        let mut sink = Sink::keep_prefix(&mut kept, SETUP_BODY_BYTES_MAX, REPLY_BYTES_MAX);
+        let status = self.exchange(request, &mut sink).await?;
         assert!(kept.len() <= SETUP_BODY_BYTES_MAX);
         Ok((status, String::from_utf8_lossy(&kept).trim().to_string()))
     }
+
+    /// Writes the request and reads its response; ends the connection when
+    /// the server says it closes it or when anything failed.
+    async fn exchange(
+        &mut self,
+        request: Request<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<u16, TransportError> {
+        if let Some(why) = self.ended {
+            return Err(why.to_string());
+        }
+        let result = self.write_and_read(request, sink).await;
+        match &result {
+            Ok(response) if response.close => {
+                self.ended = Some("the server ended the connection (Connection: close)")
+            }
+            Ok(_) => {}
+            Err(_) => self.ended = Some("an earlier request on this connection failed"),
+        }
+        result
+            .map(|response| response.status)
+            .map_err(|e| e.to_string())
+    }
+
+    async fn write_and_read(
+        &mut self,
+        request: Request<'_>,
+        sink: &mut Sink<'_>,
+    ) -> Result<super::wire::Response, ResponseError> {
+        self.tx.clear();
+        request.render_head(&mut self.tx);
+        if request.body.len() <= INLINE_BODY_BYTES_MAX {
+            self.tx.extend_from_slice(request.body);
+            self.stream.write_all(&self.tx).await?;
+        } else {
+            self.stream.write_all(&self.tx).await?;
+            self.stream.write_all(request.body).await?;
+        }
+        let response = self.reader.read(&mut self.stream, sink).await?;
+        // One request is in flight at a time, so anything after the response
+        // is a server speaking out of turn.
+        if !self.reader.buffered().is_empty() {
+            return Err(ResponseError::Malformed(
+                "bytes after the end of the response".into(),
+            ));
+        }
+        Ok(response)
+    }
 }
 
-/// A request sent many times: everything but the body is built once, and the
-/// body is a shared `Bytes`, so building a request copies no payload.
+/// The methods the generator sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+    Delete,
+}
+
+impl Method {
+    fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// A request sent many times: its head is rendered once, and each request
+/// adds only its `Content-Length` (and, with [`RequestTemplate::build_to`],
+/// its own target).
 pub struct RequestTemplate {
     method: Method,
-    uri: Uri,
-    host: HeaderValue,
-    content_type: Option<HeaderValue>,
-    /// Sends `X-Narad-Client`.
-    client: bool,
+    /// The request line and fixed headers for the template's own path.
+    head: Vec<u8>,
+    /// The fixed headers alone, after the request line's target:
+    /// ` HTTP/1.1\r\nHost: …\r\n…`.
+    headers: Vec<u8>,
 }
 
 impl RequestTemplate {
     pub fn new(method: Method, path: &str, server: &Server, content_type: &'static str) -> Self {
-        let uri: Uri = path.parse().expect("paths are built from encoded parts");
-        assert!(uri.authority().is_none(), "requests use the origin form");
-        RequestTemplate {
-            method,
-            uri,
-            host: server.authority.clone(),
-            content_type: Some(HeaderValue::from_static(content_type)),
-            client: false,
-        }
+        RequestTemplate::render(method, path, server, Some(content_type))
     }
 
     /// A bodiless `GET`.
     pub fn get(path: &str, server: &Server) -> Self {
-        RequestTemplate {
-            content_type: None,
-            ..RequestTemplate::new(Method::GET, path, server, "text/plain")
-        }
+        RequestTemplate::render(Method::Get, path, server, None)
     }
 
     /// Also sends `X-Narad-Client`, as batch consume and bodiless acks need.
     pub fn with_client_header(self) -> Self {
+        let mut headers = self.headers;
+        headers.extend_from_slice(CLIENT_HEADER_LINE.as_bytes());
+        let mut head = self.head;
+        head.extend_from_slice(CLIENT_HEADER_LINE.as_bytes());
         RequestTemplate {
-            client: true,
-            ..self
+            method: self.method,
+            head,
+            headers,
         }
     }
 
-    pub fn build(&self, body: Bytes) -> Request<Full<Bytes>> {
-        self.build_to(self.uri.clone(), body)
+    fn render(method: Method, path: &str, server: &Server, content_type: Option<&str>) -> Self {
+        assert!(
+            is_request_target(path),
+            "requests use the origin form: {path:?}"
+        );
+        let mut headers = format!(" HTTP/1.1\r\nHost: {}\r\n", server.authority);
+        if let Some(content_type) = content_type {
+            headers += &format!("Content-Type: {content_type}\r\n");
+        }
+        let head = format!("{} {path}{headers}", method.as_str());
+        RequestTemplate {
+            method,
+            head: head.into_bytes(),
+            headers: headers.into_bytes(),
+        }
     }
 
-    /// The request with another target (a query that changes per request).
-    pub fn build_to(&self, uri: Uri, body: Bytes) -> Request<Full<Bytes>> {
-        let mut request = Request::new(Full::new(body));
-        *request.method_mut() = self.method.clone();
-        *request.uri_mut() = uri;
-        let headers = request.headers_mut();
-        headers.insert(HOST, self.host.clone());
-        if let Some(content_type) = &self.content_type {
-            headers.insert(CONTENT_TYPE, content_type.clone());
+    /// The request to the template's own path.
+    pub fn build<'a>(&'a self, body: &'a [u8]) -> Request<'a> {
+        Request {
+            template: self,
+            target: None,
+            body,
         }
-        if self.client {
-            headers.insert(CLIENT_HEADER, HeaderValue::from_static("narad-bench"));
-        }
-        request
     }
+
+    /// The request with another target (a query that changes per request),
+    /// which must pass [`is_request_target`].
+    pub fn build_to<'a>(&'a self, target: &'a str, body: &'a [u8]) -> Request<'a> {
+        assert!(
+            is_request_target(target),
+            "requests use the origin form: {target:?}"
+        );
+        Request {
+            template: self,
+            target: Some(target),
+            body,
+        }
+    }
+}
+
+/// One request, borrowing its template and body.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    template: &'a RequestTemplate,
+    target: Option<&'a str>,
+    body: &'a [u8],
+}
+
+impl Request<'_> {
+    /// Appends the head: the request line, the fixed headers, the length and
+    /// the blank line. A bodiless `GET` sends no `Content-Length`.
+    fn render_head(&self, out: &mut Vec<u8>) {
+        let template = self.template;
+        match self.target {
+            None => out.extend_from_slice(&template.head),
+            Some(target) => {
+                out.extend_from_slice(template.method.as_str().as_bytes());
+                out.push(b' ');
+                out.extend_from_slice(target.as_bytes());
+                out.extend_from_slice(&template.headers);
+            }
+        }
+        if template.method != Method::Get || !self.body.is_empty() {
+            out.extend_from_slice(b"Content-Length: ");
+            push_decimal(out, self.body.len() as u64);
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends `n` in decimal.
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Whether `target` can stand in a request line as an origin-form target: a
+/// path (and query) of visible ASCII, so no byte can end the line early.
+pub fn is_request_target(target: &str) -> bool {
+    target.starts_with('/') && target.bytes().all(|b| b.is_ascii_graphic())
 }
 
 /// The topic's path segment: bytes outside RFC 3986's unreserved set are
@@ -267,10 +368,10 @@ pub async fn create_topic(
     partitions: u32,
 ) -> Result<(), String> {
     let body = serde_json::json!({"name": topic, "partitions": partitions}).to_string();
-    let template = RequestTemplate::new(Method::POST, "/v1/topics", server, "application/json");
-    let (status, text) = conn.send_collect(template.build(Bytes::from(body))).await?;
+    let template = RequestTemplate::new(Method::Post, "/v1/topics", server, "application/json");
+    let (status, text) = conn.send_collect(template.build(body.as_bytes())).await?;
     match status {
-        StatusCode::CREATED | StatusCode::CONFLICT => Ok(()),
+        201 | 409 => Ok(()),
         _ => Err(format!("cannot create topic {topic:?}: {status} {text}")),
     }
 }
@@ -279,10 +380,10 @@ pub async fn create_topic(
 /// run of 404s.
 pub async fn check_topic(conn: &mut Conn, server: &Server, topic: &str) -> Result<(), String> {
     let template = RequestTemplate::get(&topic_path(topic, ""), server);
-    let (status, text) = conn.send_collect(template.build(Bytes::new())).await?;
+    let (status, text) = conn.send_collect(template.build(&[])).await?;
     match status {
-        StatusCode::OK => Ok(()),
-        StatusCode::NOT_FOUND => Err(format!(
+        200 => Ok(()),
+        404 => Err(format!(
             "topic {topic:?} does not exist (--create creates it)"
         )),
         _ => Err(format!("cannot read topic {topic:?}: {status} {text}")),
@@ -292,14 +393,14 @@ pub async fn check_topic(conn: &mut Conn, server: &Server, topic: &str) -> Resul
 /// Deletes the topic (a fresh one the run made).
 pub async fn delete_topic(conn: &mut Conn, server: &Server, topic: &str) -> Result<(), String> {
     let template = RequestTemplate::new(
-        Method::DELETE,
+        Method::Delete,
         &topic_path(topic, ""),
         server,
         "application/json",
     );
-    let (status, text) = conn.send_collect(template.build(Bytes::new())).await?;
+    let (status, text) = conn.send_collect(template.build(&[])).await?;
     match status {
-        StatusCode::NO_CONTENT => Ok(()),
+        204 => Ok(()),
         _ => Err(format!("cannot delete topic {topic:?}: {status} {text}")),
     }
 }
@@ -343,5 +444,176 @@ mod tests {
             "/v1/topics/orders.v1/produce"
         );
         assert_eq!(topic_path("a b/c", ""), "/v1/topics/a%20b%2Fc");
+    }
+
+    fn head(request: Request<'_>) -> String {
+        let mut out = Vec::new();
+        request.render_head(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn heads_are_rendered_from_the_template() {
+        let server = Server::parse("http://127.0.0.1:7942").unwrap();
+        let produce = RequestTemplate::new(
+            Method::Post,
+            "/v1/topics/t/produce",
+            &server,
+            "application/octet-stream",
+        );
+        assert_eq!(
+            head(produce.build(&[b'x'; 1024])),
+            "POST /v1/topics/t/produce HTTP/1.1\r\nHost: 127.0.0.1:7942\r\n\
+             Content-Type: application/octet-stream\r\nContent-Length: 1024\r\n\r\n"
+        );
+        assert_eq!(
+            head(produce.build(&[])),
+            "POST /v1/topics/t/produce HTTP/1.1\r\nHost: 127.0.0.1:7942\r\n\
+             Content-Type: application/octet-stream\r\nContent-Length: 0\r\n\r\n"
+        );
+        let ping = RequestTemplate::get("/healthz", &server);
+        assert_eq!(
+            head(ping.build(&[])),
+            "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:7942\r\n\r\n"
+        );
+        let ack = RequestTemplate::new(
+            Method::Post,
+            "/v1/topics/t/ack",
+            &server,
+            "application/json",
+        )
+        .with_client_header();
+        assert_eq!(
+            head(ack.build_to("/v1/topics/t/ack?receipt_handle=0:1:77", &[])),
+            "POST /v1/topics/t/ack?receipt_handle=0:1:77 HTTP/1.1\r\nHost: 127.0.0.1:7942\r\n\
+             Content-Type: application/json\r\nX-Narad-Client: narad-bench\r\n\
+             Content-Length: 0\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn lengths_print_in_decimal() {
+        for n in [0, 7, 10, 1024, 16 << 20, u64::MAX] {
+            let mut out = b"x".to_vec();
+            push_decimal(&mut out, n);
+            assert_eq!(out, format!("x{n}").into_bytes());
+        }
+    }
+
+    #[test]
+    fn only_visible_origin_form_targets_pass() {
+        assert!(is_request_target(
+            "/v1/topics/a%20b/ack?receipt_handle=0:1:2"
+        ));
+        for bad in [
+            "",
+            "v1/topics",
+            "/a b",
+            "/a\r\nX: y",
+            "/caf\u{e9}",
+            "http://h/x",
+        ] {
+            assert!(!is_request_target(bad), "{bad:?}");
+        }
+    }
+
+    /// Serves one connection on a loopback listener: reads each request
+    /// (head and `Content-Length` body), answers it with the next of
+    /// `answers`, and closes after the last. Returns the requests read.
+    fn serve_canned(answers: Vec<&'static [u8]>) -> (Server, std::thread::JoinHandle<Vec<String>>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = Server::parse(&format!("http://{}", listener.local_addr().unwrap())).unwrap();
+        let handle = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut requests = Vec::new();
+            let mut pending = Vec::new();
+            for answer in answers {
+                let request = loop {
+                    let text = String::from_utf8_lossy(&pending).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length: usize = text[..end]
+                            .lines()
+                            .find_map(|l| l.strip_prefix("Content-Length: "))
+                            .map_or(0, |n| n.parse().unwrap());
+                        if pending.len() >= end + 4 + length {
+                            let rest = pending.split_off(end + 4 + length);
+                            break String::from_utf8(std::mem::replace(&mut pending, rest))
+                                .unwrap();
+                        }
+                    }
+                    let mut buf = [0u8; 4096];
+                    let n = socket.read(&mut buf).unwrap();
+                    assert!(n > 0, "the client closed early");
+                    pending.extend_from_slice(&buf[..n]);
+                };
+                requests.push(request);
+                socket.write_all(answer).unwrap();
+            }
+            requests
+        });
+        (server, handle)
+    }
+
+    #[test]
+    fn a_connection_reads_chunks_and_ends_when_the_server_closes() {
+        let (server, handle) = serve_canned(vec![
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nhel\r\n2\r\nlo\r\n0\r\n\r\n",
+            b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        ]);
+        let template = RequestTemplate::new(Method::Post, "/p", &server, "text/plain");
+        let outcome = narad_io::rt::run_local(None, async move {
+            let mut conn = Conn::open(&server).await.unwrap();
+            let mut body = Vec::new();
+            let first = conn.send_into(template.build(b"abc"), &mut body).await;
+            let second = conn.send(template.build_to("/q?x=1", &[])).await;
+            let third = conn.send(template.build(b"abc")).await;
+            (first, body, second, third)
+        });
+        let (first, body, second, third) = outcome;
+        assert_eq!((first, &body[..]), (Ok(200), &b"hello"[..]));
+        assert_eq!(second, Ok(202));
+        assert_eq!(
+            third,
+            Err("the server ended the connection (Connection: close)".to_string())
+        );
+        let requests = handle.join().unwrap();
+        assert_eq!(requests.len(), 2);
+        assert!(
+            requests[0].starts_with("POST /p HTTP/1.1\r\n"),
+            "{requests:?}"
+        );
+        assert!(
+            requests[0].ends_with("Content-Length: 3\r\n\r\nabc"),
+            "{requests:?}"
+        );
+        assert!(
+            requests[1].starts_with("POST /q?x=1 HTTP/1.1\r\n"),
+            "{requests:?}"
+        );
+    }
+
+    #[test]
+    fn bytes_after_a_response_end_the_connection() {
+        let (server, handle) =
+            serve_canned(vec![b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\n"]);
+        let template = RequestTemplate::get("/healthz", &server);
+        let (first, second) = narad_io::rt::run_local(None, async move {
+            let mut conn = Conn::open(&server).await.unwrap();
+            let first = conn.send(template.build(&[])).await;
+            let second = conn.send(template.build(&[])).await;
+            (first, second)
+        });
+        let first = first.unwrap_err();
+        assert!(
+            first.contains("bytes after the end of the response"),
+            "{first}"
+        );
+        let second = second.unwrap_err();
+        assert!(
+            second.contains("an earlier request on this connection failed"),
+            "{second}"
+        );
+        assert_eq!(handle.join().unwrap().len(), 1);
     }
 }

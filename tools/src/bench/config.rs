@@ -46,6 +46,9 @@ pub enum Mode {
     Consume,
     /// Producers and consumers at once, with end-to-end latency.
     Flow,
+    /// `GET /healthz` from the producer pool: the generator and the HTTP
+    /// layer against the broker's cheapest route, no topic involved.
+    Ping,
 }
 
 impl Mode {
@@ -54,7 +57,10 @@ impl Mode {
             "produce" => Ok(Mode::Produce),
             "consume" => Ok(Mode::Consume),
             "flow" => Ok(Mode::Flow),
-            other => Err(format!("--mode {other:?}: want produce, consume or flow")),
+            "ping" => Ok(Mode::Ping),
+            other => Err(format!(
+                "--mode {other:?}: want produce, consume, flow or ping"
+            )),
         }
     }
 
@@ -63,15 +69,22 @@ impl Mode {
             Mode::Produce => "produce",
             Mode::Consume => "consume",
             Mode::Flow => "flow",
+            Mode::Ping => "ping",
         }
     }
 
+    /// Runs the producer pool (ping mode's requests are sent from it too).
     pub fn produces(self) -> bool {
         self != Mode::Consume
     }
 
     pub fn consumes(self) -> bool {
-        self != Mode::Produce
+        matches!(self, Mode::Consume | Mode::Flow)
+    }
+
+    /// Needs a topic: every mode but ping.
+    pub fn uses_topic(self) -> bool {
+        self != Mode::Ping
     }
 }
 
@@ -159,7 +172,10 @@ impl Settings {
         let server = Server::parse(&config.server)?;
         let mode = resolve_mode(config)?;
         refuse_flags_of_other_modes(config, mode)?;
-        let fresh_topic = config.topic.is_none();
+        if mode == Mode::Ping && config.topic.is_some() {
+            return Err("--mode ping takes no TOPIC: it sends GET /healthz".into());
+        }
+        let fresh_topic = config.topic.is_none() && mode.uses_topic();
         if fresh_topic && mode == Mode::Consume {
             return Err(
                 "--mode consume needs a TOPIC: a fresh topic has nothing to consume".into(),
@@ -171,7 +187,8 @@ impl Settings {
         let topic = match &config.topic {
             Some(topic) if topic.is_empty() => return Err("the topic name is empty".into()),
             Some(topic) => topic.clone(),
-            None => fresh_topic_name(),
+            None if fresh_topic => fresh_topic_name(),
+            None => String::new(),
         };
         let length = match (config.count, config.duration) {
             (Some(_), Some(_)) => return Err("--count and --duration exclude each other".into()),
@@ -222,6 +239,27 @@ impl Settings {
     }
 
     fn validate(&self, workers: usize) -> Result<(), String> {
+        self.validate_size()?;
+        if !(1..=WORKERS_MAX).contains(&workers) {
+            return Err(format!("--workers must be 1 to {WORKERS_MAX}"));
+        }
+        if !(1..=CONSUME_MAX_RECORDS).contains(&self.consume_max) {
+            return Err(format!(
+                "--max must be 1 to {CONSUME_MAX_RECORDS} (messages per consume request)"
+            ));
+        }
+        self.validate_batch_and_rate()?;
+        assert!(self.mode.produces() == (self.producers > 0));
+        assert!(self.mode.consumes() == (self.consumers > 0));
+        assert!(self.mode.uses_topic() != self.topic.is_empty());
+        Ok(())
+    }
+
+    /// `--size` fits the payload's frame; ping mode sends no payload.
+    fn validate_size(&self) -> Result<(), String> {
+        if self.mode == Mode::Ping {
+            return Ok(());
+        }
         let frame = if self.mode == Mode::Flow {
             STAMPED_PAYLOAD_BYTES_MIN
         } else {
@@ -237,14 +275,10 @@ impl Settings {
                 "--size must be {frame} to {PAYLOAD_BYTES_MAX} bytes{why}"
             ));
         }
-        if !(1..=WORKERS_MAX).contains(&workers) {
-            return Err(format!("--workers must be 1 to {WORKERS_MAX}"));
-        }
-        if !(1..=CONSUME_MAX_RECORDS).contains(&self.consume_max) {
-            return Err(format!(
-                "--max must be 1 to {CONSUME_MAX_RECORDS} (messages per consume request)"
-            ));
-        }
+        Ok(())
+    }
+
+    fn validate_batch_and_rate(&self) -> Result<(), String> {
         if let Some(batch) = self.batch_records {
             if !(1..=BATCH_RECORDS_MAX).contains(&batch) {
                 return Err(format!("--batch must be 1 to {BATCH_RECORDS_MAX}"));
@@ -263,8 +297,6 @@ impl Settings {
                 return Err(format!("--rate must be above 0 and at most {RATE_MAX}"));
             }
         }
-        assert!(self.mode.produces() == (self.producers > 0));
-        assert!(self.mode.consumes() == (self.consumers > 0));
         Ok(())
     }
 
@@ -368,6 +400,21 @@ fn refuse_flags_of_other_modes(config: &Config, mode: Mode) -> Result<(), String
             }
         }
         Mode::Flow => {}
+        Mode::Ping => {
+            // A closed loop of bodiless requests to a route with no topic.
+            let set = [
+                ("--consumers", config.consumers.is_some()),
+                ("--max", config.consume_max.is_some()),
+                ("--verify", config.verify),
+                ("--batch", config.batch_records.is_some()),
+                ("--rate", config.rate.is_some()),
+                ("--create", config.create),
+                ("--partitions", config.partitions.is_some()),
+            ];
+            if let Some((flag, _)) = set.iter().find(|(_, set)| *set) {
+                return Err(format!("{flag} does not apply to --mode ping"));
+            }
+        }
     }
     Ok(())
 }
@@ -563,6 +610,40 @@ pub(super) mod tests {
         let mut produce_small = config();
         produce_small.size_bytes = 12;
         assert!(Settings::resolve(&produce_small).is_ok());
+    }
+
+    #[test]
+    fn ping_mode_needs_no_topic_and_refuses_topic_flags() {
+        let ping = Config {
+            topic: None,
+            mode: Some(Mode::Ping),
+            size_bytes: 1,
+            ..config()
+        };
+        let s = Settings::resolve(&ping).unwrap();
+        assert_eq!(s.mode, Mode::Ping);
+        assert!(!s.fresh_topic && !s.create && s.topic.is_empty());
+        assert_eq!((s.producers, s.consumers), (8, 0));
+        assert_eq!(s.length, Length::Records(COUNT_DEFAULT));
+        assert_eq!(Mode::parse("ping"), Ok(Mode::Ping));
+        type Change = fn(&mut Config);
+        let cases: [(Change, &str); 9] = [
+            (|c| c.topic = Some("t".into()), "--mode ping takes no TOPIC"),
+            (|c| c.consume = true, "--consume means --mode flow"),
+            (|c| c.consumers = Some(2), "--consumers does not apply"),
+            (|c| c.consume_max = Some(2), "--max does not apply"),
+            (|c| c.verify = true, "--verify does not apply"),
+            (|c| c.batch_records = Some(2), "--batch does not apply"),
+            (|c| c.rate = Some(10.0), "--rate does not apply"),
+            (|c| c.create = true, "--create does not apply"),
+            (|c| c.partitions = Some(2), "--partitions does not apply"),
+        ];
+        for (change, expected) in cases {
+            let mut bad = ping.clone();
+            change(&mut bad);
+            let err = Settings::resolve(&bad).unwrap_err();
+            assert!(err.contains(expected), "{bad:?}: {err}");
+        }
     }
 
     #[test]

@@ -20,13 +20,12 @@ use std::fmt::Write as _;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use hdrhistogram::Histogram;
-use hyper::{Method, Uri};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::client::{self, Conn, RequestTemplate, Server};
+use super::client::{self, Conn, Method, RequestTemplate, Server};
 use super::live::Live;
 use super::report;
 use super::stamp::{self, Ledger, Reading};
@@ -83,9 +82,9 @@ impl ConsumePlan {
         let consume =
             RequestTemplate::get(&client::topic_path(topic, &query), &server).with_client_header();
         let ack_path = client::topic_path(topic, "/ack");
-        let ack_single = RequestTemplate::new(Method::POST, &ack_path, &server, "application/json")
+        let ack_single = RequestTemplate::new(Method::Post, &ack_path, &server, "application/json")
             .with_client_header();
-        let ack_batch = RequestTemplate::new(Method::POST, &ack_path, &server, "application/json");
+        let ack_batch = RequestTemplate::new(Method::Post, &ack_path, &server, "application/json");
         ConsumePlan {
             server,
             consume,
@@ -238,9 +237,9 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
             },
         };
         let started = Instant::now();
-        let request = plan.consume.build(Bytes::new());
+        let request = plan.consume.build(&[]);
         let status = match open.send_into(request, &mut reply).await {
-            Ok(status) => status.as_u16(),
+            Ok(status) => status,
             Err(_) => {
                 count(&plan.live, &mut tally.consume_errors, STATUS_TRANSPORT);
                 conn = None;
@@ -394,16 +393,18 @@ async fn ack(
 ) -> Result<(), ()> {
     let request = if plan.max == 1 {
         assert_eq!(pending.ids.len(), 1);
-        let Ok(uri) = Uri::try_from(pending.ack_query.as_str()) else {
+        // The handle came from the server: one that cannot stand in a
+        // request line is a reply this client cannot act on.
+        if !client::is_request_target(&pending.ack_query) {
             count(&plan.live, &mut tally.ack_errors, STATUS_UNREADABLE);
             return Ok(());
-        };
-        plan.ack_single.build_to(uri, Bytes::new())
+        }
+        plan.ack_single.build_to(&pending.ack_query, &[])
     } else {
-        plan.ack_batch.build(pending.ack_body.split().freeze())
+        plan.ack_batch.build(&pending.ack_body)
     };
     let status = match conn.send_into(request, reply).await {
-        Ok(status) => status.as_u16(),
+        Ok(status) => status,
         Err(_) => {
             count(&plan.live, &mut tally.ack_errors, STATUS_TRANSPORT);
             return Err(());

@@ -99,10 +99,7 @@ svg.chart{display:block;margin:12px 0;font-size:11px}svg .title{font-size:13px;f
 /// The settings the run used, after defaults.
 fn settings_rows(s: &Settings) -> Vec<Vec<String>> {
     let mut rows = vec![
-        vec![
-            "server".into(),
-            format!("http://{}", s.server.authority.to_str().unwrap_or("?")),
-        ],
+        vec!["server".into(), format!("http://{}", s.server.authority)],
         vec![
             "topic".into(),
             match s.fresh_topic {

@@ -9,6 +9,9 @@
 //! pinned CPU (`--cpus`), a JSON summary (`--json`), an HTML report with
 //! plots (`--report`) and, on a terminal, a status line redrawn every second.
 //!
+//! `--mode ping` sends `GET /healthz` from the producer pool, with no topic:
+//! it measures the generator and the broker's HTTP layer on its cheapest route.
+//!
 //! `--mode consume` drains a topic with a pool of consumers; `--mode flow` (the
 //! reference's `--consume`, and the default without a TOPIC) runs producers and
 //! consumers at once. In flow mode each payload carries its record's id and
@@ -17,14 +20,15 @@
 //! TOPIC the run creates a fresh topic, runs a 10-second flow and deletes it.
 //!
 //! Which cores: one. Every worker is a task on a single glommio executor in the
-//! calling thread (pinned with `--cpus`), and so is every connection's hyper
-//! state machine. A generator that spread itself over cores would compete with
+//! calling thread (pinned with `--cpus`), and drives its own connection: it
+//! writes each request and reads each response itself. A generator that spread itself over cores would compete with
 //! the broker it measures on a small machine; one core that pushes well over
 //! 100,000 requests a second is enough to saturate a broker shard, and its
 //! figures are not blurred by cross-thread handoffs.
 //!
 //! Map:
 //! - [`client`]: the server address, the keep-alive connection, topic setup.
+//! - `wire`: reading an HTTP/1.1 response; why the client is hand-written.
 //! - `config`: flags, defaults and the refusals of bad combinations.
 //! - `workload`: the payload and bodies, the schedule of requests, the producer.
 //! - `stamp`: the flow mode's stamped payload and the ledger of record ids.
@@ -33,9 +37,10 @@
 //! - `report`: percentiles, the human lines and the `--json` line.
 //! - `html`: the `--report` page; `svg`: the line charts it draws.
 //!
-//! The body of a produce request is built once as `Bytes` and shared by every
-//! request, so the hot loop copies no payload; in flow mode each request copies
-//! its template into a reused buffer to write the stamps.
+//! The body of a produce request is built once and borrowed by every request;
+//! the connection copies a small one behind the head so that the request
+//! leaves in one write. In flow mode each request copies its template into a
+//! reused buffer to write the stamps.
 
 pub mod client;
 mod config;
@@ -45,6 +50,7 @@ mod live;
 mod report;
 mod stamp;
 mod svg;
+mod wire;
 mod workload;
 
 use std::cell::RefCell;
@@ -54,9 +60,8 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::Method;
 
-use client::{Conn, RequestTemplate, Server};
+use client::{Conn, Method, RequestTemplate, Server};
 pub use config::{
     parse_cpu_list, Config, JsonTarget, Length, Mode, Settings, BATCH_BODY_BYTES_MAX,
     BATCH_RECORDS_MAX, CONSUME_MAX_RECORDS, CPU_ID_LIMIT, DURATION_MAX, PAYLOAD_BYTES_MAX,
@@ -74,6 +79,8 @@ const DRAIN_IDLE: Duration = Duration::from_secs(2);
 /// ... or for at most this long, or twice the producing time if that is longer
 /// (consumers that fell behind get to finish the backlog they were measured on).
 const DRAIN_MAX: Duration = Duration::from_secs(30);
+/// The route ping mode sends `GET` to: the broker's cheapest.
+const HEALTH_PATH: &str = "/healthz";
 /// How often the run checks whether the consumers are done.
 const CONTROL_TICK: Duration = Duration::from_millis(20);
 
@@ -135,7 +142,10 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
     };
     let mut lines = vec![start];
     if let Some(produce) = &outcome.produce {
-        lines.push(produce.human_line());
+        lines.push(match settings.mode {
+            Mode::Ping => produce.human_line_named("ping", "req"),
+            _ => produce.human_line(),
+        });
     }
     if let Some(consume) = &outcome.consume {
         lines.extend(consume.human_lines());
@@ -314,6 +324,16 @@ fn start_line(s: &Settings) -> String {
             producers_used(s)
         ),
         Mode::Consume => format!("{consuming} {what}..."),
+        Mode::Ping => {
+            let times = match s.length {
+                Length::Records(n) => format!("{n} times"),
+                _ => what,
+            };
+            format!(
+                "pinging {HEALTH_PATH} {times} with {} workers...",
+                producers_used(s)
+            )
+        }
     }
 }
 
@@ -331,13 +351,14 @@ fn producers_used(s: &Settings) -> usize {
 
 /// Sets up the topic, measures, and deletes a fresh topic.
 async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
-    let mut setup = Conn::open(&s.server).await?;
-    if s.create {
-        client::create_topic(&mut setup, &s.server, &s.topic, s.partitions).await?;
-    } else {
-        client::check_topic(&mut setup, &s.server, &s.topic).await?;
+    if s.mode.uses_topic() {
+        let mut setup = Conn::open(&s.server).await?;
+        if s.create {
+            client::create_topic(&mut setup, &s.server, &s.topic, s.partitions).await?;
+        } else {
+            client::check_topic(&mut setup, &s.server, &s.topic).await?;
+        }
     }
-    drop(setup);
     let mut outcome = measure(&s, show_progress).await;
     if s.fresh_topic {
         let deleted = match Conn::open(&s.server).await {
@@ -513,7 +534,7 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
                     Length::Records(n) => plan.live.consumed_records() >= n,
                     Length::UntilIdle => false,
                 },
-                Mode::Produce => unreachable!("produce mode has no consumers"),
+                Mode::Produce | Mode::Ping => unreachable!("no consumers in this mode"),
             };
         if done {
             return;
@@ -545,17 +566,24 @@ fn stamper(s: &Settings, run_tag: u32, ledger: Rc<RefCell<Ledger>>) -> workload:
 fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Plan {
     let start = live.start();
     let server: Server = s.server.clone();
-    let payload = workload::payload(s.size_bytes);
+    // Ping mode sends no payload, and its --size is not checked.
+    let payload = || workload::payload(s.size_bytes);
     let (template, body, tail_body) = match s.batch_records {
+        None if s.mode == Mode::Ping => (
+            RequestTemplate::get(HEALTH_PATH, &server),
+            Bytes::new(),
+            None,
+        ),
         None => {
             let path = client::topic_path(&s.topic, "/produce");
             let template =
-                RequestTemplate::new(Method::POST, &path, &server, "application/octet-stream");
-            (template, Bytes::from(payload), None)
+                RequestTemplate::new(Method::Post, &path, &server, "application/octet-stream");
+            (template, Bytes::from(payload()), None)
         }
         Some(batch) => {
             let path = client::topic_path(&s.topic, "/produce/batch");
-            let template = RequestTemplate::new(Method::POST, &path, &server, "application/json");
+            let template = RequestTemplate::new(Method::Post, &path, &server, "application/json");
+            let payload = payload();
             let body = Bytes::from(workload::batch_body(&payload, batch));
             let tail = match s.length {
                 Length::Records(count) if count % batch != 0 => {
@@ -582,6 +610,10 @@ fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Pla
         tail_body,
         stamper,
         schedule: Schedule::new(stop, batch, interval, start),
+        accepts: match s.mode {
+            Mode::Ping => |status| status == 200,
+            _ => |status| status < 400,
+        },
         live,
     }
 }
@@ -630,11 +662,35 @@ mod tests {
             start_line(&settings(consume)),
             "consuming with 8 consumers (1 per request) until idle..."
         );
+        let ping = Config {
+            topic: None,
+            mode: Some(Mode::Ping),
+            workers: 64,
+            ..config()
+        };
+        assert_eq!(
+            start_line(&settings(ping.clone())),
+            "pinging /healthz 10000 times with 64 workers..."
+        );
+        let timed = Config {
+            duration: Some(Duration::from_secs(5)),
+            ..ping
+        };
+        assert_eq!(
+            start_line(&settings(timed)),
+            "pinging /healthz for 5s with 64 workers..."
+        );
     }
 
     #[test]
     fn bad_arguments_are_usage_errors() {
-        let changes: [fn(&mut Config); 10] = [
+        let changes: [fn(&mut Config); 12] = [
+            |c| c.mode = Some(Mode::Ping),
+            |c| {
+                c.topic = None;
+                c.mode = Some(Mode::Ping);
+                c.consume = true
+            },
             |c| c.size_bytes = 11,
             |c| c.workers = 0,
             |c| c.batch_records = Some(1001),

@@ -67,13 +67,18 @@ impl Summary {
 
     /// `produce: <ok> ok, <fail> failed in <t> — <rate> msg/s; latency p50=… p95=… p99=…`
     pub fn human_line(&self) -> String {
+        self.human_line_named("produce", "msg")
+    }
+
+    /// The same line for other requests than produces: `ping: … req/s; …`.
+    pub fn human_line_named(&self, name: &str, unit: &str) -> String {
         let target = match self.target_rate {
             Some(rate) => format!(" (target {rate:.0})"),
             None => String::new(),
         };
         let pct = |p| go_duration(round_latency(self.percentile_us(p)));
         format!(
-            "produce: {} ok, {} failed in {} — {:.0} msg/s{target}; latency p50={} p95={} p99={}",
+            "{name}: {} ok, {} failed in {} — {:.0} {unit}/s{target}; latency p50={} p95={} p99={}",
             self.ok_records,
             self.failed_records,
             go_duration(round_to_ms(self.elapsed)),

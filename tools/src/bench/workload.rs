@@ -255,6 +255,8 @@ pub struct Plan {
     /// Flow mode: per-request bodies with stamped records instead.
     pub stamper: Option<Stamper>,
     pub schedule: Schedule,
+    /// Whether a response status counts the request as a success.
+    pub accepts: fn(u16) -> bool,
     /// The run's running tallies, for the status line and the series.
     pub live: Rc<Live>,
 }
@@ -306,28 +308,30 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 }
             },
         };
+        let stamped;
         let (body, first_id) = match (&plan.stamper, &plan.tail_body) {
             (Some(stamper), _) => {
-                let (body, first) = stamper.body(&mut buf, ticket.records);
-                (body, Some(first))
+                let first;
+                (stamped, first) = stamper.body(&mut buf, ticket.records);
+                (&stamped[..], Some(first))
             }
             (None, Some(tail)) if ticket.records < plan.schedule.batch_records() => {
-                (tail.clone(), None)
+                (&tail[..], None)
             }
-            (None, _) => (plan.body.clone(), None),
+            (None, _) => (&plan.body[..], None),
         };
         let sent = ticket.due.unwrap_or_else(Instant::now);
         let result = open.send(plan.template.build(body)).await;
         let now = Instant::now();
         if let (Some(stamper), Some(first)) = (&plan.stamper, first_id) {
-            let ok = matches!(&result, Ok(status) if status.as_u16() < 400);
+            let ok = matches!(&result, Ok(status) if (plan.accepts)(*status));
             stamper
                 .ledger
                 .borrow_mut()
                 .produced(first, ticket.records, ok);
         }
         match result {
-            Ok(status) if status.as_u16() < 400 => {
+            Ok(status) if (plan.accepts)(status) => {
                 tally.ok_records += ticket.records;
                 let latency_us = u64::try_from(now.duration_since(sent).as_micros())
                     .unwrap_or(u64::MAX)
