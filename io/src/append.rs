@@ -117,32 +117,9 @@ impl<F: BlockFile> AppendFile<F> {
     /// Writes `parts` after the current end, as one device write. Not durable
     /// until [`AppendFile::sync`].
     pub async fn append(&mut self, parts: &[&[u8]]) -> io::Result<()> {
-        self.append_beside(parts, None).await
-    }
-
-    /// [`AppendFile::append`], with a second write of `beside.1` at `beside.0`
-    /// (aligned, past the appended bytes' last block) in flight at the same
-    /// time: a caller preparing the space ahead of the end pays no extra round
-    /// trip for it. Both must succeed; neither is durable until a sync.
-    pub async fn append_beside(
-        &mut self,
-        parts: &[&[u8]],
-        beside: Option<(u64, &[u8])>,
-    ) -> io::Result<()> {
         let added: usize = parts.iter().map(|p| p.len()).sum();
-        if let Some((pos, data)) = beside {
-            assert!(
-                pos >= align_up(self.len + added as u64),
-                "a write beside the append lies past it"
-            );
-            assert_eq!(pos % BLOCK_BYTES as u64, 0, "an aligned position");
-            assert_eq!(data.len() % BLOCK_BYTES, 0, "whole blocks");
-        }
         if added == 0 {
-            return match beside {
-                Some((pos, data)) => self.file.write_at(pos, data).await,
-                None => Ok(()),
-            };
+            return Ok(());
         }
         let start = align_down(self.len);
         let end = self.len + added as u64;
@@ -155,17 +132,7 @@ impl<F: BlockFile> AppendFile<F> {
         }
         let data_len = scratch.len();
         scratch.resize(align_up(end - start) as usize, 0);
-        let result = match beside {
-            None => self.file.write_at(start, &scratch).await,
-            Some((pos, data)) => {
-                let (own, other) = futures_lite::future::zip(
-                    self.file.write_at(start, &scratch),
-                    self.file.write_at(pos, data),
-                )
-                .await;
-                own.and(other)
-            }
-        };
+        let result = self.file.write_at(start, &scratch).await;
         if result.is_ok() {
             let new_tail_start = (align_down(end) - start) as usize;
             self.tail.clear();

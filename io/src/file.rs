@@ -53,6 +53,38 @@ pub trait BlockFile {
     async fn close(self) -> io::Result<()>;
 }
 
+/// A file shared between tasks of one shard: the partition log prepares the
+/// space ahead of its appends from a task of its own. Closing closes the file
+/// only through its last holder; the others just let go of it.
+impl<F: BlockFile> BlockFile for std::rc::Rc<F> {
+    async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
+        (**self).write_at(pos, data).await
+    }
+
+    async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+        (**self).read_at(pos, buf).await
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        (**self).sync_data().await
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        (**self).size().await
+    }
+
+    async fn truncate(&self, len: u64) -> io::Result<()> {
+        (**self).truncate(len).await
+    }
+
+    async fn close(self) -> io::Result<()> {
+        match std::rc::Rc::try_unwrap(self) {
+            Ok(file) => file.close().await,
+            Err(_) => Ok(()),
+        }
+    }
+}
+
 /// How [`Storage::open`] treats a missing or existing file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpenMode {
@@ -69,7 +101,7 @@ pub enum OpenMode {
 #[allow(async_fn_in_trait)]
 pub trait Storage: Clone + 'static {
     /// The file type this storage opens.
-    type File: BlockFile;
+    type File: BlockFile + 'static;
 
     /// Opens a file for reading and writing.
     async fn open(&self, path: &str, mode: OpenMode) -> io::Result<Self::File>;

@@ -212,33 +212,3 @@ fn dma_write_budget_refuses_the_write_that_crosses_it() {
     let storage = DmaStorage::new(root.path());
     rt::run_local(None, write_budget_refuses_the_crossing_write(storage)).expect("real disk I/O");
 }
-
-/// A write beside an append lands where it was asked, in the same round trip,
-/// and leaves the appended bytes intact; the file grows to its end.
-async fn append_with_a_write_beside(storage: DmaStorage) -> io::Result<()> {
-    let mut file =
-        AppendFile::open_at(storage.open("log", OpenMode::CreateOrOpen).await?, 0).await?;
-    let first = record(3);
-    file.append(&[&first]).await?;
-    let beside_at = 4 * BLOCK_BYTES as u64;
-    let marker = vec![0xA5u8; 2 * BLOCK_BYTES];
-    let second = record(7);
-    assert!(first.len() + second.len() <= beside_at as usize);
-    file.append_beside(&[&second], Some((beside_at, &marker)))
-        .await?;
-    file.sync().await?;
-    let f = file.file();
-    assert_eq!(f.size().await?, beside_at + marker.len() as u64);
-    let mut expected = first.clone();
-    expected.extend_from_slice(&second);
-    assert_eq!(read_exact_at(f, 0, expected.len()).await?, expected);
-    assert_eq!(read_exact_at(f, beside_at, marker.len()).await?, marker);
-    file.into_file().close().await
-}
-
-#[test]
-fn dma_append_with_a_write_beside() {
-    let root = temp_root();
-    let storage = DmaStorage::new(root.path());
-    rt::run_local(None, append_with_a_write_beside(storage)).expect("real disk I/O");
-}

@@ -194,23 +194,13 @@ impl<S: Storage> PartitionLog<S> {
         mark: &AppendMark,
     ) -> Result<CommitIo, LogError> {
         let write_start = Instant::now();
-        let end = mark.len() + commit_bytes;
-        // Inline only when the commit outruns the prepared space (the first
-        // commit of a segment, or one larger than a chunk); otherwise the next
-        // chunk is prepared beside the append.
-        self.prepare_active(end).await?;
-        let ahead = self.prepare_ahead(end);
-        let zeros = ahead.map(|(_, len)| vec![0u8; len as usize]);
-        let beside = ahead.zip(zeros.as_deref()).map(|((pos, _), z)| (pos, z));
+        self.prepare_active(mark.len() + commit_bytes).await?;
         let parts: Vec<&[u8]> = frames.iter().map(|f| f.bytes.as_slice()).collect();
         self.active
             .file
-            .append_beside(&parts, beside)
+            .append(&parts)
             .await
             .map_err(super::io_err("append frames"))?;
-        if let Some((pos, len)) = ahead {
-            self.active.prepared_bytes = pos + len;
-        }
         let sync_start = Instant::now();
         if let Err(e) = self.active.file.sync().await {
             self.poisoned = true;
@@ -225,6 +215,7 @@ impl<S: Storage> PartitionLog<S> {
         #[cfg(not(feature = "broken-no-readback"))]
         self.verify_read_back(frames, mark.len(), commit_bytes)
             .await?;
+        self.prepare_ahead(mark.len() + commit_bytes).await;
         Ok(io)
     }
 

@@ -303,6 +303,18 @@ struct ActiveSegment<F> {
     tail_block: Vec<u8>,
     index: SparseIndex,
     first_commit_ms: Option<u64>,
+    /// The zero chunk being written ahead of the appends, if any.
+    preparing: Option<Preparing>,
+}
+
+/// A device write submitted and not yet collected.
+type PendingWrite = std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>>>>;
+
+/// A zero chunk written ahead of the appends, in flight.
+struct Preparing {
+    /// The prepared size once it lands.
+    end: u64,
+    write: PendingWrite,
 }
 
 /// One partition's log. See the module documentation.
@@ -314,7 +326,7 @@ pub struct PartitionLog<S: Storage> {
     /// Bytes of frames in the sealed segments, kept with `sealed` so the log's
     /// size costs no walk over thousands of segments after every commit.
     sealed_bytes: u64,
-    active: ActiveSegment<S::File>,
+    active: ActiveSegment<Rc<S::File>>,
     high_watermark: Offset,
     last_commit_ms: u64,
     poisoned: bool,
@@ -378,9 +390,14 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Closes the log. Every commit that returned `Ok` is already durable.
-    pub async fn close(self) -> Result<(), LogError> {
-        if let Some((_, file)) = self.sealed_file {
+    pub async fn close(mut self) -> Result<(), LogError> {
+        if let Some((_, file)) = self.sealed_file.take() {
             file.close().await.map_err(io_err("close sealed segment"))?;
+        }
+        // The chunk in flight holds the file: let it land before closing. Its
+        // failure loses nothing, since it lay past the data.
+        if let Err(e) = self.finish_preparing().await {
+            tracing::warn!(dir = %self.dir, error = %e, "partition log preparation failed at close");
         }
         self.active
             .file

@@ -10,12 +10,13 @@
 //! segment per partition is out of the question with thousands of partitions per
 //! node (and would double the disk they take). So the active segment is grown by
 //! *writing zeros* (allocated blocks, not unwritten extents, which measured ~2x
-//! slower) in chunks of `prep_chunk_bytes` (1 MiB) ahead of the write position:
-//! when less than a chunk is left past a commit, the next chunk's zeros are
-//! written beside the commit's frames, both writes in flight at once, so the
-//! preparation costs no round trip of its own (only the first commit of a
-//! segment, or one larger than a chunk, waits for zeros first). Only about one
-//! commit per chunk pays a size change in its fdatasync; the cost is at most one chunk of extra disk per
+//! slower) in chunks of `prep_chunk_bytes` (1 MiB) ahead of the write position.
+//! Once a commit leaves less than a chunk prepared past its end, the next chunk's
+//! zeros are handed to the device and left in flight while the following
+//! commits use the space already prepared, so a commit stays one write, one
+//! fdatasync and one read-back; only the first commit of a segment, or one that
+//! outruns the prepared space, waits for zeros. Only about one commit per chunk
+//! pays a size change in its fdatasync; the cost is at most one chunk of extra disk per
 //! partition and one extra write of zeros per byte appended (sequential, and
 //! coalesced into one 1 MiB write). A zeroed region reads as a bad magic, which
 //! every scanner takes as the end of the data. Sealing trims the file to its data,
@@ -29,6 +30,7 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::rc::Rc;
 
 use narad_io::append::read_exact_at;
 use narad_io::file::{join, OpenMode};
@@ -37,7 +39,8 @@ use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage};
 use super::index::{index_file_name, load_index, persist_index, SparseIndex};
 use super::recovery::{frame_commit_ms, scan_sealed, scan_tail, TailScan};
 use super::{
-    io_err, ActiveSegment, LogConfig, LogError, PartitionLog, RETENTION_SEGMENTS_PER_RUN_MAX,
+    io_err, ActiveSegment, LogConfig, LogError, PartitionLog, PendingWrite, Preparing,
+    RETENTION_SEGMENTS_PER_RUN_MAX,
 };
 use crate::ids::Offset;
 
@@ -69,7 +72,7 @@ pub struct RetentionOutcome {
 /// What opening the directory found.
 pub(super) struct OpenedSegments<F> {
     pub sealed: VecDeque<SealedSegment>,
-    pub active: ActiveSegment<F>,
+    pub active: ActiveSegment<Rc<F>>,
     pub next_offset: Offset,
     pub last_commit_ms: u64,
     pub gaps: Vec<Range<Offset>>,
@@ -150,7 +153,7 @@ pub(super) async fn open_segments<S: Storage>(
 /// Reads of the active segment at open, at most, while they disagree.
 const TAIL_READS_MAX: usize = 4;
 
-type Recovered<F> = (ActiveSegment<F>, Offset, u64, Vec<Range<Offset>>);
+type Recovered<F> = (ActiveSegment<Rc<F>>, Offset, u64, Vec<Range<Offset>>);
 
 /// The end of the last non-zero byte.
 fn garbage_end(bytes: &[u8]) -> u64 {
@@ -251,7 +254,7 @@ async fn recover_active<S: Storage>(
     // back visible records and reuse their offsets, so sync before anything is
     // published. A failed sync fails the open.
     file.sync_data().await.map_err(LogError::SyncFailed)?;
-    let appender = AppendFile::open_at(file, data_bytes)
+    let appender = AppendFile::open_at(Rc::new(file), data_bytes)
         .await
         .map_err(io_err("position appender"))?;
     let active = ActiveSegment {
@@ -261,6 +264,7 @@ async fn recover_active<S: Storage>(
         tail_block: bytes[align_down(data_bytes) as usize..data_bytes as usize].to_vec(),
         index: scan.index,
         first_commit_ms,
+        preparing: None,
     };
     Ok((active, scan.next_offset, last_commit_ms, scan.gaps))
 }
@@ -271,6 +275,11 @@ impl<S: Storage> PartitionLog<S> {
     pub(super) async fn prepare_active(&mut self, end: u64) -> Result<(), LogError> {
         let chunk = self.config.prep_chunk_bytes;
         if chunk == 0 || end <= self.active.prepared_bytes {
+            return Ok(());
+        }
+        // The chunk being prepared in the background is the one this needs.
+        self.finish_preparing().await?;
+        if end <= self.active.prepared_bytes {
             return Ok(());
         }
         let target = (align_up(end) + chunk).div_ceil(chunk) * chunk;
@@ -288,18 +297,53 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 
-    /// The zero chunk to write beside a commit that ends at `end`, when less than
-    /// a chunk of prepared space is left past it: the next chunk's zeros then go
-    /// to the device in the same round trip as the commit's frames (and its size
-    /// change into the same fdatasync), instead of delaying a later commit.
-    /// `None` when there is headroom enough, or preparation is off.
-    pub(super) fn prepare_ahead(&self, end: u64) -> Option<(u64, u64)> {
+    /// Hands the next zero chunk to the device when less than a chunk of
+    /// prepared space is left past `end`, and returns without waiting for it:
+    /// the write goes on in the background while the commits that follow use
+    /// the space already prepared, so each stays one write, one fdatasync and
+    /// one read-back. At most one chunk is in flight; a commit that reaches it
+    /// before it lands waits for it ([`PartitionLog::prepare_active`]).
+    ///
+    /// No task is spawned: the write's future is polled once here, which
+    /// submits it, and kept; awaiting it later collects the result. So the log
+    /// needs no executor of its own and runs the same under the simulations.
+    pub(super) async fn prepare_ahead(&mut self, end: u64) {
         let chunk = self.config.prep_chunk_bytes;
         let prepared = self.active.prepared_bytes;
-        if chunk == 0 || align_up(end) > prepared || prepared - align_up(end) >= chunk {
-            return None;
+        if chunk == 0
+            || self.active.preparing.is_some()
+            || prepared.saturating_sub(align_up(end)) >= chunk
+        {
+            return;
         }
-        Some((prepared, chunk))
+        let from = prepared.max(align_up(end));
+        let file = self.active.file.file().clone();
+        let mut write: PendingWrite = Box::pin(async move {
+            let zeros = vec![0u8; chunk as usize];
+            file.write_at(from, &zeros).await
+        });
+        let first = futures_lite::future::poll_once(&mut write).await;
+        let end = from + chunk;
+        match first {
+            Some(Ok(())) => self.active.prepared_bytes = end,
+            // The next commit that needs the space prepares it inline.
+            Some(Err(e)) => {
+                tracing::warn!(dir = %self.dir, error = %e, "partition log could not prepare ahead");
+            }
+            None => self.active.preparing = Some(Preparing { end, write }),
+        }
+    }
+
+    /// Waits for the chunk in flight, if any, and counts it as prepared. A
+    /// failed write leaves the space unprepared (the next commit prepares it
+    /// inline) and fails the caller.
+    pub(super) async fn finish_preparing(&mut self) -> Result<(), LogError> {
+        let Some(preparing) = self.active.preparing.take() else {
+            return Ok(());
+        };
+        preparing.write.await.map_err(io_err("prepare segment"))?;
+        self.active.prepared_bytes = self.active.prepared_bytes.max(preparing.end);
+        Ok(())
     }
 
     /// Rolls the active segment if its first record is `segment_ms` old. Call it
@@ -342,6 +386,8 @@ impl<S: Storage> PartitionLog<S> {
             self.active.index.end, self.high_watermark,
             "the active index ends at the high watermark"
         );
+        // A zero chunk landing after the trim would grow the sealed file again.
+        self.finish_preparing().await?;
         let file = self.active.file.file();
         file.truncate(data_bytes)
             .await
@@ -362,7 +408,7 @@ impl<S: Storage> PartitionLog<S> {
             .open(&path, OpenMode::CreateOrOpen)
             .await
             .map_err(io_err("create segment"))?;
-        let appender = AppendFile::open_at(new_file, 0)
+        let appender = AppendFile::open_at(Rc::new(new_file), 0)
             .await
             .map_err(io_err("position appender"))?;
         let old = std::mem::replace(
@@ -374,6 +420,7 @@ impl<S: Storage> PartitionLog<S> {
                 tail_block: Vec::new(),
                 index: SparseIndex::new(base),
                 first_commit_ms: None,
+                preparing: None,
             },
         );
         old.file
