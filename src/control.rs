@@ -24,6 +24,7 @@
 //! ([`MetaState::apply`]) is already separate from its storage.
 
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -58,23 +59,27 @@ impl Published {
 }
 
 /// One shard's view of the metadata: its own copy of the latest snapshot.
+///
+/// The copy is the shard's own (`Rc`), made once per published version: handing
+/// out the shared `Arc` on every request would make every shard write the same
+/// reference count, a cache line bouncing between cores on the hot path.
 pub struct MetaView {
     published: Arc<Published>,
-    current: std::cell::RefCell<Arc<MetaState>>,
+    current: std::cell::RefCell<Rc<MetaState>>,
 }
 
 impl MetaView {
     pub fn new(published: Arc<Published>) -> Self {
-        let current = std::cell::RefCell::new(published.load());
+        let current = std::cell::RefCell::new(Rc::new((*published.load()).clone()));
         MetaView { published, current }
     }
 
     /// The latest published snapshot.
-    pub fn snapshot(&self) -> Arc<MetaState> {
+    pub fn snapshot(&self) -> Rc<MetaState> {
         let version = self.published.version.load(Ordering::Acquire);
         let mut current = self.current.borrow_mut();
         if current.version != version {
-            *current = self.published.load();
+            *current = Rc::new((*self.published.load()).clone());
         }
         current.clone()
     }

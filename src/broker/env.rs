@@ -19,7 +19,7 @@ use crate::meta::MetaState;
 /// The cluster as one node's metadata snapshot sees it: every owner is a shard of
 /// this node, alive.
 pub struct NodeCluster {
-    snapshot: Arc<MetaState>,
+    snapshot: Rc<MetaState>,
     shards: usize,
 }
 

@@ -103,7 +103,8 @@ pub async fn consume<B>(
         Ok(query) => query,
         Err(message) => return bad_request(&message),
     };
-    let Some(record) = shard.meta.snapshot().topics.get(topic).cloned() else {
+    let snapshot = shard.meta.snapshot();
+    let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);
     };
     if let Some(p) = query.partition {
@@ -121,7 +122,7 @@ pub async fn consume<B>(
         let Some(p) = query.partition else {
             return bad_request("offset needs partition");
         };
-        return super::replay::replay(shard, topic, &record, PartitionId(p as u32), offset).await;
+        return super::replay::replay(shard, topic, record, PartitionId(p as u32), offset).await;
     }
     if let Some(max) = query.max {
         if !(1..=BATCH_RECORDS_MAX as u64).contains(&max) {
@@ -157,7 +158,7 @@ pub async fn consume<B>(
         wait,
     };
     let name: Arc<str> = Arc::from(topic);
-    let result = flow::consume(shard, &name, &record, consume_request).await;
+    let result = flow::consume(shard, &name, record, consume_request).await;
     if let Ok(got) = &result {
         for d in got {
             let series = shard.traffic.partition(topic, record.id, d.partition);
@@ -281,18 +282,19 @@ where
         Ok(settle) => settle,
         Err(message) => return bad_request(&message),
     };
-    let Some(record) = shard.meta.snapshot().topics.get(topic).cloned() else {
+    let snapshot = shard.meta.snapshot();
+    let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);
     };
     let name: Arc<str> = Arc::from(topic);
     let Some(text) = handle_text else {
-        return batch_ack(shard, &name, &record, settle, request).await;
+        return batch_ack(shard, &name, record, settle, request).await;
     };
     let handle = match handle::parse(&text) {
         Ok(handle) => handle,
         Err(message) => return bad_request(&message),
     };
-    match flow::settle(shard, &name, &record, handle, settle).await {
+    match flow::settle(shard, &name, record, handle, settle).await {
         Ok(()) => {
             count_settle(topic, settle, 1);
             no_content()

@@ -73,7 +73,7 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let snapshot = shard.meta.snapshot();
-    let Some(record) = snapshot.topics.get(topic).cloned() else {
+    let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);
     };
     let query = match produce_input::parse_produce_query(request.uri().query()) {
@@ -96,7 +96,7 @@ where
         return response::error(StatusCode::BAD_REQUEST, "empty message");
     }
     let key = query.key.as_deref();
-    let partition = choose(shard, &record, query.partition, key);
+    let partition = choose(shard, record, query.partition, key);
     let ingress = IngressRecord {
         topic,
         incarnation: record.id,
@@ -121,7 +121,7 @@ where
     B::Error: std::error::Error + Send + Sync + 'static,
 {
     let snapshot = shard.meta.snapshot();
-    let Some(record) = snapshot.topics.get(topic).cloned() else {
+    let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);
     };
     if let Err(message) = produce_input::batch_query_check(request.uri().query()) {
@@ -176,7 +176,7 @@ where
             IngressRecord {
                 topic,
                 incarnation: record.id,
-                partition: PartitionId(choose(shard, &record, r.partition, key)),
+                partition: PartitionId(choose(shard, record, r.partition, key)),
                 accept_time_ms,
                 key,
                 payload: &r.payload,
