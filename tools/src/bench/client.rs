@@ -93,6 +93,66 @@ impl Server {
     }
 }
 
+/// Reconnection attempts in a row after which a worker gives up, and the run
+/// stops: the server is gone.
+pub const RECONNECT_ATTEMPTS_MAX: u32 = 50;
+/// The pause between two reconnection attempts.
+const RECONNECT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
+
+const _: () = assert!(RECONNECT_ATTEMPTS_MAX as u128 * RECONNECT_BACKOFF.as_millis() <= 5_000);
+
+/// A worker's connection, opened again after it failed: a failed open is
+/// followed by a pause, and after [`RECONNECT_ATTEMPTS_MAX`] of them in a row
+/// the worker gives up.
+pub struct Link {
+    conn: Option<Conn>,
+    failed_opens: u32,
+}
+
+/// What [`Link::get`] found.
+pub enum Opened<'a> {
+    Ready(&'a mut Conn),
+    /// The open failed and the pause is over: count the failure and try again.
+    Retry,
+    /// Too many opens failed in a row.
+    GiveUp,
+}
+
+impl Link {
+    pub fn new(conn: Conn) -> Link {
+        Link {
+            conn: Some(conn),
+            failed_opens: 0,
+        }
+    }
+
+    /// The open connection, opening a new one if the last one was dropped.
+    pub async fn get(&mut self, server: &Server) -> Opened<'_> {
+        if self.conn.is_none() {
+            match Conn::open(server).await {
+                Ok(fresh) => {
+                    self.failed_opens = 0;
+                    self.conn = Some(fresh);
+                }
+                Err(_) => {
+                    self.failed_opens += 1;
+                    if self.failed_opens >= RECONNECT_ATTEMPTS_MAX {
+                        return Opened::GiveUp;
+                    }
+                    narad_io::rt::sleep(RECONNECT_BACKOFF).await;
+                    return Opened::Retry;
+                }
+            }
+        }
+        Opened::Ready(self.conn.as_mut().expect("opened just above"))
+    }
+
+    /// Drops the connection after a failure; the next [`Link::get`] opens anew.
+    pub fn drop_conn(&mut self) {
+        self.conn = None;
+    }
+}
+
 /// Why a request got no HTTP answer.
 pub type TransportError = String;
 

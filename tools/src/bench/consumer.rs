@@ -25,19 +25,16 @@ use hdrhistogram::Histogram;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::client::{self, Conn, Method, RequestTemplate, Server};
+use super::client::{self, Conn, Link, Method, Opened, RequestTemplate, Server};
 use super::live::Live;
 use super::report;
 use super::stamp::{self, Ledger, Reading};
-use super::workload::RECONNECT_ATTEMPTS_MAX;
 
 /// How long a consume request may wait for a message.
 pub const CONSUME_WAIT: &str = "1s";
 /// The pause after a refused or failed request, so that a broker in trouble is
 /// not hammered by a hot loop.
 const ERROR_BACKOFF: Duration = Duration::from_millis(10);
-/// The pause between two reconnection attempts.
-const RECONNECT_BACKOFF: Duration = Duration::from_millis(20);
 /// The error key of a request that got no HTTP answer.
 pub const STATUS_TRANSPORT: u16 = 0;
 /// The error key of a 200 reply that could not be read.
@@ -208,8 +205,7 @@ struct Pending {
 /// Consumes over `conn` until the plan says stop.
 pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
     let mut tally = ConsumeTally::new();
-    let mut conn = Some(conn);
-    let mut reconnects = 0u32;
+    let mut link = Link::new(conn);
     let mut reply = Vec::new();
     let mut pending = Pending {
         ids: Vec::with_capacity(plan.max as usize),
@@ -217,24 +213,14 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
         ack_body: BytesMut::new(),
     };
     while !plan.stop.get() {
-        let open = match conn.as_mut() {
-            Some(open) => open,
-            None => match Conn::open(&plan.server).await {
-                Ok(fresh) => {
-                    reconnects = 0;
-                    conn.insert(fresh)
-                }
-                Err(_) => {
-                    reconnects += 1;
-                    if reconnects >= RECONNECT_ATTEMPTS_MAX {
-                        plan.abandoned.set(true);
-                        plan.stop.set(true);
-                        break;
-                    }
-                    narad_io::rt::sleep(RECONNECT_BACKOFF).await;
-                    continue;
-                }
-            },
+        let open = match link.get(&plan.server).await {
+            Opened::Ready(open) => open,
+            Opened::Retry => continue,
+            Opened::GiveUp => {
+                plan.abandoned.set(true);
+                plan.stop.set(true);
+                break;
+            }
         };
         let started = Instant::now();
         let request = plan.consume.build(&[]);
@@ -242,7 +228,7 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
             Ok(status) => status,
             Err(_) => {
                 count(&plan.live, &mut tally.consume_errors, STATUS_TRANSPORT);
-                conn = None;
+                link.drop_conn();
                 continue;
             }
         };
@@ -269,7 +255,7 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
             .await
             .is_err()
         {
-            conn = None;
+            link.drop_conn();
             continue;
         }
         let now = Instant::now();

@@ -22,18 +22,10 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 
-use super::client::{Conn, RequestTemplate, Server};
+use super::client::{Conn, Link, Opened, RequestTemplate, Server};
 use super::live::Live;
 use super::report;
 use super::stamp::{self, Ledger, Stamp, STAMP_BYTES};
-
-/// Reconnection attempts in a row after which a worker gives up, and the run
-/// stops: the server is gone.
-pub const RECONNECT_ATTEMPTS_MAX: u32 = 50;
-/// The pause between two reconnection attempts.
-const RECONNECT_BACKOFF: Duration = Duration::from_millis(20);
-
-const _: () = assert!(RECONNECT_ATTEMPTS_MAX as u128 * RECONNECT_BACKOFF.as_millis() <= 5_000);
 
 /// The payload's fixed part around the padding: `{"bench":"` and `"}`.
 pub const PAYLOAD_FRAME_BYTES: usize = 12;
@@ -272,14 +264,13 @@ pub struct Tally {
 
 /// Sends requests over `conn` until the schedule runs out.
 pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
-    let mut conn = Some(conn);
+    let mut link = Link::new(conn);
     let mut tally = Tally {
         ok_records: 0,
         failed_records: 0,
         latencies_us: report::latency_histogram(),
         finished: Instant::now(),
     };
-    let mut reconnects = 0u32;
     let mut buf = BytesMut::new();
     while let Some(ticket) = plan.schedule.claim(Instant::now()) {
         if let Some(due) = ticket.due {
@@ -288,25 +279,17 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 narad_io::rt::sleep(due - now).await;
             }
         }
-        let open = match conn.as_mut() {
-            Some(open) => open,
-            None => match Conn::open(&plan.server).await {
-                Ok(fresh) => {
-                    reconnects = 0;
-                    conn.insert(fresh)
+        let open = match link.get(&plan.server).await {
+            Opened::Ready(open) => open,
+            failed => {
+                tally.failed_records += ticket.records;
+                plan.live.failed(ticket.records);
+                if matches!(failed, Opened::GiveUp) {
+                    plan.schedule.abandon();
+                    break;
                 }
-                Err(_) => {
-                    tally.failed_records += ticket.records;
-                    plan.live.failed(ticket.records);
-                    reconnects += 1;
-                    if reconnects >= RECONNECT_ATTEMPTS_MAX {
-                        plan.schedule.abandon();
-                        break;
-                    }
-                    narad_io::rt::sleep(RECONNECT_BACKOFF).await;
-                    continue;
-                }
-            },
+                continue;
+            }
         };
         let stamped;
         let (body, first_id) = match (&plan.stamper, &plan.tail_body) {
@@ -348,7 +331,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 // for the next request.
                 tally.failed_records += ticket.records;
                 plan.live.failed(ticket.records);
-                conn = None;
+                link.drop_conn();
             }
         }
         tally.finished = now;
