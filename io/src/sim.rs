@@ -21,6 +21,11 @@
 //!   [`SimDisk::flip_next_read_at`]); the stored bytes stay intact.
 //! - a crash at the N-th write or sync ([`SimDisk::crash_at_op`]).
 //!
+//! A `sync_data` is in flight for one turn of the executor: it covers the writes
+//! that returned before it was called, lets every other ready task run (which may
+//! write more, even over the sectors it covers), and only then completes, so code
+//! that writes beside a sync in flight is tested as a device would run it.
+//!
 //! Lives on one core: `Rc<RefCell<_>>` inside, `!Send`, never awaited on I/O.
 
 use std::cell::RefCell;
@@ -292,6 +297,27 @@ fn settle_after_crash(data: &mut FileData, rng: &mut ChaCha8Rng) {
     data.length_dirty = false;
 }
 
+/// The bytes of sector `s` inside `bytes` (shorter at the end of the file).
+fn sector_bytes(bytes: &[u8], s: u64) -> &[u8] {
+    let start = (s as usize * SECTOR_BYTES).min(bytes.len());
+    let end = (start + SECTOR_BYTES).min(bytes.len());
+    &bytes[start..end]
+}
+
+/// Lets every other ready task run once, on any executor: a sync in flight.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 impl BlockFile for SimFile {
     async fn write_at(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
         assert!(is_aligned(pos) && is_aligned(bytes.len() as u64));
@@ -363,10 +389,23 @@ impl BlockFile for SimFile {
     }
 
     async fn sync_data(&self) -> io::Result<()> {
+        // Issued: it covers the writes that returned before now, and no others.
+        let covered: Vec<(u64, Vec<u8>)> = {
+            let mut guard = self.disk.inner.borrow_mut();
+            let inner = &mut *guard;
+            SimDisk::check_handle(inner, self.generation)?;
+            SimDisk::tick(inner)?;
+            let data = &inner.inodes[&self.inode];
+            data.dirty_sectors
+                .iter()
+                .map(|&s| (s, sector_bytes(&data.current, s).to_vec()))
+                .collect()
+        };
+        // In flight: other tasks run, and may write (even over covered sectors).
+        yield_once().await;
         let mut guard = self.disk.inner.borrow_mut();
         let inner = &mut *guard;
         SimDisk::check_handle(inner, self.generation)?;
-        SimDisk::tick(inner)?;
         let spontaneous = inner.faults.sync_eio_ppm > 0
             && inner.rng.random_range(0..1_000_000) < inner.faults.sync_eio_ppm;
         if inner.fail_next_syncs > 0 || spontaneous {
@@ -408,13 +447,22 @@ impl BlockFile for SimFile {
             .expect("open inode exists");
         // Copy only what changed since the last sync: segments are large and
         // syncs frequent, and a whole-file copy per sync dominates test time.
-        data.durable.resize(data.current.len(), 0);
-        for s in std::mem::take(&mut data.dirty_sectors) {
-            let start = (s as usize * SECTOR_BYTES).min(data.current.len());
-            let end = (start + SECTOR_BYTES).min(data.current.len());
-            data.durable[start..end].copy_from_slice(&data.current[start..end]);
+        // A covered sector written again while the sync ran stays dirty: its
+        // newer bytes are not durable, though the covered ones are.
+        for (s, bytes) in covered {
+            let start = s as usize * SECTOR_BYTES;
+            if data.durable.len() < start + bytes.len() {
+                data.durable.resize(start + bytes.len(), 0);
+            }
+            data.durable[start..start + bytes.len()].copy_from_slice(&bytes);
+            if sector_bytes(&data.current, s) == &bytes[..] {
+                data.dirty_sectors.remove(&s);
+            }
         }
-        data.length_dirty = false;
+        if data.dirty_sectors.is_empty() {
+            data.durable.resize(data.current.len(), 0);
+            data.length_dirty = false;
+        }
         inner.stats.syncs += 1;
         Ok(())
     }

@@ -166,6 +166,7 @@ fn wal_config() -> WalConfig {
         segment_bytes_max: 64 << 10,
         prealloc: true,
         staging_bytes_max: 256 << 10,
+        flush_bytes_target: 8 << 10,
         checkpoint_sync_delay: Duration::from_millis(2),
         spare_segments_max: 2,
         rotate_dispatched_bytes_min: 16 << 10,

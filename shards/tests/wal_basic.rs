@@ -72,6 +72,81 @@ fn round_trip_on_a_real_disk() {
     }
 }
 
+/// Starts `count` appends of about 1 KiB at once; returns their outcomes in order.
+async fn burst<S: Storage>(wal: &Wal<S>, ids: std::ops::Range<u64>) -> Vec<Result<Seq, WalError>> {
+    let tasks: Vec<_> = ids
+        .map(|id| {
+            let wal = wal.clone();
+            narad_io::rt::spawn_local(async move {
+                wal.append(&record(&payload_for(id, 1000), None)).await
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.push(task.await.expect("append task ran"));
+    }
+    outcomes
+}
+
+/// A burst of appends far past the flush target goes out as a pipeline of
+/// batches, each released by its own sync, and reads back whole.
+async fn burst_round_trip<S: Storage>(storage: S) {
+    let config = small_config(true);
+    assert_eq!(config.flush_bytes_target, 8 << 10);
+    let wal = Wal::open(storage, "wal", config).await.unwrap();
+    let before = wal.stats();
+    let outcomes = burst(&wal, 0..64).await;
+    let seqs: Vec<Seq> = outcomes.into_iter().map(Result::unwrap).collect();
+    assert_eq!(seqs, (0..64).map(Seq).collect::<Vec<_>>());
+    let after = wal.stats();
+    // 64 frames of about 1 KiB against an 8 KiB target: several batches.
+    let flushes = after.flushes - before.flushes;
+    assert!(flushes >= 4, "{flushes} flushes for a 64 KiB burst");
+    assert!(after.syncs - before.syncs >= flushes, "{after:?}");
+    let ids: Vec<u64> = read_all(&wal, Seq(0))
+        .await
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(ids, (0..64).collect::<Vec<_>>());
+    wal.close().await;
+}
+
+#[test]
+fn a_burst_is_flushed_as_a_pipeline_of_batches() {
+    run_local(
+        None,
+        burst_round_trip(SimDisk::new(21, SimFaults::default())),
+    );
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    run_local(None, burst_round_trip(DmaStorage::new(dir.path())));
+}
+
+/// The batch written while an earlier batch's sync runs is released only by a
+/// sync of its own: when the earlier sync fails, every append of the burst
+/// fails with the latch, and none of them is acknowledged.
+#[test]
+fn a_failed_sync_fails_the_batch_written_beside_it() {
+    let disk = SimDisk::new(22, SimFaults::default());
+    run_local(None, async move {
+        // No segment preparation: its sync must not be the one that fails.
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        disk.fail_next_syncs(1);
+        let outcomes = burst(&wal, 0..64).await;
+        for (id, outcome) in outcomes.iter().enumerate() {
+            assert!(
+                matches!(outcome, Err(WalError::Latched(_))),
+                "append {id}: {outcome:?}"
+            );
+        }
+        assert_eq!(wal.durable_next(), Seq(0));
+        wal.close().await;
+    });
+}
+
 /// The dispatcher waits for durability in a loop, racing the wait against
 /// timers and dropping it when they win. An idle WAL must hold one waker per
 /// listening task however many rounds pass: one per round used to pile up until

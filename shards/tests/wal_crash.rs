@@ -53,6 +53,7 @@ fn config(rng: &mut ChaCha8Rng) -> WalConfig {
     config.segment_bytes_max = [16 << 10, 64 << 10, 1 << 20][rng.random_range(0..3)];
     config.checkpoint_sync_delay = Duration::from_millis(rng.random_range(0..3));
     config.rotate_dispatched_bytes_min = 8 << 10;
+    config.flush_bytes_target = [2 << 10, 8 << 10, 1 << 20][rng.random_range(0..3)];
     config
 }
 

@@ -14,7 +14,13 @@
 //! the next sequence number, wakes the flush loop and waits. The flush loop swaps the
 //! staging buffer for a spare (so appends keep staging during the I/O), writes what
 //! it took in one write per run of at most 16 MiB, `fdatasync`s, and only then
-//! releases the callers in that batch. A caller whose record is staged has no way
+//! releases the callers in that batch. A staging buffer that reaches
+//! [`WalConfig::flush_bytes_target`] is sealed as a batch of its own and the next
+//! appends start another, so a burst becomes several batches in a pipeline: the
+//! flush loop writes the next batch while the previous one's `fdatasync` runs
+//! (never more than one write and one sync at a time, and the next write only
+//! after the previous write completed: they share the partial block between
+//! them), and appenders released by a sync stage again while the device works. A caller whose record is staged has no way
 //! to withdraw it: dropping the future does not unstage, and the record is flushed,
 //! replayed and dispatched like any other; the caller simply never learns the
 //! outcome. A batch (`append_many`) stages its records back to back under one
@@ -68,6 +74,9 @@ pub struct WalConfig {
     pub prealloc: bool,
     /// Staged bytes past which appenders wait for the flush in progress.
     pub staging_bytes_max: usize,
+    /// A staging buffer holding this many bytes is sealed as one batch and later
+    /// appends stage into the next: the size of one write in a sustained burst.
+    pub flush_bytes_target: usize,
     /// How long a stored checkpoint may sit written but not yet synced.
     pub checkpoint_sync_delay: Duration,
     /// Compacted segments kept for recycling.
@@ -87,6 +96,7 @@ impl Default for WalConfig {
             segment_bytes_max: 64 << 20,
             prealloc: true,
             staging_bytes_max: 32 << 20,
+            flush_bytes_target: 1 << 20,
             checkpoint_sync_delay: Duration::from_millis(250),
             spare_segments_max: 2,
             rotate_dispatched_bytes_min: 1 << 20,
@@ -155,6 +165,15 @@ pub struct WalStats {
     pub checkpoint_syncs: u64,
 }
 
+/// A batch of staged frames, as the flush loop takes it.
+struct Job {
+    buf: Vec<u8>,
+    /// Positions in `buf` where a new segment starts.
+    roll_points: Vec<usize>,
+    first_seq: Seq,
+    end_seq: Seq,
+}
+
 /// A flushed (durable) batch of frames kept for readers.
 struct RecentBatch {
     first: Seq,
@@ -182,6 +201,10 @@ struct Shared {
     spare: Vec<u8>,
     /// Positions in `staging` where a new segment starts.
     roll_points: Vec<usize>,
+    /// Full staging buffers waiting for the flush loop, oldest first.
+    sealed: VecDeque<Job>,
+    /// Bytes in `sealed`.
+    sealed_bytes: usize,
     next_seq: Seq,
     /// Every sequence number below this is durable.
     durable_next: Seq,
@@ -236,6 +259,24 @@ impl Shared {
         let index = self.recent.partition_point(|b| b.end <= seq);
         let batch = self.recent.get(index)?;
         (batch.first <= seq).then(|| (batch.first, batch.frames.clone()))
+    }
+
+    /// Queues the staging buffer as a batch of its own and starts a new one.
+    fn seal(&mut self, capacity: usize) {
+        let first_seq = self.sealed.back().map_or(self.inflight_end, |j| j.end_seq);
+        let fresh = if self.spare.capacity() > 0 {
+            std::mem::take(&mut self.spare)
+        } else {
+            Vec::with_capacity(capacity + capacity / 2)
+        };
+        let job = Job {
+            buf: std::mem::replace(&mut self.staging, fresh),
+            roll_points: std::mem::take(&mut self.roll_points),
+            first_seq,
+            end_seq: self.next_seq,
+        };
+        self.sealed_bytes += job.buf.len();
+        self.sealed.push_back(job);
     }
 
     fn add_mark(&mut self, mark: PositionMark) {
@@ -302,6 +343,8 @@ impl<S: Storage> Wal<S> {
             staging: Vec::new(),
             spare: Vec::new(),
             roll_points: Vec::new(),
+            sealed: VecDeque::new(),
+            sealed_bytes: 0,
             next_seq,
             durable_next: next_seq,
             inflight_end: next_seq,
@@ -379,6 +422,9 @@ impl<S: Storage> Wal<S> {
     fn stage(&self, records: &[IngressRecord<'_>]) -> Range<Seq> {
         let mut guard = self.inner.shared.borrow_mut();
         let sh = &mut *guard;
+        if sh.staging.len() >= self.inner.config.flush_bytes_target {
+            sh.seal(self.inner.config.flush_bytes_target);
+        }
         let first = sh.next_seq;
         for record in records {
             let frame_len = record.frame_len() as u64;
@@ -413,9 +459,8 @@ impl<S: Storage> Wal<S> {
             if sh.closing {
                 return Poll::Ready(Err(WalError::Closed));
             }
-            if sh.staging.is_empty()
-                || sh.staging.len() + bytes <= self.inner.config.staging_bytes_max
-            {
+            let staged = sh.staging.len() + sh.sealed_bytes;
+            if staged == 0 || staged + bytes <= self.inner.config.staging_bytes_max {
                 return Poll::Ready(Ok(()));
             }
             sh.staging_waiters.push(cx.waker().clone());

@@ -12,7 +12,9 @@
 //! synced in runs of at most [`WRITE_RUN_BYTES_MAX`], so valid frames that sit
 //! within that distance after the first bad frame, with sequence numbers at or past
 //! the one expected there, belong to the torn run and were never acknowledged: the
-//! scan ends at the bad frame. A valid frame past that distance means bytes that were
+//! scan ends at the bad frame. The flush loop writes one run while the previous
+//! run's sync is in flight, so two runs can be unsynced at once: the window is
+//! twice a run. A valid frame past that distance means bytes that were
 //! synced went bad, and recovery fails loudly instead of guessing.
 
 use std::io;
@@ -39,8 +41,9 @@ pub const TORN_WINDOW_BYTES: u64 = {
         frame_bytes_max
     };
     // A run is at most 16 MiB of frames, or one larger frame alone; its write
-    // also rewrites the partial block in front of it.
-    (run_bytes_max + BLOCK_BYTES) as u64
+    // also rewrites the partial block in front of it. Two runs can be unsynced
+    // at once (one syncing, the next written beside it).
+    2 * (run_bytes_max + BLOCK_BYTES) as u64
 };
 /// The most frames a torn run can hold: a bound on how far past the expected
 /// sequence number a surviving frame of it can be, used to skip stale or forged

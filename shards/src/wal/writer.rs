@@ -3,12 +3,23 @@
 //! Runs on the WAL's shard only. The flush loop is the single writer of the active
 //! segment: it owns the [`AppendFile`] outright, so no state around the device
 //! write is shared with appenders except the staging buffers.
+//!
+//! The pipeline. A written batch is synced while the next batch, if one is staged
+//! by then, is written: at most one sync and one write are in flight, the write
+//! is issued only after the previous write completed (both rewrite the partial
+//! block between them), and a batch is released only by a sync issued after its
+//! own write completed. So at most two write runs are ever unsynced at once, which
+//! is what the torn window of recovery allows for. A batch that starts a segment
+//! waits for the sync in flight: the old segment is sealed only whole.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
 use std::rc::Rc;
-use std::task::Poll;
+use std::task::{Context, Poll};
+
+use futures_lite::future::zip;
 
 use narad_io::file::{join, OpenMode};
 use narad_io::{AppendFile, BlockFile, Storage};
@@ -18,12 +29,12 @@ use super::frame::{encoded_frame_len, FRAME_HEADER_BYTES};
 use super::segment::{
     self, parse_segment_name, segment_name, ScanError, PREP_FILE, SPARE_PREFIX, WRITE_RUN_BYTES_MAX,
 };
-use super::{Wal, WalError, STAGING_KEEP_BYTES};
+use super::{Job, Wal, WalError, STAGING_KEEP_BYTES};
 use crate::ids::Seq;
 
 /// What recovery hands to the running WAL.
 pub(super) struct Recovered<F> {
-    pub active: AppendFile<F>,
+    pub active: AppendFile<Rc<F>>,
     pub segments: VecDeque<Seq>,
     pub next_seq: Seq,
     pub checkpoint: Seq,
@@ -86,7 +97,7 @@ pub(super) async fn recover<S: Storage>(
         checkpoint_file.store(start).await?;
         checkpoint_file.sync().await?;
         return Ok(Recovered {
-            active: AppendFile::open_at(file, 0).await?,
+            active: AppendFile::open_at(Rc::new(file), 0).await?,
             segments,
             next_seq: start,
             checkpoint: start,
@@ -150,7 +161,7 @@ pub(super) async fn recover<S: Storage>(
     checkpoint_file.store(checkpoint).await?;
     checkpoint_file.sync().await?;
     Ok(Recovered {
-        active: AppendFile::open_at(file, resume_bytes).await?,
+        active: AppendFile::open_at(Rc::new(file), resume_bytes).await?,
         segments,
         next_seq: end.next_seq,
         checkpoint,
@@ -228,19 +239,12 @@ async fn erase_torn_run<F: BlockFile>(_file: &F, end: &segment::ScanEnd) -> io::
     Ok(end.torn_until_bytes.unwrap_or(end.end_bytes))
 }
 
-/// A batch taken from the staging buffer.
-struct Job {
-    buf: Vec<u8>,
-    roll_points: Vec<usize>,
-    first_seq: Seq,
-    end_seq: Seq,
-}
-
 /// The flush loop: takes whatever is staged, writes and syncs it, releases its
-/// callers, and repeats until the WAL closes or latches.
+/// callers, and repeats until the WAL closes or latches. Each sync overlaps the
+/// write of the batch staged next (see the module doc).
 pub(super) async fn flush_loop<S: Storage>(
     wal: Wal<S>,
-    active: AppendFile<S::File>,
+    active: AppendFile<Rc<S::File>>,
     active_first: Seq,
 ) {
     let mut writer = Writer {
@@ -249,42 +253,110 @@ pub(super) async fn flush_loop<S: Storage>(
         active_first,
         device_bytes_sealed: 0,
     };
+    // A batch written whose last run is not synced yet.
+    let mut written: Option<Job> = None;
     loop {
-        let Some(mut job) = take_job(&wal).await else {
+        let job = match written.take() {
+            Some(job) => job,
+            None => {
+                let Some(job) = take_job(&wal).await else {
+                    break;
+                };
+                if let Err(e) = writer.write_job(&job).await {
+                    finish(&wal, job, Err(e), writer.device_bytes());
+                    break;
+                }
+                job
+            }
+        };
+        let file = writer.active.file().clone();
+        let device_bytes = writer.device_bytes();
+        let synced = Cell::new(false);
+        let sync = async {
+            let result = file.sync_data().await;
+            wal.inner.shared.borrow_mut().stats.syncs += 1;
+            synced.set(true);
+            // Released at once, not after the write running beside it.
+            finish(&wal, job, result, device_bytes)
+        };
+        let writer = &mut writer;
+        let next = async {
+            let next = poll_fn(|cx| {
+                if synced.get() {
+                    return Poll::Ready(None);
+                }
+                poll_take_job(&wal, cx)
+            })
+            .await?;
+            if !next.roll_points.is_empty() {
+                return Some((next, None));
+            }
+            let result = writer.write_job(&next).await;
+            Some((next, Some(result)))
+        };
+        let (synced_ok, next) = zip(sync, next).await;
+        // Let go of the file before a roll closes it.
+        drop(file);
+        let Some((next, result)) = next else {
+            if synced_ok {
+                continue;
+            }
             break;
         };
-        #[cfg(feature = "broken-ack-before-fsync")]
-        release(&wal, &job, &Ok(()), writer.device_bytes());
-        let result = writer.write_job(&job).await;
-        let latched = result.is_err();
-        // Durable frames go to the readers' memory before the release makes them
-        // readable, so a dispatcher that keeps up never reads the device.
-        let reusable = match &result {
-            Ok(()) => keep_for_readers(&wal, &mut job),
-            Err(_) => None,
+        let result = match result {
+            Some(result) => result,
+            // Starts a segment: written only now that the sync is done.
+            None if synced_ok => writer.write_job(&next).await,
+            None => Ok(()),
         };
-        #[cfg(not(feature = "broken-ack-before-fsync"))]
-        release(&wal, &job, &result, writer.device_bytes());
-        if let Err(e) = &result {
-            tracing::error!(error = %e, "ingress WAL write failed; refusing appends until restart");
-            wal.inner.shared.borrow_mut().latched = Some(Rc::from(e.to_string()));
-            wake_all(&wal);
-        }
-        if let Some(mut buf) = reusable {
-            buf.clear();
-            if buf.capacity() > STAGING_KEEP_BYTES {
-                buf.shrink_to(STAGING_KEEP_BYTES);
+        match result {
+            // A failed sync latched the WAL: the callers of `next`, written
+            // or not, see the latch.
+            Ok(()) if !synced_ok => break,
+            Ok(()) => written = Some(next),
+            Err(e) => {
+                finish(&wal, next, Err(e), writer.device_bytes());
+                break;
             }
-            let mut sh = wal.inner.shared.borrow_mut();
-            if sh.spare.capacity() < buf.capacity() {
-                sh.spare = buf;
-            }
-        }
-        if latched {
-            break;
         }
     }
     let _ = writer.active.into_file().close().await;
+}
+
+/// Settles a batch: on success keeps its frames for readers and releases its
+/// callers; on failure latches the WAL. Returns whether it succeeded.
+fn finish<S: Storage>(
+    wal: &Wal<S>,
+    mut job: Job,
+    result: io::Result<()>,
+    device_bytes: u64,
+) -> bool {
+    // Durable frames go to the readers' memory before the release makes them
+    // readable, so a dispatcher that keeps up never reads the device.
+    let reusable = match &result {
+        Ok(()) => keep_for_readers(wal, &mut job),
+        Err(_) => None,
+    };
+    #[cfg(not(feature = "broken-ack-before-fsync"))]
+    release(wal, &job, &result, device_bytes);
+    #[cfg(feature = "broken-ack-before-fsync")]
+    let _ = device_bytes;
+    if let Err(e) = &result {
+        tracing::error!(error = %e, "ingress WAL write failed; refusing appends until restart");
+        wal.inner.shared.borrow_mut().latched = Some(Rc::from(e.to_string()));
+        wake_all(wal);
+    }
+    if let Some(mut buf) = reusable {
+        buf.clear();
+        if buf.capacity() > STAGING_KEEP_BYTES {
+            buf.shrink_to(STAGING_KEEP_BYTES);
+        }
+        let mut sh = wal.inner.shared.borrow_mut();
+        if sh.spare.capacity() < buf.capacity() {
+            sh.spare = buf;
+        }
+    }
+    result.is_ok()
 }
 
 /// Hands a flushed batch to the readers' memory; returns an evicted buffer to
@@ -301,29 +373,41 @@ fn keep_for_readers<S: Storage>(wal: &Wal<S>, job: &mut Job) -> Option<Vec<u8>> 
 }
 
 async fn take_job<S: Storage>(wal: &Wal<S>) -> Option<Job> {
-    poll_fn(|cx| {
-        let mut guard = wal.inner.shared.borrow_mut();
-        let sh = &mut *guard;
-        if !sh.staging.is_empty() {
-            let spare = std::mem::take(&mut sh.spare);
-            let buf = std::mem::replace(&mut sh.staging, spare);
-            let first_seq = sh.inflight_end;
-            sh.inflight_end = sh.next_seq;
-            std::mem::swap(&mut sh.inflight_waiters, &mut sh.staging_waiters);
-            return Poll::Ready(Some(Job {
-                buf,
-                roll_points: std::mem::take(&mut sh.roll_points),
-                first_seq,
-                end_seq: sh.next_seq,
-            }));
+    poll_fn(|cx| poll_take_job(wal, cx)).await
+}
+
+/// The oldest staged batch, or `Ready(None)` when the WAL closes or latches with
+/// nothing staged.
+fn poll_take_job<S: Storage>(wal: &Wal<S>, cx: &mut Context<'_>) -> Poll<Option<Job>> {
+    let mut guard = wal.inner.shared.borrow_mut();
+    let sh = &mut *guard;
+    let job = if let Some(job) = sh.sealed.pop_front() {
+        sh.sealed_bytes -= job.buf.len();
+        job
+    } else if !sh.staging.is_empty() {
+        let spare = std::mem::take(&mut sh.spare);
+        Job {
+            buf: std::mem::replace(&mut sh.staging, spare),
+            roll_points: std::mem::take(&mut sh.roll_points),
+            first_seq: sh.inflight_end,
+            end_seq: sh.next_seq,
         }
+    } else {
         if sh.closing || sh.latched.is_some() {
             return Poll::Ready(None);
         }
         sh.flusher = Some(cx.waker().clone());
-        Poll::Pending
-    })
-    .await
+        return Poll::Pending;
+    };
+    debug_assert_eq!(job.first_seq, sh.inflight_end);
+    sh.inflight_end = job.end_seq;
+    // Waiters of later batches come along and wait again after a spurious wake.
+    let staging_waiters = std::mem::take(&mut sh.staging_waiters);
+    sh.inflight_waiters.extend(staging_waiters);
+    drop(guard);
+    #[cfg(feature = "broken-ack-before-fsync")]
+    release(wal, &job, &Ok(()), 0);
+    Poll::Ready(Some(job))
 }
 
 /// Publishes the outcome of a flush and wakes everyone it concerns.
@@ -333,7 +417,7 @@ fn release<S: Storage>(wal: &Wal<S>, job: &Job, result: &io::Result<()>, device_
         sh.durable_next = job.end_seq;
         sh.stats.flushes += 1;
     }
-    sh.stats.device_bytes = device_bytes;
+    sh.stats.device_bytes = sh.stats.device_bytes.max(device_bytes);
     drop(sh);
     wake_all(wal);
 }
@@ -357,7 +441,7 @@ fn wake_all<S: Storage>(wal: &Wal<S>) {
 
 struct Writer<S: Storage> {
     wal: Wal<S>,
-    active: AppendFile<S::File>,
+    active: AppendFile<Rc<S::File>>,
     /// First sequence number of the active segment.
     active_first: Seq,
     /// Device bytes written to segments before the active one.
@@ -370,7 +454,8 @@ impl<S: Storage> Writer<S> {
     }
 
     /// Writes a batch: each stretch between roll points goes to its segment in runs
-    /// of at most [`WRITE_RUN_BYTES_MAX`], each run synced before the next.
+    /// of at most [`WRITE_RUN_BYTES_MAX`], each run but the last synced before the
+    /// next; the caller syncs the last.
     async fn write_job(&mut self, job: &Job) -> io::Result<()> {
         let mut start = 0;
         for &roll_at in job
@@ -409,6 +494,10 @@ impl<S: Storage> Writer<S> {
         }
         let mut run_start = 0;
         while run_start < bytes.len() {
+            if run_start > 0 {
+                self.active.sync().await?;
+                self.wal.inner.shared.borrow_mut().stats.syncs += 1;
+            }
             let mut run_end = run_start;
             while run_end < bytes.len() {
                 let len = encoded_frame_len(&bytes[run_end..]);
@@ -418,22 +507,19 @@ impl<S: Storage> Writer<S> {
                 run_end += len;
             }
             self.active.append(&[&bytes[run_start..run_end]]).await?;
-            self.active.sync().await?;
-            self.wal.inner.shared.borrow_mut().stats.syncs += 1;
             run_start = run_end;
         }
         Ok(())
     }
 
-    /// Seals the active segment (already synced) and starts the one beginning at
+    /// Seals the active segment (synced here) and starts the one beginning at
     /// `first`: the prepared spare if one is ready, else a new empty file.
     async fn roll(&mut self, first: Seq) -> io::Result<()> {
         let inner = &self.wal.inner;
         let name = join(&inner.dir, &segment_name(first));
-        // Seal only what is durable: normally the last run was synced already and
-        // this costs nothing, but a roll at the very start of a batch has written
-        // nothing since the segment was opened.
+        // Seal only what is durable.
         self.active.sync().await?;
+        inner.shared.borrow_mut().stats.syncs += 1;
         let prepared = {
             let mut sh = inner.shared.borrow_mut();
             std::mem::replace(&mut sh.prep_ready, false)
@@ -444,7 +530,7 @@ impl<S: Storage> Writer<S> {
                 .rename(&join(&inner.dir, PREP_FILE), &name)
                 .await?;
         }
-        let file = inner.storage.open(&name, OpenMode::CreateOrOpen).await?;
+        let file = Rc::new(inner.storage.open(&name, OpenMode::CreateOrOpen).await?);
         self.device_bytes_sealed += self.active.device_bytes_written();
         let old = std::mem::replace(&mut self.active, AppendFile::open_at(file, 0).await?);
         self.active_first = first;

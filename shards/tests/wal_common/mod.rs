@@ -29,6 +29,8 @@ pub fn small_config(prealloc: bool) -> WalConfig {
         segment_bytes_max: 64 << 10,
         prealloc,
         staging_bytes_max: 256 << 10,
+        // Small, so that bursts become pipelines of several batches.
+        flush_bytes_target: 8 << 10,
         checkpoint_sync_delay: std::time::Duration::from_millis(2),
         spare_segments_max: 2,
         rotate_dispatched_bytes_min: 16 << 10,
