@@ -14,6 +14,7 @@
 //!   the stored payload, so a frame that passes [`check_frame`] has trustworthy
 //!   lengths, flags, count and base offset.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use crate::ids::Offset;
@@ -262,12 +263,18 @@ pub fn check_frame(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), FrameError> {
     Ok((header, stored))
 }
 
-/// The records area of a checked frame, decompressed when needed.
-pub fn records_area(header: &FrameHeader, stored: &[u8]) -> Result<Vec<u8>, FrameError> {
+/// The records area of a checked frame: the stored bytes themselves when they are
+/// not compressed (no copy), else decompressed.
+pub fn records_area<'a>(
+    header: &FrameHeader,
+    stored: &'a [u8],
+) -> Result<Cow<'a, [u8]>, FrameError> {
     let area = match header.codec {
-        Codec::None => stored.to_vec(),
-        Codec::Zstd => zstd::bulk::decompress(stored, header.uncompressed_bytes as usize)
-            .map_err(|_| FrameError::BadPayload)?,
+        Codec::None => Cow::Borrowed(stored),
+        Codec::Zstd => Cow::Owned(
+            zstd::bulk::decompress(stored, header.uncompressed_bytes as usize)
+                .map_err(|_| FrameError::BadPayload)?,
+        ),
     };
     if area.len() != header.uncompressed_bytes as usize {
         return Err(FrameError::BadPayload);

@@ -14,11 +14,12 @@
 //! high watermark; a read always makes progress (one record even above
 //! `max_bytes`); reads from disk are bounded by the segment's size.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use bytes::Bytes;
 use narad_io::append::read_exact_at;
-use narad_io::{BlockFile, Storage};
+use narad_io::{align_down, align_up, BlockFile, Storage};
 
 use super::cache::{CachedFrame, FrameCache};
 use super::envelope::decode_envelope;
@@ -159,11 +160,26 @@ pub fn read_cached(
     Some(assembly.batch)
 }
 
-/// A window of segment bytes, refilled as a scan moves on.
+/// A window of one segment's bytes, refilled as scans move on, and kept between
+/// reads of the partition with where the last scan stopped.
+///
+/// Records handed out are slices of the window (no copy per frame or record);
+/// a refill starts a new buffer, and the old one lives on only while records
+/// cut from it are still held.
 #[derive(Default)]
 pub(super) struct Window {
+    /// Block-aligned device position of `bytes[0]`.
     start: u64,
-    bytes: Vec<u8>,
+    bytes: Bytes,
+    /// Where the bytes that were data when they were read end: the aligned read
+    /// also brought in what lay past the segment's end, which a later commit to
+    /// the active segment overwrites.
+    valid_end: u64,
+    /// The frame boundary the last scan of this segment stopped at: its first
+    /// offset and byte position. A consumer reading on from there starts at it
+    /// instead of at the sparse index point before it, which would check and
+    /// skip up to an index interval of frames on every read.
+    resume: Option<(Offset, u64)>,
 }
 
 impl Window {
@@ -174,20 +190,25 @@ impl Window {
         pos: u64,
         len: usize,
         limit: u64,
-    ) -> Result<&[u8], LogError> {
+    ) -> Result<Bytes, LogError> {
         let len = len.min(limit.saturating_sub(pos) as usize);
-        let inside = pos >= self.start && pos + len as u64 <= self.start + self.bytes.len() as u64;
+        let inside = pos >= self.start && pos + len as u64 <= self.valid_end;
         if !inside {
             let fetch = len
                 .max(READ_WINDOW_BYTES)
                 .min(limit.saturating_sub(pos) as usize);
-            self.bytes = read_exact_at(file, pos, fetch)
+            // Aligned at both ends, so the device reads straight into place.
+            let start = align_down(pos);
+            let mut buf = vec![0u8; (align_up(pos + fetch as u64) - start) as usize];
+            file.read_at(start, &mut buf)
                 .await
                 .map_err(io_err("read segment"))?;
-            self.start = pos;
+            self.valid_end = (start + buf.len() as u64).min(limit);
+            self.bytes = Bytes::from(buf);
+            self.start = start;
         }
         let at = (pos - self.start) as usize;
-        Ok(&self.bytes[at..at + len])
+        Ok(self.bytes.slice(at..at + len))
     }
 }
 
@@ -310,22 +331,31 @@ async fn read_segment<F: BlockFile>(
     window: &mut Window,
     last_frame: &mut Option<CachedFrame>,
 ) -> Result<(), LogError> {
-    let (mut expected, mut pos) = view.index.lookup(assembly.batch.next_offset);
+    let next = assembly.batch.next_offset;
+    let (mut expected, mut pos) = view.index.lookup(next);
+    if let Some((offset, at)) = window.resume.take() {
+        if expected < offset && offset <= next {
+            (expected, pos) = (offset, at);
+        }
+    }
     while expected < view.end && !assembly.full() {
         let header_bytes = window
             .get(view.file, pos, FRAME_HEADER_BYTES, view.limit_bytes)
             .await?;
-        let frame_len = decode_header(header_bytes)
+        let frame_len = decode_header(&header_bytes)
             .map(|h| h.frame_bytes())
             .unwrap_or(0);
         let frame = window
             .get(view.file, pos, frame_len, view.limit_bytes)
             .await?;
-        match check_frame(frame) {
+        match check_frame(&frame) {
             Ok((header, stored)) if header.base_offset == expected && frame.len() == frame_len => {
                 match records_area(&header, stored) {
                     Ok(area) => {
-                        let area = Bytes::from(area);
+                        let area = match area {
+                            Cow::Borrowed(area) => frame.slice_ref(area),
+                            Cow::Owned(area) => Bytes::from(area),
+                        };
                         assembly.push_frame(header.base_offset, header.record_count, &area);
                         *last_frame = Some(CachedFrame {
                             base: header.base_offset,
@@ -350,6 +380,7 @@ async fn read_segment<F: BlockFile>(
             },
         }
     }
+    window.resume = Some((expected, pos));
     Ok(())
 }
 
