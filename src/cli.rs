@@ -112,10 +112,11 @@ pub struct BenchArgs {
     /// Records to produce (default 10000; in consume mode, records to consume).
     #[arg(long)]
     pub count: Option<u64>,
-    /// Payload bytes per record (at least 12, the JSON frame around the x's; 55
-    /// in flow mode, whose payload also carries an id and a send time).
-    #[arg(long, default_value_t = 256)]
-    pub size: usize,
+    /// Payload bytes per record (default 256; at least 12, the JSON frame
+    /// around the x's; 55 in flow mode, whose payload also carries an id and a
+    /// send time).
+    #[arg(long)]
+    pub size: Option<usize>,
     /// Concurrent workers, each with its own connection (the default size of
     /// each pool).
     #[arg(long, default_value_t = 8)]

@@ -17,6 +17,8 @@ use super::workload::PAYLOAD_FRAME_BYTES;
 pub const WORKERS_MAX: usize = 4096;
 /// The largest payload the broker accepts.
 pub const PAYLOAD_BYTES_MAX: usize = 1 << 20;
+/// Payload bytes per record when `--size` is not given (the reference's default).
+pub const SIZE_BYTES_DEFAULT: usize = 256;
 /// The most records in one batch request, and the largest batch body, as the
 /// broker's batch route allows.
 pub const BATCH_RECORDS_MAX: u64 = 1000;
@@ -86,6 +88,49 @@ impl Mode {
     pub fn uses_topic(self) -> bool {
         self != Mode::Ping
     }
+
+    /// What the producer pool's requests are called in the status line and the
+    /// report: records produced, or pings answered.
+    pub fn sender_words(self) -> SenderWords {
+        match self {
+            Mode::Ping => SenderWords {
+                verb: "ping",
+                unit: "req",
+                done: "pinged (200 OK)",
+                latency: "request",
+                chart: "Request latency",
+                failed: "ping (requests)",
+                series: "pinged",
+            },
+            _ => SenderWords {
+                verb: "produce",
+                unit: "msg",
+                done: "produced (acknowledged)",
+                latency: "produce-ack",
+                chart: "Produce-ack latency",
+                failed: "produce (records)",
+                series: "produced",
+            },
+        }
+    }
+}
+
+/// Labels of the producer pool's figures; see [`Mode::sender_words`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SenderWords {
+    /// Status line rate: `produce 40 msg/s`.
+    pub verb: &'static str,
+    pub unit: &'static str,
+    /// Figures table row of acknowledged requests.
+    pub done: &'static str,
+    /// Latency table row and percentile plot series.
+    pub latency: &'static str,
+    /// Title of the latency-over-time chart.
+    pub chart: &'static str,
+    /// Errors table row.
+    pub failed: &'static str,
+    /// Throughput chart series.
+    pub series: &'static str,
 }
 
 /// Where `--json` writes its summary.
@@ -105,7 +150,8 @@ pub struct Config {
     /// Records to send (to consume, in consume mode).
     pub count: Option<u64>,
     pub duration: Option<Duration>,
-    pub size_bytes: usize,
+    /// `None`: [`SIZE_BYTES_DEFAULT`].
+    pub size_bytes: Option<usize>,
     /// The size of each pool unless `producers` or `consumers` says otherwise.
     pub workers: usize,
     pub producers: Option<usize>,
@@ -218,7 +264,7 @@ impl Settings {
             fresh_topic,
             mode,
             length,
-            size_bytes: config.size_bytes,
+            size_bytes: config.size_bytes.unwrap_or(SIZE_BYTES_DEFAULT),
             producers: pool("producers", config.producers, mode.produces())?,
             consumers: pool("consumers", config.consumers, mode.consumes())?,
             consume_max: config.consume_max.unwrap_or(1),
@@ -255,7 +301,8 @@ impl Settings {
         Ok(())
     }
 
-    /// `--size` fits the payload's frame; ping mode sends no payload.
+    /// `--size` fits the payload's frame; ping mode sends no payload (and
+    /// refuses `--size`).
     fn validate_size(&self) -> Result<(), String> {
         if self.mode == Mode::Ping {
             return Ok(());
@@ -410,6 +457,7 @@ fn refuse_flags_of_other_modes(config: &Config, mode: Mode) -> Result<(), String
                 ("--rate", config.rate.is_some()),
                 ("--create", config.create),
                 ("--partitions", config.partitions.is_some()),
+                ("--size", config.size_bytes.is_some()),
             ];
             if let Some((flag, _)) = set.iter().find(|(_, set)| *set) {
                 return Err(format!("{flag} does not apply to --mode ping"));
@@ -438,7 +486,7 @@ pub(super) mod tests {
             topic: Some("t".into()),
             count: None,
             duration: None,
-            size_bytes: 256,
+            size_bytes: None,
             workers: 8,
             producers: None,
             consumers: None,
@@ -580,7 +628,7 @@ pub(super) mod tests {
             (
                 |c| {
                     c.mode = Some(Mode::Flow);
-                    c.size_bytes = 54
+                    c.size_bytes = Some(54)
                 },
                 "in flow mode",
             ),
@@ -608,7 +656,7 @@ pub(super) mod tests {
             assert!(err.contains(expected), "{bad:?}: {err}");
         }
         let mut produce_small = config();
-        produce_small.size_bytes = 12;
+        produce_small.size_bytes = Some(12);
         assert!(Settings::resolve(&produce_small).is_ok());
     }
 
@@ -617,7 +665,6 @@ pub(super) mod tests {
         let ping = Config {
             topic: None,
             mode: Some(Mode::Ping),
-            size_bytes: 1,
             ..config()
         };
         let s = Settings::resolve(&ping).unwrap();
@@ -627,7 +674,7 @@ pub(super) mod tests {
         assert_eq!(s.length, Length::Records(COUNT_DEFAULT));
         assert_eq!(Mode::parse("ping"), Ok(Mode::Ping));
         type Change = fn(&mut Config);
-        let cases: [(Change, &str); 9] = [
+        let cases: [(Change, &str); 10] = [
             (|c| c.topic = Some("t".into()), "--mode ping takes no TOPIC"),
             (|c| c.consume = true, "--consume means --mode flow"),
             (|c| c.consumers = Some(2), "--consumers does not apply"),
@@ -637,6 +684,7 @@ pub(super) mod tests {
             (|c| c.rate = Some(10.0), "--rate does not apply"),
             (|c| c.create = true, "--create does not apply"),
             (|c| c.partitions = Some(2), "--partitions does not apply"),
+            (|c| c.size_bytes = Some(256), "--size does not apply"),
         ];
         for (change, expected) in cases {
             let mut bad = ping.clone();

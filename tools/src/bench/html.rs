@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::config::{Length, Settings};
+use super::config::{Length, Mode, Settings};
 use super::live::{LatencyRow, SecondRow, Series};
 use super::report::{go_duration, histogram_percentile, ConsumeSummary, Summary};
 use super::svg::{escape, Axis, Chart, Line};
@@ -98,30 +98,43 @@ svg.chart{display:block;margin:12px 0;font-size:11px}svg .title{font-size:13px;f
 
 /// The settings the run used, after defaults.
 fn settings_rows(s: &Settings) -> Vec<Vec<String>> {
-    let mut rows = vec![
-        vec!["server".into(), format!("http://{}", s.server.authority)],
-        vec![
+    // Ping mode has no topic and no payload, and counts requests.
+    let ping = s.mode == Mode::Ping;
+    let mut rows = vec![vec![
+        "server".into(),
+        format!("http://{}", s.server.authority),
+    ]];
+    if !ping {
+        rows.push(vec![
             "topic".into(),
             match s.fresh_topic {
                 true => format!("{} (created and deleted by the run)", s.topic),
                 false => s.topic.clone(),
             },
-        ],
-        vec!["mode".into(), s.mode.name().into()],
-        vec![
-            "length".into(),
-            match s.length {
-                Length::Records(n) => format!("{n} records"),
-                Length::Timed(d) => go_duration(d),
-                Length::UntilIdle => "until idle".into(),
-            },
-        ],
-        vec!["payload".into(), format!("{} bytes", s.size_bytes)],
-    ];
+        ]);
+    }
+    rows.push(vec!["mode".into(), s.mode.name().into()]);
+    rows.push(vec![
+        "length".into(),
+        match s.length {
+            Length::Records(n) if ping => format!("{n} requests"),
+            Length::Records(n) => format!("{n} records"),
+            Length::Timed(d) => go_duration(d),
+            Length::UntilIdle => "until idle".into(),
+        },
+    ]);
+    if !ping {
+        rows.push(vec!["payload".into(), format!("{} bytes", s.size_bytes)]);
+    }
     let mut put = |name: &str, value: String| rows.push(vec![name.into(), value]);
     if s.mode.produces() {
-        put("producers", s.producers.to_string());
-        put("records per request", s.batch().to_string());
+        put(
+            if ping { "workers" } else { "producers" },
+            s.producers.to_string(),
+        );
+        if !ping {
+            put("records per request", s.batch().to_string());
+        }
         put(
             "rate",
             match s.rate {
@@ -151,11 +164,12 @@ fn settings_rows(s: &Settings) -> Vec<Vec<String>> {
 
 /// The final figures: rates, latency percentiles, errors.
 fn figures(out: &mut String, run: &Run) {
+    let words = run.settings.mode.sender_words();
     let mut rates = Vec::new();
     if let Some(p) = run.produce {
         let mb = p.rate() * run.settings.size_bytes as f64 / 1e6;
         rates.push(vec![
-            "produced (acknowledged)".into(),
+            words.done.into(),
             p.ok_records.to_string(),
             format!("{:.0}", p.rate()),
             format!("{mb:.2}"),
@@ -176,7 +190,7 @@ fn figures(out: &mut String, run: &Run) {
     table(out, &["", "messages", "msg/s", "MB/s", "time"], &rates);
     let mut latencies = Vec::new();
     if let Some(p) = run.produce {
-        latencies.push(latency_row("produce-ack", &p.latencies_us));
+        latencies.push(latency_row(words.latency, &p.latencies_us));
     }
     if let Some(c) = run.consume {
         latencies.push(latency_row("consume+ack", &c.tally.cycle_latencies_us));
@@ -191,10 +205,7 @@ fn figures(out: &mut String, run: &Run) {
     table(out, &head, &latencies);
     let mut errors = Vec::new();
     if let Some(p) = run.produce {
-        errors.push(vec![
-            "produce (records)".into(),
-            p.failed_records.to_string(),
-        ]);
+        errors.push(vec![words.failed.into(), p.failed_records.to_string()]);
     }
     if let Some(c) = run.consume {
         let by_status = |m: &std::collections::BTreeMap<u16, u64>| {
@@ -258,6 +269,7 @@ fn table<S: AsRef<str>>(out: &mut String, head: &[&str], rows: &[Vec<S>]) {
 
 /// The over-time charts and the percentile plot.
 fn charts(out: &mut String, run: &Run) {
+    let words = run.settings.mode.sender_words();
     let rows = merge_rows(&run.series.rows, PLOT_POINTS_MAX);
     let per_point = match (rows.len(), run.series.rows.len()) {
         (0, _) => 1,
@@ -282,7 +294,7 @@ fn charts(out: &mut String, run: &Run) {
         );
     }
     if !rows.is_empty() && run.produce.is_some() {
-        let chart = latency_over_time("Produce-ack latency", &rows, |r| r.produce);
+        let chart = latency_over_time(words.chart, &rows, |r| r.produce);
         out.push_str(&chart.render());
     }
     if !rows.is_empty() && rows.iter().any(|r| r.e2e.count > 0) {
@@ -295,7 +307,7 @@ fn charts(out: &mut String, run: &Run) {
     out.push_str("<h2>Percentile distribution</h2>\n");
     let mut histograms: Vec<(&str, &'static str, &Histogram<u64>)> = Vec::new();
     if let Some(p) = run.produce {
-        histograms.push(("produce-ack", P50, &p.latencies_us));
+        histograms.push((words.latency, P50, &p.latencies_us));
     }
     if let Some(c) = run.consume {
         histograms.push(("consume+ack", CONSUMED, &c.tally.cycle_latencies_us));
@@ -381,6 +393,7 @@ fn latency_over_time(title: &str, rows: &[SecondRow], of: fn(&SecondRow) -> Late
 
 /// Records produced and consumed per second.
 fn throughput(run: &Run, rows: &[SecondRow]) -> Chart {
+    let words = run.settings.mode.sender_words();
     let mut lines = Vec::new();
     let rate_line = |name: &str, color, records: fn(&SecondRow) -> u64| Line {
         name: name.into(),
@@ -391,7 +404,7 @@ fn throughput(run: &Run, rows: &[SecondRow]) -> Chart {
             .collect(),
     };
     if run.produce.is_some() {
-        lines.push(rate_line("produced", PRODUCED, |r| r.produced_records));
+        lines.push(rate_line(words.series, PRODUCED, |r| r.produced_records));
     }
     if run.consume.is_some() {
         lines.push(rate_line("consumed", CONSUMED, |r| r.consumed_records));
@@ -630,6 +643,55 @@ mod tests {
         assert!(html.contains("too short for a second of series"));
         assert_eq!(html.matches("<svg ").count(), 1, "the percentile plot");
         assert!(!html.contains("consume+ack"));
+    }
+
+    #[test]
+    fn a_ping_run_names_requests_not_produced_records() {
+        let settings = Settings::resolve(&Config {
+            topic: None,
+            mode: Some(Mode::Ping),
+            duration: Some(Duration::from_secs(2)),
+            ..config()
+        })
+        .unwrap();
+        let start = Instant::now();
+        let live = Live::new(start);
+        let mut latencies_us = latency_histogram();
+        for second in 1..=2u32 {
+            for _ in 0..50 {
+                live.produced(1, 90);
+                latencies_us.record(90).unwrap();
+            }
+            live.close_window(start + WINDOW * second);
+        }
+        let produce = Summary {
+            ok_records: 100,
+            failed_records: 0,
+            elapsed: Duration::from_secs(2),
+            latencies_us,
+            target_rate: None,
+        };
+        let series = live.take_series();
+        let html = page(&Run {
+            command: "narad bench --mode ping",
+            settings: &settings,
+            produce: Some(&produce),
+            consume: None,
+            series: &series,
+            lines: &[],
+        });
+        assert!(
+            html.contains("<td>pinged (200 OK)</td><td>100</td><td>50</td>"),
+            "{html}"
+        );
+        assert!(html.contains("<tr><td>request</td><td>100</td>"), "{html}");
+        assert!(
+            html.contains(">Request latency, per second</text>"),
+            "{html}"
+        );
+        assert!(html.contains("<td>ping (requests)</td>"), "{html}");
+        assert!(html.contains(">pinged</text>"), "{html}");
+        assert!(!html.to_lowercase().contains("produce"), "{html}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::config::Mode;
 use super::report::{self, go_duration, histogram_percentile, round_latency};
 
 /// The length of one row of the series.
@@ -250,7 +251,9 @@ impl Live {
     /// The status line after `row`: elapsed time, the window's rates, errors
     /// so far and p99 so far (of produce-ack latency when the run produces,
     /// of end-to-end latency when it consumes).
-    pub fn status_line(&self, row: &SecondRow, produces: bool, consumes: bool) -> String {
+    pub fn status_line(&self, row: &SecondRow, mode: Mode) -> String {
+        let (produces, consumes) = (mode.produces(), mode.consumes());
+        let words = mode.sender_words();
         let total = self.total.borrow();
         let p99 = |h: &Histogram<u64>| match h.is_empty() {
             true => "-".to_string(),
@@ -259,8 +262,10 @@ impl Live {
         let mut line = format!("{:>6.1}s", row.end.as_secs_f64());
         if produces {
             line += &format!(
-                "  produce {:.0} msg/s",
-                row.per_second(row.produced_records)
+                "  {} {:.0} {}/s",
+                words.verb,
+                row.per_second(row.produced_records),
+                words.unit
             );
         }
         if consumes {
@@ -299,7 +304,7 @@ fn add(cell: &Cell<u64>, n: u64) {
 /// shorter one if anything happened in it. With `show`, redraws the status
 /// line on standard error after each window and erases it at the end, so the
 /// final lines print on a clean line.
-pub async fn ticker(live: std::rc::Rc<Live>, show: bool, produces: bool, consumes: bool) {
+pub async fn ticker(live: std::rc::Rc<Live>, show: bool, mode: Mode) {
     let mut next = live.start + WINDOW;
     let mut drawn = false;
     while !live.finished.get() {
@@ -315,7 +320,7 @@ pub async fn ticker(live: std::rc::Rc<Live>, show: bool, produces: bool, consume
         }
         let row = live.close_window(now);
         if show {
-            redraw(&live.status_line(&row, produces, consumes));
+            redraw(&live.status_line(&row, mode));
             drawn = true;
         }
     }
@@ -371,7 +376,7 @@ mod tests {
         assert_eq!(first.e2e.count, 1);
         assert_eq!(first.per_second(first.produced_records), 40.0);
         assert_eq!(
-            live.status_line(&first, true, true),
+            live.status_line(&first, Mode::Flow),
             "   1.0s  produce 40 msg/s  consume 30 msg/s  errors 6  p99 300µs  e2e p99 1ms"
         );
 
@@ -385,8 +390,12 @@ mod tests {
         assert_eq!(second.per_second(1), 2.0);
         // p99 so far is over all five latencies: int(0.99·4) = 3, 400 µs.
         assert_eq!(
-            live.status_line(&second, true, false),
+            live.status_line(&second, Mode::Produce),
             "   1.5s  produce 2 msg/s  errors 6  p99 400µs"
+        );
+        assert_eq!(
+            live.status_line(&second, Mode::Ping),
+            "   1.5s  ping 2 req/s  errors 6  p99 400µs"
         );
         let series = live.take_series();
         assert_eq!(series.rows, [first, second]);

@@ -385,12 +385,7 @@ async fn measure(s: &Settings, show_progress: bool) -> Result<Outcome, String> {
     }
     let start = Instant::now();
     let live = Rc::new(Live::new(start));
-    let ticker = live::ticker(
-        live.clone(),
-        show_progress,
-        s.mode.produces(),
-        s.mode.consumes(),
-    );
+    let ticker = live::ticker(live.clone(), show_progress, s.mode);
     let ticker = narad_io::rt::spawn_local(ticker);
     let outcome = run_pools(s, producer_conns, consumer_conns, &live).await;
     live.finish();
@@ -566,7 +561,7 @@ fn stamper(s: &Settings, run_tag: u32, ledger: Rc<RefCell<Ledger>>) -> workload:
 fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Plan {
     let start = live.start();
     let server: Server = s.server.clone();
-    // Ping mode sends no payload, and its --size is not checked.
+    // Ping mode sends no payload (and refuses --size).
     let payload = || workload::payload(s.size_bytes);
     let (template, body, tail_body) = match s.batch_records {
         None if s.mode == Mode::Ping => (
@@ -691,7 +686,7 @@ mod tests {
                 c.mode = Some(Mode::Ping);
                 c.consume = true
             },
-            |c| c.size_bytes = 11,
+            |c| c.size_bytes = Some(11),
             |c| c.workers = 0,
             |c| c.batch_records = Some(1001),
             |c| c.rate = Some(0.0),
