@@ -218,20 +218,27 @@ fn batch_reply(
     incarnation: narad_shards::ids::IncarnationId,
     got: Vec<Delivered>,
 ) -> Response<Body> {
-    let mut body = Vec::with_capacity(256 * got.len());
+    // About what the reply takes (JSON payloads go in as they are), so that the
+    // body is not grown and copied message by message.
+    let estimate: usize = got
+        .iter()
+        .map(|d| d.record.payload.len() + d.record.key.as_ref().map_or(0, |k| k.len()) + 192)
+        .sum();
+    let mut body = Vec::with_capacity(estimate.min(BATCH_REPLY_BYTES_MAX) + 16);
     body.extend_from_slice(b"{\"messages\":[");
     let mut left_out = Vec::new();
     for (i, d) in got.into_iter().enumerate() {
-        let message =
-            super::replay::message_json(topic, d.partition, &d.record, Some(&d.receipt_handle()));
-        if i > 0 && body.len() + message.len() + 2 > BATCH_REPLY_BYTES_MAX {
-            left_out.push(d);
-            continue;
-        }
+        let before = body.len();
         if i > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(&message);
+        let handle = d.receipt_handle();
+        super::replay::write_message_json(&mut body, topic, d.partition, &d.record, Some(&handle));
+        // The first message always goes; the closing `]}` must fit too.
+        if i > 0 && body.len() + 2 > BATCH_REPLY_BYTES_MAX {
+            body.truncate(before);
+            left_out.push(d);
+        }
     }
     body.extend_from_slice(b"]}");
     if !left_out.is_empty() {

@@ -14,6 +14,7 @@
 //!
 //! Which cores: the accepting shard, which asks the partition's owner shard.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use base64::Engine;
@@ -36,16 +37,32 @@ struct Message<'a> {
     partition: u32,
     offset: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<String>,
+    key: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     key_encoding: Option<&'static str>,
-    payload: Box<RawValue>,
+    payload: Payload<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payload_encoding: Option<&'static str>,
     timestamp: u64,
     timestamp_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     receipt_handle: Option<&'a str>,
+}
+
+/// A payload as it goes into a Message: a JSON payload is written as it is
+/// stored, without a copy; other payloads become a JSON string.
+enum Payload<'a> {
+    Json(&'a RawValue),
+    Converted(Box<RawValue>),
+}
+
+impl Serialize for Payload<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Payload::Json(raw) => raw.serialize(serializer),
+            Payload::Converted(raw) => raw.serialize(serializer),
+        }
+    }
 }
 
 /// The reference's Message object for a committed record; `receipt_handle` is
@@ -56,12 +73,26 @@ pub fn message_json(
     record: &Record,
     receipt_handle: Option<&str>,
 ) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_message_json(&mut out, topic, partition, record, receipt_handle);
+    out
+}
+
+/// [`message_json`], appended to `out`: a batch reply writes every message
+/// straight into its body.
+pub fn write_message_json(
+    out: &mut Vec<u8>,
+    topic: &str,
+    partition: PartitionId,
+    record: &Record,
+    receipt_handle: Option<&str>,
+) {
     let b64 = base64::engine::general_purpose::STANDARD;
     let (key, key_encoding) = match &record.key {
         None => (None, None),
         Some(key) => match std::str::from_utf8(key) {
-            Ok(text) => (Some(text.to_string()), None),
-            Err(_) => (Some(b64.encode(key)), Some("base64")),
+            Ok(text) => (Some(Cow::Borrowed(text)), None),
+            Err(_) => (Some(Cow::Owned(b64.encode(key))), Some("base64")),
         },
     };
     let (payload, payload_encoding) = payload_value(&record.payload);
@@ -77,21 +108,22 @@ pub fn message_json(
         timestamp_ms: record.commit_time_ms,
         receipt_handle,
     };
-    serde_json::to_vec(&message).expect("a message serializes")
+    serde_json::to_writer(out, &message).expect("a message serializes");
 }
 
-fn payload_value(payload: &[u8]) -> (Box<RawValue>, Option<&'static str>) {
+fn payload_value(payload: &[u8]) -> (Payload<'_>, Option<&'static str>) {
     if let Ok(text) = std::str::from_utf8(payload) {
         if let Ok(raw) = serde_json::from_str::<&RawValue>(text) {
-            return (raw.to_owned(), None);
+            return (Payload::Json(raw), None);
         }
         let quoted = serde_json::to_string(text).expect("a string serializes");
-        return (RawValue::from_string(quoted).expect("valid JSON"), None);
+        let raw = RawValue::from_string(quoted).expect("valid JSON");
+        return (Payload::Converted(raw), None);
     }
     let encoded = base64::engine::general_purpose::STANDARD.encode(payload);
     let quoted = serde_json::to_string(&encoded).expect("a string serializes");
     (
-        RawValue::from_string(quoted).expect("valid JSON"),
+        Payload::Converted(RawValue::from_string(quoted).expect("valid JSON")),
         Some("base64"),
     )
 }
