@@ -330,7 +330,7 @@ fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
         // the quotes is its value.
         return Some(Cow::Borrowed(inner));
     }
-    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
+    super::json_text::unescape(inner).map(Cow::Owned)
 }
 
 fn refusal(status: StatusCode, message: String) -> BatchRefusal {
