@@ -282,15 +282,16 @@ pub fn records_area<'a>(
     Ok(area)
 }
 
-/// Splits a records area into `count` envelopes, as byte ranges into `area`. The
-/// area must hold exactly `count` records and nothing after them.
-pub fn split_records(area: &[u8], count: u32) -> Result<Vec<std::ops::Range<usize>>, FrameError> {
-    // The count is bounded by the area length (decode_header), so this cannot
-    // allocate more than the frame itself.
+/// The envelopes of a records area, as byte ranges into it, without allocating:
+/// checks first that the area holds exactly `count` records and nothing after
+/// them (so a bad area yields nothing), then walks it again lazily.
+pub fn records_in(
+    area: &[u8],
+    count: u32,
+) -> Result<impl Iterator<Item = std::ops::Range<usize>> + '_, FrameError> {
     if count as usize > area.len() / RECORD_LEN_BYTES {
         return Err(FrameError::BadRecords);
     }
-    let mut ranges = Vec::with_capacity(count as usize);
     let mut at = 0usize;
     for _ in 0..count {
         if area.len() - at < RECORD_LEN_BYTES {
@@ -301,13 +302,26 @@ pub fn split_records(area: &[u8], count: u32) -> Result<Vec<std::ops::Range<usiz
         if area.len() - at < len {
             return Err(FrameError::BadRecords);
         }
-        ranges.push(at..at + len);
         at += len;
     }
     if at != area.len() {
         return Err(FrameError::BadRecords);
     }
-    Ok(ranges)
+    let mut at = 0usize;
+    Ok((0..count).map(move |_| {
+        let len = be_u32(area, at) as usize;
+        let start = at + RECORD_LEN_BYTES;
+        at = start + len;
+        start..at
+    }))
+}
+
+/// Splits a records area into `count` envelopes, as byte ranges into `area`. The
+/// area must hold exactly `count` records and nothing after them.
+pub fn split_records(area: &[u8], count: u32) -> Result<Vec<std::ops::Range<usize>>, FrameError> {
+    // The count is bounded by the area length (decode_header), so this cannot
+    // allocate more than the frame itself.
+    Ok(records_in(area, count)?.collect())
 }
 
 /// Appends one record (its envelope) with its length prefix to a records area.

@@ -23,7 +23,7 @@ use narad_io::{align_down, align_up, BlockFile, Storage};
 
 use super::cache::{CachedFrame, FrameCache};
 use super::envelope::decode_envelope;
-use super::frame::{check_frame, decode_header, records_area, split_records, FRAME_HEADER_BYTES};
+use super::frame::{check_frame, decode_header, records_area, records_in, FRAME_HEADER_BYTES};
 use super::index::SparseIndex;
 use super::recovery::find_frame;
 use super::{io_err, LogError, PartitionLog, ReadBatch, ReadItem, Record};
@@ -110,12 +110,12 @@ impl Assembly {
         if end <= self.batch.next_offset {
             return;
         }
-        let Ok(ranges) = split_records(area, count) else {
+        let Ok(ranges) = records_in(area, count) else {
             self.push_corrupt(base..end);
             return;
         };
         let skip = (self.batch.next_offset.0.saturating_sub(base.0)) as usize;
-        for (i, range) in ranges.into_iter().enumerate().skip(skip) {
+        for (i, range) in ranges.enumerate().skip(skip) {
             let offset = Offset(base.0 + i as u64);
             let envelope = area.slice(range);
             let Ok(view) = decode_envelope(&envelope) else {
