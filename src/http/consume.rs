@@ -23,7 +23,7 @@ use bytes::Bytes;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Request, Response, StatusCode};
 use narad_shards::ids::PartitionId;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::response::{self, read_body, Body, CLIENT_HEADER};
 use super::routes::Api;
@@ -376,12 +376,31 @@ where
         results.push(match outcome {
             Ok(()) => {
                 count_settle(topic, settle, 1);
-                serde_json::json!({"status": 204})
+                AckResult {
+                    status: 204,
+                    error: None,
+                }
             }
-            Err((status, error)) => serde_json::json!({"status": status.as_u16(), "error": error}),
+            Err((status, error)) => AckResult {
+                status: status.as_u16(),
+                error: Some(error),
+            },
         });
     }
-    response::json(StatusCode::OK, &serde_json::json!({ "results": results }))
+    response::json(StatusCode::OK, &AckResults { results })
+}
+
+/// The answer to a batch ack, one result per handle in order.
+#[derive(Serialize)]
+struct AckResults {
+    results: Vec<AckResult>,
+}
+
+#[derive(Serialize)]
+struct AckResult {
+    status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
 }
 
 #[cfg(test)]

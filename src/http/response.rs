@@ -29,7 +29,7 @@ const JSON: &str = "application/json";
 const TEXT: &str = "text/plain; charset=utf-8";
 
 /// A JSON response.
-pub fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+pub fn json<T: serde::Serialize + ?Sized>(status: StatusCode, value: &T) -> Response<Body> {
     let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
     with_type(status, JSON, Bytes::from(body))
 }

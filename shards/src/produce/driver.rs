@@ -88,7 +88,18 @@ pub trait DispatchEnv: 'static {
     fn stop_notify(&self) -> &Notify;
 }
 
-/// A record's bytes while the dispatcher holds it: key and payload in one buffer.
+/// A record read from the WAL in this round: where its key and payload sit in
+/// the round's buffer.
+struct Visited {
+    seq: Seq,
+    incarnation: IncarnationId,
+    key: Option<std::ops::Range<usize>>,
+    payload: std::ops::Range<usize>,
+    accept_time_ms: u64,
+}
+
+/// A record's bytes while the dispatcher holds it: slices of the buffer of the
+/// read that took it (the buffer lives until its last record is released).
 struct HeldBytes {
     incarnation: IncarnationId,
     key: Option<Bytes>,
@@ -153,27 +164,28 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         };
         let mut read_failed = false;
         if budget > 0 && reader.position() < wal.durable_next() {
+            // The keys and payloads of one read share one buffer (one allocation,
+            // not two per record); the records are held once the read is done.
+            let mut bytes = Vec::new();
+            let mut visited: Vec<Visited> = Vec::new();
             let read = reader
                 .read(budget, |seq, record| {
                     if !dispatcher.visit(seq) {
                         return;
                     }
-                    let key_len = record.key.map_or(0, <[u8]>::len);
-                    let mut buf = Vec::with_capacity(key_len + record.payload.len());
+                    let start = bytes.len();
                     if let Some(key) = record.key {
-                        buf.extend_from_slice(key);
+                        bytes.extend_from_slice(key);
                     }
-                    buf.extend_from_slice(record.payload);
-                    let buf = Bytes::from(buf);
-                    held.insert(
+                    let key_end = bytes.len();
+                    bytes.extend_from_slice(record.payload);
+                    visited.push(Visited {
                         seq,
-                        HeldBytes {
-                            incarnation: record.incarnation,
-                            key: record.key.map(|_| buf.slice(..key_len)),
-                            payload: buf.slice(key_len..),
-                            accept_time_ms: record.accept_time_ms,
-                        },
-                    );
+                        incarnation: record.incarnation,
+                        key: record.key.map(|_| start..key_end),
+                        payload: key_end..bytes.len(),
+                        accept_time_ms: record.accept_time_ms,
+                    });
                     let encoded_bytes = record.frame_len() as u32;
                     dispatcher.handle(
                         now,
@@ -188,6 +200,19 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                     );
                 })
                 .await;
+            // Before any action is applied: commits look their records up here.
+            let bytes = Bytes::from(bytes);
+            for v in visited {
+                held.insert(
+                    v.seq,
+                    HeldBytes {
+                        incarnation: v.incarnation,
+                        key: v.key.map(|range| bytes.slice(range)),
+                        payload: bytes.slice(v.payload),
+                        accept_time_ms: v.accept_time_ms,
+                    },
+                );
+            }
             if let Err(e) = read {
                 tracing::error!(wal = %name, error = %e, "cannot read the ingress WAL; dispatch paused");
                 read_failed = true;
