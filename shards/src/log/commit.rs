@@ -61,14 +61,6 @@ pub struct CommitIo {
     pub bytes: u64,
 }
 
-/// The largest read-back buffer a shard keeps between commits.
-const READ_BACK_KEEP_BYTES: usize = 4 << 20;
-
-thread_local! {
-    /// Where this shard's commits read their blocks back; see `verify_read_back`.
-    static READ_BACK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 impl<S: Storage> PartitionLog<S> {
     /// Makes `records` durable and visible, or nothing of them. Returns their
     /// offsets. See the module documentation for the steps and failure rules.
@@ -238,31 +230,6 @@ impl<S: Storage> PartitionLog<S> {
         pos: u64,
         commit_bytes: u64,
     ) -> Result<(), LogError> {
-        // The shard's read-back buffer, taken for the length of the check (a
-        // commit of another partition running meanwhile makes its own): the
-        // device fills what is read, so it is not zeroed per commit.
-        let mut buf = READ_BACK.take();
-        let result = self
-            .check_read_back(&mut buf, frames, pos, commit_bytes)
-            .await;
-        if buf.capacity() <= READ_BACK_KEEP_BYTES {
-            READ_BACK.with(|kept| {
-                if kept.borrow().capacity() < buf.capacity() {
-                    *kept.borrow_mut() = buf;
-                }
-            });
-        }
-        result
-    }
-
-    #[cfg_attr(feature = "broken-no-readback", allow(dead_code))]
-    async fn check_read_back(
-        &self,
-        buf: &mut Vec<u8>,
-        frames: &[EncodedFrame],
-        pos: u64,
-        commit_bytes: u64,
-    ) -> Result<(), LogError> {
         use narad_io::{align_up, BlockFile};
 
         let head = &self.active.tail_block;
@@ -271,15 +238,11 @@ impl<S: Storage> PartitionLog<S> {
             pos,
             "the tail block ends at the mark"
         );
-        let len = (align_up(pos + commit_bytes) - align_down(pos)) as usize;
-        if buf.len() < len {
-            buf.resize(len, 0);
-        }
-        let read = &mut buf[..len];
+        let mut read = vec![0u8; (align_up(pos + commit_bytes) - align_down(pos)) as usize];
         self.active
             .file
             .file()
-            .read_at(align_down(pos), read)
+            .read_at(align_down(pos), &mut read)
             .await
             .map_err(super::io_err("read back"))?;
         let first = frames.first().map_or(self.high_watermark, |f| f.base);
