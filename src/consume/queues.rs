@@ -254,11 +254,23 @@ impl Queues {
                 }
             }
             // Reserved offsets the read did not return (its budget ran out) go back.
+            // Both lists ascend by offset (the read is contiguous), so one pass.
+            let mut delivered = got.iter().map(|d| d.record.offset).peekable();
             let left_out: Vec<(Offset, u64)> = reserved
                 .iter()
-                .filter(|(o, _)| !got.iter().any(|d| d.record.offset == *o))
+                .filter(|(o, _)| {
+                    let handed = delivered.peek() == Some(o);
+                    if handed {
+                        delivered.next();
+                    }
+                    !handed
+                })
                 .copied()
                 .collect();
+            debug_assert!(
+                delivered.next().is_none(),
+                "delivered offsets were reserved"
+            );
             release(&mut queue.table, &left_out);
             if got.is_empty() && skipped {
                 continue;
