@@ -1,11 +1,13 @@
 //! The real disk: O_DIRECT files on io_uring through glommio's `DmaFile`.
 //!
 //! Runs on every shard; each shard opens its own files and nothing is shared across
-//! cores. Writes copy the caller's bytes into a DMA buffer once per call (one
-//! memcpy per group commit, not per record): glommio takes ownership of the buffer
-//! for the duration of the I/O, and the callers' staging buffers must stay free for
-//! the next batch while the write is in flight. Directory operations go through
-//! glommio's `Directory` so the directory `fsync` also runs on the ring.
+//! cores. glommio takes ownership of a write's buffer for the duration of the
+//! I/O, so every write goes out of a DMA buffer allocated for it: `write_with`
+//! lets the caller lay its bytes out there directly (the appender copies its
+//! tail, frames and padding in once per group commit, not per record), and
+//! `write_at` copies a caller's buffer in. `read_with` likewise shows the caller
+//! the DMA buffer a read filled. Directory operations go through glommio's
+//! `Directory` so the directory `fsync` also runs on the ring.
 //!
 //! glommio decides once per device and thread whether O_DIRECT I/O may use its
 //! polled ring, by reading the first sector of the first file opened there, and
@@ -96,29 +98,56 @@ impl DmaBlockFile {
 
 impl BlockFile for DmaBlockFile {
     async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
-        assert!(is_aligned(pos) && is_aligned(data.len() as u64));
-        if data.is_empty() {
+        self.write_with(pos, data.len(), |buf| buf.copy_from_slice(data))
+            .await
+    }
+
+    async fn write_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()> {
+        assert!(is_aligned(pos) && is_aligned(len as u64));
+        if len == 0 {
             return Ok(());
         }
         if let Some(left) = &self.write_budget_left_bytes {
             // Charged before the write is issued, so that writes in flight at once
             // on this thread cannot together overrun the budget.
-            let len = data.len() as u64;
-            if len > left.get() {
+            if len as u64 > left.get() {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
-            left.set(left.get() - len);
+            left.set(left.get() - len as u64);
         }
-        let mut buf = self.file.alloc_dma_buffer(data.len());
-        buf.as_bytes_mut().copy_from_slice(data);
+        let mut buf = self.file.alloc_dma_buffer(len);
+        fill(buf.as_bytes_mut());
         let written = self.file.write_at(buf, pos).await?;
-        if written != data.len() {
+        if written != len {
             return Err(io::Error::new(
                 io::ErrorKind::WriteZero,
-                format!("short write: {written} of {} bytes", data.len()),
+                format!("short write: {written} of {len} bytes"),
             ));
         }
         Ok(())
+    }
+
+    async fn read_with<R>(
+        &self,
+        pos: u64,
+        len: usize,
+        inspect: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
+        assert!(is_aligned(pos) && is_aligned(len as u64));
+        let got = self.file.read_at_aligned(pos, len).await?;
+        if got.len() == len {
+            return Ok(inspect(&got));
+        }
+        // Short: the file ends inside the range (or the read stopped early).
+        // Rare, so the general path copies and zero-fills.
+        let mut buf = vec![0u8; len];
+        self.read_at(pos, &mut buf).await?;
+        Ok(inspect(&buf))
     }
 
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {

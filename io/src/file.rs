@@ -36,9 +36,30 @@ pub trait BlockFile {
     /// are not durable until a later `sync_data` completes.
     async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()>;
 
+    /// Writes `len` bytes at `pos` that `fill` puts straight into the buffer the
+    /// device reads from (whatever it held before is unspecified, so `fill` must
+    /// set every byte): `write_at` of those bytes without first building them in
+    /// a buffer of the caller's. Both aligned; durable like `write_at`.
+    async fn write_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()>;
+
     /// Fills `buf` from the device at `pos`; both aligned. Bytes past the end of the
     /// file read as zeros. Returns the number of bytes that were inside the file.
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize>;
+
+    /// Reads `len` bytes at `pos` and hands them to `inspect` in the buffer the
+    /// device filled, without copying them out; bytes past the end of the file
+    /// read as zeros. Both aligned.
+    async fn read_with<R>(
+        &self,
+        pos: u64,
+        len: usize,
+        inspect: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R>;
 
     /// `fdatasync`: makes every write that returned before this call durable.
     async fn sync_data(&self) -> io::Result<()>;
@@ -61,8 +82,26 @@ impl<F: BlockFile> BlockFile for std::rc::Rc<F> {
         (**self).write_at(pos, data).await
     }
 
+    async fn write_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()> {
+        (**self).write_with(pos, len, fill).await
+    }
+
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
         (**self).read_at(pos, buf).await
+    }
+
+    async fn read_with<R>(
+        &self,
+        pos: u64,
+        len: usize,
+        inspect: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
+        (**self).read_with(pos, len, inspect).await
     }
 
     async fn sync_data(&self) -> io::Result<()> {

@@ -353,6 +353,30 @@ impl BlockFile for SimFile {
         Ok(())
     }
 
+    async fn write_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()> {
+        // Stale bytes, as a device buffer may hold: a `fill` that leaves any
+        // byte unset writes them.
+        let mut data = vec![0xA5; len];
+        fill(&mut data);
+        self.write_at(pos, &data).await
+    }
+
+    async fn read_with<R>(
+        &self,
+        pos: u64,
+        len: usize,
+        inspect: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
+        let mut data = vec![0; len];
+        self.read_at(pos, &mut data).await?;
+        Ok(inspect(&data))
+    }
+
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
         assert!(is_aligned(pos) && is_aligned(buf.len() as u64));
         let mut guard = self.disk.inner.borrow_mut();

@@ -218,3 +218,36 @@ fn mark_and_rewind_overwrite_the_abandoned_bytes() {
         assert_eq!(stale, vec![b'x'; 10]);
     });
 }
+
+/// Appends of 512 KiB and more go to the device as several writes, each laid
+/// out from the rewritten head, the parts and the padding: every byte lands
+/// where it belongs, across piece and part boundaries, and the padding after
+/// the end is zeros (the simulated device buffer starts full of stale bytes).
+#[test]
+fn large_appends_land_byte_for_byte_with_zero_padding() {
+    block_on(async {
+        let disk = SimDisk::new(11, SimFaults::default());
+        let mut file = AppendFile::open_at(open_file(&disk).await, 0)
+            .await
+            .unwrap();
+        let mut model = Vec::new();
+        for (i, len) in [1_234usize, 700_001, 3, 1_300_007, 524_288]
+            .into_iter()
+            .enumerate()
+        {
+            let bytes = bytes_from_seed(len, i as u64);
+            let parts = split_parts(&bytes, 1 + i % 4);
+            file.append(&parts).await.unwrap();
+            model.extend_from_slice(&bytes);
+            assert_matches_model(&file, &model).await;
+            let padded = narad_io::align_up(model.len() as u64) as usize;
+            let padding = read_exact_at(file.file(), model.len() as u64, padded - model.len())
+                .await
+                .unwrap();
+            assert!(
+                padding.iter().all(|&b| b == 0),
+                "append {i}: padding is zeros"
+            );
+        }
+    });
+}

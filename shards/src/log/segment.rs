@@ -283,13 +283,12 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(());
         }
         let target = (align_up(end) + chunk).div_ceil(chunk) * chunk;
-        let zeros = vec![0u8; chunk as usize];
         // Bounded: target - prepared is at most one commit plus two chunks.
         while self.active.prepared_bytes < target {
             let from = self.active.prepared_bytes;
             let len = (target - from).min(chunk);
             let file = self.active.file.file();
-            file.write_at(from, &zeros[..len as usize])
+            file.write_with(from, len as usize, |zeros| zeros.fill(0))
                 .await
                 .map_err(io_err("prepare segment"))?;
             self.active.prepared_bytes = from + len;
@@ -319,8 +318,8 @@ impl<S: Storage> PartitionLog<S> {
         let from = prepared.max(align_up(end));
         let file = self.active.file.file().clone();
         let mut write: PendingWrite = Box::pin(async move {
-            let zeros = vec![0u8; chunk as usize];
-            file.write_at(from, &zeros).await
+            file.write_with(from, chunk as usize, |zeros| zeros.fill(0))
+                .await
         });
         let first = futures_lite::future::poll_once(&mut write).await;
         let end = from + chunk;
