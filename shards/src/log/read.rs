@@ -197,10 +197,12 @@ impl Window {
             let fetch = len
                 .max(READ_WINDOW_BYTES)
                 .min(limit.saturating_sub(pos) as usize);
-            // Aligned at both ends, so the device reads straight into place.
+            // Aligned at both ends, so the device's buffer is the window's bytes:
+            // copied out once, into memory nothing zeroed first.
             let start = align_down(pos);
-            let mut buf = vec![0u8; (align_up(pos + fetch as u64) - start) as usize];
-            file.read_at(start, &mut buf)
+            let window_len = (align_up(pos + fetch as u64) - start) as usize;
+            let buf = file
+                .read_with(start, window_len, <[u8]>::to_vec)
                 .await
                 .map_err(io_err("read segment"))?;
             self.valid_end = (start + buf.len() as u64).min(limit);
