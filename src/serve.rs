@@ -41,6 +41,7 @@ use std::rc::Rc;
 use narad_io::dma::DmaStorage;
 use narad_io::mesh::MeshEnd;
 use narad_io::net::StopReceiver;
+use narad_shards::log::cache::CachePool;
 use narad_shards::log::LogConfig;
 use narad_shards::wal::{Wal, WalConfig};
 
@@ -143,6 +144,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             consumer_offset_interval: std::time::Duration::from_millis(
                 config.storage.consumer_offset_commit_interval_ms,
             ),
+            read_cache_bytes: config.storage.read_cache_bytes as usize,
             leftovers: leftovers
                 .iter()
                 .filter(|&&old| old % shards == shard)
@@ -208,6 +210,8 @@ struct ShardStart {
     topic_defaults: TopicDefaults,
     /// `storage.consumer_offset_commit_interval_ms`.
     consumer_offset_interval: std::time::Duration,
+    /// `storage.read_cache_bytes`: the shard's pool of recent-frame cache.
+    read_cache_bytes: usize,
     /// Indexes of WALs left by shards that no longer exist, for this shard to drain.
     leftovers: Vec<usize>,
     /// Shards whose dispatchers still run: owners close only when it reaches zero.
@@ -231,6 +235,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         control,
         topic_defaults,
         consumer_offset_interval,
+        read_cache_bytes,
         leftovers,
         dispatching,
     } = start;
@@ -290,7 +295,11 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
             },
         )
     };
-    let owner = Owner::new(storage.clone(), LogConfig::default(), live);
+    let log_config = LogConfig {
+        cache_pool: Some(CachePool::new(read_cache_bytes)),
+        ..LogConfig::default()
+    };
+    let owner = Owner::new(storage.clone(), log_config, live);
     owner.set_retention(retention.retention_of(meta.clone()));
     owner.set_observer(Rc::new(crate::metrics::StorageMetrics::default()));
     let waiters = Rc::new(crate::consume::waiters::Waiters::default());

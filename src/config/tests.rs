@@ -258,3 +258,40 @@ fn retention_walk_and_idle_eviction_are_file_only_positive_milliseconds() {
         assert!(error.contains(needle), "{json}: {error}");
     }
 }
+
+#[test]
+fn read_cache_bytes_is_a_file_only_bounded_byte_count() {
+    let defaults = Config::load(&Flags::default(), &no_env).unwrap();
+    assert_eq!(defaults.storage.read_cache_bytes, 64 << 20);
+    for (json, want) in [
+        (r#"{"storage": {"read_cache_bytes": 0}}"#, 0),
+        (r#"{"storage": {"read_cache_bytes": 1073741824}}"#, 1 << 30),
+    ] {
+        let (_file, flags) = file(json);
+        let config = Config::load(&flags, &no_env).unwrap();
+        assert_eq!(config.storage.read_cache_bytes, want, "{json}");
+    }
+    let env = env_of(&[("NARAD_STORAGE_READ_CACHE_BYTES", "5")]);
+    assert_eq!(
+        Config::load(&Flags::default(), &env)
+            .unwrap()
+            .storage
+            .read_cache_bytes,
+        64 << 20,
+        "file only"
+    );
+    for (json, needle) in [
+        (
+            r#"{"storage": {"read_cache_bytes": 68719476737}}"#,
+            "storage.read_cache_bytes must be",
+        ),
+        (
+            r#"{"storage": {"read_cache_bytes": "64MiB"}}"#,
+            "`storage.read_cache_bytes`: expected a non-negative integer",
+        ),
+    ] {
+        let (_file, flags) = file(json);
+        let error = Config::load(&flags, &no_env).unwrap_err();
+        assert!(error.contains(needle), "{json}: {error}");
+    }
+}

@@ -85,8 +85,12 @@ pub struct LogConfig {
     pub retention_ms: u64,
     /// zstd level for frame payloads; `None` stores them uncompressed.
     pub zstd_level: Option<i32>,
-    /// Byte budget of this partition's recent-frame cache.
+    /// Byte budget of this partition's own recent-frame cache: its newest frames
+    /// up to this stay cached whatever other partitions do.
     pub cache_bytes_max: usize,
+    /// The shard's pool the cache may grow into past its own budget
+    /// ([`cache::CachePool`]); `None`: the own budget is the whole cache.
+    pub cache_pool: Option<cache::CachePool>,
     /// The active segment is grown by writing zeros in chunks of this size ahead of
     /// the write position (0: grow by appending).
     pub prep_chunk_bytes: u64,
@@ -108,6 +112,7 @@ impl Default for LogConfig {
             retention_ms: 7 * 24 * 3600 * 1000,
             zstd_level: None,
             cache_bytes_max: 1024 * 1024,
+            cache_pool: None,
             prep_chunk_bytes: 1024 * 1024,
             index_interval_bytes: 128 * 1024,
             commit_bytes_max: 64 * 1024 * 1024,
@@ -358,7 +363,10 @@ impl<S: Storage> PartitionLog<S> {
     pub async fn open(storage: S, dir: &str, config: LogConfig) -> Result<Self, LogError> {
         config.validate()?;
         let opened = segment::open_segments(&storage, dir, &config).await?;
-        let cache = Rc::new(RefCell::new(FrameCache::new(config.cache_bytes_max)));
+        let cache = match &config.cache_pool {
+            Some(pool) => FrameCache::in_pool(config.cache_bytes_max, pool),
+            None => Rc::new(RefCell::new(FrameCache::new(config.cache_bytes_max))),
+        };
         let sealed_bytes = opened.sealed.iter().map(|s| s.data_bytes).sum();
         let mut log = Self {
             storage,
