@@ -257,6 +257,76 @@ fn batch_consume_and_batch_ack_answer_per_message() {
     assert_eq!(again, 27);
 }
 
+/// A batch ack on a node of three shards: most handles belong to partitions
+/// another shard owns, and they are settled together, yet every result comes
+/// back in the order of the handles (a handle given twice is 204 then 410), and
+/// every acked message is gone for good.
+#[test]
+fn batch_ack_across_shards_answers_in_order() {
+    let node = Node::start_shards(3, &[]);
+    let mut client = node.client();
+    create(&mut client, "spread", json!({ "partitions": 6 }));
+    produce_visible(&mut client, "spread", 6, 60);
+    let mut messages = Vec::new();
+    while messages.len() < 60 {
+        let response = consume(&mut client, "spread", "max=100&wait=2s");
+        assert_eq!(
+            response.status,
+            200,
+            "{} of 60: {response:?}",
+            messages.len()
+        );
+        messages.extend(json_of(&response)["messages"].as_array().unwrap().clone());
+    }
+    let partitions: std::collections::BTreeSet<u64> = messages
+        .iter()
+        .map(|m| m["partition"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        partitions.len(),
+        6,
+        "every partition, so every shard, served"
+    );
+    let handles: Vec<String> = messages.iter().map(handle_of).collect();
+    let mut batch = handles[..40].to_vec();
+    batch.insert(20, "garbage".to_string());
+    batch.push(handles[7].clone());
+    batch.push(handles[33].clone());
+    let body = json!({ "receipt_handles": batch }).to_string();
+    let response = client
+        .request("POST", "/v1/topics/spread/ack", &JSON, body)
+        .unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    let statuses: Vec<u64> = json_of(&response)["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
+    let mut want = vec![204u64; 40];
+    want.insert(20, 400);
+    want.extend([410, 410]);
+    assert_eq!(statuses, want);
+    let body = json!({ "receipt_handles": handles[40..].to_vec() }).to_string();
+    let response = client
+        .request("POST", "/v1/topics/spread/ack", &JSON, body)
+        .unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    assert!(
+        json_of(&response)["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == 204),
+        "{response:?}"
+    );
+    let response = consume(&mut client, "spread", "max=100&wait=500ms");
+    assert_eq!(
+        response.status, 204,
+        "acked messages came back: {response:?}"
+    );
+}
+
 /// A batch consume stops at its 4 MiB key+payload budget, and the records it
 /// reserved but left out go back at once: the next consume gets them, not a
 /// 204 until their leases lapse, and nothing handed out is handed out twice.
