@@ -447,12 +447,28 @@ pub async fn settle(
     handle: Handle,
     settle: Settle,
 ) -> Result<(), SettleError> {
-    if handle.partition.0 >= record.partitions {
-        return Err(SettleError::Stale);
+    match settle_here(shard, record, handle, settle) {
+        Some(outcome) => outcome,
+        None => settle_remote(shard, topic, record, handle, settle).await,
     }
-    let owner = shard.owner_of(record.id, handle.partition);
-    if owner == shard.index {
-        return shard
+}
+
+/// Settles `handle` on the spot when this shard owns its partition (or the
+/// handle names no partition of the topic); `None` when another shard owns it.
+pub fn settle_here(
+    shard: &Rc<Shard>,
+    record: &TopicRecord,
+    handle: Handle,
+    settle: Settle,
+) -> Option<Result<(), SettleError>> {
+    if handle.partition.0 >= record.partitions {
+        return Some(Err(SettleError::Stale));
+    }
+    if shard.owner_of(record.id, handle.partition) != shard.index {
+        return None;
+    }
+    Some(
+        shard
             .queues
             .settle(
                 record,
@@ -461,8 +477,19 @@ pub async fn settle(
                 handle.nonce,
                 settle,
             )
-            .map_err(|_| SettleError::Stale);
-    }
+            .map_err(|_| SettleError::Stale),
+    )
+}
+
+/// Settles `handle` on the shard that owns its partition, over the mesh.
+pub async fn settle_remote(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    handle: Handle,
+    settle: Settle,
+) -> Result<(), SettleError> {
+    let owner = shard.owner_of(record.id, handle.partition);
     let (reply, _) = futures_channel::oneshot::channel();
     let item = SettleItem {
         topic: topic.clone(),

@@ -365,22 +365,33 @@ where
             "receipt_handles must hold 1 to {ACK_HANDLES_MAX} handles"
         ));
     }
-    // Every handle is settled at once: those this shard owns on the spot, the
-    // others sent to their owners together, so a batch pays one mesh round trip
-    // (coalesced per owner) rather than one per handle. A handle's first poll
-    // comes in batch order, so handles for one owner still reach it in order.
-    let outcomes = settle_all(batch.receipt_handles.iter().map(|text| {
-        let parsed = handle::parse(text);
-        async move {
-            match parsed {
-                Err(message) => Err((StatusCode::BAD_REQUEST, message)),
-                Ok(h) => flow::settle(shard, topic, record, h, settle)
-                    .await
-                    .map_err(|e| settle_error(topic, &e)),
-            }
-        }
-    }))
+    // Handles this shard owns are settled on the spot; the others are sent to
+    // their owners together, so a batch pays one mesh round trip (coalesced per
+    // owner) rather than one per handle. They are sent in batch order, so
+    // handles for one owner still reach it in order.
+    let mut outcomes = Vec::with_capacity(count);
+    let mut remote = Vec::new();
+    for text in &batch.receipt_handles {
+        outcomes.push(match handle::parse(text) {
+            Err(message) => Err((StatusCode::BAD_REQUEST, message)),
+            Ok(h) => match flow::settle_here(shard, record, h, settle) {
+                Some(outcome) => outcome.map_err(|e| settle_error(topic, &e)),
+                None => {
+                    remote.push((outcomes.len(), h));
+                    Ok(())
+                }
+            },
+        });
+    }
+    let settled = settle_all(
+        remote
+            .iter()
+            .map(|&(_, h)| flow::settle_remote(shard, topic, record, h, settle)),
+    )
     .await;
+    for (&(at, _), outcome) in remote.iter().zip(settled) {
+        outcomes[at] = outcome.map_err(|e| settle_error(topic, &e));
+    }
     let results = outcomes
         .into_iter()
         .map(|outcome| match outcome {
@@ -401,8 +412,7 @@ where
 }
 
 /// Runs every future to completion concurrently and returns their outputs in
-/// order. Each is polled first in order; the ones that finish on that poll (the
-/// local settles) never wait for the others.
+/// order. Each is polled first in the order given.
 async fn settle_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
     let mut pending: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
     let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
