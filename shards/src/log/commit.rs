@@ -28,7 +28,10 @@ use narad_io::{align_down, Storage};
 
 use super::cache::CachedFrame;
 use super::envelope::{encode_envelope, envelope_len, KEY_BYTES_MAX};
-use super::frame::{encode_frame, push_record, Codec, FrameSpec, RECORD_LEN_BYTES};
+use super::frame::{
+    encode_frame, push_record, seal_uncompressed_frame, Codec, FrameSpec, FRAME_HEADER_BYTES,
+    RECORD_LEN_BYTES,
+};
 use super::{LogError, PartitionLog, RecordRef, RECORD_BYTES_MAX};
 use crate::ids::Offset;
 
@@ -37,8 +40,9 @@ struct EncodedFrame {
     base: Offset,
     count: u32,
     /// Header and stored payload, as written.
-    bytes: Vec<u8>,
-    /// The uncompressed records area, for the cache.
+    bytes: Bytes,
+    /// The uncompressed records area, for the cache (uncompressed frames: a
+    /// slice of `bytes`).
     area: Bytes,
 }
 
@@ -151,18 +155,31 @@ impl<S: Storage> PartitionLog<S> {
             Codec::None
         };
         let level = self.config.zstd_level.unwrap_or(0);
+        let record_bytes =
+            |r: &RecordRef<'_>| RECORD_LEN_BYTES + envelope_len(r.key, r.payload.len());
+        let largest = records.iter().map(record_bytes).max().unwrap_or(0);
+        let mut left: usize = records.iter().map(record_bytes).sum();
+        // A frame is built where it will be written: room for its header, then
+        // the records area, sized up front (a frame ends at the record that takes
+        // its area to the target).
+        let fresh = |left: usize| {
+            let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + left.min(target + largest));
+            frame.resize(FRAME_HEADER_BYTES, 0);
+            frame
+        };
         let mut frames: Vec<EncodedFrame> = Vec::new();
-        let mut area = Vec::new();
+        let mut frame = fresh(left);
         let mut base = start;
         let mut count = 0u32;
         for (i, record) in records.iter().enumerate() {
             let len = envelope_len(record.key, record.payload.len());
-            push_record(&mut area, len, |out| {
+            push_record(&mut frame, len, |out| {
                 encode_envelope(out, record.key, commit_ms, record.payload)
             });
+            left -= RECORD_LEN_BYTES + len;
             count += 1;
             let last = i + 1 == records.len();
-            if area.len() >= target || last {
+            if frame.len() - FRAME_HEADER_BYTES >= target || last {
                 let spec = FrameSpec {
                     base_offset: base,
                     record_count: count,
@@ -170,19 +187,34 @@ impl<S: Storage> PartitionLog<S> {
                     first_of_commit: frames.is_empty(),
                     last_of_commit: last,
                 };
-                let bytes = encode_frame(spec, &area, level);
-                let frame = EncodedFrame {
+                let built =
+                    std::mem::replace(&mut frame, if last { Vec::new() } else { fresh(left) });
+                let (bytes, area) = match codec {
+                    Codec::None => {
+                        let mut built = built;
+                        seal_uncompressed_frame(spec, &mut built);
+                        let bytes = Bytes::from(built);
+                        let area = bytes.slice(FRAME_HEADER_BYTES..);
+                        (bytes, area)
+                    }
+                    Codec::Zstd => {
+                        let area = Bytes::from(built).slice(FRAME_HEADER_BYTES..);
+                        (Bytes::from(encode_frame(spec, &area, level)), area)
+                    }
+                };
+                let encoded = EncodedFrame {
                     base,
                     count,
                     bytes,
-                    area: Bytes::from(std::mem::take(&mut area)),
+                    area,
                 };
-                base = frame.end();
+                base = encoded.end();
                 count = 0;
-                frames.push(frame);
+                frames.push(encoded);
             }
         }
         assert_eq!(base.0, start.0 + records.len() as u64);
+        assert_eq!(left, 0);
         frames
     }
 
@@ -195,7 +227,7 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Result<CommitIo, LogError> {
         let write_start = Instant::now();
         self.prepare_active(mark.len() + commit_bytes).await?;
-        let parts: Vec<&[u8]> = frames.iter().map(|f| f.bytes.as_slice()).collect();
+        let parts: Vec<&[u8]> = frames.iter().map(|f| &f.bytes[..]).collect();
         self.active
             .file
             .append(&parts)

@@ -168,6 +168,31 @@ pub fn encode_frame(spec: FrameSpec, records_area: &[u8], zstd_level: i32) -> Ve
         Some(c) => (Codec::Zstd, c.as_slice()),
         None => (Codec::None, records_area),
     };
+    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + stored.len());
+    out.extend_from_slice(&frame_header(spec, codec, records_area.len(), stored));
+    out.extend_from_slice(stored);
+    out
+}
+
+/// Seals a frame stored uncompressed that was built in place: `frame` holds
+/// [`FRAME_HEADER_BYTES`] of room followed by the records area, and the header
+/// is written into that room. The same bytes as [`encode_frame`] with
+/// [`Codec::None`], without copying the area.
+pub fn seal_uncompressed_frame(spec: FrameSpec, frame: &mut [u8]) {
+    let (header, area) = frame.split_at_mut(FRAME_HEADER_BYTES);
+    assert!(spec.record_count > 0, "a frame holds at least one record");
+    assert!(area.len() + FRAME_HEADER_BYTES <= FRAME_BYTES_MAX);
+    header.copy_from_slice(&frame_header(spec, Codec::None, area.len(), area));
+}
+
+/// The header of a frame whose records area of `area_len` bytes is stored as
+/// `stored` (the area itself, or its compression by `codec`).
+fn frame_header(
+    spec: FrameSpec,
+    codec: Codec,
+    area_len: usize,
+    stored: &[u8],
+) -> [u8; FRAME_HEADER_BYTES] {
     let mut flags = codec.bits();
     if spec.first_of_commit {
         flags |= FLAG_FIRST_OF_COMMIT;
@@ -175,19 +200,17 @@ pub fn encode_frame(spec: FrameSpec, records_area: &[u8], zstd_level: i32) -> Ve
     if spec.last_of_commit {
         flags |= FLAG_LAST_OF_COMMIT;
     }
-    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + stored.len());
-    out.extend_from_slice(&FRAME_MAGIC.to_be_bytes());
-    out.push(FRAME_VERSION);
-    out.push(flags);
-    out.extend_from_slice(&spec.record_count.to_be_bytes());
-    out.extend_from_slice(&spec.base_offset.0.to_be_bytes());
-    out.extend_from_slice(&(records_area.len() as u32).to_be_bytes());
-    out.extend_from_slice(&(stored.len() as u32).to_be_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[2..24]), stored);
-    out.extend_from_slice(&crc.to_be_bytes());
-    out.extend_from_slice(stored);
-    debug_assert_eq!(out.len(), FRAME_HEADER_BYTES + stored.len());
-    out
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    header[..2].copy_from_slice(&FRAME_MAGIC.to_be_bytes());
+    header[2] = FRAME_VERSION;
+    header[3] = flags;
+    header[4..8].copy_from_slice(&spec.record_count.to_be_bytes());
+    header[8..16].copy_from_slice(&spec.base_offset.0.to_be_bytes());
+    header[16..20].copy_from_slice(&(area_len as u32).to_be_bytes());
+    header[20..24].copy_from_slice(&(stored.len() as u32).to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[2..24]), stored);
+    header[24..28].copy_from_slice(&crc.to_be_bytes());
+    header
 }
 
 fn be_u32(bytes: &[u8], at: usize) -> u32 {
@@ -401,6 +424,13 @@ mod tests {
                 last_of_commit: last,
             };
             let frame = encode_frame(spec, &area, 1);
+            if !zstd {
+                // Built in place, the frame is byte for byte the encoded one.
+                let mut in_place = vec![0xA5u8; FRAME_HEADER_BYTES];
+                in_place.extend_from_slice(&area);
+                seal_uncompressed_frame(spec, &mut in_place);
+                prop_assert_eq!(&in_place, &frame);
+            }
             let (header, stored) = check_frame(&frame).unwrap();
             prop_assert_eq!(header.base_offset, Offset(base));
             prop_assert_eq!(header.record_count, records.len() as u32);
