@@ -453,6 +453,14 @@ fn describe_storage() {
         "Partition logs open on the node."
     );
     describe_counter!(
+        "narad_partition_reads_total",
+        "Reads of a partition's records by where they were answered from: source=memory (the recent-frame cache) or source=device (segment bytes fetched from disk)."
+    );
+    describe_counter!(
+        "narad_partition_device_read_bytes_total",
+        "Bytes reads of a partition's records fetched from the device (O_DIRECT windows of 256 KiB or more)."
+    );
+    describe_counter!(
         "narad_idle_logs_evicted_total",
         "Partition logs closed after going unused for storage.idle_log_eviction_ms."
     );

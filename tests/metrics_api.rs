@@ -268,6 +268,33 @@ fn storage_series_follow_commits_and_are_zeroed_when_the_topic_goes() {
         (second.size_bytes, second.segments)
     );
 
+    // A replay right behind the head is answered from memory, not the device.
+    let reads = |client: &mut Client, source: &str| {
+        let source = format!("source=\"{source}\"");
+        sum(
+            &scrape(client),
+            "narad_partition_reads_total",
+            &["topic=\"s\"", "partition=\"0\"", source.as_str()],
+        )
+    };
+    let (memory_before, device_before) =
+        (reads(&mut client, "memory"), reads(&mut client, "device"));
+    let replay = client
+        .request("GET", "/v1/topics/s/consume?partition=0&offset=0", &[], "")
+        .unwrap();
+    assert_eq!(replay.status, 200, "{replay:?}");
+    assert_eq!(reads(&mut client, "memory"), memory_before + 1.0);
+    assert_eq!(reads(&mut client, "device"), device_before);
+    let device_bytes = sum(
+        &scrape(&mut client),
+        "narad_partition_device_read_bytes_total",
+        &["topic=\"s\"", "partition=\"0\""],
+    );
+    assert_eq!(
+        device_bytes, 0.0,
+        "nothing of this partition came from the device"
+    );
+
     // The poller (every 5 s, and once at start) counts the open logs.
     let open = wait_until(Duration::from_secs(12), "open logs counted", || {
         let open = sum(&scrape(&mut client), "narad_open_partition_logs", &[]);

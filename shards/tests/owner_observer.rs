@@ -1,7 +1,8 @@
 //! The storage events an [`Owner`] reports to its observer (the metrics' feed):
 //! a commit's bytes and the log's shape after it, the shape at an open, nothing
-//! for a failed fdatasync, what retention deleted, idle evictions and purges; and
-//! the count of open logs through opens, poisoning and evictions.
+//! for a failed fdatasync, what retention deleted, idle evictions and purges,
+//! where reads were answered from; and the count of open logs through opens,
+//! poisoning and evictions.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -41,6 +42,10 @@ enum Event {
     },
     Evicted(usize),
     Purged(IncarnationId),
+    Read {
+        partition: u32,
+        device_bytes: u64,
+    },
 }
 
 type Log = Rc<RefCell<Vec<Event>>>;
@@ -103,6 +108,13 @@ impl PartitionObserver for PartitionRecorder {
             partition: self.partition,
             bytes: deleted.bytes_deleted,
             records: deleted.records_deleted,
+        });
+    }
+
+    fn read(&self, device_bytes: u64) {
+        self.events.borrow_mut().push(Event::Read {
+            partition: self.partition,
+            device_bytes,
         });
     }
 }
@@ -268,6 +280,57 @@ fn retention_idle_eviction_and_purge_are_reported() {
 
         owner.purge(ID).await;
         assert_eq!(take(&events), [Event::Purged(ID)]);
+        owner.close_all().await;
+    });
+}
+
+/// A read right behind the head is answered from memory; after the log was
+/// closed (idle) and its cache went with it, the same read fetches segment bytes
+/// from the device, and reading them again is memory once more.
+#[test]
+fn reads_report_whether_they_reached_the_device() {
+    run_local(None, async {
+        let (owner, events) = owner_on(SimDisk::new(5, SimFaults::default()));
+        assert!(commit(&owner, 0, 20).await.is_ok());
+        take(&events);
+        let topic: Arc<str> = Arc::from(TOPIC);
+        let read = async || {
+            let batch = owner
+                .read(&topic, ID, PartitionId(0), Offset(0), 100, 1 << 20)
+                .await
+                .expect("the records are there");
+            assert_eq!(batch.items.len(), 20);
+        };
+        read().await;
+        assert_eq!(
+            take(&events),
+            vec![Event::Read {
+                partition: 0,
+                device_bytes: 0
+            }]
+        );
+        assert_eq!(owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await, 1);
+        take(&events);
+        read().await;
+        let fetched = take(&events)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Read { device_bytes, .. } => Some(device_bytes),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        assert!(
+            fetched.len() == 1 && fetched[0] >= 4096,
+            "one read, from the device: {fetched:?}"
+        );
+        read().await;
+        assert_eq!(
+            take(&events),
+            vec![Event::Read {
+                partition: 0,
+                device_bytes: 0
+            }]
+        );
         owner.close_all().await;
     });
 }

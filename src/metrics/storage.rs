@@ -9,7 +9,10 @@
 //! The size and segment gauges are set when a log's shape changes (an open, a
 //! commit, a roll or retention), so they are current without a poller walking
 //! the logs, and a log closed while idle keeps showing its last size, which is
-//! still its size on disk. A deleted topic's gauges are set to zero on every
+//! still its size on disk. Reads count by where they were answered from: memory
+//! (the recent-frame cache, or the window a previous read fetched), or the device
+//! (with the bytes fetched), which tells an operator whether consumers run behind
+//! what `storage.read_cache_bytes` holds. A deleted topic's gauges are set to zero on every
 //! shard that ever tracked its partitions.
 
 use std::cell::RefCell;
@@ -35,6 +38,9 @@ pub struct PartitionStorageSeries {
     segments: Gauge,
     retention_bytes: Counter,
     retention_messages: Counter,
+    reads_from_memory: Counter,
+    reads_from_device: Counter,
+    device_read_bytes: Counter,
 }
 
 impl PartitionStorageSeries {
@@ -48,7 +54,21 @@ impl PartitionStorageSeries {
             ("partition", partition.0.to_string()),
             ("reason", "age".to_string()),
         ];
+        let read_from = |source: &str| {
+            let labels = [
+                ("topic", topic.to_string()),
+                ("partition", partition.0.to_string()),
+                ("source", source.to_string()),
+            ];
+            ::metrics::counter!("narad_partition_reads_total", &labels)
+        };
         PartitionStorageSeries {
+            reads_from_memory: read_from("memory"),
+            reads_from_device: read_from("device"),
+            device_read_bytes: ::metrics::counter!(
+                "narad_partition_device_read_bytes_total",
+                &labels
+            ),
             fsync_seconds: ::metrics::histogram!("narad_storage_fsync_duration_seconds", &labels),
             flush_seconds: ::metrics::histogram!("narad_storage_flush_duration_seconds", &labels),
             flush_bytes: ::metrics::counter!("narad_storage_flush_bytes_total", &labels),
@@ -87,6 +107,15 @@ impl PartitionObserver for PartitionStorageSeries {
     fn retained(&self, deleted: &RetentionOutcome) {
         self.retention_bytes.increment(deleted.bytes_deleted);
         self.retention_messages.increment(deleted.records_deleted);
+    }
+
+    fn read(&self, device_bytes: u64) {
+        if device_bytes == 0 {
+            self.reads_from_memory.increment(1);
+        } else {
+            self.reads_from_device.increment(1);
+            self.device_read_bytes.increment(device_bytes);
+        }
     }
 }
 

@@ -352,6 +352,9 @@ pub struct PartitionLog<S: Storage> {
     /// bytes never change, so the window stays true until its segment is deleted
     /// (and reads below the oldest offset are refused before they get here).
     read_window: Option<(Offset, read::Window)>,
+    /// Bytes reads of records have fetched from the device since the open (the
+    /// windows of segment reads; the recent-frame cache costs none).
+    device_read_bytes: u64,
     /// The last frame a segment read decoded, so consecutive single-record reads
     /// check and decode each frame once.
     last_frame: Option<cache::CachedFrame>,
@@ -383,6 +386,7 @@ impl<S: Storage> PartitionLog<S> {
             gaps: opened.gaps,
             sealed_file: None,
             read_window: None,
+            device_read_bytes: 0,
             last_frame: None,
         };
         if log.active.first_commit_ms.is_none() && !log.sealed.is_empty() {
@@ -445,6 +449,12 @@ impl<S: Storage> PartitionLog<S> {
     /// or no commit was made since the log was opened.
     pub fn last_commit_io(&self) -> Option<CommitIo> {
         self.last_commit_io
+    }
+
+    /// Bytes reads of records have fetched from the device since the log was
+    /// opened.
+    pub fn device_read_bytes(&self) -> u64 {
+        self.device_read_bytes
     }
 
     /// The log's shape now. Costs no walk over the segments.

@@ -180,6 +180,8 @@ pub(super) struct Window {
     /// instead of at the sparse index point before it, which would check and
     /// skip up to an index interval of frames on every read.
     resume: Option<(Offset, u64)>,
+    /// Bytes this window has read from the device, over all its refills.
+    fetched_bytes: u64,
 }
 
 impl Window {
@@ -205,6 +207,7 @@ impl Window {
                 .read_with(start, window_len, <[u8]>::to_vec)
                 .await
                 .map_err(io_err("read segment"))?;
+            self.fetched_bytes += buf.len() as u64;
             self.valid_end = (start + buf.len() as u64).min(limit);
             self.bytes = Bytes::from(buf);
             self.start = start;
@@ -292,7 +295,9 @@ impl<S: Storage> PartitionLog<S> {
                 end: self.high_watermark,
                 limit_bytes: self.active.file.len(),
             };
+            let fetched_before = window.fetched_bytes;
             let read = read_segment(view, assembly, &mut window, &mut self.last_frame).await;
+            self.device_read_bytes += window.fetched_bytes - fetched_before;
             self.read_window = Some((base, window));
             return read;
         }
@@ -311,7 +316,9 @@ impl<S: Storage> PartitionLog<S> {
             end,
             limit_bytes,
         };
+        let fetched_before = window.fetched_bytes;
         let read = read_segment(view, assembly, &mut window, &mut self.last_frame).await;
+        self.device_read_bytes += window.fetched_bytes - fetched_before;
         self.read_window = Some((base, window));
         read
     }

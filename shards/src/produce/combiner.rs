@@ -388,18 +388,36 @@ impl<S: Storage> Owner<S> {
         if self.is_live(topic, incarnation, partition) {
             let cached = self.read_cached(incarnation, partition, from, max_records, max_bytes);
             if let Some(batch) = cached {
+                self.note_read(incarnation, partition, 0);
                 return Ok(batch);
             }
         }
-        self.with_log(topic, incarnation, partition, async |log| {
-            log.read(from, max_records, max_bytes)
-                .await
-                .map_err(|e| match e {
-                    LogError::AgedOut { oldest, .. } => ReadError::AgedOut { oldest },
-                    other => ReadError::Failed(other.to_string()),
-                })
-        })
-        .await
+        let (batch, device_bytes) = self
+            .with_log(topic, incarnation, partition, async |log| {
+                let before = log.device_read_bytes();
+                let batch = log
+                    .read(from, max_records, max_bytes)
+                    .await
+                    .map_err(|e| match e {
+                        LogError::AgedOut { oldest, .. } => ReadError::AgedOut { oldest },
+                        other => ReadError::Failed(other.to_string()),
+                    })?;
+                Ok((batch, log.device_read_bytes() - before))
+            })
+            .await?;
+        self.note_read(incarnation, partition, device_bytes);
+        Ok(batch)
+    }
+
+    /// Tells the partition's observer, if any, that a read was answered.
+    fn note_read(&self, incarnation: IncarnationId, partition: PartitionId, device_bytes: u64) {
+        let slots = self.slots.borrow();
+        if let Some(observer) = slots
+            .get(&(incarnation, partition))
+            .and_then(|slot| slot.observer.as_ref())
+        {
+            observer.read(device_bytes);
+        }
     }
 
     /// A read served from the open log's recent-frame cache, without the lock;
