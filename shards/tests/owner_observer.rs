@@ -294,43 +294,33 @@ fn reads_report_whether_they_reached_the_device() {
         assert!(commit(&owner, 0, 20).await.is_ok());
         take(&events);
         let topic: Arc<str> = Arc::from(TOPIC);
+        // Reads the 20 records and returns the device bytes each read reported.
         let read = async || {
             let batch = owner
                 .read(&topic, ID, PartitionId(0), Offset(0), 100, 1 << 20)
                 .await
                 .expect("the records are there");
             assert_eq!(batch.items.len(), 20);
+            take(&events)
+                .into_iter()
+                .filter_map(|e| match e {
+                    Event::Read {
+                        partition: 0,
+                        device_bytes,
+                    } => Some(device_bytes),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
         };
-        read().await;
-        assert_eq!(
-            take(&events),
-            vec![Event::Read {
-                partition: 0,
-                device_bytes: 0
-            }]
-        );
+        assert_eq!(read().await, vec![0], "from the cache");
         assert_eq!(owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await, 1);
         take(&events);
-        read().await;
-        let fetched = take(&events)
-            .into_iter()
-            .filter_map(|e| match e {
-                Event::Read { device_bytes, .. } => Some(device_bytes),
-                _ => None,
-            })
-            .collect::<Vec<_>>();
+        let fetched = read().await;
         assert!(
             fetched.len() == 1 && fetched[0] >= 4096,
             "one read, from the device: {fetched:?}"
         );
-        read().await;
-        assert_eq!(
-            take(&events),
-            vec![Event::Read {
-                partition: 0,
-                device_bytes: 0
-            }]
-        );
+        assert_eq!(read().await, vec![0], "from the window it fetched");
         owner.close_all().await;
     });
 }
