@@ -179,7 +179,12 @@ impl FrameCache {
         let mut cache = Self::new(budget_bytes);
         cache.pool = Some(pool.clone());
         let cache = Rc::new(RefCell::new(cache));
-        pool.shared.members.borrow_mut().push(Rc::downgrade(&cache));
+        let mut members = pool.shared.members.borrow_mut();
+        // Closed logs leave dead entries; a pool that never fills would
+        // otherwise keep one per log ever opened.
+        members.retain(|member| member.strong_count() > 0);
+        members.push(Rc::downgrade(&cache));
+        drop(members);
         cache
     }
 
@@ -391,6 +396,23 @@ mod tests {
             Some(Offset(2)),
             "the pool is its again"
         );
+    }
+
+    /// Logs opened and closed again and again, on a pool that never fills, leave
+    /// it no more members than are open.
+    #[test]
+    fn closed_caches_do_not_pile_up_in_the_pool() {
+        let pool = CachePool::new(1 << 30);
+        let kept = pooled(CHARGE, &pool);
+        for i in 0..1000 {
+            let cache = pooled(CHARGE, &pool);
+            cache.borrow_mut().push(frame(i, 1, 100));
+        }
+        assert_eq!(pool.shared.members.borrow().len(), 2);
+        drop(kept);
+        let _last = pooled(CHARGE, &pool);
+        assert_eq!(pool.shared.members.borrow().len(), 1);
+        assert_eq!(pool.pooled_bytes(), 0);
     }
 
     /// The bytes of a cache's newest frames that together fit its own budget.
