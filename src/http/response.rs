@@ -34,6 +34,11 @@ pub fn json<T: serde::Serialize + ?Sized>(status: StatusCode, value: &T) -> Resp
     with_type(status, JSON, Bytes::from(body))
 }
 
+/// A JSON response whose body is fixed.
+pub fn json_static(status: StatusCode, body: &'static str) -> Response<Body> {
+    with_type(status, JSON, Bytes::from_static(body.as_bytes()))
+}
+
 /// An error response: `{"error": message}`.
 pub fn error(status: StatusCode, message: &str) -> Response<Body> {
     json(status, &serde_json::json!({ "error": message }))

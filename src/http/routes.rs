@@ -11,6 +11,7 @@
 //! connections with it.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ use crate::broker::Shard;
 use crate::config::TopicDefaults;
 
 /// What a request asks for, once routed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Endpoint {
     Healthz,
     Readyz,
@@ -72,6 +73,34 @@ pub struct Api {
 pub struct Routes {
     router: Router<Endpoint>,
     api: Rc<Api>,
+    /// The HTTP series this shard has recorded into, by (route, method, status):
+    /// looking a series up by its labels builds and hashes a key, which cost
+    /// about as much as answering `GET /healthz` itself.
+    series: RefCell<HashMap<SeriesLabels, Rc<HttpSeries>>>,
+}
+
+/// The labels of one request's HTTP series; no endpoint is the `unmatched` route.
+type SeriesLabels = (Option<Endpoint>, &'static str, u16);
+
+/// The handles of one (route, method, status)'s series.
+struct HttpSeries {
+    requests: ::metrics::Counter,
+    duration: ::metrics::Histogram,
+    /// `narad_errors_total{component="http",kind="5xx"}` for a 5xx status.
+    server_errors: Option<::metrics::Counter>,
+}
+
+/// Where routing sent a request.
+enum Routed {
+    Found {
+        endpoint: Endpoint,
+        /// The `{topic}` of the path, if the route has one.
+        topic: Option<String>,
+    },
+    MethodNotAllowed {
+        allow: String,
+    },
+    NotFound,
 }
 
 impl Routes {
@@ -98,7 +127,11 @@ impl Routes {
             )
             .add(Method::GET, "/v1/topics/{topic}/consume", Endpoint::Consume)
             .add(Method::POST, "/v1/topics/{topic}/ack", Endpoint::Ack);
-        Routes { router, api }
+        Routes {
+            router,
+            api,
+            series: RefCell::new(HashMap::new()),
+        }
     }
 
     /// Answers one request and records it in the HTTP metrics. Generic over the
@@ -110,25 +143,55 @@ impl Routes {
     {
         let started = std::time::Instant::now();
         let method = method_label(request.method());
-        let route = match self.router.find(request.method(), request.uri().path()) {
-            Match::Found { endpoint, .. } => endpoint.pattern(),
-            _ => "unmatched",
+        let routed = match self.router.find(request.method(), request.uri().path()) {
+            Match::Found { endpoint, params } => Routed::Found {
+                endpoint,
+                topic: params.get("topic").map(str::to_string),
+            },
+            Match::MethodNotAllowed { allow } => Routed::MethodNotAllowed { allow },
+            Match::NotFound => Routed::NotFound,
         };
-        let response = self.answer(request).await;
-        let status = response.status();
-        let code = status_label(status);
-        let labels = [("route", route), ("method", method), ("status", code)];
-        ::metrics::counter!("narad_http_requests_total", &labels).increment(1);
-        ::metrics::histogram!("narad_http_request_duration_seconds", &labels)
-            .record(started.elapsed().as_secs_f64());
-        if status.is_server_error() {
-            ::metrics::counter!("narad_errors_total", "component" => "http", "kind" => "5xx")
-                .increment(1);
+        let endpoint = match &routed {
+            Routed::Found { endpoint, .. } => Some(*endpoint),
+            _ => None,
+        };
+        let response = self.answer(request, routed).await;
+        let series = self.series((endpoint, method, response.status()));
+        series.requests.increment(1);
+        series.duration.record(started.elapsed().as_secs_f64());
+        if let Some(errors) = &series.server_errors {
+            errors.increment(1);
         }
         response
     }
 
-    async fn answer<B>(&self, request: Request<B>) -> Response<Body>
+    /// The handles of one (route, method, status)'s series, registered on first use.
+    fn series(
+        &self,
+        (endpoint, method, status): (Option<Endpoint>, &'static str, StatusCode),
+    ) -> Rc<HttpSeries> {
+        let labels = (endpoint, method, status.as_u16());
+        if let Some(series) = self.series.borrow().get(&labels) {
+            return series.clone();
+        }
+        let route = endpoint.map_or("unmatched", Endpoint::pattern);
+        let key = [
+            ("route", route),
+            ("method", method),
+            ("status", status_label(status)),
+        ];
+        let series = Rc::new(HttpSeries {
+            requests: ::metrics::counter!("narad_http_requests_total", &key),
+            duration: ::metrics::histogram!("narad_http_request_duration_seconds", &key),
+            server_errors: status.is_server_error().then(|| {
+                ::metrics::counter!("narad_errors_total", "component" => "http", "kind" => "5xx")
+            }),
+        });
+        self.series.borrow_mut().insert(labels, series.clone());
+        series
+    }
+
+    async fn answer<B>(&self, request: Request<B>, routed: Routed) -> Response<Body>
     where
         B: hyper::body::Body,
         B::Error: std::error::Error + Send + Sync + 'static,
@@ -138,20 +201,19 @@ impl Routes {
         if self.api.node.is_draining() {
             return response::draining();
         }
-        let (endpoint, params) = match self.router.find(request.method(), request.uri().path()) {
-            Match::Found { endpoint, params } => (endpoint, params),
-            Match::MethodNotAllowed { allow } => return response::method_not_allowed(&allow),
-            Match::NotFound => return response::not_found(),
+        let (endpoint, topic) = match routed {
+            Routed::Found { endpoint, topic } => (endpoint, topic),
+            Routed::MethodNotAllowed { allow } => return response::method_not_allowed(&allow),
+            Routed::NotFound => return response::not_found(),
         };
         if response::needs_content_type(request.method()) {
             if let Err(refusal) = response::content_type_guard(request.headers()) {
                 return refusal.into_response();
             }
         }
-        let topic = params.get("topic").map(str::to_string);
         match endpoint {
             Endpoint::Healthz => {
-                return response::json(StatusCode::OK, &serde_json::json!({"status": "ok"}))
+                return response::json_static(StatusCode::OK, r#"{"status":"ok"}"#)
             }
             Endpoint::Readyz => return self.readyz(),
             Endpoint::Metrics => return metrics_text(),
@@ -196,7 +258,7 @@ impl Routes {
 
     fn readyz(&self) -> Response<Body> {
         if self.api.node.is_ready() {
-            response::json(StatusCode::OK, &serde_json::json!({"status": "ready"}))
+            response::json_static(StatusCode::OK, r#"{"status":"ready"}"#)
         } else {
             response::error(
                 StatusCode::SERVICE_UNAVAILABLE,
