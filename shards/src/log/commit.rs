@@ -65,6 +65,15 @@ pub struct CommitIo {
     pub bytes: u64,
 }
 
+/// The most bytes one record can add to a commit as written: its length prefix
+/// and envelope, and a frame header in case it opens a frame of its own (a frame
+/// holds at least one record, and compression never makes one larger). Records
+/// whose bounds sum to at most `commit_bytes_max` always fit one commit, so a
+/// caller can cut a run of any size into commits the log takes.
+pub fn commit_bytes_bound(key: Option<&[u8]>, payload_len: usize) -> usize {
+    FRAME_HEADER_BYTES + RECORD_LEN_BYTES + envelope_len(key, payload_len)
+}
+
 impl<S: Storage> PartitionLog<S> {
     /// Makes `records` durable and visible, or nothing of them. Returns their
     /// offsets. See the module documentation for the steps and failure rules.

@@ -30,7 +30,7 @@
 
 pub mod cache;
 mod commit;
-pub use commit::CommitIo;
+pub use commit::{commit_bytes_bound, CommitIo};
 pub mod envelope;
 pub mod frame;
 pub mod index;

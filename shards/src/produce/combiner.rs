@@ -19,7 +19,11 @@
 //! them again), leaves out batches whose caller stopped waiting, and commits the rest
 //! as one run with one `commit_durable` (one write, one fdatasync, one read-back).
 //! Every batch in the cycle gets the same outcome; batches that arrived meanwhile
-//! make the next cycle. So a busy partition gets fewer, larger commits.
+//! make the next cycle. So a busy partition gets fewer, larger commits. A run past
+//! the log's commit limit (`commit_bytes_max`, 64 MiB: a backlog of large records
+//! drained at once) is cut into pieces committed one after another; a batch is
+//! answered with its offsets once all of it is committed, and refused if a piece
+//! failed before its end.
 //!
 //! A poisoned log (a failed fdatasync) refuses commits until it is reopened; the
 //! owner reopens it on the next cycle at most once a second, and recovery truncates
@@ -44,7 +48,9 @@ use super::reaper::RetentionOf;
 use super::types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 use crate::ids::{IncarnationId, Offset, PartitionId};
 use crate::log::cache::FrameCache;
-use crate::log::{read_cached, LogConfig, LogError, PartitionLog, ReadBatch, RecordRef};
+use crate::log::{
+    commit_bytes_bound, read_cached, LogConfig, LogError, PartitionLog, ReadBatch, RecordRef,
+};
 
 /// How long a poisoned or unopenable log waits before it is tried again.
 pub const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
@@ -258,35 +264,6 @@ impl<S: Storage> Owner<S> {
         if run.is_empty() {
             return;
         }
-        let outcome = self.commit_run(slot, &run).await;
-        if let (Ok(range), Some(on_visible)) = (&outcome, &*self.on_visible.borrow()) {
-            on_visible(&slot.topic, slot.incarnation, slot.partition, range.end);
-        }
-        let mut start = match &outcome {
-            Ok(range) => range.start,
-            Err(_) => Offset(0),
-        };
-        for pending in run {
-            let answer = match &outcome {
-                Ok(_) => {
-                    let end = Offset(start.0 + pending.records.len() as u64);
-                    let range = start..end;
-                    start = end;
-                    Ok(range)
-                }
-                Err(e) => Err(e.clone()),
-            };
-            let _ = pending.reply.send(answer);
-        }
-    }
-
-    async fn commit_run(
-        &self,
-        slot: &Slot<S>,
-        run: &[Pending],
-    ) -> Result<std::ops::Range<Offset>, CommitError> {
-        let mut log = self.open_log(slot).await.map_err(CommitError::Failed)?;
-        slot.last_used.set(Instant::now());
         let refs: Vec<RecordRef<'_>> = run
             .iter()
             .flat_map(|p| p.records.iter())
@@ -295,8 +272,60 @@ impl<S: Storage> Owner<S> {
                 payload: &r.payload,
             })
             .collect();
-        let result = log.commit_durable(&refs, narad_io::rt::unix_ms()).await;
+        // Usually one piece; a run past the log's commit limit (a backlog of large
+        // records) is committed as several, in order.
+        let mut first: Option<Offset> = None;
+        let mut committed = 0usize;
+        let mut failure = None;
+        for piece in commit_pieces(&refs, self.config.commit_bytes_max) {
+            match self.commit_records(slot, &refs[piece.clone()]).await {
+                Ok(range) => {
+                    let first = *first.get_or_insert(range.start);
+                    assert_eq!(
+                        range.start.0,
+                        first.0 + committed as u64,
+                        "the pieces of a run take consecutive offsets"
+                    );
+                    committed = piece.end;
+                    if let Some(on_visible) = &*self.on_visible.borrow() {
+                        on_visible(&slot.topic, slot.incarnation, slot.partition, range.end);
+                    }
+                }
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
         drop(refs);
+        // A batch is answered with its offsets only if all of it committed. One
+        // cut by a failed piece is refused whole and sent again by its caller, so
+        // its committed part is delivered twice: at least once, never lost.
+        let mut at = 0usize;
+        for pending in run {
+            let end = at + pending.records.len();
+            let answer = match first {
+                Some(first) if end <= committed => {
+                    Ok(Offset(first.0 + at as u64)..Offset(first.0 + end as u64))
+                }
+                _ => Err(failure
+                    .clone()
+                    .expect("a batch left uncommitted met a failure")),
+            };
+            at = end;
+            let _ = pending.reply.send(answer);
+        }
+    }
+
+    /// Commits one piece of a run with one `commit_durable`.
+    async fn commit_records(
+        &self,
+        slot: &Slot<S>,
+        records: &[RecordRef<'_>],
+    ) -> Result<std::ops::Range<Offset>, CommitError> {
+        let mut log = self.open_log(slot).await.map_err(CommitError::Failed)?;
+        slot.last_used.set(Instant::now());
+        let result = log.commit_durable(records, narad_io::rt::unix_ms()).await;
         if let (Some(observer), Some(io)) = (&slot.observer, log.last_commit_io()) {
             observer.committed(&io, &log.stats());
         }
@@ -521,5 +550,84 @@ impl<S: Storage> Owner<S> {
                 self.note_log_closed();
             }
         }
+    }
+}
+
+/// Cuts `records` into consecutive pieces that each fit one commit of at most
+/// `commit_bytes_max` bytes ([`commit_bytes_bound`]); a record too large for any
+/// commit makes a piece of its own, which the log refuses. No records make one
+/// empty piece, which commits nothing and answers the high watermark.
+fn commit_pieces(
+    records: &[RecordRef<'_>],
+    commit_bytes_max: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut pieces = Vec::with_capacity(1);
+    let mut start = 0;
+    let mut bytes = 0usize;
+    for (i, record) in records.iter().enumerate() {
+        let bound = commit_bytes_bound(record.key, record.payload.len());
+        if i > start && bytes + bound > commit_bytes_max {
+            pieces.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += bound;
+    }
+    if start < records.len() || records.is_empty() {
+        pieces.push(start..records.len());
+    }
+    pieces
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refs<'a>(sizes: &[usize], payload: &'a [u8]) -> Vec<RecordRef<'a>> {
+        sizes
+            .iter()
+            .map(|&n| RecordRef {
+                key: None,
+                payload: &payload[..n],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pieces_cover_the_run_in_order_within_the_limit() {
+        let payload = vec![7u8; 10_000];
+        let sizes = [10, 9_000, 3_000, 10_000, 1, 1, 5_000, 10_000, 200];
+        let records = refs(&sizes, &payload);
+        let limit = 12_000;
+        let pieces = commit_pieces(&records, limit);
+        let mut next = 0;
+        for piece in &pieces {
+            assert_eq!(piece.start, next, "{pieces:?}");
+            assert!(!piece.is_empty());
+            let bytes: usize = records[piece.clone()]
+                .iter()
+                .map(|r| commit_bytes_bound(r.key, r.payload.len()))
+                .sum();
+            assert!(bytes <= limit, "{piece:?} holds {bytes} bytes");
+            next = piece.end;
+        }
+        assert_eq!(next, records.len());
+        // Greedy: no piece could have taken the next record.
+        for pair in pieces.windows(2) {
+            let bytes: usize = records[pair[0].start..=pair[0].end]
+                .iter()
+                .map(|r| commit_bytes_bound(r.key, r.payload.len()))
+                .sum();
+            assert!(bytes > limit, "{pieces:?}");
+        }
+    }
+
+    #[test]
+    fn a_record_past_the_limit_is_a_piece_of_its_own_and_no_records_one_empty_piece() {
+        let payload = vec![7u8; 10_000];
+        let records = refs(&[10, 10_000, 10], &payload);
+        assert_eq!(commit_pieces(&records, 1_000), vec![0..1, 1..2, 2..3]);
+        assert_eq!(commit_pieces(&[], 1_000), vec![0..0]);
+        assert_eq!(commit_pieces(&records, 1 << 20), vec![0..3]);
     }
 }
