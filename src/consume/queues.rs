@@ -122,15 +122,27 @@ impl Queues {
         if let Some(queue) = self.parts.borrow().get(&key) {
             return Ok(queue.clone());
         }
+        let dir = partition_dir(topic, record.id, partition);
+        let persisted = state::load(&self.storage, &dir).await.map_err(|e| {
+            ConsumeError::Failed(format!("reading the consumer state of {dir}: {e}"))
+        })?;
+        // The log's stats come last, and the queue is installed in the same poll
+        // that gets them: a commit that becomes visible after this read finds the
+        // queue in place and moves its high watermark. Read before an await, the
+        // watermark of a commit landing during that await would be lost, and its
+        // records left undelivered until the partition's next commit.
         let stats = self
             .owner
             .stats(topic, record.id, partition)
             .await
             .map_err(read_failure)?;
-        let dir = partition_dir(topic, record.id, partition);
-        let persisted = state::load(&self.storage, &dir).await.map_err(|e| {
-            ConsumeError::Failed(format!("reading the consumer state of {dir}: {e}"))
-        })?;
+        if let Some(queue) = self.parts.borrow().get(&key) {
+            // Another consume loaded it meanwhile.
+            let mut loaded = queue.borrow_mut();
+            loaded.hwm = loaded.hwm.max(stats.next_offset);
+            drop(loaded);
+            return Ok(queue.clone());
+        }
         let mut table = InFlight::new(persisted.frontier, persisted.ahead);
         if table.jump_to(stats.oldest_offset) {
             self.note_settled(key);
@@ -143,8 +155,8 @@ impl Queues {
             table,
             hwm: stats.next_offset,
         }));
-        // Another consume may have loaded it while this one read the stats.
-        Ok(self.parts.borrow_mut().entry(key).or_insert(loaded).clone())
+        self.parts.borrow_mut().insert(key, loaded.clone());
+        Ok(loaded)
     }
 
     /// Takes up to `max` records from `partitions` in order, staying on a
