@@ -145,6 +145,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
                 config.storage.consumer_offset_commit_interval_ms,
             ),
             read_cache_bytes: config.storage.read_cache_bytes as usize,
+            zstd_level: config.storage.zstd_level(),
             leftovers: leftovers
                 .iter()
                 .filter(|&&old| old % shards == shard)
@@ -212,6 +213,8 @@ struct ShardStart {
     consumer_offset_interval: std::time::Duration,
     /// `storage.read_cache_bytes`: the shard's pool of recent-frame cache.
     read_cache_bytes: usize,
+    /// `storage.codec` and `storage.compression_level`: how new frames are stored.
+    zstd_level: Option<i32>,
     /// Indexes of WALs left by shards that no longer exist, for this shard to drain.
     leftovers: Vec<usize>,
     /// Shards whose dispatchers still run: owners close only when it reaches zero.
@@ -236,6 +239,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         topic_defaults,
         consumer_offset_interval,
         read_cache_bytes,
+        zstd_level,
         leftovers,
         dispatching,
     } = start;
@@ -297,6 +301,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     };
     let log_config = LogConfig {
         cache_pool: Some(CachePool::new(read_cache_bytes)),
+        zstd_level,
         ..LogConfig::default()
     };
     let owner = Owner::new(storage.clone(), log_config, live);

@@ -295,3 +295,58 @@ fn read_cache_bytes_is_a_file_only_bounded_byte_count() {
         assert!(error.contains(needle), "{json}: {error}");
     }
 }
+
+#[test]
+fn codec_and_compression_level_are_file_keys_in_the_reference_words() {
+    let defaults = Config::load(&Flags::default(), &no_env).unwrap();
+    assert_eq!(defaults.storage.codec, Codec::None);
+    assert_eq!(defaults.storage.zstd_level(), None);
+    for (json, want) in [
+        (r#"{"storage": {"codec": "none"}}"#, None),
+        (r#"{"storage": {"codec": "zstd"}}"#, Some(1)),
+        (
+            r#"{"storage": {"codec": "zstd", "compression_level": "default"}}"#,
+            Some(3),
+        ),
+        (
+            r#"{"storage": {"codec": "zstd", "compression_level": "better"}}"#,
+            Some(7),
+        ),
+        (
+            r#"{"storage": {"codec": "zstd", "compression_level": "best"}}"#,
+            Some(11),
+        ),
+        (
+            r#"{"storage": {"codec": "none", "compression_level": "best"}}"#,
+            None,
+        ),
+    ] {
+        let (_file, flags) = file(json);
+        let config = Config::load(&flags, &no_env).unwrap();
+        assert_eq!(config.storage.zstd_level(), want, "{json}");
+    }
+    let env = env_of(&[("NARAD_STORAGE_CODEC", "zstd")]);
+    assert_eq!(
+        Config::load(&Flags::default(), &env).unwrap().storage.codec,
+        Codec::None,
+        "file only"
+    );
+    for (json, needle) in [
+        (
+            r#"{"storage": {"codec": "lz4"}}"#,
+            "`storage.codec`: expected none or zstd, got `lz4`",
+        ),
+        (
+            r#"{"storage": {"compression_level": 3}}"#,
+            "`storage.compression_level`: expected a string",
+        ),
+        (
+            r#"{"storage": {"compression_level": "max"}}"#,
+            "expected fastest, default, better or best",
+        ),
+    ] {
+        let (_file, flags) = file(json);
+        let error = Config::load(&flags, &no_env).unwrap_err();
+        assert!(error.contains(needle), "{json}: {error}");
+    }
+}

@@ -7,6 +7,7 @@
 //! the topic and produce tests.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -51,6 +52,23 @@ impl Node {
         node
     }
 
+    /// Like [`Node::start_shards`] with a `--config` file holding `json`.
+    pub fn start_with_config(shards: usize, json: &str, env: &[(&str, &str)]) -> Node {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let file = dir.path().join("narad.json");
+        std::fs::write(&file, json).unwrap();
+        let data = dir.path().join("data");
+        let mut node = Node::spawn_with(
+            &data,
+            shards,
+            env,
+            &[OsStr::new("--config"), file.as_os_str()],
+        );
+        node._dir = Some(dir);
+        node.await_ready();
+        node
+    }
+
     /// Starts a node over an existing data directory (a restart), and waits until
     /// it is ready. The caller keeps the directory.
     pub fn start_in(data: &Path, shards: usize, env: &[(&str, &str)]) -> Node {
@@ -61,10 +79,16 @@ impl Node {
 
     /// Starts the process without waiting for it.
     pub fn spawn(data: &Path, shards: usize, env: &[(&str, &str)]) -> Node {
+        Node::spawn_with(data, shards, env, &[])
+    }
+
+    /// Like [`Node::spawn`] with more arguments to `narad serve`.
+    pub fn spawn_with(data: &Path, shards: usize, env: &[(&str, &str)], args: &[&OsStr]) -> Node {
         let mut command = Command::new(env!("CARGO_BIN_EXE_narad"));
         command
             .args(["serve", "--dev", "--port", "0", "--shards"])
             .arg(shards.to_string())
+            .args(args)
             .args(["--log-format", "text", "--data-dir"])
             .arg(data)
             .env_remove("NARAD_SECURITY_ENABLED")
