@@ -12,7 +12,9 @@
 //!
 //! Counters and histograms sum across shards; gauges sum too, so a gauge that
 //! several shards set (a WAL backlog per shard) reads as the node's total, and
-//! one only a partition's owner sets reads as that owner's value.
+//! one only a partition's owner sets reads as that owner's value. A flag gauge
+//! ([`MAX_GAUGES`]: `narad_ingress_wal_failed`) takes the largest value instead,
+//! so it reads 1 when any shard's WAL failed, not the number of shards.
 //!
 //! Series are never removed: a deleted topic's counters keep their last value
 //! until the process restarts, as Prometheus expects of counters.
@@ -43,6 +45,9 @@ pub const BUCKETS_SECONDS: [f64; 16] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0,
 ];
+
+/// Gauges that read as the largest value any thread set rather than the sum.
+const MAX_GAUGES: &[&str] = &["narad_ingress_wal_failed"];
 
 #[repr(align(64))]
 #[derive(Default)]
@@ -177,7 +182,7 @@ impl ShardedRecorder {
                 .or_default()
                 .entry(labels)
                 .or_insert_with(|| Sum::new(cell));
-            entry.add(cell);
+            entry.add(cell, MAX_GAUGES.contains(&key.name()));
         }
         let mut out = String::with_capacity(4096);
         for (name, by_labels) in &series {
@@ -226,9 +231,11 @@ impl Sum {
         }
     }
 
-    fn add(&mut self, cell: &Cell) {
+    /// Adds one thread's cell; a gauge with `max` keeps the largest value.
+    fn add(&mut self, cell: &Cell, max: bool) {
         match (self, cell) {
             (Sum::Counter(total), Cell::Counter(c)) => *total += c.0.load(Ordering::Relaxed),
+            (Sum::Gauge(total), Cell::Gauge(g)) if max => *total = total.max(g.get()),
             (Sum::Gauge(total), Cell::Gauge(g)) => *total += g.get(),
             (
                 Sum::Histogram {
@@ -541,8 +548,16 @@ pub async fn run_poller(shard: Rc<crate::broker::Shard>) {
 
 /// One refresh of the shard's gauges.
 pub fn poll_once(shard: &crate::broker::Shard) {
-    ::metrics::gauge!("narad_ingress_dispatch_backlog_records")
-        .set(shard.wal.dispatch_backlog_records() as f64);
+    // Records still to dispatch include those of WALs left by shards that no
+    // longer exist: the gauge reading 0 is what says a downgrade is safe.
+    let leftovers = shard.leftover_wals.borrow();
+    let backlog = shard.wal.dispatch_backlog_records()
+        + leftovers
+            .iter()
+            .map(|(_, wal)| wal.dispatch_backlog_records())
+            .sum::<u64>();
+    drop(leftovers);
+    ::metrics::gauge!("narad_ingress_dispatch_backlog_records").set(backlog as f64);
     ::metrics::gauge!("narad_ingress_wal_failed").set(if shard.wal.is_latched() {
         1.0
     } else {
@@ -565,6 +580,28 @@ pub fn poll_once(shard: &crate::broker::Shard) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flag_gauge_reads_the_largest_value_of_any_thread() {
+        let recorder = ShardedRecorder::default();
+        for failed in [1.0, 0.0, 1.0] {
+            let recorder = recorder.clone();
+            std::thread::spawn(move || {
+                ::metrics::with_local_recorder(&recorder, || {
+                    ::metrics::gauge!("narad_ingress_wal_failed").set(failed);
+                    ::metrics::gauge!("narad_ingress_dispatch_backlog_records").set(5.0);
+                });
+            })
+            .join()
+            .unwrap();
+        }
+        let text = recorder.render();
+        assert!(text.contains("narad_ingress_wal_failed 1\n"), "{text}");
+        assert!(
+            text.contains("narad_ingress_dispatch_backlog_records 15\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn series_are_summed_over_threads_and_rendered_as_prometheus_text() {

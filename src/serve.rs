@@ -335,6 +335,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         meta,
         control,
         wal: wal.clone(),
+        leftover_wals: RefCell::new(Vec::new()),
         owner: owner.clone(),
         mesh: link,
         round_robin: RefCell::new(crate::partition::RoundRobin::new(rand::random())),
@@ -380,6 +381,11 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         match Wal::open(storage.clone(), &old_dir, wal_config.clone()).await {
             Ok(old_wal) => {
                 let env = env.clone();
+                let shard = shard.clone();
+                shard
+                    .leftover_wals
+                    .borrow_mut()
+                    .push((old, old_wal.clone()));
                 dispatchers.push(narad_io::rt::spawn_local(async move {
                     driver::run(
                         env,
@@ -389,6 +395,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
                         DriverConfig::default(),
                     )
                     .await;
+                    shard.leftover_wals.borrow_mut().retain(|(i, _)| *i != old);
                     old_wal.close().await;
                 }));
             }

@@ -38,6 +38,10 @@ pub struct Shard {
     pub meta: Rc<MetaView>,
     pub control: ControlClient,
     pub wal: Wal<DmaStorage>,
+    /// WALs left by shards that no longer exist (a restart with fewer shards)
+    /// that this shard is draining, by their old shard index; each leaves the
+    /// list once drained.
+    pub leftover_wals: RefCell<Vec<(usize, Wal<DmaStorage>)>>,
     pub owner: Rc<Owner>,
     pub mesh: MeshLink<Op>,
     pub round_robin: RefCell<RoundRobin>,
