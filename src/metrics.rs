@@ -419,6 +419,22 @@ fn describe_all() {
         "narad_consumer_lag_messages",
         "Committed messages not yet settled per partition."
     );
+    describe_gauge!(
+        "narad_consumer_dropped_messages",
+        "Messages retention deleted before any consumer acked them, per partition, since the partition's consumer state was loaded."
+    );
+    describe_counter!(
+        "narad_consumer_corrupt_skipped_total",
+        "Records skipped because their frame failed its checksum, per partition, since the partition's consumer state was loaded."
+    );
+    describe_histogram!(
+        "narad_consume_wait_seconds",
+        "Time a consume took, by outcome: hit (messages returned), timeout (a long-poll that ended empty), cancelled (the client went away), no_wait (no wait asked)."
+    );
+    describe_counter!(
+        "narad_consume_empty_total",
+        "Consumes answered 204 with nothing to deliver."
+    );
     describe_counter!("narad_ack_extended_total", "Leases extended.");
     describe_counter!("narad_nack_total", "Leases given back (nack).");
     describe_storage();
@@ -493,11 +509,59 @@ impl PartitionSeries {
     }
 }
 
+/// One topic's consume series.
+pub struct TopicSeries {
+    /// `narad_consume_wait_seconds` by outcome: hit, timeout, cancelled, no_wait.
+    wait: [Histogram; 4],
+    empty: Counter,
+}
+
+/// How a consume ended, the `outcome` label of `narad_consume_wait_seconds`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    Hit,
+    Timeout,
+    Cancelled,
+    NoWait,
+}
+
+impl WaitOutcome {
+    const ALL: [WaitOutcome; 4] = [
+        WaitOutcome::Hit,
+        WaitOutcome::Timeout,
+        WaitOutcome::Cancelled,
+        WaitOutcome::NoWait,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            WaitOutcome::Hit => "hit",
+            WaitOutcome::Timeout => "timeout",
+            WaitOutcome::Cancelled => "cancelled",
+            WaitOutcome::NoWait => "no_wait",
+        }
+    }
+}
+
+impl TopicSeries {
+    /// A consume that took `seconds` and ended as `outcome`.
+    pub fn waited(&self, outcome: WaitOutcome, seconds: f64) {
+        self.wait[outcome as usize].record(seconds);
+    }
+
+    /// A consume answered 204.
+    pub fn empty(&self) {
+        self.empty.increment(1);
+    }
+}
+
 /// One shard's per-partition traffic counters, registered once per partition so
-/// that counting a message costs a map lookup and no allocation.
+/// that counting a message costs a map lookup and no allocation; and its
+/// per-topic consume series, likewise.
 #[derive(Default)]
 pub struct Traffic {
     series: RefCell<HashMap<(IncarnationId, PartitionId), Rc<PartitionSeries>>>,
+    topics: RefCell<HashMap<IncarnationId, Rc<TopicSeries>>>,
 }
 
 /// Partitions one shard keeps counters cached for; past it the cache starts over
@@ -505,6 +569,29 @@ pub struct Traffic {
 const TRAFFIC_CACHED_MAX: usize = 65_536;
 
 impl Traffic {
+    /// The consume series of a topic.
+    pub fn topic(&self, topic: &str, incarnation: IncarnationId) -> Rc<TopicSeries> {
+        if let Some(series) = self.topics.borrow().get(&incarnation) {
+            return series.clone();
+        }
+        let series = Rc::new(TopicSeries {
+            wait: WaitOutcome::ALL.map(|outcome| {
+                ::metrics::histogram!(
+                    "narad_consume_wait_seconds",
+                    "topic" => topic.to_string(),
+                    "outcome" => outcome.label()
+                )
+            }),
+            empty: ::metrics::counter!("narad_consume_empty_total", "topic" => topic.to_string()),
+        });
+        let mut cached = self.topics.borrow_mut();
+        if cached.len() >= TRAFFIC_CACHED_MAX {
+            cached.clear();
+        }
+        cached.insert(incarnation, series.clone());
+        series
+    }
+
     pub fn partition(
         &self,
         topic: &str,
@@ -574,6 +661,10 @@ pub fn poll_once(shard: &crate::broker::Shard) {
         ::metrics::gauge!("narad_acked_ahead_size", &labels).set(table.acked_ahead_len() as f64);
         let lag = queue.hwm.0.saturating_sub(table.frontier().0);
         ::metrics::gauge!("narad_consumer_lag_messages", &labels).set(lag as f64);
+        ::metrics::gauge!("narad_consumer_dropped_messages", &labels)
+            .set(table.dropped_total() as f64);
+        ::metrics::counter!("narad_consumer_corrupt_skipped_total", &labels)
+            .absolute(table.corrupt_skipped_total());
     });
 }
 

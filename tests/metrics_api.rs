@@ -178,6 +178,82 @@ struct Storage {
     segments: f64,
 }
 
+#[test]
+fn consume_outcomes_are_counted_by_how_each_consume_ended() {
+    let node = Node::start_shards(2, &[]);
+    let mut client = node.client();
+    let body = json!({ "name": "w", "partitions": 3 }).to_string();
+    assert_eq!(post_topic(&mut client, &body).status, 201);
+    let consume = |client: &mut Client, query: &str| {
+        let path = format!("/v1/topics/w/consume?{query}");
+        client
+            .request("GET", &path, &[("x-narad-client", "test")], "")
+            .unwrap()
+    };
+    assert_eq!(consume(&mut client, "").status, 204);
+    assert_eq!(consume(&mut client, "wait=200ms").status, 204);
+
+    // A long-poll whose client goes away is counted as cancelled.
+    let mut gone = std::net::TcpStream::connect(node.addr).unwrap();
+    std::io::Write::write_all(
+        &mut gone,
+        b"GET /v1/topics/w/consume?wait=5s HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(gone);
+    let outcome = |samples: &BTreeMap<String, f64>, outcome: &str| {
+        let label = format!("outcome=\"{outcome}\"");
+        sum(
+            samples,
+            "narad_consume_wait_seconds_count",
+            &["topic=\"w\"", &label],
+        )
+    };
+    wait_until(Duration::from_secs(4), "a cancelled consume", || {
+        (outcome(&scrape(&mut client), "cancelled") == 1.0).then_some(())
+    });
+
+    produce_ok(&mut client, "w", "partition=0", b"one");
+    assert_eq!(consume(&mut client, "wait=5s").status, 200);
+    for i in 0..3 {
+        produce_ok(&mut client, "w", "partition=1", format!("b{i}").as_bytes());
+    }
+    wait_for_total(&mut client, "w", 3, 4, Duration::from_secs(20));
+    let batch = consume(&mut client, "max=10");
+    assert_eq!(batch.status, 200, "{batch:?}");
+    assert_eq!(json_of(&batch)["messages"].as_array().unwrap().len(), 3);
+
+    let samples = scrape(&mut client);
+    assert_eq!(outcome(&samples, "no_wait"), 2.0, "{samples:#?}");
+    assert_eq!(outcome(&samples, "timeout"), 1.0);
+    assert_eq!(outcome(&samples, "cancelled"), 1.0);
+    assert_eq!(outcome(&samples, "hit"), 1.0);
+    assert_eq!(
+        sum(&samples, "narad_consume_empty_total", &["topic=\"w\""]),
+        2.0
+    );
+    assert_eq!(
+        sum(&samples, "narad_messages_consumed_total", &["topic=\"w\""]),
+        4.0
+    );
+    // The queue gauges come with the next poll (every 5 s): nothing was dropped
+    // by retention or skipped as corrupt.
+    let polled = wait_until(Duration::from_secs(8), "the queue gauges", || {
+        let samples = scrape(&mut client);
+        samples
+            .keys()
+            .any(|k| k.starts_with("narad_consumer_dropped_messages{") && k.contains("topic=\"w\""))
+            .then_some(samples)
+    });
+    for name in [
+        "narad_consumer_dropped_messages",
+        "narad_consumer_corrupt_skipped_total",
+    ] {
+        assert_eq!(sum(&polled, name, &["topic=\"w\""]), 0.0, "{name}");
+    }
+}
+
 fn storage_of(samples: &BTreeMap<String, f64>, topic: &str, partition: u32) -> Storage {
     let topic = format!("topic=\"{topic}\"");
     let partition = format!("partition=\"{partition}\"");

@@ -145,6 +145,7 @@ impl Queues {
         }
         let mut table = InFlight::new(persisted.frontier, persisted.ahead);
         if table.jump_to(stats.oldest_offset) {
+            tracing::warn!(topic = %topic, partition = partition.0, oldest = stats.oldest_offset.0, dropped = table.dropped_total(), "retention outran the consumers: frontier jumped to the oldest retained offset");
             self.note_settled(key);
         }
         if table.frontier() > stats.next_offset {

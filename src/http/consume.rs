@@ -17,7 +17,7 @@
 
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
@@ -31,6 +31,7 @@ use crate::broker::Shard;
 use crate::config::parse_duration;
 use crate::consume::flow::{self, ConsumeRequest};
 use crate::consume::{handle, ConsumeError, Delivered, Settle, SettleError, BATCH_RECORDS_MAX};
+use crate::metrics::{TopicSeries, WaitOutcome};
 
 /// Encoded records one batch reply carries at most; the rest are released.
 const BATCH_REPLY_BYTES_MAX: usize = 8 << 20;
@@ -158,13 +159,14 @@ pub async fn consume<B>(
         wait,
     };
     let name: Arc<str> = Arc::from(topic);
+    // Dropped with the request if the client goes away while the consume waits.
+    let mut watch = WaitWatch {
+        series: shard.traffic.topic(topic, record.id),
+        started: Instant::now(),
+        outcome: None,
+    };
+    let no_wait = wait.is_zero();
     let result = flow::consume(shard, &name, record, consume_request).await;
-    if let Ok(got) = &result {
-        for d in got {
-            let series = shard.traffic.partition(topic, record.id, d.partition);
-            series.consumed(1, d.record.payload.len() as u64);
-        }
-    }
     let mut response = match result {
         Err(ConsumeError::NotFound) => not_found(topic),
         Err(ConsumeError::Failed(why)) => {
@@ -174,18 +176,45 @@ pub async fn consume<B>(
                 "consume failed: partition read failed",
             )
         }
-        Ok(got) if got.is_empty() => no_content(),
-        Ok(got) if query.max.is_some() => batch_reply(shard, &name, record.id, got),
-        Ok(mut got) => {
-            let rest = got.split_off(1);
-            shard.queues_release(record.id, &name, rest).await;
-            let d = &got[0];
-            let body = super::replay::message_json(
-                topic,
-                d.partition,
-                &d.record,
-                Some(&d.receipt_handle()),
-            );
+        Ok(got) if got.is_empty() => {
+            watch.series.empty();
+            watch.outcome = Some(if no_wait {
+                WaitOutcome::NoWait
+            } else {
+                WaitOutcome::Timeout
+            });
+            no_content()
+        }
+        Ok(got) => {
+            watch.outcome = Some(if no_wait {
+                WaitOutcome::NoWait
+            } else {
+                WaitOutcome::Hit
+            });
+            let count = |d: &Delivered| {
+                let series = shard.traffic.partition(topic, record.id, d.partition);
+                series.consumed(1, d.record.payload.len() as u64);
+            };
+            let (body, left_out) = if query.max.is_some() {
+                batch_body(&name, got, count)
+            } else {
+                let mut got = got;
+                let rest = got.split_off(1);
+                let d = &got[0];
+                count(d);
+                let body = super::replay::message_json(
+                    topic,
+                    d.partition,
+                    &d.record,
+                    Some(&d.receipt_handle()),
+                );
+                (body, rest)
+            };
+            // What the reply leaves out goes back before it is written, so the
+            // next consume takes it at once; only what it carries is counted.
+            if !left_out.is_empty() {
+                shard.queues_release(record.id, &name, left_out).await;
+            }
             json_body(body)
         }
     };
@@ -211,13 +240,13 @@ fn json_body(body: Vec<u8>) -> Response<Body> {
     response
 }
 
-/// `{"messages":[...]}` up to the reply bound; records past it are released.
-fn batch_reply(
-    shard: &Rc<Shard>,
+/// `{"messages":[...]}` up to the reply bound, and the records past it, which the
+/// caller releases.
+fn batch_body(
     topic: &Arc<str>,
-    incarnation: narad_shards::ids::IncarnationId,
     got: Vec<Delivered>,
-) -> Response<Body> {
+    mut carried: impl FnMut(&Delivered),
+) -> (Vec<u8>, Vec<Delivered>) {
     // About what the reply takes (JSON payloads go in as they are), so that the
     // body is not grown and copied message by message.
     let estimate: usize = got
@@ -238,17 +267,28 @@ fn batch_reply(
         if i > 0 && body.len() + 2 > BATCH_REPLY_BYTES_MAX {
             body.truncate(before);
             left_out.push(d);
+        } else {
+            carried(&d);
         }
     }
     body.extend_from_slice(b"]}");
-    if !left_out.is_empty() {
-        let shard = shard.clone();
-        let topic = topic.clone();
-        narad_io::rt::spawn_local(async move {
-            shard.queues_release(incarnation, &topic, left_out).await;
-        });
+    (body, left_out)
+}
+
+/// Records one consume in `narad_consume_wait_seconds` when dropped: with the
+/// outcome set once answered, or as cancelled if the request went away first.
+struct WaitWatch {
+    series: Rc<TopicSeries>,
+    started: Instant,
+    outcome: Option<WaitOutcome>,
+}
+
+impl Drop for WaitWatch {
+    fn drop(&mut self) {
+        let outcome = self.outcome.unwrap_or(WaitOutcome::Cancelled);
+        self.series
+            .waited(outcome, self.started.elapsed().as_secs_f64());
     }
-    json_body(body)
 }
 
 /// What the `extend` parameter asks for.

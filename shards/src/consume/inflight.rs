@@ -108,6 +108,8 @@ pub struct InFlight {
     hwm_max: Offset,
     settled_changed: bool,
     corrupt_skipped_total: u64,
+    /// Offsets [`jump_to`](Self::jump_to) settled that no consumer had acked.
+    dropped_total: u64,
 }
 
 impl InFlight {
@@ -135,6 +137,7 @@ impl InFlight {
             hwm_max: Offset(0),
             settled_changed: false,
             corrupt_skipped_total: 0,
+            dropped_total: 0,
         };
         let moved = table.collapse_frontier();
         table.settled_changed = ignored || moved;
@@ -167,6 +170,12 @@ impl InFlight {
     /// Offsets settled by [`skip_corrupt`](Self::skip_corrupt) since this table was built.
     pub fn corrupt_skipped_total(&self) -> u64 {
         self.corrupt_skipped_total
+    }
+
+    /// Offsets retention took before any consumer acked them (settled by
+    /// [`jump_to`](Self::jump_to)) since this table was built.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped_total
     }
 
     /// Releases every lease whose expiry_ms <= now_ms; returns how many it released.
@@ -325,6 +334,8 @@ impl InFlight {
         if oldest <= self.frontier {
             return false;
         }
+        let acked_below = self.acked_ahead.range(..oldest).count() as u64;
+        self.dropped_total += oldest.0 - self.frontier.0 - acked_below;
         self.settle_below(oldest);
         self.settled_changed = true;
         self.tidy_deadlines();

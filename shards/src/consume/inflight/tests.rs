@@ -310,6 +310,7 @@ fn jump_to_drops_everything_below_oldest() {
     assert!(t.jump_to(o(5)));
     assert!(t.take_settled_changed());
     assert_eq!(t.frontier(), o(5));
+    assert_eq!(t.dropped_total(), 4, "0, 1, 3 and 4: 2 was acked");
     assert_eq!(acked(&t), vec![6]);
     assert_eq!(t.in_flight(), 2, "5 and 7 remain");
     assert_eq!(t.ack(o(4), 4, 2), Err(HandleError::Stale));
@@ -324,6 +325,7 @@ fn jump_to_drops_everything_below_oldest() {
     assert_eq!(t.frontier(), o(8));
     assert!(t.jump_to(o(30)));
     assert_eq!(t.frontier(), o(30));
+    assert_eq!(t.dropped_total(), 4 + 1 + 22, "then 5, then 8 to 29");
     assert_eq!(t.in_flight(), 0);
     assert_eq!(t.reserve(2, o(30), &CAPS, VIS_MS, 50), Reserve::Empty);
     assert_eq!(lease(&mut t, 2, 31, 51), o(30));
