@@ -143,6 +143,23 @@ fn single_records_land_by_partition_key_or_rotation() {
         (&json!("both"), &json!("user-1"))
     );
 
+    // A binary key, percent-encoded, is its bytes: hashed as such, read back
+    // base64 with key_encoding.
+    create_topic(&mut client, "binary");
+    let binary_key = [0xFFu8, 0x00, 0xC3];
+    let query: String = format!(
+        "key={}",
+        form_urlencoded::byte_serialize(&binary_key).collect::<String>()
+    );
+    produce_ok(&mut client, "binary", &query, b"bin");
+    let partition = fnv1a32(&binary_key) % 3;
+    let records = wait_for_records(&mut client, "binary", partition, 1);
+    assert_eq!(
+        (&records[0]["key"], &records[0]["key_encoding"]),
+        (&json!(BASE64.encode(binary_key)), &json!("base64")),
+        "{records:?}"
+    );
+
     // Keyless records rotate over every partition and carry no key; an empty
     // `key=` is no key.
     create_topic(&mut client, "spread");

@@ -20,10 +20,11 @@
 //!   always hashing to the partition of `fnv1a32("")`, gets what the reference
 //!   gives it: round-robin.
 //! - A key is at most [`KEY_BYTES_MAX`] bytes after decoding, else 400.
-//! - A key must decode to UTF-8. The decoder replaces bytes that are not UTF-8
-//!   with U+FFFD, which would silently hash such a key to another partition than
-//!   the client meant; a decoded key holding U+FFFD is refused instead (400).
-//!   Binary keys go in a batch, base64-encoded.
+//! - A key is the bytes its value decodes to, UTF-8 or not, as in the reference
+//!   (whose keys are Go strings of bytes): `key=%FF%00` is the two-byte key
+//!   `FF 00`, hashed as such, and shown base64 with `key_encoding` when read.
+//!   The key is decoded from the raw query here, since a text decoder would
+//!   replace such bytes with U+FFFD and hash the key to another partition.
 //!
 //! Which cores: every shard; pure functions.
 
@@ -47,19 +48,21 @@ pub fn parse_produce_query(query: Option<&str>) -> Result<ProduceQuery, String> 
     let mut produce_query = ProduceQuery::default();
     let mut key_seen = false;
     let mut partition_seen = false;
-    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        match name.as_ref() {
-            "key" => {
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match form_decode(name).as_slice() {
+            b"key" => {
                 if std::mem::replace(&mut key_seen, true) {
                     return Err("duplicate key parameter".to_string());
                 }
-                produce_query.key = query_key(&value)?;
+                produce_query.key = query_key(form_decode(value))?;
             }
-            "partition" => {
+            b"partition" => {
                 if std::mem::replace(&mut partition_seen, true) {
                     return Err("duplicate partition parameter".to_string());
                 }
-                produce_query.partition = Some(query_partition(&value)?);
+                let value = form_decode(value);
+                produce_query.partition = Some(query_partition(&String::from_utf8_lossy(&value))?);
             }
             _ => {}
         }
@@ -68,15 +71,19 @@ pub fn parse_produce_query(query: Option<&str>) -> Result<ProduceQuery, String> 
     Ok(produce_query)
 }
 
+/// One name or value of an `application/x-www-form-urlencoded` query, as bytes:
+/// `+` is a space, `%XX` a byte, anything else itself.
+fn form_decode(raw: &str) -> Vec<u8> {
+    let spaced = raw.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced).collect()
+}
+
 /// A decoded `key` value: `None` when empty.
-fn query_key(value: &str) -> Result<Option<Vec<u8>>, String> {
-    if value.contains(char::REPLACEMENT_CHARACTER) {
-        return Err("invalid key: not UTF-8 once percent-decoded".to_string());
-    }
+fn query_key(value: Vec<u8>) -> Result<Option<Vec<u8>>, String> {
     if value.len() > KEY_BYTES_MAX {
         return Err(format!("key too long: at most {KEY_BYTES_MAX} bytes"));
     }
-    Ok((!value.is_empty()).then(|| value.as_bytes().to_vec()))
+    Ok((!value.is_empty()).then_some(value))
 }
 
 /// A decoded `partition` value: decimal digits only, fitting a `u32`.
@@ -228,7 +235,7 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_capped_and_must_be_utf8() {
+    fn keys_are_capped_bytes_utf8_or_not() {
         let longest = "k".repeat(KEY_BYTES_MAX);
         assert_eq!(
             parsed(&format!("key={longest}")).key.unwrap().len(),
@@ -236,8 +243,18 @@ mod tests {
         );
         let message = refused(&format!("key={longest}k"));
         assert!(message.starts_with("key too long"), "{message}");
-        let message = refused("key=%FF%FE");
-        assert!(message.starts_with("invalid key"), "{message}");
+        let longest_binary = "%FF".repeat(KEY_BYTES_MAX);
+        assert_eq!(
+            parsed(&format!("key={longest_binary}")).key.unwrap(),
+            vec![0xFF; KEY_BYTES_MAX]
+        );
+        let message = refused(&format!("key={longest_binary}%FF"));
+        assert!(message.starts_with("key too long"), "{message}");
+        assert_eq!(parsed("key=%FF%00a+b").key.unwrap(), b"\xFF\x00a b");
+        // A real U+FFFD in the key is a key like any other.
+        assert_eq!(parsed("key=%EF%BF%BD").key.unwrap(), "\u{FFFD}".as_bytes());
+        // A `%` not followed by two hex digits stays as it is.
+        assert_eq!(parsed("key=a%2").key.unwrap(), b"a%2");
     }
 
     #[test]
