@@ -150,6 +150,9 @@ pub enum Action {
     StoreCheckpoint(Seq),
     /// These records are done without a commit; drop their bytes.
     Discard {
+        /// The topic and partition the records were accepted for, for the log.
+        topic: Rc<str>,
+        partition: PartitionId,
         seqs: Vec<Seq>,
         reason: DiscardReason,
     },

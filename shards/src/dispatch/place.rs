@@ -71,6 +71,8 @@ impl Dispatcher {
             }
             Route::Discard => {
                 self.actions.push_back(Action::Discard {
+                    topic: Rc::clone(&topic),
+                    partition: record.partition,
                     seqs: vec![seq],
                     reason: DiscardReason::IncarnationGone,
                 });

@@ -356,6 +356,7 @@ fn apply<E: DispatchEnv, S: Storage>(
             let env = env.clone();
             let outcomes = outcomes.clone();
             let topic: Arc<str> = Arc::from(&*topic);
+            let (log_topic, count) = (topic.clone(), records.len());
             outcomes.in_flight.set(outcomes.in_flight.get() + 1);
             narad_io::rt::spawn_local(async move {
                 let outcome = if mixed {
@@ -373,6 +374,7 @@ fn apply<E: DispatchEnv, S: Storage>(
                             CommitOutcome::Committed
                         }
                         Some(Err(CommitError::IncarnationMismatch)) => {
+                            tracing::warn!(topic = %log_topic, topic_id = %incarnation, partition = partition.0, records = count, "owner refused produce records accepted for another topic incarnation; checking them again");
                             CommitOutcome::IncarnationMismatch
                         }
                         Some(Err(CommitError::NotOwner)) => CommitOutcome::NotOwner,
@@ -386,10 +388,15 @@ fn apply<E: DispatchEnv, S: Storage>(
         }
         Action::Seek(seq) => reader.seek(seq),
         Action::StoreCheckpoint(seq) => wal.store_checkpoint(seq),
-        Action::Discard { seqs, .. } => {
+        Action::Discard {
+            topic,
+            partition,
+            seqs,
+            ..
+        } => {
             for seq in &seqs {
                 if let Some(bytes) = held.remove(seq) {
-                    tracing::warn!(seq = seq.0, incarnation = %bytes.incarnation, "discarding undispatched record of a deleted topic incarnation");
+                    tracing::warn!(topic = %topic, topic_id = %bytes.incarnation, partition = partition.0, seq = seq.0, "discarding undispatched record of a deleted topic incarnation");
                 }
             }
         }
