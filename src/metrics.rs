@@ -435,6 +435,22 @@ fn describe_all() {
         "narad_consume_empty_total",
         "Consumes answered 204 with nothing to deliver."
     );
+    describe_gauge!(
+        "narad_data_dir_available_bytes",
+        "Bytes still available to the broker on the file system of the data directory."
+    );
+    describe_gauge!(
+        "narad_http_requests_in_flight",
+        "HTTP requests being answered (long-polls included)."
+    );
+    describe_counter!(
+        "narad_http_request_bytes_in_total",
+        "Request body bytes by route, as declared by Content-Length."
+    );
+    describe_counter!(
+        "narad_http_response_bytes_out_total",
+        "Response body bytes by route."
+    );
     describe_counter!("narad_ack_extended_total", "Leases extended.");
     describe_counter!("narad_nack_total", "Leases given back (nack).");
     describe_storage();
@@ -633,6 +649,23 @@ pub async fn run_poller(shard: Rc<crate::broker::Shard>) {
     }
 }
 
+/// Bytes an unprivileged writer may still use on the file system holding `dir`
+/// (`statvfs`: available blocks times the fragment size); `None` if it fails.
+fn available_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string and `stat` is writable memory of
+    // the right type, which statvfs fills when it returns 0.
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
 /// One refresh of the shard's gauges.
 pub fn poll_once(shard: &crate::broker::Shard) {
     // Records still to dispatch include those of WALs left by shards that no
@@ -651,6 +684,12 @@ pub fn poll_once(shard: &crate::broker::Shard) {
         0.0
     });
     ::metrics::gauge!("narad_open_partition_logs").set(shard.owner.open_log_count() as f64);
+    // One shard speaks for the node's file system (gauges sum over shards).
+    if shard.index == 0 {
+        if let Some(available) = available_bytes(&shard.data_dir) {
+            ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
+        }
+    }
     shard.queues.for_each_loaded(|topic, partition, queue| {
         let labels = [
             ("topic", topic.to_string()),

@@ -135,6 +135,37 @@ fn counters_follow_a_known_sequence_of_requests() {
         ),
         1.0
     );
+    assert_eq!(
+        sum(
+            &samples,
+            "narad_http_request_bytes_in_total",
+            &[produce_route]
+        ),
+        10.0,
+        "five bodies of 2 bytes"
+    );
+    assert_eq!(
+        sum(
+            &samples,
+            "narad_http_response_bytes_out_total",
+            &[produce_route]
+        ),
+        0.0,
+        "202s are empty"
+    );
+    assert!(
+        sum(
+            &samples,
+            "narad_http_response_bytes_out_total",
+            &["route=\"/v1/topics/{topic}/consume\""]
+        ) > 0.0
+    );
+    assert_eq!(
+        sum(&samples, "narad_http_requests_in_flight", &[]),
+        1.0,
+        "the scrape itself"
+    );
+    assert!(sum(&samples, "narad_data_dir_available_bytes", &[]) > 0.0);
     assert!(sum(&samples, "narad_produce_to_committed_seconds_count", &[]) >= 15.0);
     assert!(
         samples.contains_key("narad_ingress_wal_failed"),

@@ -77,6 +77,9 @@ pub struct Routes {
     /// looking a series up by its labels builds and hashes a key, which cost
     /// about as much as answering `GET /healthz` itself.
     series: RefCell<HashMap<SeriesLabels, Rc<HttpSeries>>>,
+    /// `narad_http_requests_in_flight`: this shard's part (the shards' sum is the
+    /// node's), registered on first use.
+    in_flight: std::cell::OnceCell<::metrics::Gauge>,
 }
 
 /// The labels of one request's HTTP series; no endpoint is the `unmatched` route.
@@ -88,6 +91,20 @@ struct HttpSeries {
     duration: ::metrics::Histogram,
     /// `narad_errors_total{component="http",kind="5xx"}` for a 5xx status.
     server_errors: Option<::metrics::Counter>,
+    /// `narad_http_request_bytes_in_total` and `_response_bytes_out_total` of the
+    /// route.
+    bytes_in: ::metrics::Counter,
+    bytes_out: ::metrics::Counter,
+}
+
+/// Counts a request in `narad_http_requests_in_flight` until dropped, whether it
+/// was answered or its client went away.
+struct InFlight(::metrics::Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
 }
 
 /// Where routing sent a request.
@@ -131,6 +148,7 @@ impl Routes {
             router,
             api,
             series: RefCell::new(HashMap::new()),
+            in_flight: std::cell::OnceCell::new(),
         }
     }
 
@@ -142,6 +160,16 @@ impl Routes {
         B::Error: std::error::Error + Send + Sync + 'static,
     {
         let started = std::time::Instant::now();
+        let in_flight = self
+            .in_flight
+            .get_or_init(|| ::metrics::gauge!("narad_http_requests_in_flight"))
+            .clone();
+        in_flight.increment(1.0);
+        let _in_flight = InFlight(in_flight);
+        // The declared body size: a chunked body without a length counts 0.
+        let bytes_in = hyper::body::Body::size_hint(request.body())
+            .exact()
+            .unwrap_or(0);
         let method = method_label(request.method());
         let routed = match self.router.find(request.method(), request.uri().path()) {
             Match::Found { endpoint, params } => Routed::Found {
@@ -162,6 +190,9 @@ impl Routes {
         if let Some(errors) = &series.server_errors {
             errors.increment(1);
         }
+        series.bytes_in.increment(bytes_in);
+        let bytes_out = hyper::body::Body::size_hint(response.body()).exact();
+        series.bytes_out.increment(bytes_out.unwrap_or(0));
         response
     }
 
@@ -186,6 +217,8 @@ impl Routes {
             server_errors: status.is_server_error().then(|| {
                 ::metrics::counter!("narad_errors_total", "component" => "http", "kind" => "5xx")
             }),
+            bytes_in: ::metrics::counter!("narad_http_request_bytes_in_total", "route" => route),
+            bytes_out: ::metrics::counter!("narad_http_response_bytes_out_total", "route" => route),
         });
         self.series.borrow_mut().insert(labels, series.clone());
         series
