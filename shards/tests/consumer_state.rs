@@ -137,6 +137,28 @@ fn a_process_crash_after_a_tick_keeps_the_ticked_state() {
     });
 }
 
+#[test]
+fn the_oldest_write_waiting_for_its_writeout_is_reported_until_it_is_durable() {
+    let disk = disk_with_partitions(6, 2);
+    block_on(async {
+        let interval = Duration::from_secs(60);
+        let mut committer = Committer::new(disk.clone(), config(interval, 8));
+        let t0 = Instant::now();
+        assert_eq!(committer.oldest_unsynced(t0), None);
+        committer.tick(t0, changed(0, &acked(5, &[]))).await;
+        committer
+            .tick(t0 + 100 * MS, changed(1, &acked(9, &[11])))
+            .await;
+        assert_eq!(
+            committer.oldest_unsynced(t0 + 5_000 * MS),
+            Some((2, 5_000 * MS))
+        );
+        let report = committer.tick(t0 + interval + 200 * MS, vec![]).await;
+        assert_eq!(report.durable.len(), 2, "{report:?}");
+        assert_eq!(committer.oldest_unsynced(t0 + interval + 300 * MS), None);
+    });
+}
+
 /// Ticks `synced` and makes it durable (it waits a whole interval), then ticks
 /// `ticked` without a sync.
 async fn sync_then_tick(disk: &SimDisk, synced: &AckedState, ticked: &AckedState) {

@@ -27,6 +27,8 @@ use crate::broker::{partition_dir, Shard};
 
 /// Failures logged at most once per this long (they repeat every tick).
 const ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+/// The two lag warnings are logged at most this often.
+const LAG_WARNING_EVERY: Duration = Duration::from_secs(60);
 
 /// What the rest of the shard tells the persister task.
 #[derive(Default)]
@@ -69,9 +71,12 @@ fn open_files_max() -> usize {
 /// Runs the shard's committer until [`Persister::close`].
 pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) {
     let tick = config.tick.min(config.durability_interval);
+    let durability_interval = config.durability_interval;
     let mut committer = Committer::new(shard.storage.clone(), config);
     let mut known: HashSet<PartitionKey> = HashSet::new();
     let mut last_error_log: Option<Instant> = None;
+    let mut last_slow_tick_log: Option<Instant> = None;
+    let mut last_late_sync_log: Option<Instant> = None;
     loop {
         let idle = committer.pending_sync() == 0;
         if idle && !shard.persister.closing.get() {
@@ -95,11 +100,33 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) {
         let changed = changed_states(&shard);
         known.extend(changed.iter().map(|(key, _, _)| *key));
         let closing = shard.persister.closing.get();
+        let partitions = changed.len();
+        let started = Instant::now();
         let report = if closing {
-            committer.close(Instant::now(), changed).await
+            committer.close(started, changed).await
         } else {
-            committer.tick(Instant::now(), changed).await
+            committer.tick(started, changed).await
         };
+        let took = started.elapsed();
+        // A tick that primed partitions read their files first: not a lag.
+        if !closing && took > tick && report.primed == 0 && due(&mut last_slow_tick_log) {
+            tracing::warn!(
+                partitions,
+                flush_took = ?took,
+                interval = ?tick,
+                "consumer offset commits cannot keep to their interval: persisted offsets lag acks by about the flush time"
+            );
+        }
+        if let Some((waiting, oldest)) = committer.oldest_unsynced(Instant::now()) {
+            if oldest > durability_interval * 2 && due(&mut last_late_sync_log) {
+                tracing::warn!(
+                    partitions = waiting,
+                    oldest = ?oldest,
+                    durability_interval = ?durability_interval,
+                    "consumer offsets wait longer than their durability interval for a device flush: a power loss would redeliver more acks than it promises"
+                );
+            }
+        }
         if !report.errors.is_empty()
             && (closing || last_error_log.is_none_or(|at| at.elapsed() >= ERROR_LOG_EVERY))
         {
@@ -118,6 +145,16 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) {
             return;
         }
     }
+}
+
+/// Whether a warning last logged at `last` may be logged again (at most once a
+/// minute); if so, notes that it is.
+fn due(last: &mut Option<Instant>) -> bool {
+    if last.is_some_and(|at| at.elapsed() < LAG_WARNING_EVERY) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
 }
 
 /// The settled state of every partition acked since the last call.

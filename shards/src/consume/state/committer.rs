@@ -269,6 +269,20 @@ impl<S: Storage> Committer<S> {
         self.partitions.values().filter(|p| p.pending()).count()
     }
 
+    /// The partitions whose writes wait for their writeout, and how long the
+    /// oldest of those writes has waited at `now`.
+    pub fn oldest_unsynced(&self, now: Instant) -> Option<(usize, Duration)> {
+        let waiting = self
+            .partitions
+            .values()
+            .filter(|p| !p.stranded)
+            .filter_map(|p| p.unsynced_since);
+        let (count, oldest) = waiting.fold((0, None::<Instant>), |(n, oldest), since| {
+            (n + 1, Some(oldest.map_or(since, |o| o.min(since))))
+        });
+        oldest.map(|at| (count, now.saturating_duration_since(at)))
+    }
+
     /// `consumer.ahead` descriptors held open now.
     pub fn files_held(&self) -> usize {
         self.files_held
