@@ -229,6 +229,37 @@ fn time_based_roll_and_retention_by_age() {
     });
 }
 
+#[test]
+fn a_segment_rolled_after_a_reopen_keeps_its_commit_time_for_retention() {
+    block_on(async {
+        let disk = SimDisk::new(14, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 3, 100).await;
+        commit(&mut log, 3, 900).await;
+        log.close().await.unwrap();
+        // Reopened (a restart, or the cold walk after idle eviction), then rolled
+        // by age before any commit: the sealed segment's newest record is from 900.
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert!(log.maybe_roll(1100).await.unwrap());
+        assert_eq!(
+            log.enforce_retention(5899).await.unwrap().segments_deleted,
+            0,
+            "deleted before its retention ran out"
+        );
+        assert_eq!(log.oldest_offset(), Offset(0));
+        assert_records(&read_all(&mut log, 0).await, 0..6);
+        assert_eq!(
+            log.enforce_retention(5900).await.unwrap().segments_deleted,
+            1
+        );
+        log.close().await.unwrap();
+    });
+}
+
 /// After retention emptied the sealed segments: the oldest offset, the high
 /// watermark and the newest commit time all survive a reopen.
 async fn reopen_after_retention(disk: &SimDisk) {

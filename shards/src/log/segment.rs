@@ -257,12 +257,16 @@ async fn recover_active<S: Storage>(
     let appender = AppendFile::open_at(Rc::new(file), data_bytes)
         .await
         .map_err(io_err("position appender"))?;
+    // The index the roll seals carries the newest commit time retention judges
+    // the segment by; the scan does not note it.
+    let mut index = scan.index;
+    index.note_commit_ms(last_commit_ms);
     let active = ActiveSegment {
         base,
         file: appender,
         prepared_bytes: align_down(size).max(align_up(data_bytes)),
         tail_block: bytes[align_down(data_bytes) as usize..data_bytes as usize].to_vec(),
-        index: scan.index,
+        index,
         first_commit_ms,
         preparing: None,
     };
@@ -515,7 +519,12 @@ impl<S: Storage> PartitionLog<S> {
             let loaded = load_index(&self.storage, &self.dir, base)
                 .await
                 .map_err(io_err("load index"))?
-                .filter(|index| index.end == end && index.data_bytes == data_bytes);
+                .filter(|index| index.end == end && index.data_bytes == data_bytes)
+                // A segment of records with no commit time was sealed by a
+                // version that lost it when the log was reopened before the
+                // roll; rebuilding reads it from the last frame, where retention
+                // would otherwise take the segment for decades old.
+                .filter(|index| index.max_commit_ms > 0 || end == base);
             let index = match loaded {
                 Some(index) => index,
                 None => self.rebuild_index(base, end, data_bytes).await?,
