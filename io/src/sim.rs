@@ -81,6 +81,7 @@ struct Inner {
     ops: u64,
     crash_at_op: Option<u64>,
     fail_next_syncs: u32,
+    fail_create_of: Option<String>,
     flip_next_reads: u32,
     /// (inode, byte position, bit, longest read): the next read of that inode
     /// covering the position, and asking for at most that many bytes, returns the
@@ -125,6 +126,7 @@ impl SimDisk {
                 ops: 0,
                 crash_at_op: None,
                 fail_next_syncs: 0,
+                fail_create_of: None,
                 flip_next_reads: 0,
                 flip_at: None,
                 capacity_bytes: None,
@@ -181,6 +183,12 @@ impl SimDisk {
     /// The next `n` successful-looking syncs fail with `EIO` instead.
     pub fn fail_next_syncs(&self, n: u32) {
         self.inner.borrow_mut().fail_next_syncs = n;
+    }
+
+    /// The next open that creates `path` creates it and then fails with `EIO`,
+    /// as a real create whose directory sync failed: the file is left behind.
+    pub fn fail_next_create_of(&self, path: &str) {
+        self.inner.borrow_mut().fail_create_of = Some(path.to_string());
     }
 
     /// The next `n` reads each return one flipped bit.
@@ -545,6 +553,10 @@ impl Storage for SimDisk {
                 inner.next_inode += 1;
                 inner.inodes.insert(inode, FileData::default());
                 inner.names.insert(path.to_string(), inode);
+                if inner.fail_create_of.as_deref() == Some(path) {
+                    inner.fail_create_of = None;
+                    return Err(io::Error::from_raw_os_error(libc::EIO));
+                }
                 inode
             }
             None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),

@@ -260,6 +260,34 @@ fn a_segment_rolled_after_a_reopen_keeps_its_commit_time_for_retention() {
     });
 }
 
+#[test]
+fn a_roll_that_fails_to_create_its_segment_leaves_no_file_to_hide_later_commits() {
+    block_on(async {
+        let disk = SimDisk::new(15, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 3, 100).await;
+        // The reaper's roll at a short retention: the new file is created, then
+        // its creation fails.
+        disk.fail_next_create_of(&segment_path(3));
+        assert!(log.maybe_roll_at_age(200, 50).await.is_err());
+        // Commits go on into the current segment, past the failed roll's base.
+        commit(&mut log, 4, 300).await;
+        assert_eq!(log.high_watermark(), Offset(7));
+        log.close().await.unwrap();
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_eq!(
+            (log.oldest_offset(), log.high_watermark()),
+            (Offset(0), Offset(7))
+        );
+        assert_records(&read_all(&mut log, 0).await, 0..7);
+        log.close().await.unwrap();
+    });
+}
+
 /// After retention emptied the sealed segments: the oldest offset, the high
 /// watermark and the newest commit time all survive a reopen.
 async fn reopen_after_retention(disk: &SimDisk) {

@@ -406,14 +406,27 @@ impl<S: Storage> PartitionLog<S> {
         }
         let base = self.high_watermark;
         let path = join(&self.dir, &segment_file_name(base));
-        let new_file = self
-            .storage
-            .open(&path, OpenMode::CreateOrOpen)
-            .await
-            .map_err(io_err("create segment"))?;
-        let appender = AppendFile::open_at(Rc::new(new_file), 0)
-            .await
-            .map_err(io_err("position appender"))?;
+        let created = match self.storage.open(&path, OpenMode::CreateOrOpen).await {
+            Ok(new_file) => AppendFile::open_at(Rc::new(new_file), 0)
+                .await
+                .map_err(io_err("position appender")),
+            Err(e) => Err(io_err("create segment")(e)),
+        };
+        let appender = match created {
+            Ok(appender) => appender,
+            Err(e) => {
+                // The file may exist though its creation failed (the directory
+                // sync after it did). Left there, it would open as the active
+                // segment at the next open, above records that later commits
+                // append to the current one: remove it; the roll is tried again.
+                if let Err(remove) = self.storage.remove(&path).await {
+                    if remove.kind() != std::io::ErrorKind::NotFound {
+                        tracing::error!(dir = %self.dir, error = %remove, "partition log could not remove a segment it failed to create");
+                    }
+                }
+                return Err(e);
+            }
+        };
         let old = std::mem::replace(
             &mut self.active,
             ActiveSegment {
@@ -426,11 +439,6 @@ impl<S: Storage> PartitionLog<S> {
                 preparing: None,
             },
         );
-        old.file
-            .into_file()
-            .close()
-            .await
-            .map_err(io_err("close sealed segment"))?;
         assert!(
             self.sealed.back().is_none_or(|s| s.end == old.base),
             "segments are contiguous"
@@ -442,6 +450,11 @@ impl<S: Storage> PartitionLog<S> {
             index: Some(old.index),
         });
         self.sealed_bytes += data_bytes;
+        // The segment is synced and now sealed whatever the close says; failing
+        // the roll here would leave the log without it.
+        if let Err(e) = old.file.into_file().close().await {
+            tracing::warn!(dir = %self.dir, base = old.base.0, error = %e, "partition log could not close a sealed segment");
+        }
         Ok(())
     }
 
