@@ -481,6 +481,25 @@ impl<S: Storage> PartitionLog<S> {
         );
         let oldest_before = self.oldest_offset();
         let mut outcome = RetentionOutcome::default();
+        let result = self.delete_aged(now_ms, retention_ms, &mut outcome).await;
+        assert!(
+            self.oldest_offset() >= oldest_before && self.oldest_offset() <= self.high_watermark,
+            "retention only moves the oldest offset forward, never past the high watermark"
+        );
+        // Cached frames of a deleted segment must not be read past retention,
+        // whether the run ended or failed part way.
+        let oldest = self.oldest_offset();
+        self.cache.borrow_mut().trim_below(oldest);
+        result.map(|()| outcome)
+    }
+
+    /// The deletions of one retention run, counted in `outcome` as they happen.
+    async fn delete_aged(
+        &mut self,
+        now_ms: u64,
+        retention_ms: u64,
+        outcome: &mut RetentionOutcome,
+    ) -> Result<(), LogError> {
         for _ in 0..RETENTION_SEGMENTS_PER_RUN_MAX {
             if self.sealed.is_empty() {
                 break;
@@ -503,25 +522,18 @@ impl<S: Storage> PartitionLog<S> {
                 .remove(&log_path)
                 .await
                 .map_err(io_err("remove segment"))?;
-            let index_path = join(&self.dir, &index_file_name(base));
-            self.storage
-                .remove(&index_path)
-                .await
-                .map_err(io_err("remove index"))?;
+            // Gone from the disk, so gone from the log, whatever happens next.
             let removed = self.sealed.pop_front().expect("checked non-empty");
             outcome.segments_deleted += 1;
             outcome.bytes_deleted += removed.data_bytes;
             outcome.records_deleted += removed.end.0 - removed.base.0;
             self.sealed_bytes -= removed.data_bytes;
+            let index_path = join(&self.dir, &index_file_name(base));
+            if let Err(e) = self.storage.remove(&index_path).await {
+                tracing::warn!(dir = %self.dir, base = base.0, error = %e, "partition log could not remove a deleted segment's index; the next open does");
+            }
         }
-        assert!(
-            self.oldest_offset() >= oldest_before && self.oldest_offset() <= self.high_watermark,
-            "retention only moves the oldest offset forward, never past the high watermark"
-        );
-        // Cached frames of a deleted segment must not be read past retention.
-        let oldest = self.oldest_offset();
-        self.cache.borrow_mut().trim_below(oldest);
-        Ok(outcome)
+        Ok(())
     }
 
     /// The index of sealed segment `i`, loaded from its file or rebuilt by a scan.
