@@ -90,6 +90,23 @@ impl Dispatcher {
         cluster: &impl Cluster,
     ) -> Gate {
         self.dest_mut(topic, partition).retry_at = None;
+        // Records of another incarnation than the live one, or of a topic gone
+        // from the metadata, go back to the WAL (with everything queued behind
+        // them, to keep the partition's order): placement checks them again and
+        // discards them once their incarnation is confirmed gone. Checked before
+        // the owner, since a deleted topic has none: waiting for one would hold
+        // them, and the checkpoint behind them, forever.
+        let live = cluster.topic(topic).map(|m| m.incarnation);
+        let d = self.dest_mut(topic, partition);
+        if let Some(stale) = d.queue.iter().position(|h| Some(h.incarnation) != live) {
+            let back: Vec<Held> = d.queue.drain(stale..).collect();
+            let emptied = d.queue.is_empty();
+            self.held_counting -= back.len();
+            self.return_to_wal(now, topic, back);
+            if emptied {
+                return Gate::Rerouted;
+            }
+        }
         let Some(owner) = cluster.owner(topic, partition) else {
             return Gate::WaitUntil(now + self.config.owner_lookup_interval);
         };
@@ -124,12 +141,6 @@ impl Dispatcher {
             if now < until {
                 return Gate::WaitUntil(until);
             }
-        }
-        let live = cluster.topic(topic).map(|m| m.incarnation);
-        if let Some(stale) = d.queue.iter().position(|h| Some(h.incarnation) != live) {
-            let back: Vec<Held> = d.queue.drain(stale..).collect();
-            self.held_counting -= back.len();
-            self.return_to_wal(now, topic, back);
         }
         Gate::Go(owner)
     }

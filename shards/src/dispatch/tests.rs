@@ -12,6 +12,8 @@ struct TestCluster {
     incarnation: IncarnationId,
     owners: BTreeMap<u32, OwnerId>,
     dead: Vec<u32>,
+    /// The topic was deleted: its name resolves to nothing.
+    deleted: bool,
 }
 
 impl TestCluster {
@@ -24,18 +26,22 @@ impl TestCluster {
             incarnation: INC,
             owners,
             dead: Vec::new(),
+            deleted: false,
         }
     }
 }
 
 impl Cluster for TestCluster {
     fn topic(&self, name: &str) -> Option<TopicMeta> {
-        (name == "t").then_some(TopicMeta {
+        (name == "t" && !self.deleted).then_some(TopicMeta {
             incarnation: self.incarnation,
             partitions: self.partitions,
         })
     }
     fn owner(&self, _: &str, partition: PartitionId) -> Option<OwnerId> {
+        if self.deleted {
+            return None;
+        }
         self.owners.get(&partition.0).copied()
     }
     fn is_alive(&self, owner: OwnerId) -> bool {
@@ -371,6 +377,55 @@ fn replaced_incarnation_is_discarded_only_after_confirmation() {
     assert!(actions
         .iter()
         .any(|a| matches!(a, Action::StoreCheckpoint(Seq(1)))));
+}
+
+#[test]
+fn records_queued_for_a_deleted_topic_go_back_and_are_discarded_once_confirmed() {
+    let mut h = Harness::new(1);
+    let first = commits(&h.produce(0, &[0, 0]));
+    assert_eq!(first[0].2, vec![0, 1]);
+    assert!(commits(&h.produce(1, &[0, 0])).is_empty(), "queued behind");
+    // The topic is deleted while 2 and 3 wait; the commit in flight lands.
+    h.c.deleted = true;
+    let mut actions = h.answer(5, first[0].0, CommitOutcome::Committed);
+    for ms in [20, 40, 1_100] {
+        actions.extend(h.read(ms));
+    }
+    assert!(
+        commits(&actions).is_empty(),
+        "nothing commits to a deleted topic"
+    );
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::AskGone { incarnation, .. } if *incarnation == INC)),
+        "the queued records go back to be checked: {actions:?}"
+    );
+    h.d.handle(
+        h.at(1_200),
+        Event::GoneAnswer {
+            topic: "t",
+            incarnation: INC,
+            gone: true,
+        },
+        &h.c,
+    );
+    let seek = h.d.drain_actions().find_map(|a| match a {
+        Action::Seek(s) => Some(s),
+        _ => None,
+    });
+    h.reader = seek.expect("confirmation brings a rescan");
+    let actions = h.read(1_200);
+    let discarded: Vec<u64> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Discard { seqs, .. } => Some(seqs.iter().map(|s| s.0)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(discarded, vec![2, 3]);
+    assert_eq!(h.d.checkpoint(), Seq(4), "the checkpoint moves past them");
 }
 
 #[test]
