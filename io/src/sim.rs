@@ -82,6 +82,7 @@ struct Inner {
     crash_at_op: Option<u64>,
     fail_next_syncs: u32,
     fail_create_of: Option<String>,
+    fail_rename_of: Option<String>,
     flip_next_reads: u32,
     /// (inode, byte position, bit, longest read): the next read of that inode
     /// covering the position, and asking for at most that many bytes, returns the
@@ -127,6 +128,7 @@ impl SimDisk {
                 crash_at_op: None,
                 fail_next_syncs: 0,
                 fail_create_of: None,
+                fail_rename_of: None,
                 flip_next_reads: 0,
                 flip_at: None,
                 capacity_bytes: None,
@@ -189,6 +191,12 @@ impl SimDisk {
     /// as a real create whose directory sync failed: the file is left behind.
     pub fn fail_next_create_of(&self, path: &str) {
         self.inner.borrow_mut().fail_create_of = Some(path.to_string());
+    }
+
+    /// The next rename of `from` renames it and then fails with `EIO`, as a real
+    /// rename whose directory sync failed.
+    pub fn fail_next_rename_of(&self, from: &str) {
+        self.inner.borrow_mut().fail_rename_of = Some(from.to_string());
     }
 
     /// The next `n` reads each return one flipped bit.
@@ -578,6 +586,10 @@ impl Storage for SimDisk {
             .remove(from)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
         inner.names.insert(to.to_string(), inode);
+        if inner.fail_rename_of.as_deref() == Some(from) {
+            inner.fail_rename_of = None;
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         Ok(())
     }
 

@@ -270,6 +270,41 @@ fn compaction_recycles_segments_and_bounds_disk_use() {
 }
 
 #[test]
+fn a_compaction_whose_rename_failed_its_directory_sync_carries_on() {
+    let disk = SimDisk::new(4, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        let files = disk.list("wal").await.unwrap();
+        let first = files
+            .iter()
+            .find(|f| f.ends_with(".wal"))
+            .unwrap_or_else(|| panic!("no segment in {files:?}"));
+        // The first segment becomes a spare, but the sync after the rename fails.
+        disk.fail_next_rename_of(&format!("wal/{first}"));
+        let mut next_id = 0u64;
+        for _round in 0..12 {
+            for _ in 0..100 {
+                let payload = payload_for(next_id, 1000);
+                wal.append(&record(&payload, None)).await.unwrap();
+                next_id += 1;
+            }
+            wal.store_checkpoint(wal.durable_next());
+            let target = wal.durable_next();
+            wait_until(|| wal.synced_checkpoint() == target).await;
+            narad_io::rt::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            wal.segment_count() <= 3,
+            "compaction stuck: {} segments",
+            wal.segment_count()
+        );
+        wal.close().await;
+    });
+}
+
+#[test]
 fn a_checkpoint_below_the_oldest_segment_starts_at_that_segment() {
     let disk = SimDisk::new(4, SimFaults::default());
     run_local(None, async move {

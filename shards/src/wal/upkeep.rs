@@ -121,7 +121,13 @@ async fn compact<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
                 &inner.dir,
                 &format!("{SPARE_PREFIX}{}", segment_name(first)),
             );
-            inner.storage.rename(&name, &spare).await?;
+            match inner.storage.rename(&name, &spare).await {
+                Ok(()) => {}
+                // An earlier attempt renamed it, then failed to sync the
+                // directory: the segment is a spare already.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
             inner.shared.borrow_mut().spares.push(spare);
         } else {
             inner.storage.remove(&name).await?;
