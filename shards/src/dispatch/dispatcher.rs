@@ -153,6 +153,11 @@ impl Dispatcher {
         wanted
     }
 
+    /// Whether `seq` is held: queued for, or in, a commit.
+    pub fn is_held(&self, seq: Seq) -> bool {
+        self.held.contains(&seq)
+    }
+
     /// How many records the reader may visit now: room in the window, and no more
     /// than the lookahead past the checkpoint.
     pub fn read_budget(&self) -> usize {

@@ -150,8 +150,10 @@ pub enum Action {
     StoreCheckpoint(Seq),
     /// These records are done without a commit; drop their bytes.
     Discard {
-        /// The topic and partition the records were accepted for, for the log.
+        /// The topic, incarnation and partition the records were accepted for,
+        /// for the log.
         topic: Rc<str>,
+        incarnation: IncarnationId,
         partition: PartitionId,
         seqs: Vec<Seq>,
         reason: DiscardReason,

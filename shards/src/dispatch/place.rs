@@ -72,6 +72,7 @@ impl Dispatcher {
             Route::Discard => {
                 self.actions.push_back(Action::Discard {
                     topic: Rc::clone(&topic),
+                    incarnation: record.incarnation,
                     partition: record.partition,
                     seqs: vec![seq],
                     reason: DiscardReason::IncarnationGone,

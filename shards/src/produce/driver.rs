@@ -201,8 +201,10 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                 })
                 .await;
             // Before any action is applied: commits look their records up here.
+            // Only records the dispatcher holds keep their bytes: one it skipped
+            // is read again later, and one it discarded is done.
             let bytes = Bytes::from(bytes);
-            for v in visited {
+            for v in visited.into_iter().filter(|v| dispatcher.is_held(v.seq)) {
                 held.insert(
                     v.seq,
                     HeldBytes {
@@ -390,14 +392,14 @@ fn apply<E: DispatchEnv, S: Storage>(
         Action::StoreCheckpoint(seq) => wal.store_checkpoint(seq),
         Action::Discard {
             topic,
+            incarnation,
             partition,
             seqs,
             ..
         } => {
             for seq in &seqs {
-                if let Some(bytes) = held.remove(seq) {
-                    tracing::warn!(topic = %topic, topic_id = %bytes.incarnation, partition = partition.0, seq = seq.0, "discarding undispatched record of a deleted topic incarnation");
-                }
+                held.remove(seq);
+                tracing::warn!(topic = %topic, topic_id = %incarnation, partition = partition.0, seq = seq.0, "discarding undispatched record of a deleted topic incarnation");
             }
         }
         Action::Release { seqs } => {
