@@ -223,6 +223,30 @@ fn many_appenders_share_each_fdatasync() {
     });
 }
 
+/// `rounds` rounds of 100 appends of 1000 bytes, each then fully dispatched
+/// (checkpoint stored and synced) and followed by `after_round`; returns the
+/// number of records appended.
+async fn append_and_dispatch_rounds(
+    wal: &Wal<SimDisk>,
+    rounds: usize,
+    after_round: impl Fn(&Wal<SimDisk>),
+) -> u64 {
+    let mut next_id = 0u64;
+    for _round in 0..rounds {
+        for _ in 0..100 {
+            let payload = payload_for(next_id, 1000);
+            wal.append(&record(&payload, None)).await.unwrap();
+            next_id += 1;
+        }
+        wal.store_checkpoint(wal.durable_next());
+        let target = wal.durable_next();
+        wait_until(|| wal.synced_checkpoint() == target).await;
+        narad_io::rt::sleep(Duration::from_millis(5)).await;
+        after_round(wal);
+    }
+    next_id
+}
+
 #[test]
 fn compaction_recycles_segments_and_bounds_disk_use() {
     let disk = SimDisk::new(3, SimFaults::default());
@@ -230,23 +254,14 @@ fn compaction_recycles_segments_and_bounds_disk_use() {
         let wal = Wal::open(disk.clone(), "wal", small_config(true))
             .await
             .unwrap();
-        let mut next_id = 0u64;
-        for _round in 0..12 {
-            for _ in 0..100 {
-                let payload = payload_for(next_id, 1000);
-                wal.append(&record(&payload, None)).await.unwrap();
-                next_id += 1;
-            }
-            wal.store_checkpoint(wal.durable_next());
-            let target = wal.durable_next();
-            wait_until(|| wal.synced_checkpoint() == target).await;
-            narad_io::rt::sleep(Duration::from_millis(5)).await;
+        let next_id = append_and_dispatch_rounds(&wal, 12, |wal| {
             assert!(
                 wal.segment_count() <= 3,
                 "segments pile up: {}",
                 wal.segment_count()
             );
-        }
+        })
+        .await;
         let stats = wal.stats();
         assert!(stats.compactions > 5, "{stats:?}");
         assert!(
@@ -283,18 +298,7 @@ fn a_compaction_whose_rename_failed_its_directory_sync_carries_on() {
             .unwrap_or_else(|| panic!("no segment in {files:?}"));
         // The first segment becomes a spare, but the sync after the rename fails.
         disk.fail_next_rename_of(&format!("wal/{first}"));
-        let mut next_id = 0u64;
-        for _round in 0..12 {
-            for _ in 0..100 {
-                let payload = payload_for(next_id, 1000);
-                wal.append(&record(&payload, None)).await.unwrap();
-                next_id += 1;
-            }
-            wal.store_checkpoint(wal.durable_next());
-            let target = wal.durable_next();
-            wait_until(|| wal.synced_checkpoint() == target).await;
-            narad_io::rt::sleep(Duration::from_millis(5)).await;
-        }
+        append_and_dispatch_rounds(&wal, 12, |_| {}).await;
         assert!(
             wal.segment_count() <= 3,
             "compaction stuck: {} segments",

@@ -115,6 +115,23 @@ impl Harness {
         }
     }
 
+    /// The leader confirms incarnation `INC` gone at `ms`; follows the rescan
+    /// that brings and returns its actions.
+    fn confirm_gone(&mut self, ms: u64) -> Vec<Action> {
+        let gone = Event::GoneAnswer {
+            topic: "t",
+            incarnation: INC,
+            gone: true,
+        };
+        self.d.handle(self.at(ms), gone, &self.c);
+        let seek = self.d.drain_actions().find_map(|a| match a {
+            Action::Seek(s) => Some(s),
+            _ => None,
+        });
+        self.reader = seek.expect("confirmation brings a rescan");
+        self.read(ms)
+    }
+
     fn answer(&mut self, ms: u64, commit: CommitId, outcome: CommitOutcome) -> Vec<Action> {
         let now = self.at(ms);
         self.d
@@ -358,21 +375,7 @@ fn replaced_incarnation_is_discarded_only_after_confirmation() {
             .any(|a| matches!(a, Action::Discard { .. })),
         "unconfirmed: kept"
     );
-    h.d.handle(
-        h.at(10),
-        Event::GoneAnswer {
-            topic: "t",
-            incarnation: INC,
-            gone: true,
-        },
-        &h.c,
-    );
-    let seek = h.d.drain_actions().find_map(|a| match a {
-        Action::Seek(s) => Some(s),
-        _ => None,
-    });
-    h.reader = seek.expect("confirmation brings a rescan");
-    let actions = h.read(10);
+    let actions = h.confirm_gone(10);
     assert!(actions.iter().any(|a| matches!(a, Action::Discard { .. })));
     assert!(actions
         .iter()
@@ -401,21 +404,7 @@ fn records_queued_for_a_deleted_topic_go_back_and_are_discarded_once_confirmed()
             .any(|a| matches!(a, Action::AskGone { incarnation, .. } if *incarnation == INC)),
         "the queued records go back to be checked: {actions:?}"
     );
-    h.d.handle(
-        h.at(1_200),
-        Event::GoneAnswer {
-            topic: "t",
-            incarnation: INC,
-            gone: true,
-        },
-        &h.c,
-    );
-    let seek = h.d.drain_actions().find_map(|a| match a {
-        Action::Seek(s) => Some(s),
-        _ => None,
-    });
-    h.reader = seek.expect("confirmation brings a rescan");
-    let actions = h.read(1_200);
+    let actions = h.confirm_gone(1_200);
     let discarded: Vec<u64> = actions
         .iter()
         .filter_map(|a| match a {
