@@ -248,6 +248,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         node: node.clone(),
         topic_defaults,
         consume_wait_max: settings.max_consume_wait,
+        body_read_timeout: settings.read_timeout,
         broker: RefCell::new(None),
     });
     let server = ShardServer::start(

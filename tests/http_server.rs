@@ -111,6 +111,40 @@ fn a_client_that_trickles_its_headers_is_cut_off_after_the_read_timeout() {
 }
 
 #[test]
+fn a_client_that_never_finishes_its_body_is_answered_408_after_the_read_timeout() {
+    let node = Node::start(&[("NARAD_HTTP_READ_TIMEOUT", "1s")]);
+    let mut client = node.client();
+    let created = client
+        .request(
+            "POST",
+            "/v1/topics",
+            &[("content-type", "application/json")],
+            r#"{"name":"slow"}"#,
+        )
+        .unwrap();
+    assert_eq!(created.status, 201, "{created:?}");
+    // The headers of a batch produce, then 10 of its 1000 bytes, then nothing.
+    client
+        .stream
+        .write_all(
+            b"POST /v1/topics/slow/produce/batch HTTP/1.1\r\nhost: test\r\n\
+              content-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"messages",
+        )
+        .unwrap();
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let _ = client.stream.read_to_end(&mut rest);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_secs(8),
+        "answered after {waited:?}"
+    );
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.starts_with("HTTP/1.1 408"), "{rest}");
+    assert!(rest.contains("http.read_timeout"), "{rest}");
+}
+
+#[test]
 fn connections_over_the_node_limit_are_answered_503_and_closed() {
     let node = Node::start(&[("NARAD_HTTP_MAX_CONNECTIONS", "2")]);
     // Two connections hold both slots (each has been served, so both are open).

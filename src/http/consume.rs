@@ -309,7 +309,12 @@ struct BatchAck {
     receipt_handles: Vec<String>,
 }
 
-pub async fn ack<B>(shard: &Rc<Shard>, topic: &str, request: Request<B>) -> Response<Body>
+pub async fn ack<B>(
+    api: &Api,
+    shard: &Rc<Shard>,
+    topic: &str,
+    request: Request<B>,
+) -> Response<Body>
 where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -335,7 +340,7 @@ where
     };
     let name: Arc<str> = Arc::from(topic);
     let Some(text) = handle_text else {
-        return batch_ack(shard, &name, record, settle, request).await;
+        return batch_ack(api, shard, &name, record, settle, request).await;
     };
     let handle = match handle::parse(&text) {
         Ok(handle) => handle,
@@ -378,6 +383,7 @@ fn settle_error(topic: &str, e: &SettleError) -> (StatusCode, String) {
 }
 
 async fn batch_ack<B>(
+    api: &Api,
     shard: &Rc<Shard>,
     topic: &Arc<str>,
     record: &crate::meta::TopicRecord,
@@ -388,7 +394,13 @@ where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let body = match read_body(request.into_body(), ACK_BODY_BYTES_MAX).await {
+    let body = match read_body(
+        request.into_body(),
+        ACK_BODY_BYTES_MAX,
+        api.body_read_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
     };

@@ -88,7 +88,13 @@ where
     let Some(_permit) = api.node.try_begin_produce(super::identity_of(&request), 1) else {
         return produce_cap_full();
     };
-    let payload = match read_body(request.into_body(), PAYLOAD_BYTES_MAX).await {
+    let payload = match read_body(
+        request.into_body(),
+        PAYLOAD_BYTES_MAX,
+        api.body_read_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
     };
@@ -153,7 +159,13 @@ where
         return answer;
     };
     let identity = super::identity_of(&request);
-    let body: Bytes = match read_body(request.into_body(), BATCH_BODY_BYTES_MAX).await {
+    let body: Bytes = match read_body(
+        request.into_body(),
+        BATCH_BODY_BYTES_MAX,
+        api.body_read_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
     };

@@ -120,14 +120,34 @@ pub fn content_type_guard(headers: &HeaderMap) -> Result<(), Refusal> {
     }
 }
 
-/// Reads a whole request body of at most `limit_bytes`: 413 past the cap, 400 when
-/// the body cannot be read (the client went away or sent a malformed chunk).
-pub async fn read_body<B>(body: B, limit_bytes: usize) -> Result<Bytes, Refusal>
+/// Reads a whole request body of at most `limit_bytes` within `timeout`
+/// (`http.read_timeout`, which hyper applies to the headers only): 413 past the
+/// cap, 408 past the time, 400 when the body cannot be read (the client went away
+/// or sent a malformed chunk). Without the deadline a client that sends its
+/// headers and then nothing would hold its connection, and whatever the handler
+/// reserved for it (a batch's share of `http.max_batch_body_bytes_in_flight`),
+/// for ever.
+pub async fn read_body<B>(
+    body: B,
+    limit_bytes: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, Refusal>
 where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    match Limited::new(body, limit_bytes).collect().await {
+    let collect = async { Some(Limited::new(body, limit_bytes).collect().await) };
+    let deadline = async {
+        narad_io::rt::sleep(timeout).await;
+        None
+    };
+    let Some(collected) = futures_lite::future::or(collect, deadline).await else {
+        return Err(Refusal {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: "request body not received within http.read_timeout",
+        });
+    };
+    match collected {
         Ok(collected) => {
             let bytes = collected.to_bytes();
             assert!(bytes.len() <= limit_bytes);
@@ -189,12 +209,42 @@ mod tests {
 
     #[test]
     fn bodies_past_the_cap_are_413() {
-        let read = |len: usize| {
-            futures_lite::future::block_on(read_body(Full::new(Bytes::from(vec![7u8; len])), 16))
-        };
-        assert_eq!(read(16).unwrap().len(), 16);
-        assert_eq!(read(0).unwrap().len(), 0);
-        assert_eq!(read(17).unwrap_err().status, StatusCode::PAYLOAD_TOO_LARGE);
+        narad_io::rt::run_local(None, async {
+            let second = std::time::Duration::from_secs(1);
+            let read = |len: usize| read_body(Full::new(Bytes::from(vec![7u8; len])), 16, second);
+            assert_eq!(read(16).await.unwrap().len(), 16);
+            assert_eq!(read(0).await.unwrap().len(), 0);
+            assert_eq!(
+                read(17).await.unwrap_err().status,
+                StatusCode::PAYLOAD_TOO_LARGE
+            );
+        });
+    }
+
+    /// A body whose client sent its headers and then nothing.
+    struct Silent;
+
+    impl hyper::body::Body for Silent {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    #[test]
+    fn a_body_that_does_not_arrive_within_the_read_timeout_is_408() {
+        narad_io::rt::run_local(None, async {
+            let started = std::time::Instant::now();
+            let timeout = std::time::Duration::from_millis(50);
+            let refused = read_body(Silent, 1024, timeout).await.unwrap_err();
+            assert_eq!(refused.status, StatusCode::REQUEST_TIMEOUT);
+            assert!(started.elapsed() >= timeout);
+        });
     }
 
     #[test]

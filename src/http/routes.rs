@@ -65,6 +65,8 @@ pub struct Api {
     pub topic_defaults: TopicDefaults,
     /// `http.max_consume_wait`: longer waits are clamped to it.
     pub consume_wait_max: std::time::Duration,
+    /// `http.read_timeout`: a request body must arrive whole within it.
+    pub body_read_timeout: std::time::Duration,
     /// Set once this shard's storage is recovered.
     pub broker: RefCell<Option<Rc<Shard>>>,
 }
@@ -285,7 +287,7 @@ impl Routes {
             Endpoint::Consume => {
                 Box::pin(super::consume::consume(api, &shard, &topic, &request)).await
             }
-            Endpoint::Ack => Box::pin(super::consume::ack(&shard, &topic, request)).await,
+            Endpoint::Ack => Box::pin(super::consume::ack(api, &shard, &topic, request)).await,
         }
     }
 
@@ -356,6 +358,7 @@ mod tests {
             node,
             topic_defaults: crate::config::Config::default().topic,
             consume_wait_max: std::time::Duration::from_secs(10),
+            body_read_timeout: std::time::Duration::from_secs(30),
             broker: RefCell::new(None),
         })
     }

@@ -39,7 +39,13 @@ where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let body = match read_body(request.into_body(), REQUEST_BODY_BYTES_MAX).await {
+    let body = match read_body(
+        request.into_body(),
+        REQUEST_BODY_BYTES_MAX,
+        api.body_read_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
     };
@@ -171,7 +177,13 @@ where
     if let Err(e) = meta::validate_topic_name(topic) {
         return meta_error(&e);
     }
-    let body = match read_body(request.into_body(), REQUEST_BODY_BYTES_MAX).await {
+    let body = match read_body(
+        request.into_body(),
+        REQUEST_BODY_BYTES_MAX,
+        api.body_read_timeout,
+    )
+    .await
+    {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
     };
