@@ -56,7 +56,13 @@ impl<T> Inbound<T> {
 
     /// The value if it was sent already; afterwards nothing is left to release.
     pub fn try_recv(&mut self) -> Option<T> {
-        let value = self.rx.as_mut()?.try_recv().ok().flatten();
+        let rx = self.rx.as_mut()?;
+        // Closed first: a send racing this either lands before the close, and is
+        // taken here, or fails, and its sender releases what it held. Without the
+        // close a value stored but not yet marked complete would be dropped with
+        // the receiver while the sender believed it delivered.
+        rx.close();
+        let value = rx.try_recv().ok().flatten();
         self.rx = None;
         value
     }
@@ -67,6 +73,8 @@ impl<T> Drop for Inbound<T> {
         let Some(mut rx) = self.rx.take() else {
             return;
         };
+        // See `try_recv` for why it is closed first.
+        rx.close();
         let Ok(Some(value)) = rx.try_recv() else {
             return;
         };
