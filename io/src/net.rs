@@ -47,28 +47,44 @@ thread_local! {
 }
 
 /// Binds `count` listening sockets on `addr`, all with `SO_REUSEPORT` so that the
-/// kernel balances connections over them. With port 0 the first socket picks a free
-/// port and the others bind that same port. Returns the sockets and the address they
-/// listen on.
+/// kernel balances connections over them. With port 0 a free port is picked and
+/// every socket binds it. Returns the sockets and the address they listen on.
+///
+/// `SO_REUSEPORT` would also let this group join the sockets of another process
+/// of the same user already listening on the port (a second broker over another
+/// data directory), and the kernel would then spread connections over two
+/// brokers. So the port is first bound once without it: that bind fails with
+/// `EADDRINUSE` if anything listens there, and, for port 0, picks the port.
 pub fn bind_reuseport_group(
     addr: SocketAddr,
     count: usize,
 ) -> io::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
     assert!(count > 0, "a node has at least one shard");
-    let first = bind_reuseport(addr)?;
-    let bound = first.local_addr()?;
+    let bound = {
+        let probe = new_socket(addr)?;
+        // Only a listener of our own after a restart (TIME_WAIT) may be reused.
+        probe.set_reuse_address(true)?;
+        probe.bind(&addr.into())?;
+        probe
+            .local_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("bound a non-IP address"))?
+    };
     let mut listeners = Vec::with_capacity(count);
-    listeners.push(first);
-    for _ in 1..count {
+    for _ in 0..count {
         listeners.push(bind_reuseport(bound)?);
     }
     assert_eq!(listeners.len(), count);
     Ok((listeners, bound))
 }
 
-fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+fn new_socket(addr: SocketAddr) -> io::Result<socket2::Socket> {
     let domain = socket2::Domain::for_address(addr);
-    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
+}
+
+fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = new_socket(addr)?;
     socket.set_reuse_port(true)?;
     // A restarted node must not wait for the previous one's TIME_WAIT sockets.
     socket.set_reuse_address(true)?;
@@ -304,5 +320,28 @@ impl StopReceiver {
         let mut byte = [0u8; 1];
         // End of file (the sender closed its end), a byte or an error all mean stop.
         let _ = end.read(&mut byte).await;
+    }
+}
+
+#[cfg(test)]
+mod bind_tests {
+    use super::*;
+
+    #[test]
+    fn a_port_another_group_listens_on_is_refused() {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (first, addr) = bind_reuseport_group(loopback, 2).unwrap();
+        assert_eq!(first.len(), 2);
+        assert_ne!(addr.port(), 0);
+        let second = bind_reuseport_group(addr, 2).map(|_| ());
+        assert_eq!(
+            second.unwrap_err().kind(),
+            io::ErrorKind::AddrInUse,
+            "a second group joined the first one's port"
+        );
+        // Once the first group is gone the port is free again.
+        drop(first);
+        let (again, same) = bind_reuseport_group(addr, 1).unwrap();
+        assert_eq!((again.len(), same), (1, addr));
     }
 }
