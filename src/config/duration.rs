@@ -57,7 +57,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         let mut scale = unit_nanos;
         for digit in fraction.bytes().take(20) {
             scale /= 10;
-            nanos += u128::from(digit - b'0') * scale;
+            nanos = nanos
+                .checked_add(u128::from(digit - b'0') * scale)
+                .ok_or_else(|| bad("too large"))?;
         }
         total_nanos = total_nanos
             .checked_add(nanos)
@@ -71,6 +73,13 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fraction_that_overflows_is_refused_not_a_panic() {
+        let huge = "340282366920938463463374607431768211.9us";
+        let error = parse_duration(huge).unwrap_err();
+        assert!(error.contains("too large"), "{error}");
+    }
 
     #[test]
     fn durations_parse_as_go_does() {

@@ -350,7 +350,13 @@ impl<D> Waiters<D> {
 
     /// Forgets a deleted topic: its parked consumers get nothing (answered 204).
     pub fn drop_incarnation(&mut self, incarnation: IncarnationId) {
-        self.topics.remove(&incarnation);
+        // Closed, not just forgotten: the requests hold their waiters too, and
+        // would otherwise wait out their whole long-poll.
+        if let Some(entry) = self.topics.remove(&incarnation) {
+            for w in entry.queue.iter().chain(entry.pinned.values().flatten()) {
+                w.close();
+            }
+        }
     }
 
     /// Empties every FIFO (the node is stopping): parked consumers are answered at
@@ -386,6 +392,22 @@ impl<D> Waiters<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deleted_topics_parked_consumers_are_answered_at_once() {
+        let mut waiters = Waiters::<u32>::default();
+        let topic: Arc<str> = Arc::from("t");
+        let id = IncarnationId(1);
+        // The request keeps its own handle on each waiter, as the consume path does.
+        let (queued, mut queued_answer) = Waiter::new(1);
+        let (pinned, mut pinned_answer) = Waiter::new(1);
+        waiters.park(id, &topic, None, queued.clone());
+        waiters.park(id, &topic, Some(PartitionId(2)), pinned.clone());
+        waiters.drop_incarnation(id);
+        assert!(!queued.is_live() && !pinned.is_live());
+        assert!(matches!(queued_answer.try_recv(), Err(oneshot::Canceled)));
+        assert!(matches!(pinned_answer.try_recv(), Err(oneshot::Canceled)));
+    }
 
     #[test]
     fn dead_waiters_are_skipped_and_swept() {
