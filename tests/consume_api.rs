@@ -387,6 +387,61 @@ fn a_parked_consumer_is_held_for_its_wait() {
     }
 }
 
+/// CPU seconds (user + system) the process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Records exist but every partition is at its in-flight cap: a consumer parked
+/// meanwhile waits quietly. Owners must not call it in for records it cannot
+/// take, which would have two shards claim and notify each other in a loop for
+/// the whole wait.
+#[test]
+fn a_consumer_parked_while_every_partition_is_at_its_cap_costs_nothing() {
+    let node = Node::start_shards(2, &[]);
+    let mut client = node.client();
+    create(
+        &mut client,
+        "capped",
+        json!({ "max_in_flight_per_partition": 1 }),
+    );
+    produce_visible(&mut client, "capped", 3, 9);
+    for _ in 0..3 {
+        let leased = consume(&mut client, "capped", "");
+        assert_eq!(leased.status, 200, "{leased:?}");
+    }
+    assert_eq!(
+        consume(&mut client, "capped", "").status,
+        204,
+        "all at the cap"
+    );
+    let pid = node.child.id();
+    let before = cpu_seconds(pid);
+    let started = Instant::now();
+    let parked = consume(&mut client, "capped", "wait=2s");
+    let waited = started.elapsed();
+    let used = cpu_seconds(pid) - before;
+    assert_eq!(parked.status, 204, "{parked:?}");
+    assert!(
+        waited >= Duration::from_millis(1900),
+        "answered after {waited:?}"
+    );
+    assert!(
+        used < 0.5,
+        "the node used {used:.2} s of CPU while one consumer waited {waited:?}"
+    );
+}
+
 /// One produce wakes one of many parked consumers, quickly, whichever shard they
 /// are parked on; the others keep waiting until their own wait ends. "Quickly" is
 /// the 100 ms from the produce's 202 to the consumer's answer, as the

@@ -294,7 +294,7 @@ async fn pump_topic(shard: &Rc<Shard>, kick: Kick) {
     serve_fifo(shard, &topic, &record, None, &local).await;
     if !shard.waiters.has_parked(incarnation) && shard.queues.has_tokens(incarnation) {
         shard.queues.load_all(&topic, &record, &local).await;
-        for to in shard.queues.spend_tokens(incarnation) {
+        for to in shard.queues.spend_tokens(&record) {
             let op = Op::Notify {
                 topic: topic.clone(),
                 incarnation,

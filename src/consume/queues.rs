@@ -208,10 +208,7 @@ impl Queues {
         budget_bytes: usize,
     ) -> Result<Vec<Delivered>, ConsumeError> {
         let queue = self.queue(topic, record, partition).await?;
-        let caps = Caps {
-            in_flight_max: record.max_in_flight_per_partition as usize,
-            acked_ahead_max: record.max_acked_ahead_per_partition as usize,
-        };
+        let caps = caps_of(record);
         for _ in 0..TAKE_ATTEMPTS_MAX {
             let reserved =
                 self.reserve(record.id, &queue, &caps, record.visibility_timeout_ms, want);
@@ -415,15 +412,17 @@ impl Queues {
         }
     }
 
-    /// Records of the topic's loaded partitions here that nobody holds.
-    fn available(&self, incarnation: IncarnationId) -> u64 {
+    /// Records of the topic's loaded partitions here that a consume could take
+    /// now, within the topic's caps.
+    fn available(&self, record: &TopicRecord) -> u64 {
+        let caps = caps_of(record);
         self.parts
             .borrow()
             .iter()
-            .filter(|((id, _), _)| *id == incarnation)
+            .filter(|((id, _), _)| *id == record.id)
             .map(|(_, q)| {
                 let q = q.borrow();
-                q.table.available(q.hwm)
+                q.table.available_under(q.hwm, &caps)
             })
             .sum()
     }
@@ -464,11 +463,11 @@ impl Queues {
 
     /// Spends one token per available record not already promised; returns the
     /// shards to notify, each once.
-    pub fn spend_tokens(&self, incarnation: IncarnationId) -> Vec<usize> {
-        let available = self.available(incarnation);
+    pub fn spend_tokens(&self, record: &TopicRecord) -> Vec<usize> {
+        let available = self.available(record);
         self.tokens
             .borrow_mut()
-            .spend(incarnation, available, now_ms())
+            .spend(record.id, available, now_ms())
     }
 
     /// A notified shard claimed or passed: its promise is retired.
@@ -515,5 +514,13 @@ fn read_failure(e: ReadError) -> ConsumeError {
             ConsumeError::Failed(format!("aged out below offset {}", oldest.0))
         }
         ReadError::Failed(why) => ConsumeError::Failed(why),
+    }
+}
+
+/// The topic's per-partition caps.
+fn caps_of(record: &TopicRecord) -> Caps {
+    Caps {
+        in_flight_max: record.max_in_flight_per_partition as usize,
+        acked_ahead_max: record.max_acked_ahead_per_partition as usize,
     }
 }

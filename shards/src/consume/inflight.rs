@@ -365,6 +365,23 @@ impl InFlight {
             .expect("more offsets taken than the span holds")
     }
 
+    /// Records [`reserve`](Self::reserve) could hand out now under `caps`: none at
+    /// the in-flight cap, at most the frontier hole at the acked-ahead cap, else
+    /// [`available`](Self::available) up to the room left under the in-flight
+    /// cap. Notifications are gated on it, so an owner at its caps does not call
+    /// consumers of other shards in for records they cannot take.
+    pub fn available_under(&self, hwm: Offset, caps: &Caps) -> u64 {
+        let room = caps.in_flight_max.saturating_sub(self.leases.len()) as u64;
+        if room == 0 {
+            return 0;
+        }
+        if self.acked_ahead.len() >= caps.acked_ahead_max {
+            let hole_free = self.frontier < hwm && !self.leases.contains_key(&self.frontier);
+            return u64::from(hole_free);
+        }
+        self.available(hwm).min(room)
+    }
+
     /// Whether the settled state (frontier or acked-ahead set) changed since the
     /// last call; clears the flag. The ack persister uses it.
     pub fn take_settled_changed(&mut self) -> bool {

@@ -446,3 +446,40 @@ fn hwm_going_backwards_is_a_bug() {
     t.reserve(0, o(10), &CAPS, VIS_MS, 1);
     t.reserve(0, o(9), &CAPS, VIS_MS, 2);
 }
+
+#[test]
+fn available_under_the_caps_is_what_reserve_could_hand_out() {
+    let caps = Caps {
+        in_flight_max: 3,
+        acked_ahead_max: 2,
+    };
+    let reserve = |t: &mut InFlight, nonce: u64| t.reserve(0, o(100), &caps, VIS_MS, nonce);
+    let mut t = InFlight::new(o(0), []);
+    assert_eq!(t.available(o(100)), 100);
+    assert_eq!(
+        t.available_under(o(100), &caps),
+        3,
+        "room under the in-flight cap"
+    );
+    for nonce in 1..=3 {
+        assert!(matches!(reserve(&mut t, nonce), Reserve::Reserved { .. }));
+    }
+    // At the in-flight cap: records exist, but none can be handed out.
+    assert_eq!(t.available(o(100)), 97);
+    assert_eq!(t.available_under(o(100), &caps), 0);
+    assert_eq!(reserve(&mut t, 4), Reserve::Full);
+    // Offsets 1 and 2 acked ahead: the acked-ahead cap leaves the frontier hole,
+    // which is leased.
+    t.ack(o(1), 2, 0).unwrap();
+    t.ack(o(2), 3, 0).unwrap();
+    assert_eq!(t.available_under(o(100), &caps), 0, "only the hole, leased");
+    assert_eq!(reserve(&mut t, 5), Reserve::Full);
+    // Nacked, the hole is the one record that can go.
+    t.nack(o(0), 1, 0).unwrap();
+    assert_eq!(t.available_under(o(100), &caps), 1);
+    assert!(matches!(
+        reserve(&mut t, 6),
+        Reserve::Reserved { offset, .. } if offset == o(0)
+    ));
+    t.assert_invariants();
+}
