@@ -652,3 +652,41 @@ fn zstd_codec_stores_compressible_payloads_smaller_and_reads_them_back() {
         "zstd log {packed} not much smaller than {plain}"
     );
 }
+
+/// The batch budget (`http.max_batch_body_bytes_in_flight`) holds what a batch
+/// decodes to, not only its compressed body: records wait in memory until they
+/// are durable.
+#[test]
+fn a_compressed_batch_counts_what_it_decodes_to_in_the_batch_budget() {
+    let node = Node::start(&[
+        ("NARAD_HTTP_MAX_BATCH_BODY_BYTES_IN_FLIGHT", "2097152"),
+        ("NARAD_HTTP_READ_TIMEOUT", "5s"),
+    ]);
+    let mut client = node.client();
+    create_topic(&mut client, "packed");
+    let big = "a".repeat(1_000_000);
+    let doc = batch_doc(&[json!({ "payload": big }), json!({ "payload": big })]);
+    let packed = gzip(doc.as_bytes());
+    assert!(packed.len() < 64 << 10);
+    let headers = [
+        ("content-type", "application/json"),
+        ("content-encoding", "gzip"),
+    ];
+    // Alone, it fits: about 2 MB decoded within 2 MiB.
+    let alone = post_batch(&mut client, "packed", "", &headers, &packed);
+    assert_eq!(alone.status, 202, "{alone:?}");
+    // With 1 MiB of the budget held by a batch still being sent, it does not.
+    let mut holder = node.client();
+    holder
+        .stream
+        .write_all(
+            b"POST /v1/topics/packed/produce/batch HTTP/1.1\r\nhost: test\r\n\
+              content-type: application/json\r\ncontent-length: 1048576\r\n\r\n{",
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let squeezed = post_batch(&mut client, "packed", "", &headers, &packed);
+    assert_eq!(squeezed.status, 503, "{squeezed:?}");
+    assert_eq!(squeezed.header("retry-after"), Some("1"));
+    drop(holder);
+}

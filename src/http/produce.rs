@@ -60,6 +60,19 @@ fn choose(shard: &Shard, topic: &TopicRecord, explicit: Option<u32>, key: Option
 }
 
 /// 429: the client has `http.max_produce_in_flight_per_identity` in flight.
+/// 503 with `Retry-After: 1`: `http.max_batch_body_bytes_in_flight` is taken.
+fn batch_budget_full() -> Response<Body> {
+    let mut answer = response::error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "batch produce budget full (http.max_batch_body_bytes_in_flight); retry shortly",
+    );
+    answer.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    answer
+}
+
 fn produce_cap_full() -> Response<Body> {
     response::error(
         StatusCode::TOO_MANY_REQUESTS,
@@ -148,15 +161,7 @@ where
     }
     let reserve = declared.unwrap_or(BATCH_BODY_BYTES_MAX as u64);
     let Some(_permit) = api.node.try_reserve_batch_bytes(reserve) else {
-        let mut answer = response::error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "batch produce budget full (http.max_batch_body_bytes_in_flight); retry shortly",
-        );
-        answer.headers_mut().insert(
-            hyper::header::RETRY_AFTER,
-            hyper::header::HeaderValue::from_static("1"),
-        );
-        return answer;
+        return batch_budget_full();
     };
     let identity = super::identity_of(&request);
     let body: Bytes = match read_body(
@@ -177,6 +182,19 @@ where
         }
     };
     drop(body);
+    // A compressed body decodes to more than it reserved: the records held until
+    // they are durable count in the budget too.
+    let decoded: u64 = records
+        .iter()
+        .map(|r| (r.payload.len() + r.key.as_ref().map_or(0, Vec::len)) as u64)
+        .sum();
+    let _decoded_permit = match decoded.checked_sub(reserve) {
+        Some(more) if more > 0 => match api.node.try_reserve_batch_bytes(more) {
+            Some(permit) => Some(permit),
+            None => return batch_budget_full(),
+        },
+        _ => None,
+    };
     let Some(_permit) = api.node.try_begin_produce(identity, records.len() as u64) else {
         return produce_cap_full();
     };
