@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::Node;
+use common::{Client, Node};
 
 #[test]
 fn health_readiness_and_route_errors_share_one_keep_alive_connection() {
@@ -94,8 +94,18 @@ fn a_client_that_trickles_its_headers_is_cut_off_after_the_read_timeout() {
         .stream
         .write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n")
         .unwrap();
-    let started = Instant::now();
     // hyper answers 408 or just closes; either way the connection ends.
+    let rest = rest_after_one_second_timeout(&mut client);
+    assert!(
+        rest.is_empty() || rest.starts_with("HTTP/1.1 408"),
+        "{rest}"
+    );
+}
+
+/// What the node sends before it closes the connection, which must happen
+/// after about the 1 s read timeout the test configured.
+fn rest_after_one_second_timeout(client: &mut Client) -> String {
+    let started = Instant::now();
     let mut rest = Vec::new();
     let _ = client.stream.read_to_end(&mut rest);
     let waited = started.elapsed();
@@ -103,11 +113,7 @@ fn a_client_that_trickles_its_headers_is_cut_off_after_the_read_timeout() {
         waited >= Duration::from_millis(800) && waited < Duration::from_secs(8),
         "closed after {waited:?}"
     );
-    let rest = String::from_utf8_lossy(&rest);
-    assert!(
-        rest.is_empty() || rest.starts_with("HTTP/1.1 408"),
-        "{rest}"
-    );
+    String::from_utf8_lossy(&rest).into_owned()
 }
 
 #[test]
@@ -131,15 +137,7 @@ fn a_client_that_never_finishes_its_body_is_answered_408_after_the_read_timeout(
               content-type: application/json\r\ncontent-length: 1000\r\n\r\n{\"messages",
         )
         .unwrap();
-    let started = Instant::now();
-    let mut rest = Vec::new();
-    let _ = client.stream.read_to_end(&mut rest);
-    let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_millis(800) && waited < Duration::from_secs(8),
-        "answered after {waited:?}"
-    );
-    let rest = String::from_utf8_lossy(&rest);
+    let rest = rest_after_one_second_timeout(&mut client);
     assert!(rest.starts_with("HTTP/1.1 408"), "{rest}");
     assert!(rest.contains("http.read_timeout"), "{rest}");
 }
