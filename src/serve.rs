@@ -9,11 +9,12 @@
 //! `<data>/ingress/shard-<i>/`, and reports; when every shard has reported, the node
 //! is ready (`/readyz` answers 200).
 //!
-//! Which threads: the main thread owns the data directory lock and waits for
-//! SIGINT/SIGTERM; each shard thread runs one glommio executor pinned to its CPU and
-//! owns everything it opens. On a stop signal the main thread marks the node as
-//! stopping and wakes every shard through its stop socket; each shard drains its
-//! HTTP connections (within `http.shutdown_grace`), then closes its WAL.
+//! Which threads: the main thread owns the data directory lock and waits for the
+//! node's events (see [`crate::lifecycle`]): a stop signal, a shard that failed to
+//! start, or one that panicked; each shard thread runs one glommio executor pinned
+//! to its CPU and owns everything it opens. On any of them the main thread marks
+//! the node as stopping and wakes every shard through its stop socket; each shard
+//! drains its HTTP connections (within `http.shutdown_grace`), then closes its WAL.
 //!
 //! A fault hook, in debug builds only: `NARAD_DEBUG_WAL_WRITE_BUDGET_BYTES=<n>`
 //! gives each shard's own ingress WAL a budget of `n` bytes written (segment
@@ -58,6 +59,7 @@ use crate::config::{Config, Flags, TopicDefaults};
 use crate::control::{Control, ControlClient, MetaView, Published};
 use crate::http::routes::{Api, Routes};
 use crate::http::{HttpSettings, NodeState, ShardServer};
+use crate::lifecycle::{self, Dispatching, NodeEvent};
 
 /// Ops a shard's inbox from one peer holds before the peer waits.
 const MESH_CHANNEL_CAPACITY: usize = 1_024;
@@ -99,11 +101,14 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let (sockets, addr) = narad_io::net::bind_reuseport_group(requested, shards)
         .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
     tracing::info!(%addr, shards, "listening");
-    block_stop_signals();
+    lifecycle::block_stop_signals();
+    let (events_tx, events) = std::sync::mpsc::channel();
+    lifecycle::watch_stop_signals(events_tx.clone())
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
     let control = Control::start(data_dir.join("metastore"))?;
     crate::broker::layout::remove_orphans(&data_dir, &control.published);
     let leftovers = crate::broker::layout::leftover_wals(&data_dir, shards);
-    let dispatching = Arc::new(std::sync::atomic::AtomicUsize::new(shards));
+    let dispatching = Arc::new(Dispatching::new(shards));
     let mut mesh = narad_io::mesh::full_mesh::<Op>(shards, MESH_CHANNEL_CAPACITY).into_iter();
     let node = Arc::new(
         NodeState::new(config.http.max_connections)
@@ -118,7 +123,6 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     };
     let wal_write_budget_bytes = debug_wal_write_budget_bytes()?;
     let retention = RetentionSettings::load(&config)?;
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut stops = Vec::with_capacity(shards);
     let mut threads = Vec::with_capacity(shards);
     for (shard, socket) in sockets.into_iter().enumerate() {
@@ -135,7 +139,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             node: node.clone(),
             settings: settings.clone(),
             stop: stop_rx,
-            ready: ready_tx.clone(),
+            events: events_tx.clone(),
             mesh: mesh.next().expect("one mesh end per shard"),
             published: control.published.clone(),
             dispatching: dispatching.clone(),
@@ -153,25 +157,60 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
                 .collect(),
         };
         let cpu = cpus[shard % cpus.len()];
+        let events = events_tx.clone();
+        let dispatching = dispatching.clone();
         let thread = std::thread::Builder::new()
             .name(format!("shard-{shard}"))
-            .spawn(move || narad_io::rt::run_local(Some(cpu), run_shard(start)))
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(|| {
+                    narad_io::rt::run_local(Some(cpu), run_shard(start))
+                });
+                std::panic::catch_unwind(run).unwrap_or_else(|panic| {
+                    // The other shards must not wait on this one's dispatcher.
+                    dispatching.finish(shard);
+                    let _ = events.send(NodeEvent::Panicked { shard });
+                    std::panic::resume_unwind(panic)
+                })
+            })
             .map_err(|e| format!("cannot start shard {shard}: {e}"))?;
         threads.push(thread);
     }
-    drop(ready_tx);
-    // Every shard reports once, after recovering its storage (or failing to).
-    let started = (0..shards).all(|_| ready_rx.recv() == Ok(true));
-    if started {
-        node.set_ready();
-        tracing::info!(shards, %addr, data_dir = %data_dir.display(), "narad storage engine running; stop with SIGINT or SIGTERM");
-        let signal = wait_for_stop_signal();
-        // Mark the node as stopping before saying so, so that anyone who reads the
-        // log line and then sends a request is answered 503.
-        node.start_draining();
-        tracing::info!(signal, "stopping");
-    } else {
-        node.start_draining();
+    drop(events_tx);
+    // Every shard reports once, after recovering its storage (or failing to); the
+    // node runs until a stop signal, a failed start, or a panicked shard.
+    let mut started = 0;
+    loop {
+        match events.recv() {
+            Ok(NodeEvent::Started { ok: true, .. }) => {
+                started += 1;
+                if started == shards {
+                    node.set_ready();
+                    tracing::info!(shards, %addr, data_dir = %data_dir.display(), "narad storage engine running; stop with SIGINT or SIGTERM");
+                }
+            }
+            Ok(NodeEvent::Started { ok: false, shard }) => {
+                node.start_draining();
+                tracing::error!(shard, "a shard failed to start: stopping");
+                break;
+            }
+            Ok(NodeEvent::Signal(signal)) => {
+                // Mark the node as stopping before saying so, so that anyone who
+                // reads the log line and then sends a request is answered 503.
+                node.start_draining();
+                tracing::info!(signal, "stopping");
+                break;
+            }
+            Ok(NodeEvent::Panicked { shard }) => {
+                node.start_draining();
+                tracing::error!(
+                    shard,
+                    "a shard panicked and serves nothing any more: stopping the node"
+                );
+                break;
+            }
+            // The signal thread holds a sender for as long as the process runs.
+            Err(_) => unreachable!("the signal thread never ends"),
+        }
     }
     drop(stops);
     let mut failures = Vec::new();
@@ -204,7 +243,8 @@ struct ShardStart {
     node: Arc<NodeState>,
     settings: HttpSettings,
     stop: StopReceiver,
-    ready: std::sync::mpsc::Sender<bool>,
+    /// Where the shard reports that it started.
+    events: std::sync::mpsc::Sender<NodeEvent>,
     mesh: MeshEnd<Op>,
     published: Arc<Published>,
     control: ControlClient,
@@ -218,7 +258,7 @@ struct ShardStart {
     /// Indexes of WALs left by shards that no longer exist, for this shard to drain.
     leftovers: Vec<usize>,
     /// Shards whose dispatchers still run: owners close only when it reaches zero.
-    dispatching: Arc<std::sync::atomic::AtomicUsize>,
+    dispatching: Arc<Dispatching>,
 }
 
 async fn run_shard(start: ShardStart) -> Result<(), String> {
@@ -232,7 +272,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         node,
         settings,
         stop,
-        ready,
+        events,
         mesh,
         published,
         control,
@@ -266,13 +306,18 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         Some(bytes) => DmaStorage::new(&data_dir).with_write_budget(bytes),
         None => storage.clone(),
     };
+    crate::lifecycle::debug_panic_at_start(index);
     let dir = format!("ingress/shard-{index}");
     let opened = Wal::open(wal_storage, &dir, wal_config.clone()).await;
     let wal = match opened {
         Ok(wal) => wal,
         Err(e) => {
-            let _ = ready.send(false);
-            dispatching.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+            let _ = events.send(NodeEvent::Started {
+                shard: index,
+                ok: false,
+            });
+            drop(events);
+            dispatching.finish(index);
             // A shard whose storage failed still waits for the stop, which the main
             // thread sends at once, so that every shard stops the same way.
             stop.wait().await;
@@ -404,7 +449,11 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         }
     }
     *api.broker.borrow_mut() = Some(shard.clone());
-    let _ = ready.send(failed.is_none());
+    let _ = events.send(NodeEvent::Started {
+        shard: index,
+        ok: failed.is_none(),
+    });
+    drop(events);
     stop.wait().await;
     // Parked consumers are answered at once, so the drain does not wait out
     // their long-polls.
@@ -419,8 +468,8 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     }
     // Owners keep serving until every shard's dispatchers are done, so commits
     // sent during the stop still land and no checkpoint is left behind them.
-    dispatching.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    while dispatching.load(std::sync::atomic::Ordering::Acquire) > 0 {
+    dispatching.finish(index);
+    while !dispatching.all_finished() {
         narad_io::rt::sleep(std::time::Duration::from_millis(5)).await;
     }
     // Every shard's HTTP is drained by now: no more acks arrive.
@@ -589,39 +638,4 @@ fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File, String> {
         ));
     }
     Ok(file)
-}
-
-fn stop_signal_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset initialise and fill a set we own.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        set
-    }
-}
-
-/// Blocks SIGINT and SIGTERM in this thread and the threads it starts, so that only
-/// [`wait_for_stop_signal`] receives them.
-fn block_stop_signals() {
-    let set = stop_signal_set();
-    // SAFETY: changes this thread's signal mask only.
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
-}
-
-fn wait_for_stop_signal() -> &'static str {
-    let set = stop_signal_set();
-    let mut signal = 0;
-    // SAFETY: waits for one of the blocked signals in `set`.
-    unsafe {
-        libc::sigwait(&set, &mut signal);
-    }
-    if signal == libc::SIGTERM {
-        "SIGTERM"
-    } else {
-        "SIGINT"
-    }
 }

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{Client, Node};
+use common::{create_topic, Client, Node};
 
 #[test]
 fn health_readiness_and_route_errors_share_one_keep_alive_connection() {
@@ -204,4 +204,36 @@ fn sigterm_drains_connections_and_exits_zero_within_the_grace() {
     );
     node.wait_for_log("stopped");
     assert!(TcpStream::connect_timeout(&node.addr, Duration::from_secs(1)).is_err());
+}
+
+#[test]
+fn a_second_sigterm_while_draining_exits_at_once() {
+    let mut node = Node::start(&[
+        ("NARAD_HTTP_SHUTDOWN_GRACE", "60s"),
+        ("NARAD_HTTP_READ_TIMEOUT", "60s"),
+    ]);
+    let mut client = node.client();
+    create_topic(&mut client, "slow");
+    // A request whose body never finishes keeps the drain going for the grace.
+    client
+        .stream
+        .write_all(
+            b"POST /v1/topics/slow/produce HTTP/1.1\r\nhost: test\r\n\
+              content-type: application/octet-stream\r\ncontent-length: 1000\r\n\r\nab",
+        )
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    node.sigterm();
+    node.wait_for_log("stopping");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        node.child.try_wait().unwrap().is_none(),
+        "the drain waits for the unfinished request"
+    );
+    let second_at = Instant::now();
+    node.sigterm();
+    let status = node.wait_for_exit(Duration::from_secs(10));
+    assert!(!status.success(), "a cut-short drain exits non-zero: {status}");
+    assert!(second_at.elapsed() < Duration::from_secs(5));
+    node.wait_for_log("second stop signal");
 }

@@ -85,6 +85,7 @@ where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    crate::lifecycle::debug_panic_on_produce(topic);
     let snapshot = shard.meta.snapshot();
     let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);

@@ -1,0 +1,145 @@
+//! What the main thread of `narad serve` waits for, and how shards that end early
+//! (by a storage failure or a panic) still let the node stop.
+//!
+//! The main thread reads one channel of [`NodeEvent`]s: each shard's report that
+//! it started (or failed to), a stop signal from the signal thread, or a shard
+//! that panicked. A panicked shard stops the whole node the way a signal does:
+//! its partitions are no longer served, so the node must not keep answering as if
+//! healthy, and a supervisor restarts it over the same data (the ingress WALs hold
+//! every acknowledged record). A second stop signal while the node drains exits at
+//! once, for an operator who will not wait out `http.shutdown_grace`.
+//!
+//! [`Dispatching`] counts the shards whose dispatchers still run; owners keep
+//! serving until it reaches zero. Each shard is counted out exactly once, by
+//! itself or, if it panicked, by the thread wrapper, so the other shards never
+//! wait on a dead one.
+//!
+//! A fault hook, in debug builds only: `NARAD_DEBUG_PANIC=start:<shard>` panics
+//! that shard before it opens its storage, and `NARAD_DEBUG_PANIC=produce:<topic>`
+//! panics the shard that accepts a produce to that topic, for the tests of the
+//! above. Release binaries never read it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::Sender;
+
+/// One thing the main thread of a serving node learns.
+#[derive(Debug)]
+pub enum NodeEvent {
+    /// A shard recovered its storage (`true`) or failed to (`false`).
+    Started { shard: usize, ok: bool },
+    /// SIGINT or SIGTERM.
+    Signal(&'static str),
+    /// A shard's thread panicked; it serves nothing any more.
+    Panicked { shard: usize },
+}
+
+/// The shards whose dispatchers may still commit to owners.
+pub struct Dispatching {
+    left: AtomicUsize,
+    done: Vec<AtomicBool>,
+}
+
+impl Dispatching {
+    pub fn new(shards: usize) -> Dispatching {
+        Dispatching {
+            left: AtomicUsize::new(shards),
+            done: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
+    /// Counts `shard` out; later calls for the same shard do nothing.
+    pub fn finish(&self, shard: usize) {
+        if !self.done[shard].swap(true, Ordering::AcqRel) {
+            self.left.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether every shard is counted out.
+    pub fn all_finished(&self) -> bool {
+        self.left.load(Ordering::Acquire) == 0
+    }
+}
+
+/// Starts the thread that turns SIGINT and SIGTERM into [`NodeEvent::Signal`]s.
+/// The signals must already be blocked in every thread ([`block_stop_signals`]).
+/// The second signal exits the process at once.
+pub fn watch_stop_signals(events: Sender<NodeEvent>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("signals".to_string())
+        .spawn(move || {
+            let first = wait_for_stop_signal();
+            let _ = events.send(NodeEvent::Signal(first));
+            let second = wait_for_stop_signal();
+            tracing::warn!(
+                signal = second,
+                "second stop signal: exiting without finishing the drain; acknowledged \
+                 records are safe in the ingress WAL, acks since the last consumer-state \
+                 write are redelivered"
+            );
+            std::process::exit(1);
+        })
+        .map(|_| ())
+}
+
+fn stop_signal_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset initialise and fill a set we own.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        set
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in this thread and the threads it starts, so that only
+/// the signal thread receives them.
+pub fn block_stop_signals() {
+    let set = stop_signal_set();
+    // SAFETY: changes this thread's signal mask only.
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+fn wait_for_stop_signal() -> &'static str {
+    let set = stop_signal_set();
+    let mut signal = 0;
+    // SAFETY: waits for one of the blocked signals in `set`.
+    unsafe {
+        libc::sigwait(&set, &mut signal);
+    }
+    if signal == libc::SIGTERM {
+        "SIGTERM"
+    } else {
+        "SIGINT"
+    }
+}
+
+/// The debug hook's setting; `None` when unset, and always in release builds.
+#[cfg(debug_assertions)]
+fn debug_panic() -> Option<&'static str> {
+    static HOOK: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    HOOK.get_or_init(|| std::env::var("NARAD_DEBUG_PANIC").ok())
+        .as_deref()
+}
+
+/// The debug hook at a shard's start: panics if it names `shard`.
+pub fn debug_panic_at_start(shard: usize) {
+    #[cfg(debug_assertions)]
+    if debug_panic().and_then(|hook| hook.strip_prefix("start:")) == Some(&shard.to_string()) {
+        panic!("NARAD_DEBUG_PANIC: shard {shard} panics at its start");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = shard;
+}
+
+/// The debug hook at a produce: panics if it names `topic`.
+pub fn debug_panic_on_produce(topic: &str) {
+    #[cfg(debug_assertions)]
+    if debug_panic().and_then(|hook| hook.strip_prefix("produce:")) == Some(topic) {
+        panic!("NARAD_DEBUG_PANIC: a produce to {topic:?}");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = topic;
+}

@@ -1,0 +1,71 @@
+//! A shard that panics stops the node instead of leaving it half alive: the
+//! process exits (non-zero) within bounded time, whether the panic comes before
+//! the shard has started or while it serves, and a restart over the same data
+//! keeps every acknowledged record. Uses the debug-build-only hook
+//! `NARAD_DEBUG_PANIC` (see `src/lifecycle.rs`).
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use common::*;
+
+/// How long a node may take to stop after a shard panics.
+const STOP_MAX: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_shard_that_panics_at_its_start_stops_the_node() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut node = Node::spawn(
+        &dir.path().join("data"),
+        2,
+        &[("NARAD_DEBUG_PANIC", "start:1")],
+    );
+    let status = node.wait_for_exit(STOP_MAX);
+    assert!(!status.success(), "exit status {status:?}");
+    node.wait_for_log("shard 1 panicked");
+}
+
+#[test]
+fn a_shard_that_panics_while_serving_stops_the_node_and_loses_no_acknowledged_record() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let mut node = Node::start_in(&data, 2, &[("NARAD_DEBUG_PANIC", "produce:boom")]);
+    let mut client = node.client();
+    let created = post_topic(&mut client, r#"{"name":"kept","partitions":4}"#);
+    assert_eq!(created.status, 201, "{created:?}");
+    create_topic(&mut client, "boom");
+    let mut acked = HashSet::new();
+    for i in 0..60 {
+        // A fresh connection each time, so both shards accept some.
+        let payload = format!("record-{i}");
+        produce_ok(&mut node.client(), "kept", "", payload.as_bytes());
+        acked.insert(payload);
+    }
+    // Whichever shard accepts this produce panics.
+    let mut doomed = node.client();
+    let answer = doomed.request("POST", "/v1/topics/boom/produce", &OCTET, "x");
+    assert!(answer.is_err(), "the panicking shard answered: {answer:?}");
+    let status = node.wait_for_exit(STOP_MAX);
+    assert!(!status.success(), "exit status {status:?}");
+    node.wait_for_log("panicked and serves nothing");
+    drop(node);
+
+    let node = Node::start_in(&data, 2, &[]);
+    let mut client = node.client();
+    let mut seen = HashSet::new();
+    wait_until(
+        STOP_MAX,
+        "every acknowledged record visible after the restart",
+        || {
+            seen.clear();
+            for partition in 0..4 {
+                for message in replay_all(&mut client, "kept", partition) {
+                    seen.insert(message["payload"].as_str().unwrap().to_string());
+                }
+            }
+            (seen == acked).then_some(())
+        },
+    );
+}
