@@ -233,7 +233,10 @@ fn a_second_sigterm_while_draining_exits_at_once() {
     let second_at = Instant::now();
     node.sigterm();
     let status = node.wait_for_exit(Duration::from_secs(10));
-    assert!(!status.success(), "a cut-short drain exits non-zero: {status}");
+    assert!(
+        !status.success(),
+        "a cut-short drain exits non-zero: {status}"
+    );
     assert!(second_at.elapsed() < Duration::from_secs(5));
     node.wait_for_log("second stop signal");
 }

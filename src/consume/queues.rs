@@ -9,7 +9,10 @@
 //!
 //! Reservation before read: offsets are leased first (with a nonce from the shard's
 //! ChaCha8 stream and an expiry), then read. A read that comes back without a
-//! reserved offset (its byte budget ran out) releases it at once. A read below the
+//! reserved offset (its byte budget ran out) releases it at once and wakes the
+//! topic's consumers. A take whose caller goes away (its future is dropped, as
+//! when a client disconnects) releases what it reserved or took, at once, rather
+//! than leaving it leased until the visibility timeout. A read below the
 //! oldest retained offset makes the frontier jump there in one step; a corrupt
 //! range is skipped (settled, counted, logged) so it never blocks the queue.
 //!
@@ -172,26 +175,34 @@ impl Queues {
         budget_bytes: usize,
     ) -> Result<Vec<Delivered>, ConsumeError> {
         assert!(max > 0);
-        let mut out = Vec::new();
+        // Records taken from one partition are given back if the caller goes
+        // away while a later partition is read.
+        let mut out = Taken {
+            queues: self,
+            incarnation: record.id,
+            topic,
+            delivered: Vec::new(),
+        };
         let mut failure = None;
         let mut bytes = 0usize;
         for &partition in partitions {
-            if out.len() >= max || bytes >= budget_bytes {
+            if out.delivered.len() >= max || bytes >= budget_bytes {
                 break;
             }
             let left = budget_bytes - bytes;
             match self
-                .take_from(topic, record, partition, max - out.len(), left)
+                .take_from(topic, record, partition, max - out.delivered.len(), left)
                 .await
             {
                 Ok(got) => {
                     bytes += got.iter().map(Delivered::weight_bytes).sum::<usize>();
-                    out.extend(got);
+                    out.delivered.extend(got);
                 }
                 Err(ConsumeError::NotFound) => return Err(ConsumeError::NotFound),
                 Err(e) => failure = Some(e),
             }
         }
+        let out = std::mem::take(&mut out.delivered);
         match failure {
             Some(e) if out.is_empty() => Err(e),
             _ => Ok(out),
@@ -216,10 +227,19 @@ impl Queues {
                 return Ok(Vec::new());
             };
             let span = (last.0 - first.0 + 1) as usize;
+            // The reservations are given back if the caller goes away during the
+            // read, rather than held until their visibility timeout.
+            let mut held = Reserved {
+                queues: self,
+                incarnation: record.id,
+                queue: &queue,
+                offsets: reserved,
+            };
             let read = self
                 .owner
                 .read(topic, record.id, partition, first, span, budget_bytes)
                 .await;
+            let reserved = std::mem::take(&mut held.offsets);
             let batch = match read {
                 Ok(batch) => batch,
                 Err(ReadError::AgedOut { oldest }) => {
@@ -232,13 +252,13 @@ impl Queues {
                     continue;
                 }
                 Err(e) => {
-                    release(&mut queue.borrow_mut().table, &reserved);
+                    self.give_back(record.id, &queue, &reserved);
                     return Err(read_failure(e));
                 }
             };
             let mut got = Vec::with_capacity(reserved.len());
             let mut skipped = false;
-            let mut queue = queue.borrow_mut();
+            let mut part = queue.borrow_mut();
             let now = now_ms();
             for item in batch.items {
                 match item {
@@ -247,7 +267,7 @@ impl Queues {
                             continue;
                         };
                         let nonce = reserved[i].1;
-                        if queue.table.is_leased(r.offset, nonce, now) {
+                        if part.table.is_leased(r.offset, nonce, now) {
                             got.push(Delivered {
                                 partition,
                                 nonce,
@@ -256,7 +276,7 @@ impl Queues {
                         }
                     }
                     ReadItem::Corrupt(range) => {
-                        let count = queue.table.skip_corrupt(range.clone());
+                        let count = part.table.skip_corrupt(range.clone());
                         tracing::error!(topic = %topic, partition = partition.0, from = range.start.0, to = range.end.0, count, "skipping unreadable records (corrupt on disk)");
                         self.note_settled((record.id, partition));
                         skipped = true;
@@ -281,7 +301,9 @@ impl Queues {
                 delivered.next().is_none(),
                 "delivered offsets were reserved"
             );
-            release(&mut queue.table, &left_out);
+            drop(part);
+            // Consumers parked here may have found these reserved a moment ago.
+            self.give_back(record.id, &queue, &left_out);
             if got.is_empty() && skipped {
                 continue;
             }
@@ -359,6 +381,26 @@ impl Queues {
             (self.wake)(record.id, &topic);
         }
         outcome
+    }
+
+    /// Releases reservations nobody received and, if any was still held, wakes
+    /// the topic's consumers: one parked here may have found them reserved.
+    fn give_back(
+        &self,
+        incarnation: IncarnationId,
+        queue: &RefCell<PartitionQueue>,
+        reserved: &[(Offset, u64)],
+    ) {
+        if reserved.is_empty() {
+            return;
+        }
+        let mut part = queue.borrow_mut();
+        let released = release(&mut part.table, reserved);
+        let topic = part.topic.clone();
+        drop(part);
+        if released > 0 {
+            (self.wake)(incarnation, &topic);
+        }
     }
 
     /// Gives records handed out to nobody (their request was cancelled) back.
@@ -500,10 +542,44 @@ impl Queues {
     }
 }
 
-fn release(table: &mut InFlight, reserved: &[(Offset, u64)]) {
+/// Releases the leases of `reserved` still held; returns how many were.
+fn release(table: &mut InFlight, reserved: &[(Offset, u64)]) -> usize {
     let now = now_ms();
-    for &(offset, nonce) in reserved {
-        let _ = table.nack(offset, nonce, now);
+    reserved
+        .iter()
+        .filter(|&&(offset, nonce)| table.nack(offset, nonce, now).is_ok())
+        .count()
+}
+
+/// Offsets reserved for a read in progress: released if the read's caller goes
+/// away (the future is dropped) before the read returns.
+struct Reserved<'a> {
+    queues: &'a Queues,
+    incarnation: IncarnationId,
+    queue: &'a RefCell<PartitionQueue>,
+    offsets: Vec<(Offset, u64)>,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.queues
+            .give_back(self.incarnation, self.queue, &self.offsets);
+    }
+}
+
+/// Records a take has handed over so far: released if its caller goes away
+/// before the take returns them.
+struct Taken<'a> {
+    queues: &'a Queues,
+    incarnation: IncarnationId,
+    topic: &'a Arc<str>,
+    delivered: Vec<Delivered>,
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        self.queues
+            .release_delivered(self.incarnation, self.topic, &self.delivered);
     }
 }
 
@@ -522,5 +598,145 @@ fn caps_of(record: &TopicRecord) -> Caps {
     Caps {
         in_flight_max: record.max_in_flight_per_partition as usize,
         acked_ahead_max: record.max_acked_ahead_per_partition as usize,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use futures_channel::oneshot;
+    use narad_shards::log::LogConfig;
+    use narad_shards::produce::OwnedRecord;
+    use rand::SeedableRng;
+
+    use super::*;
+
+    const ID: IncarnationId = IncarnationId(0x5eed);
+
+    fn topic_record() -> TopicRecord {
+        TopicRecord {
+            name: "t".to_string(),
+            id: ID,
+            partitions: 2,
+            retention_ms: 0,
+            visibility_timeout_ms: 60_000,
+            max_in_flight_per_partition: 1_000,
+            max_acked_ahead_per_partition: 1_000,
+            created_at: 0,
+        }
+    }
+
+    async fn commit(owner: &Rc<Owner>, topic: &Arc<str>, partition: u32, n: usize) {
+        let records = (0..n)
+            .map(|i| OwnedRecord {
+                key: None,
+                // Large enough that the first records sit in whole blocks on the
+                // device, not in the log's in-memory tail block.
+                payload: vec![b'a' + i as u8; 3_000].into(),
+            })
+            .collect();
+        let (reply, answer) = oneshot::channel();
+        owner.commit(topic.clone(), ID, PartitionId(partition), records, reply);
+        answer.await.unwrap().unwrap();
+    }
+
+    fn in_flight(queues: &Queues, partition: u32) -> usize {
+        queues
+            .loaded((ID, PartitionId(partition)))
+            .map_or(0, |q| q.borrow().table.in_flight())
+    }
+
+    /// Queues over an owner in `path` whose partitions 0 and 1 of the topic hold
+    /// three records each, and the count of wakes it has made.
+    async fn with_records(path: &std::path::Path) -> (Queues, Rc<Cell<usize>>) {
+        let storage = DmaStorage::new(path);
+        // No recent-frame cache: every read goes to the device, so it suspends.
+        let config = LogConfig {
+            cache_bytes_max: 0,
+            ..LogConfig::default()
+        };
+        let owner = Owner::new(storage.clone(), config, Box::new(|_, _, _| true));
+        let wakes = Rc::new(Cell::new(0));
+        let wake = {
+            let wakes = wakes.clone();
+            Box::new(move |_, _: &Arc<str>| wakes.set(wakes.get() + 1))
+        };
+        let topic: Arc<str> = Arc::from("t");
+        commit(&owner, &topic, 0, 3).await;
+        commit(&owner, &topic, 1, 3).await;
+        let queues = Queues::new(
+            owner,
+            storage,
+            ChaCha8Rng::seed_from_u64(7),
+            wake,
+            Rc::new(Persister::default()),
+        );
+        (queues, wakes)
+    }
+
+    /// A consume whose request goes away while the take reads its second
+    /// partition: the records already taken from the first, and those reserved
+    /// in the second, are released at once, not held for the visibility timeout.
+    #[test]
+    fn a_take_dropped_during_a_read_releases_what_it_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        narad_io::rt::run_local(None, async move {
+            let (queues, wakes) = with_records(&path).await;
+            let topic: Arc<str> = Arc::from("t");
+            let record = topic_record();
+            let partitions = [PartitionId(0), PartitionId(1)];
+
+            let mut take = Box::pin(queues.take(&topic, &record, &partitions, 10, 1 << 20));
+            let mut caught = false;
+            for _ in 0..10_000 {
+                let polled = futures_lite::future::poll_once(take.as_mut()).await;
+                assert!(
+                    polled.is_none(),
+                    "the take finished before it was caught in its second read"
+                );
+                if in_flight(&queues, 1) > 0 {
+                    caught = true;
+                    break;
+                }
+                narad_io::rt::sleep(Duration::from_micros(100)).await;
+            }
+            assert!(caught, "the take never reserved in the second partition");
+            assert_eq!((in_flight(&queues, 0), in_flight(&queues, 1)), (3, 3));
+            let wakes_before = wakes.get();
+            drop(take);
+            assert_eq!((in_flight(&queues, 0), in_flight(&queues, 1)), (0, 0));
+            assert!(wakes.get() > wakes_before, "parked consumers are told");
+
+            let got = queues
+                .take(&topic, &record, &partitions, 10, 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(got.len(), 6);
+        });
+    }
+
+    /// Records reserved for a take and left out of it by its byte budget go
+    /// back, and consumers parked here are told: they may have found them
+    /// reserved a moment before.
+    #[test]
+    fn records_left_out_by_the_budget_are_released_with_a_wake() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        narad_io::rt::run_local(None, async move {
+            let (queues, wakes) = with_records(&path).await;
+            let topic: Arc<str> = Arc::from("t");
+            let record = topic_record();
+            let wakes_before = wakes.get();
+            // A budget of one byte: the first record is always taken, no more.
+            let got = queues
+                .take(&topic, &record, &[PartitionId(0)], 10, 1)
+                .await
+                .unwrap();
+            assert_eq!(got.len(), 1);
+            assert_eq!(in_flight(&queues, 0), 1);
+            assert!(wakes.get() > wakes_before, "parked consumers are told");
+        });
     }
 }
