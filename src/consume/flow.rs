@@ -229,7 +229,7 @@ pub async fn serve_consume_op(
     partition: Option<PartitionId>,
     request: ConsumeRequest,
     claim: bool,
-    reply: futures_channel::oneshot::Sender<Result<Vec<Delivered>, ConsumeError>>,
+    mut reply: futures_channel::oneshot::Sender<Result<Vec<Delivered>, ConsumeError>>,
 ) {
     if claim {
         shard.queues.retire_notification(incarnation);
@@ -239,7 +239,21 @@ pub async fn serve_consume_op(
         return;
     };
     let result = match partition {
-        Some(p) => consume_pinned_here(&shard, &topic, &record, p, request).await,
+        Some(p) => {
+            // A forwarded long-poll whose requester went away (its client
+            // disconnected) stops waiting here too, rather than holding a place
+            // in the partition's FIFO for the rest of its wait.
+            let consume =
+                async { Some(consume_pinned_here(&shard, &topic, &record, p, request).await) };
+            let gone = async {
+                reply.cancellation().await;
+                None
+            };
+            match futures_lite::future::or(consume, gone).await {
+                Some(result) => result,
+                None => return,
+            }
+        }
         None => {
             let local = shard.local_partitions(&record);
             shard
@@ -371,8 +385,14 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
                 }
             }
         }
+        // The node stops: the pump has answered the parked consumers already, so
+        // this one is answered now rather than parked again for its whole wait.
+        _ if shard.stopping.get() => waiter.close(),
         _ => {
             shard.waiters.push_front(incarnation, &topic, None, waiter);
+            // A record of this shard's own partitions may have arrived while this
+            // consumer was off the FIFO: the pump found nobody to give it to.
+            shard.waiters.kick(incarnation, &topic);
             // The keeper may have stopped while this consumer was off the FIFO.
             ensure_keeper(&shard);
         }
