@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{create_topic, Client, Node};
+use common::{create_topic, produce_ok, wait_for_records, Client, Node};
 
 #[test]
 fn health_readiness_and_route_errors_share_one_keep_alive_connection() {
@@ -239,4 +239,53 @@ fn a_second_sigterm_while_draining_exits_at_once() {
     );
     assert!(second_at.elapsed() < Duration::from_secs(5));
     node.wait_for_log("second stop signal");
+}
+
+#[test]
+fn a_client_that_reads_slowly_is_cut_off_after_the_write_timeout() {
+    let node = Node::start(&[
+        ("NARAD_HTTP_WRITE_TIMEOUT", "2s"),
+        ("NARAD_HTTP_MAX_CONSUME_WAIT", "1s"),
+    ]);
+    let mut client = node.client();
+    create_topic(&mut client, "big");
+    let payload = vec![b'a'; 1_000_000];
+    produce_ok(&mut client, "big", "partition=0", &payload);
+    wait_for_records(&mut client, "big", 0, 1);
+
+    // Forty pipelined replays of the 1 MB record: about 40 MB to write, read
+    // 16 KiB every 20 ms, so no single write ever waits long, but the whole
+    // would take about 50 s.
+    let mut slow = node.client();
+    let request = "GET /v1/topics/big/consume?partition=0&offset=0 HTTP/1.1\r\nhost: test\r\n\r\n";
+    slow.stream
+        .write_all(request.repeat(40).as_bytes())
+        .unwrap();
+    slow.stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let started = Instant::now();
+    let mut received = 0usize;
+    let mut chunk = vec![0u8; 16 << 10];
+    let cut = loop {
+        match slow.stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break true,
+            Ok(n) => received += n,
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        cut,
+        "still reading after {:?} ({received} bytes)",
+        started.elapsed()
+    );
+    assert!(received < 20_000_000, "{received} bytes before the cut");
+    // The node itself is fine.
+    assert_eq!(
+        client.request("GET", "/healthz", &[], "").unwrap().status,
+        200
+    );
 }

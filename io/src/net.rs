@@ -110,13 +110,18 @@ impl Listener {
     /// Waits for the next connection on this shard's socket.
     pub async fn accept(&self) -> io::Result<Stream> {
         let inner = self.inner.accept().await.map_err(io::Error::from)?;
-        Ok(Stream { inner })
+        Ok(Stream::new(inner))
     }
 }
 
 /// An accepted TCP connection, owned by the shard that accepted it.
 pub struct Stream {
     inner: glommio::net::TcpStream,
+    /// The most time one response may take to write, from its first byte (see
+    /// [`Stream::set_response_write_max`]); `None`: no bound.
+    response_write_max: Option<Duration>,
+    /// When the bytes written since the peer last sent anything began.
+    writing_since: Option<Instant>,
 }
 
 /// Opens a TCP connection to `addr` from the current executor, with Nagle's
@@ -128,12 +133,29 @@ pub async fn connect(addr: SocketAddr) -> io::Result<Stream> {
     let inner = glommio::net::TcpStream::connect(addr)
         .await
         .map_err(io::Error::from)?;
-    let stream = Stream { inner };
+    let stream = Stream::new(inner);
     stream.set_nodelay()?;
     Ok(stream)
 }
 
 impl Stream {
+    fn new(inner: glommio::net::TcpStream) -> Stream {
+        Stream {
+            inner,
+            response_write_max: None,
+            writing_since: None,
+        }
+    }
+
+    /// Bounds the time spent writing one response, from its first byte: a write
+    /// after `max` fails with `TimedOut`. [`Stream::set_write_timeout`] bounds
+    /// each stall, but a client that reads a byte now and then never stalls a
+    /// write that long, and could hold the connection for hours. A response is
+    /// what is written between two reads that brought the peer's bytes.
+    pub fn set_response_write_max(&mut self, max: Duration) {
+        self.response_write_max = Some(max);
+    }
+
     /// Disables Nagle's algorithm: responses are written whole, and a small one
     /// must not wait for the client's delayed ACK.
     pub fn set_nodelay(&self) -> io::Result<()> {
@@ -172,6 +194,10 @@ impl hyper::rt::Read for Stream {
             let scratch = &mut scratch[..want];
             match Pin::new(&mut self.inner).poll_read(cx, scratch) {
                 Poll::Ready(Ok(filled)) => {
+                    if filled > 0 {
+                        // The peer sent something: the next write starts a response.
+                        self.writing_since = None;
+                    }
                     buf.put_slice(&scratch[..filled]);
                     Poll::Ready(Ok(()))
                 }
@@ -188,6 +214,19 @@ impl hyper::rt::Write for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if let Some(max) = self.response_write_max {
+            let now = Instant::now();
+            match self.writing_since {
+                None => self.writing_since = Some(now),
+                Some(since) if now.duration_since(since) > max => {
+                    return Poll::Ready(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the response took longer than its write limit to write",
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
 

@@ -287,12 +287,15 @@ impl Drop for Slot {
     }
 }
 
-async fn serve_connection(slot: Slot, stream: Stream) {
+async fn serve_connection(slot: Slot, mut stream: Stream) {
     let shared = slot.shared.clone();
     let (shard, id) = (shared.shard, slot.id);
     // Best effort: a socket that refuses these options still serves.
     let _ = stream.set_nodelay();
+    // `http.write_timeout` bounds both each stall of a write and the whole of one
+    // response, so a client reading a byte now and then cannot keep a slot.
     let _ = stream.set_write_timeout(shared.write_timeout);
+    stream.set_response_write_max(shared.write_timeout);
     let requests_seen = Rc::new(Cell::new(0u64));
     let peer = stream.peer_addr().ok().map(|a| super::ClientAddr(a.ip()));
     let service = {
