@@ -152,21 +152,10 @@ impl BlockFile for DmaBlockFile {
 
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
         assert!(is_aligned(pos) && is_aligned(buf.len() as u64));
-        let mut filled = 0;
-        // A single read may return short at end of file; loop until the buffer is full
-        // or the file ends, and zero the rest as the contract says.
-        while filled < buf.len() {
-            let want = buf.len() - filled;
-            let got = self.file.read_at_aligned(pos + filled as u64, want).await?;
-            let n = got.len();
-            buf[filled..filled + n].copy_from_slice(&got[..n]);
-            filled += n;
-            if n < want {
-                break;
-            }
-        }
-        buf[filled..].fill(0);
-        Ok(filled)
+        fill_by_reads(pos, buf, async |at, want| {
+            Ok(self.file.read_at_aligned(at, want).await?)
+        })
+        .await
     }
 
     async fn sync_data(&self) -> io::Result<()> {
@@ -190,6 +179,77 @@ impl BlockFile for DmaBlockFile {
 }
 
 const _: () = assert!(BLOCK_BYTES >= 512);
+
+/// Fills `buf` from `pos` by reads of `read(at, want)`, and zeroes what is past
+/// the end of the file; returns the bytes read. A read may return short without
+/// the file ending (an interrupted or split request), so only an empty read, or
+/// one that ends off a block boundary (the file ends inside that block), is the
+/// end: taking any short read for it would make a recovery scan see a file end
+/// early and truncate acknowledged records after it.
+async fn fill_by_reads<B: std::ops::Deref<Target = [u8]>>(
+    pos: u64,
+    buf: &mut [u8],
+    mut read: impl AsyncFnMut(u64, usize) -> io::Result<B>,
+) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let want = buf.len() - filled;
+        let got = read(pos + filled as u64, want).await?;
+        let n = got.len().min(want);
+        buf[filled..filled + n].copy_from_slice(&got[..n]);
+        filled += n;
+        if n == 0 || !is_aligned(n as u64) {
+            break;
+        }
+    }
+    buf[filled..].fill(0);
+    Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A "file" of `len` bytes of `0xAB` whose reads return at most `cap` bytes.
+    fn reader(len: u64, cap: usize) -> impl AsyncFnMut(u64, usize) -> io::Result<Vec<u8>> {
+        async move |at: u64, want: usize| {
+            let left = len.saturating_sub(at) as usize;
+            Ok(vec![0xAB; want.min(left).min(cap)])
+        }
+    }
+
+    fn run(f: impl std::future::Future<Output = io::Result<usize>>) -> usize {
+        futures_lite::future::block_on(f).unwrap()
+    }
+
+    #[test]
+    fn short_reads_inside_the_file_are_continued() {
+        let mut buf = vec![0u8; 4 * BLOCK_BYTES];
+        let filled = run(fill_by_reads(0, &mut buf, reader(1 << 20, BLOCK_BYTES)));
+        assert_eq!(filled, buf.len());
+        assert!(buf.iter().all(|&b| b == 0xAB));
+    }
+
+    #[test]
+    fn the_end_of_the_file_stops_the_fill_and_zeroes_the_rest() {
+        // Ends on a block boundary: the next read is empty.
+        let mut buf = vec![0xFFu8; 4 * BLOCK_BYTES];
+        let filled = run(fill_by_reads(
+            0,
+            &mut buf,
+            reader(2 * BLOCK_BYTES as u64, usize::MAX),
+        ));
+        assert_eq!(filled, 2 * BLOCK_BYTES);
+        assert!(buf[..filled].iter().all(|&b| b == 0xAB));
+        assert!(buf[filled..].iter().all(|&b| b == 0));
+        // Ends inside a block: that short read is the end.
+        let mut buf = vec![0xFFu8; 4 * BLOCK_BYTES];
+        let end = BLOCK_BYTES as u64 + 100;
+        let filled = run(fill_by_reads(0, &mut buf, reader(end, usize::MAX)));
+        assert_eq!(filled as u64, end);
+        assert!(buf[filled..].iter().all(|&b| b == 0));
+    }
+}
 
 impl Storage for DmaStorage {
     type File = DmaBlockFile;
