@@ -21,8 +21,11 @@ use crate::ids::{IncarnationId, PartitionId, Seq};
 #[derive(Debug, Default)]
 pub(super) struct TopicState {
     pub partitions: BTreeMap<PartitionId, Destination>,
-    /// Incarnations the leader confirmed gone, newest last.
-    pub gone: VecDeque<IncarnationId>,
+    /// Incarnations the leader confirmed gone, newest last, each with when a
+    /// record of it was last discarded (or the confirmation came). Forgotten after
+    /// [`DispatchConfig::idle_forget_after`] unused: a record of it read later only
+    /// asks the leader again, so a deleted name does not keep its state forever.
+    pub gone: VecDeque<(IncarnationId, Instant)>,
     /// When each unanswered or unconfirmed question was last asked.
     pub asked: BTreeMap<IncarnationId, Instant>,
 }
@@ -337,6 +340,9 @@ impl Dispatcher {
             state
                 .asked
                 .retain(|_, at| now.saturating_duration_since(*at) < ttl);
+            state
+                .gone
+                .retain(|(_, used)| now.saturating_duration_since(*used) < idle_after);
         }
         self.destinations -= forgotten;
         self.topics
@@ -349,11 +355,14 @@ impl Dispatcher {
         };
         if gone {
             state.asked.remove(&incarnation);
-            if !state.gone.contains(&incarnation) {
-                if state.gone.len() == super::config::GONE_INCARNATIONS_MAX {
-                    state.gone.pop_front();
+            match state.gone.iter_mut().find(|(i, _)| *i == incarnation) {
+                Some((_, used)) => *used = now,
+                None => {
+                    if state.gone.len() == super::config::GONE_INCARNATIONS_MAX {
+                        state.gone.pop_front();
+                    }
+                    state.gone.push_back((incarnation, now));
                 }
-                state.gone.push_back(incarnation);
             }
             self.rescan_wanted = true;
         } else {

@@ -145,7 +145,8 @@ impl Dispatcher {
     ) -> Route {
         let ttl = self.config.gone_answer_ttl;
         let state = self.topics.get_mut(topic).expect("destination created");
-        if state.gone.contains(&incarnation) {
+        if let Some((_, used)) = state.gone.iter_mut().find(|(i, _)| *i == incarnation) {
+            *used = now;
             return Route::Discard;
         }
         let recent = state

@@ -449,3 +449,30 @@ fn checkpoint_never_passes_a_record_in_flight() {
         .iter()
         .any(|x| matches!(x, Action::StoreCheckpoint(Seq(2)))));
 }
+
+#[test]
+fn a_deleted_topic_is_forgotten_once_idle_and_asked_about_again_if_seen() {
+    let mut h = Harness::new(1);
+    h.c.deleted = true;
+    h.produce(0, &[0]);
+    let discarded = h
+        .confirm_gone(10)
+        .iter()
+        .any(|a| matches!(a, Action::Discard { .. }));
+    assert!(discarded);
+    // Still in use while its records keep coming.
+    h.produce(9_000, &[0]);
+    h.read(12_000);
+    assert!(h.d.topics.contains_key("t"), "used 3 s ago: remembered");
+    h.read(19_100);
+    assert!(
+        h.d.topics.is_empty(),
+        "idle past the forget interval: nothing kept for the name"
+    );
+    // A record of it read later is asked about again, never passed on unasked.
+    let actions = h.produce(20_000, &[0]);
+    assert!(actions
+        .iter()
+        .any(|a| matches!(a, Action::AskGone { incarnation, .. } if *incarnation == INC)));
+    assert!(!actions.iter().any(|a| matches!(a, Action::Discard { .. })));
+}
