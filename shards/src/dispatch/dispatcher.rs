@@ -68,7 +68,11 @@ pub struct Dispatcher {
     /// Every skipped record is at or above `min(rescan_from, reader_pos)`.
     pub(super) rescan_from: Option<Seq>,
     pub(super) rescan_wanted: bool,
+    /// When the last pass started, moved on while it is moving: the backstop
+    /// counts from the end of a pass, or from the last step of one that stalled.
     pub(super) rescan_last_at: Instant,
+    /// Where the pass in progress was last seen; `None` when none is.
+    pub(super) pass_seen_at: Option<Seq>,
     /// Moving average of commit latency per owner.
     pub(super) latency: BTreeMap<OwnerId, Duration>,
     pub(super) actions: VecDeque<Action>,
@@ -102,6 +106,7 @@ impl Dispatcher {
             rescan_from: None,
             rescan_wanted: false,
             rescan_last_at: now,
+            pass_seen_at: None,
             latency: BTreeMap::new(),
             actions: VecDeque::new(),
         }
@@ -371,17 +376,24 @@ impl Dispatcher {
     }
 
     /// Seeks back to the lowest skipped record when a destination can take records
-    /// again or the backstop is due. One pass at a time, unless the backstop is due,
-    /// so a hot partition's backlog is read again about once per pass, not after
-    /// each of its commits.
+    /// again or the backstop is due. One pass at a time, so a hot partition's
+    /// backlog is read again about once per pass, not after each of its commits.
+    /// The backstop interrupts only a pass that stopped moving: restarting one that
+    /// merely takes longer than the interval (a large backlog of large records)
+    /// would read the same span forever and never reach new records.
     fn maybe_rescan(&mut self, now: Instant) {
         if self.skipped_total == 0 {
             self.rescan_from = None;
             self.rescan_wanted = false;
+            self.pass_seen_at = None;
             return;
         }
-        let backstop = now >= self.rescan_last_at + self.config.rescan_interval;
         let pass_done = self.reader_pos >= self.frontier;
+        if self.pass_seen_at.is_some_and(|at| at != self.reader_pos) {
+            self.rescan_last_at = now;
+            self.pass_seen_at = (!pass_done).then_some(self.reader_pos);
+        }
+        let backstop = now >= self.rescan_last_at + self.config.rescan_interval;
         if !(backstop || (self.rescan_wanted && pass_done)) {
             return;
         }
@@ -398,6 +410,7 @@ impl Dispatcher {
             "a skipped record below the checkpoint"
         );
         self.reader_pos = from;
+        self.pass_seen_at = Some(from);
         for d in self
             .topics
             .values_mut()

@@ -115,6 +115,39 @@ impl Harness {
         }
     }
 
+    /// Reads at most `n` records at `ms`, then ticks; follows a seek and returns
+    /// where it went.
+    fn read_some(&mut self, ms: u64, n: usize) -> Option<Seq> {
+        let now = self.at(ms);
+        for _ in 0..n {
+            if self.reader.0 as usize >= self.wal.len() || self.d.read_budget() == 0 {
+                break;
+            }
+            let seq = self.reader;
+            self.reader = seq.next();
+            if self.d.visit(seq) {
+                let (p, incarnation) = self.wal[seq.0 as usize];
+                let record = RecordRead {
+                    seq,
+                    topic: "t",
+                    incarnation,
+                    partition: PartitionId(p),
+                    encoded_bytes: 100,
+                };
+                self.d.handle(now, Event::Record(record), &self.c);
+            }
+        }
+        self.d.handle(now, Event::Tick, &self.c);
+        let seek = self.d.drain_actions().find_map(|a| match a {
+            Action::Seek(s) => Some(s),
+            _ => None,
+        });
+        if let Some(s) = seek {
+            self.reader = s;
+        }
+        seek
+    }
+
     /// The leader confirms incarnation `INC` gone at `ms`; follows the rescan
     /// that brings and returns its actions.
     fn confirm_gone(&mut self, ms: u64) -> Vec<Action> {
@@ -475,4 +508,28 @@ fn a_deleted_topic_is_forgotten_once_idle_and_asked_about_again_if_seen() {
         .iter()
         .any(|a| matches!(a, Action::AskGone { incarnation, .. } if *incarnation == INC)));
     assert!(!actions.iter().any(|a| matches!(a, Action::Discard { .. })));
+}
+
+#[test]
+fn the_backstop_never_restarts_a_pass_that_is_moving() {
+    // Ten records of a partition the topic does not have: skipped on every pass.
+    let mut h = Harness::new(1);
+    h.produce(0, &[5; 10]);
+    assert_eq!(h.read_some(1_000, 0), Some(Seq(0)), "the backstop is due");
+    // A pass slower than the backstop interval, one record every 300 ms.
+    for (i, ms) in (1_000..4_000).step_by(300).take(10).enumerate() {
+        assert_eq!(
+            h.read_some(ms, 1),
+            None,
+            "record {i} at {ms} ms: a moving pass is not restarted"
+        );
+    }
+    assert_eq!(h.reader, Seq(10), "the pass reached the frontier");
+    // The next pass is due an interval after this one ended (at 3,700 ms).
+    assert_eq!(h.read_some(4_600, 0), None);
+    assert_eq!(h.read_some(4_700, 0), Some(Seq(0)));
+    // A pass that stops moving is restarted an interval after its last step.
+    assert_eq!(h.read_some(4_800, 3), None);
+    assert_eq!(h.read_some(5_700, 0), None);
+    assert_eq!(h.read_some(5_800, 0), Some(Seq(0)));
 }
