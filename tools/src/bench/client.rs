@@ -139,7 +139,7 @@ impl Link {
                     if self.failed_opens >= RECONNECT_ATTEMPTS_MAX {
                         return Opened::GiveUp;
                     }
-                    narad_io::rt::sleep(RECONNECT_BACKOFF).await;
+                    super::evloop::sleep(RECONNECT_BACKOFF).await;
                     return Opened::Retry;
                 }
             }
@@ -158,7 +158,7 @@ pub type TransportError = String;
 
 /// One keep-alive HTTP/1.1 connection.
 pub struct Conn {
-    stream: narad_io::net::Stream,
+    stream: super::evloop::Stream,
     /// The request being written: its head, and its body when small.
     tx: Vec<u8>,
     reader: ResponseReader,
@@ -169,7 +169,7 @@ pub struct Conn {
 impl Conn {
     /// Connects to the server.
     pub async fn open(server: &Server) -> Result<Conn, TransportError> {
-        let stream = narad_io::net::connect(server.addr)
+        let stream = super::evloop::connect(server.addr)
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", server.addr))?;
         Ok(Conn {
@@ -622,14 +622,15 @@ mod tests {
             b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
         ]);
         let template = RequestTemplate::new(Method::Post, "/p", &server, "text/plain");
-        let outcome = narad_io::rt::run_local(None, async move {
+        let outcome = super::super::evloop::run(None, async move {
             let mut conn = Conn::open(&server).await.unwrap();
             let mut body = Vec::new();
             let first = conn.send_into(template.build(b"abc"), &mut body).await;
             let second = conn.send(template.build_to("/q?x=1", &[])).await;
             let third = conn.send(template.build(b"abc")).await;
             (first, body, second, third)
-        });
+        })
+        .unwrap();
         let (first, body, second, third) = outcome;
         assert_eq!((first, &body[..]), (Ok(200), &b"hello"[..]));
         assert_eq!(second, Ok(202));
@@ -658,12 +659,13 @@ mod tests {
         let (server, handle) =
             serve_canned(vec![b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\n"]);
         let template = RequestTemplate::get("/healthz", &server);
-        let (first, second) = narad_io::rt::run_local(None, async move {
+        let (first, second) = super::super::evloop::run(None, async move {
             let mut conn = Conn::open(&server).await.unwrap();
             let first = conn.send(template.build(&[])).await;
             let second = conn.send(template.build(&[])).await;
             (first, second)
-        });
+        })
+        .unwrap();
         let first = first.unwrap_err();
         assert!(
             first.contains("bytes after the end of the response"),

@@ -240,7 +240,7 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
             }
             other => {
                 count(&plan.live, &mut tally.consume_errors, other);
-                narad_io::rt::sleep(ERROR_BACKOFF).await;
+                super::evloop::sleep(ERROR_BACKOFF).await;
                 continue;
             }
         }

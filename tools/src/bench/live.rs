@@ -308,7 +308,7 @@ pub async fn ticker(live: std::rc::Rc<Live>, show: bool, mode: Mode) {
     let mut next = live.start + WINDOW;
     let mut drawn = false;
     while !live.finished.get() {
-        narad_io::rt::sleep(POLL).await;
+        super::evloop::sleep(POLL).await;
         let now = Instant::now();
         if now < next {
             continue;

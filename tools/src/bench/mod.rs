@@ -19,15 +19,17 @@
 //! with `--verify`, that every acknowledged record was consumed. Without a
 //! TOPIC the run creates a fresh topic, runs a 10-second flow and deletes it.
 //!
-//! Which cores: one. Every worker is a task on a single glommio executor in the
-//! calling thread (pinned with `--cpus`), and drives its own connection: it
-//! writes each request and reads each response itself. A generator that spread itself over cores would compete with
+//! Which cores: one. Every worker is a task on one event loop in the calling
+//! thread (`evloop`, edge-triggered epoll; pinned with `--cpus`), and drives
+//! its own connection: it writes each request and reads each response itself.
+//! A generator that spread itself over cores would compete with
 //! the broker it measures on a small machine; one core that pushes well over
 //! 100,000 requests a second is enough to saturate a broker shard, and its
 //! figures are not blurred by cross-thread handoffs.
 //!
 //! Map:
 //! - [`client`]: the server address, the keep-alive connection, topic setup.
+//! - `evloop`: the event loop, timers and sockets; why not glommio or tokio.
 //! - `wire`: reading an HTTP/1.1 response; why the client is hand-written.
 //! - `config`: flags, defaults and the refusals of bad combinations.
 //! - `workload`: the payload and bodies, the schedule of requests, the producer.
@@ -45,6 +47,7 @@
 pub mod client;
 mod config;
 mod consumer;
+mod evloop;
 mod html;
 mod live;
 mod report;
@@ -129,7 +132,7 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
     // Tests and pipelines read standard error: the status line is for people.
     let show_progress = std::io::stderr().is_terminal();
     let drive = drive(settings.clone(), show_progress);
-    let outcome = match narad_io::rt::try_run_local(settings.pin_cpu(), drive) {
+    let outcome = match evloop::run(settings.pin_cpu(), drive) {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(why)) | Err(why) => {
             // A run that measured nothing leaves no empty report behind.
@@ -386,12 +389,11 @@ async fn measure(s: &Settings, show_progress: bool) -> Result<Outcome, String> {
     let start = Instant::now();
     let live = Rc::new(Live::new(start));
     let ticker = live::ticker(live.clone(), show_progress, s.mode);
-    let ticker = narad_io::rt::spawn_local(ticker);
+    let ticker = evloop::spawn(ticker);
     let outcome = run_pools(s, producer_conns, consumer_conns, &live).await;
     live.finish();
-    // The ticker closes the last window and erases the status line; `None`
-    // would mean it was cancelled, which nothing here does.
-    let _ = ticker.await;
+    // The ticker closes the last window and erases the status line.
+    ticker.await;
     let mut outcome = outcome?;
     outcome.series = live.take_series();
     Ok(outcome)
@@ -423,7 +425,7 @@ async fn run_pools(
     let consumers: Vec<_> = match &consume_plan {
         Some(plan) => consumer_conns
             .into_iter()
-            .map(|conn| narad_io::rt::spawn_local(consumer::consumer(plan.clone(), conn)))
+            .map(|conn| evloop::spawn(consumer::consumer(plan.clone(), conn)))
             .collect(),
         None => Vec::new(),
     };
@@ -448,7 +450,7 @@ async fn run_pools(
             plan.stop.set(true);
             let mut tally = ConsumeTally::new();
             for handle in consumers {
-                tally.merge(&handle.await.ok_or("a consumer task was cancelled")?)?;
+                tally.merge(&handle.await)?;
             }
             abandoned |= plan.abandoned.get();
             let ledger = ledger.borrow();
@@ -476,7 +478,7 @@ async fn produce(plan: &Rc<Plan>, conns: Vec<Conn>, rate: Option<f64>) -> Result
     let start = plan.schedule.start();
     let handles: Vec<_> = conns
         .into_iter()
-        .map(|conn| narad_io::rt::spawn_local(workload::worker(plan.clone(), conn)))
+        .map(|conn| evloop::spawn(workload::worker(plan.clone(), conn)))
         .collect();
     let mut summary = Summary {
         ok_records: 0,
@@ -486,7 +488,7 @@ async fn produce(plan: &Rc<Plan>, conns: Vec<Conn>, rate: Option<f64>) -> Result
         target_rate: rate,
     };
     for handle in handles {
-        let tally: Tally = handle.await.ok_or("a worker task was cancelled")?;
+        let tally: Tally = handle.await;
         summary.ok_records += tally.ok_records;
         summary.failed_records += tally.failed_records;
         summary.elapsed = summary
@@ -534,7 +536,7 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
         if done {
             return;
         }
-        narad_io::rt::sleep(CONTROL_TICK).await;
+        evloop::sleep(CONTROL_TICK).await;
     }
 }
 

@@ -276,7 +276,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
         if let Some(due) = ticket.due {
             let now = Instant::now();
             if due > now {
-                narad_io::rt::sleep(due - now).await;
+                super::evloop::sleep(due - now).await;
             }
         }
         let open = match link.get(&plan.server).await {

@@ -1,0 +1,780 @@
+//! The generator's event loop: one thread, one edge-triggered epoll set, a
+//! timer map, and a run queue of tasks.
+//!
+//! Why not the broker's runtime (glommio): the generator must cost less CPU
+//! per request than `wrk`, and nearly all of a request's cost is system calls.
+//! glommio waits for a readable socket by arming an io_uring poll for every
+//! read: one submission per request, and a completion delivered as task work
+//! that interrupts whatever the thread is doing (an inter-processor interrupt
+//! and a signal-return path per request), besides reading the clock on each
+//! submission. Profiles of `narad bench --mode ping` put a quarter of the
+//! generator's time there. Why not tokio either: it keeps a socket readable
+//! until a read fails with `EAGAIN`, so each request pays a failed read.
+//!
+//! What this loop does per request instead: the request's `send`, the
+//! response's `recv`, and a share of one `epoll_wait` that reports every
+//! connection that became readable meanwhile. A socket is registered once,
+//! edge-triggered, for both directions, and never modified. A read shorter
+//! than its buffer means the socket's queue was drained (TCP delivers what it
+//! holds), so the socket is marked not readable without a failing read; any
+//! byte that arrives later raises a new edge. The exception is the peer's
+//! close: once an event said it came, the socket stays readable, since the
+//! end of the stream may sit behind the bytes of a short read with no edge of
+//! its own left to come. `wrk` makes the same `write`
+//! and `read` plus two `epoll_ctl` calls per request.
+//!
+//! Timers are a map ordered by deadline; the loop sleeps in `epoll_pwait2`
+//! with a nanosecond timeout (falling back to `epoll_wait`, rounded up to the
+//! next millisecond, on kernels without it), so an open-loop schedule sends
+//! on time.
+//!
+//! Tasks are `!Send` futures in a slab, polled on the calling thread. A
+//! task's waker is built once, when it is spawned; waking it puts the task's
+//! slot on the run queue once until it is polled. The queue sits behind a
+//! mutex only because a `Waker` must be `Send`: nothing here wakes from
+//! another thread, so the lock is never contended.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use futures_lite::io::{AsyncRead, AsyncWrite};
+
+/// Events taken from the kernel per wait.
+const EVENTS_PER_WAIT: usize = 256;
+
+thread_local! {
+    static CORE: RefCell<Option<Rc<Core>>> = const { RefCell::new(None) };
+}
+
+fn core() -> Rc<Core> {
+    CORE.with(|c| {
+        c.borrow()
+            .clone()
+            .expect("called outside the generator's event loop (evloop::run)")
+    })
+}
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+struct Slot {
+    /// `None` while the task is being polled, or once it finished.
+    future: Option<Task>,
+    waker: Arc<TaskWaker>,
+    live: bool,
+}
+
+/// Slots woken since the loop last took them.
+#[derive(Default)]
+struct RunQueue {
+    slots: Mutex<Vec<usize>>,
+}
+
+struct TaskWaker {
+    slot: usize,
+    queued: AtomicBool,
+    queue: Arc<RunQueue>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.queued.swap(true, Ordering::AcqRel) {
+            self.queue
+                .slots
+                .lock()
+                .expect("nothing panics holding it")
+                .push(self.slot);
+        }
+    }
+}
+
+/// A registered socket's readiness and the tasks waiting on it.
+#[derive(Default)]
+struct Source {
+    readable: Cell<bool>,
+    /// The peer closed or the connection failed: what is left to read ends
+    /// without a new edge, so the socket stays readable from now on.
+    ended: Cell<bool>,
+    writable: Cell<bool>,
+    reader: RefCell<Option<Waker>>,
+    writer: RefCell<Option<Waker>>,
+}
+
+impl Source {
+    fn park(waiting: &RefCell<Option<Waker>>, cx: &Context<'_>) {
+        let mut waiting = waiting.borrow_mut();
+        match waiting.as_ref() {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => *waiting = Some(cx.waker().clone()),
+        }
+    }
+
+    fn wake(waiting: &RefCell<Option<Waker>>) {
+        if let Some(w) = waiting.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+struct Core {
+    epoll: OwnedFd,
+    tasks: RefCell<Vec<Slot>>,
+    free_tasks: RefCell<Vec<usize>>,
+    queue: Arc<RunQueue>,
+    timers: RefCell<BTreeMap<(Instant, u64), Waker>>,
+    timer_seq: Cell<u64>,
+    sources: RefCell<Vec<Option<Rc<Source>>>>,
+    free_sources: RefCell<Vec<usize>>,
+    /// Cleared when the kernel has no `epoll_pwait2`.
+    precise_wait: Cell<bool>,
+}
+
+impl Core {
+    fn new() -> io::Result<Core> {
+        // SAFETY: epoll_create1 takes no pointers; a non-negative result is a
+        // new descriptor this process owns.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Core {
+            // SAFETY: `fd` was just created and nothing else owns it.
+            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            tasks: RefCell::new(Vec::new()),
+            free_tasks: RefCell::new(Vec::new()),
+            queue: Arc::new(RunQueue::default()),
+            timers: RefCell::new(BTreeMap::new()),
+            timer_seq: Cell::new(0),
+            sources: RefCell::new(Vec::new()),
+            free_sources: RefCell::new(Vec::new()),
+            precise_wait: Cell::new(true),
+        })
+    }
+
+    fn spawn(&self, future: Task) {
+        let slot = self.free_tasks.borrow_mut().pop();
+        let mut tasks = self.tasks.borrow_mut();
+        let slot = slot.unwrap_or_else(|| {
+            let waker = Arc::new(TaskWaker {
+                slot: tasks.len(),
+                queued: AtomicBool::new(false),
+                queue: self.queue.clone(),
+            });
+            tasks.push(Slot {
+                future: None,
+                waker,
+                live: false,
+            });
+            tasks.len() - 1
+        });
+        let entry = &mut tasks[slot];
+        entry.future = Some(future);
+        entry.live = true;
+        entry.waker.wake_by_ref();
+    }
+
+    /// Polls every task woken so far; returns whether any was.
+    fn run_woken(&self, woken: &mut Vec<usize>) -> bool {
+        std::mem::swap(
+            &mut *self.queue.slots.lock().expect("nothing panics holding it"),
+            woken,
+        );
+        let any = !woken.is_empty();
+        for &slot in woken.iter() {
+            let (future, waker) = {
+                let mut tasks = self.tasks.borrow_mut();
+                let entry = &mut tasks[slot];
+                entry.waker.queued.store(false, Ordering::Release);
+                match entry.future.take() {
+                    Some(future) => (future, entry.waker.clone()),
+                    // Finished, or a stale wake of a reused slot.
+                    None => continue,
+                }
+            };
+            let mut future = future;
+            let waker = Waker::from(waker);
+            let done = future
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_ready();
+            let mut tasks = self.tasks.borrow_mut();
+            if done {
+                tasks[slot].live = false;
+                self.free_tasks.borrow_mut().push(slot);
+            } else {
+                tasks[slot].future = Some(future);
+            }
+        }
+        woken.clear();
+        any
+    }
+
+    /// Wakes the timers that are due; returns the next deadline.
+    fn fire_timers(&self, now: Instant) -> Option<Instant> {
+        let mut timers = self.timers.borrow_mut();
+        while let Some(entry) = timers.first_entry() {
+            if entry.key().0 > now {
+                return Some(entry.key().0);
+            }
+            entry.remove().wake();
+        }
+        None
+    }
+
+    /// Waits for socket events until `deadline` (`None`: until one comes;
+    /// a past deadline: just looks) and marks the sockets ready.
+    fn wait(&self, events: &mut [libc::epoll_event], deadline: Option<Instant>) -> io::Result<()> {
+        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let n = self.epoll_wait(events, timeout)?;
+        let sources = self.sources.borrow();
+        for event in &events[..n] {
+            let Some(Some(source)) = sources.get(event.u64 as usize) else {
+                continue;
+            };
+            let flags = event.events as i32;
+            let error = flags & (libc::EPOLLERR | libc::EPOLLHUP) != 0;
+            if error || flags & libc::EPOLLRDHUP != 0 {
+                source.ended.set(true);
+            }
+            if error || flags & (libc::EPOLLIN | libc::EPOLLRDHUP) != 0 {
+                source.readable.set(true);
+                Source::wake(&source.reader);
+            }
+            if error || flags & libc::EPOLLOUT != 0 {
+                source.writable.set(true);
+                Source::wake(&source.writer);
+            }
+        }
+        Ok(())
+    }
+
+    fn epoll_wait(
+        &self,
+        events: &mut [libc::epoll_event],
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        let fd = self.epoll.as_raw_fd();
+        let max = events.len() as i32;
+        loop {
+            let n = if self.precise_wait.get() {
+                let spec = timeout.map(|t| libc::timespec {
+                    tv_sec: t.as_secs() as libc::time_t,
+                    tv_nsec: t.subsec_nanos() as libc::c_long,
+                });
+                let spec_ptr = spec.as_ref().map_or(std::ptr::null(), |s| s as *const _);
+                // SAFETY: `events` is writable for `max` entries, `spec_ptr`
+                // is null or points at a live timespec, and a null sigmask
+                // leaves the mask alone.
+                unsafe {
+                    libc::epoll_pwait2(fd, events.as_mut_ptr(), max, spec_ptr, std::ptr::null())
+                }
+            } else {
+                let ms = timeout.map_or(-1, |t| {
+                    // Rounded up: waking early would spin until the deadline.
+                    i32::try_from(t.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX)
+                });
+                // SAFETY: `events` is writable for `max` entries.
+                unsafe { libc::epoll_wait(fd, events.as_mut_ptr(), max, ms) }
+            };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => return Ok(0),
+                Some(libc::ENOSYS) if self.precise_wait.get() => self.precise_wait.set(false),
+                _ => return Err(e),
+            }
+        }
+    }
+
+    fn register(&self, fd: RawFd) -> io::Result<(usize, Rc<Source>)> {
+        let source = Rc::new(Source::default());
+        let token = match self.free_sources.borrow_mut().pop() {
+            Some(token) => {
+                self.sources.borrow_mut()[token] = Some(source.clone());
+                token
+            }
+            None => {
+                let mut sources = self.sources.borrow_mut();
+                sources.push(Some(source.clone()));
+                sources.len() - 1
+            }
+        };
+        let mut event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: token as u64,
+        };
+        // SAFETY: `event` is a valid epoll_event for the duration of the call.
+        let rc =
+            unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            self.deregister(token);
+            return Err(e);
+        }
+        Ok((token, source))
+    }
+
+    /// Forgets a source whose socket is about to close (closing it removes it
+    /// from the epoll set).
+    fn deregister(&self, token: usize) {
+        self.sources.borrow_mut()[token] = None;
+        self.free_sources.borrow_mut().push(token);
+    }
+}
+
+/// Runs `future` to completion on a new event loop in this thread, with the
+/// thread pinned to `pin_cpu` if given, and returns its output. Tasks it
+/// spawned and left running are dropped with the loop.
+pub fn run<T: 'static>(
+    pin_cpu: Option<usize>,
+    future: impl Future<Output = T> + 'static,
+) -> Result<T, String> {
+    if let Some(cpu) = pin_cpu {
+        pin_to(cpu)?;
+    }
+    let core = Rc::new(Core::new().map_err(|e| format!("cannot create an epoll set: {e}"))?);
+    let previous = CORE.with(|c| c.borrow_mut().replace(core.clone()));
+    assert!(previous.is_none(), "one event loop per thread at a time");
+    let result = drive(&core, future);
+    CORE.with(|c| c.borrow_mut().take());
+    // Drop the tasks left (and the sockets and wakers they hold) before the loop.
+    let tasks = std::mem::take(&mut *core.tasks.borrow_mut());
+    drop(tasks);
+    result
+}
+
+fn drive<T: 'static>(core: &Core, future: impl Future<Output = T> + 'static) -> Result<T, String> {
+    let main = spawn(future);
+    let mut woken = Vec::new();
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
+    loop {
+        core.run_woken(&mut woken);
+        if let Some(output) = main.state.borrow_mut().output.take() {
+            return Ok(output);
+        }
+        let next_timer = core.fire_timers(Instant::now());
+        let busy = !core.queue.slots.lock().expect("not poisoned").is_empty();
+        let deadline = if busy {
+            Some(Instant::now())
+        } else {
+            next_timer
+        };
+        core.wait(&mut events, deadline)
+            .map_err(|e| format!("epoll_wait failed: {e}"))?;
+    }
+}
+
+fn pin_to(cpu: usize) -> Result<(), String> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it after the
+    // bound check, and sched_setaffinity reads `size_of` bytes of it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            return Err(format!("cannot pin to CPU {cpu}: no such CPU"));
+        }
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(format!(
+                "cannot pin to CPU {cpu}: {}",
+                io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
+struct JoinState<T> {
+    output: Option<T>,
+    waiter: Option<Waker>,
+}
+
+/// A spawned task's output, awaited.
+pub struct JoinHandle<T> {
+    state: Rc<RefCell<JoinState<T>>>,
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut state = self.state.borrow_mut();
+        match state.output.take() {
+            Some(output) => Poll::Ready(output),
+            None => {
+                state.waiter = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Spawns a task on this thread's event loop.
+pub fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> JoinHandle<T> {
+    let state = Rc::new(RefCell::new(JoinState {
+        output: None,
+        waiter: None,
+    }));
+    let done = state.clone();
+    core().spawn(Box::pin(async move {
+        let output = future.await;
+        let mut done = done.borrow_mut();
+        done.output = Some(output);
+        if let Some(waiter) = done.waiter.take() {
+            waiter.wake();
+        }
+    }));
+    JoinHandle { state }
+}
+
+/// Sleeps for `duration`.
+pub fn sleep(duration: Duration) -> Sleep {
+    Sleep {
+        deadline: Instant::now() + duration,
+        key: None,
+    }
+}
+
+/// The future [`sleep`] returns.
+pub struct Sleep {
+    deadline: Instant,
+    key: Option<(Instant, u64)>,
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if Instant::now() >= self.deadline {
+            return Poll::Ready(());
+        }
+        let core = core();
+        let mut timers = core.timers.borrow_mut();
+        let key = match self.key {
+            Some(key) => key,
+            None => {
+                let seq = core.timer_seq.get();
+                core.timer_seq.set(seq + 1);
+                (self.deadline, seq)
+            }
+        };
+        // A wake removes the entry; a spurious poll finds it still there.
+        match timers.get(&key) {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => {
+                timers.insert(key, cx.waker().clone());
+            }
+        }
+        drop(timers);
+        self.key = Some(key);
+        Poll::Pending
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(key) = self.key {
+            CORE.with(|c| {
+                if let Some(core) = c.borrow().as_ref() {
+                    core.timers.borrow_mut().remove(&key);
+                }
+            });
+        }
+    }
+}
+
+/// A TCP connection on the event loop, with Nagle's algorithm off.
+pub struct Stream {
+    socket: OwnedFd,
+    source: Rc<Source>,
+    token: usize,
+}
+
+/// Opens a TCP connection to `addr`.
+pub async fn connect(addr: SocketAddr) -> io::Result<Stream> {
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_nodelay(true)?;
+    let (token, source) = core().register(socket.as_raw_fd())?;
+    let stream = Stream {
+        socket: socket.into(),
+        source,
+        token,
+    };
+    let socket = socket2::SockRef::from(&stream.socket);
+    match socket.connect(&SockAddr::from(addr)) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
+            std::future::poll_fn(|cx| {
+                if stream.source.writable.get() {
+                    Poll::Ready(())
+                } else {
+                    Source::park(&stream.source.writer, cx);
+                    Poll::Pending
+                }
+            })
+            .await;
+            if let Some(e) = socket.take_error()? {
+                return Err(e);
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    stream.source.writable.set(true);
+    Ok(stream)
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        CORE.with(|c| {
+            if let Some(core) = c.borrow().as_ref() {
+                core.deregister(self.token);
+            }
+        });
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        if !self.source.readable.get() {
+            Source::park(&self.source.reader, cx);
+            return Poll::Pending;
+        }
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe {
+            libc::recv(
+                self.socket.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                self.source.readable.set(false);
+                Source::park(&self.source.reader, cx);
+                return Poll::Pending;
+            }
+            return Poll::Ready(Err(e));
+        }
+        let n = n as usize;
+        if n > 0 && n < buf.len() && !self.source.ended.get() {
+            // The queue is drained: the next byte (or the peer's close)
+            // raises a new edge. A close that came with these bytes raised
+            // its edge already, hence `ended`.
+            self.source.readable.set(false);
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        if !self.source.writable.get() {
+            Source::park(&self.source.writer, cx);
+            return Poll::Pending;
+        }
+        // SAFETY: `buf` is readable for its length.
+        let n = unsafe {
+            libc::send(
+                self.socket.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                self.source.writable.set(false);
+                Source::park(&self.source.writer, cx);
+                return Poll::Pending;
+            }
+            return Poll::Ready(Err(e));
+        }
+        let n = n as usize;
+        if n < buf.len() {
+            // The send buffer is full: wait for the edge that says it has room.
+            self.source.writable.set(false);
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let socket = socket2::SockRef::from(&self.socket);
+        Poll::Ready(socket.shutdown(std::net::Shutdown::Write))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+    use std::io::{Read, Write};
+
+    #[test]
+    fn tasks_run_and_sleeps_end_in_deadline_order() {
+        let order = run(None, async {
+            let order = Rc::new(RefCell::new(Vec::new()));
+            let started = Instant::now();
+            let handles: Vec<_> = [30u64, 10, 20]
+                .into_iter()
+                .map(|ms| {
+                    let order = order.clone();
+                    spawn(async move {
+                        sleep(Duration::from_millis(ms)).await;
+                        order.borrow_mut().push(ms);
+                        ms
+                    })
+                })
+                .collect();
+            let mut sum = 0;
+            for handle in handles {
+                sum += handle.await;
+            }
+            assert_eq!(sum, 60);
+            let elapsed = started.elapsed();
+            assert!(elapsed >= Duration::from_millis(30), "{elapsed:?}");
+            assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+            let order = order.borrow().clone();
+            order
+        })
+        .unwrap();
+        assert_eq!(order, vec![10, 20, 30]);
+    }
+
+    #[test]
+    fn a_dropped_sleep_leaves_no_timer_behind() {
+        run(None, async {
+            let long = sleep(Duration::from_secs(3600));
+            let short = sleep(Duration::from_millis(5));
+            let mut long = Box::pin(long);
+            // Poll the long one once so it registers, then drop it.
+            std::future::poll_fn(|cx| {
+                let _ = long.as_mut().poll(cx);
+                Poll::Ready(())
+            })
+            .await;
+            assert_eq!(core().timers.borrow().len(), 1);
+            drop(long);
+            assert_eq!(core().timers.borrow().len(), 0);
+            short.await;
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn a_stream_carries_bytes_both_ways_past_a_full_send_buffer() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Echoes back 8 MiB, far more than the socket buffers hold, so both
+        // directions block and resume on their edges.
+        const TOTAL: usize = 8 << 20;
+        let echo = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut buf = vec![0u8; 64 << 10];
+            let mut seen = 0;
+            while seen < TOTAL {
+                let n = socket.read(&mut buf).unwrap();
+                assert!(n > 0);
+                socket.write_all(&buf[..n]).unwrap();
+                seen += n;
+            }
+        });
+        let received = run(None, async move {
+            let stream = Rc::new(RefCell::new(connect(addr).await.unwrap()));
+            let data: Vec<u8> = (0..TOTAL).map(|i| (i % 251) as u8).collect();
+            let reader = {
+                let stream = stream.clone();
+                spawn(async move {
+                    let mut got = Vec::with_capacity(TOTAL);
+                    let mut buf = vec![0u8; 16 << 10];
+                    while got.len() < TOTAL {
+                        let n = std::future::poll_fn(|cx| {
+                            Pin::new(&mut *stream.borrow_mut()).poll_read(cx, &mut buf)
+                        })
+                        .await
+                        .unwrap();
+                        assert!(n > 0, "early end after {} bytes", got.len());
+                        got.extend_from_slice(&buf[..n]);
+                    }
+                    got
+                })
+            };
+            let mut sent = 0;
+            while sent < TOTAL {
+                let n = std::future::poll_fn(|cx| {
+                    Pin::new(&mut *stream.borrow_mut()).poll_write(cx, &data[sent..])
+                })
+                .await
+                .unwrap();
+                sent += n;
+            }
+            let got = reader.await;
+            assert!(got == data, "the echo came back different");
+            got.len()
+        })
+        .unwrap();
+        echo.join().unwrap();
+        assert_eq!(received, TOTAL);
+    }
+
+    #[test]
+    fn a_closed_peer_reads_as_the_end_and_a_refused_connect_fails() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let closed = {
+            let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            unused.local_addr().unwrap()
+        };
+        let server = std::thread::spawn(move || {
+            let (mut socket, _) = listener.accept().unwrap();
+            let mut hi = [0u8; 2];
+            socket.read_exact(&mut hi).unwrap();
+            socket.write_all(b"bye").unwrap();
+        });
+        let (read, refused) = run(None, async move {
+            let mut stream = connect(addr).await.unwrap();
+            stream.write_all(b"hi").await.unwrap();
+            let mut all = Vec::new();
+            stream.read_to_end(&mut all).await.unwrap();
+            (all, connect(closed).await)
+        })
+        .unwrap();
+        server.join().unwrap();
+        assert_eq!(read, b"bye");
+        let e = refused.err().expect("nobody listens there");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+    }
+}
