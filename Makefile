@@ -4,7 +4,7 @@
 CARGO ?= cargo
 
 .DEFAULT_GOAL := help
-.PHONY: help build run test prove-tests-fail bench bench-matrix fio clean
+.PHONY: help build run test prove-tests-fail bench bench-matrix report-check fio clean
 
 help: ## List the targets.
 	@awk -F ':.*## ' '/^[a-z][a-z-]*:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
@@ -39,6 +39,11 @@ bench: ## Install benchmark tools, run the fio baseline, the cargo benchmarks an
 bench-matrix: ## Run the narad bench matrix and update benches/RESULTS.md (MATRIX_FLAGS: see benches/matrix.py).
 	$(CARGO) build --release
 	python3 benches/matrix.py $(MATRIX_FLAGS)
+
+report-check: ## Check that a narad bench --report page renders offline in headless Chromium, with its plots.
+	tools/install-deps.sh
+	$(CARGO) build --release
+	python3 benches/report_check.py --binary target/release/narad --out target/report-check
 
 fio: ## Run the fio baseline only (FIO_DIR, FIO_RUNTIME_S: see benches/fio/run.sh).
 	benches/fio/run.sh

@@ -22,6 +22,7 @@ bench_tools=(
     "wrk:wrk"
     "redis-server:redis-server"
     "redis-benchmark:redis-tools"
+    "chromium:chromium"
 )
 
 missing_packages=()
