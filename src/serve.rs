@@ -31,6 +31,8 @@
 //! retention reaper that often instead of every minute (the internal
 //! `storage.retention_check_interval_ms`). The topic's `retention_ms` as the API
 //! shows it does not change. Release binaries never read these variables either.
+//! Likewise `NARAD_DEBUG_METRICS_POLL_MS=<ms>` refreshes the polled gauges that
+//! often instead of every 5 s.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -352,7 +354,8 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     };
     let owner = Owner::new(storage.clone(), log_config, live);
     owner.set_retention(retention.retention_of(meta.clone()));
-    owner.set_observer(Rc::new(crate::metrics::StorageMetrics::default()));
+    let storage_metrics = Rc::new(crate::metrics::StorageMetrics::default());
+    owner.set_observer(storage_metrics.clone());
     let waiters = Rc::new(crate::consume::waiters::Waiters::default());
     let persister = Rc::new(crate::consume::persist::Persister::default());
     let queues = {
@@ -395,9 +398,16 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         persister,
         consume_turn: Cell::new(index),
         traffic: crate::metrics::Traffic::default(),
+        storage_metrics,
         acks: crate::consume::acks::AckLanes::new(shards),
     });
-    narad_io::rt::spawn_local(crate::metrics::run_poller(shard.clone()));
+    let metrics_poll = debug_env_u64("NARAD_DEBUG_METRICS_POLL_MS")?
+        .filter(|&ms| ms > 0)
+        .map_or(
+            crate::metrics::POLL_INTERVAL,
+            std::time::Duration::from_millis,
+        );
+    narad_io::rt::spawn_local(crate::metrics::run_poller(shard.clone(), metrics_poll));
     let committer = crate::consume::persist::committer_config(consumer_offset_interval);
     let persister_task = narad_io::rt::spawn_local(crate::consume::persist::run_persister(
         shard.clone(),

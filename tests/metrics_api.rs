@@ -471,3 +471,101 @@ fn retention_counts_what_it_deletes() {
         "only the fresh active segment: {after:?}"
     );
 }
+
+#[test]
+fn topic_size_data_dir_size_and_the_oldest_unacked_age_are_polled() {
+    let node = Node::start_shards(2, &[("NARAD_DEBUG_METRICS_POLL_MS", "100")]);
+    let mut client = node.client();
+    let body = json!({ "name": "aged", "partitions": 3 }).to_string();
+    assert_eq!(post_topic(&mut client, &body).status, 201);
+    for i in 0..6 {
+        produce_ok(&mut client, "aged", "", format!("record {i}").as_bytes());
+    }
+    wait_for_total(&mut client, "aged", 3, 6, Duration::from_secs(20));
+    let topic = "topic=\"aged\"";
+
+    // The topic's size is the sum of its partitions', over both shards.
+    let samples = wait_until(Duration::from_secs(10), "topic bytes", || {
+        let samples = scrape(&mut client);
+        let partitions = sum(&samples, "narad_partition_size_bytes", &[topic]);
+        (partitions > 0.0 && sum(&samples, "narad_topic_bytes", &[topic]) == partitions)
+            .then_some(samples)
+    });
+    let data_dir = sum(&samples, "narad_data_dir_size_bytes", &[]);
+    assert!(
+        data_dir >= sum(&samples, "narad_topic_bytes", &[topic]),
+        "the data directory holds the topic: {data_dir}"
+    );
+
+    // Nothing acked: the oldest record's age grows with the time since commit.
+    // A partition's consumer state is loaded by the first consume that asks
+    // for it: one pinned consume per partition, nacked at once.
+    for p in 0..3 {
+        let path = format!("/v1/topics/aged/consume?partition={p}&wait=2s");
+        let response = client.request("GET", &path, &[], "").unwrap();
+        assert_eq!(response.status, 200, "{response:?}");
+        let handle = json_of(&response)["receipt_handle"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let path = format!("/v1/topics/aged/ack?receipt_handle={handle}&extend=0");
+        assert_eq!(
+            client.request("POST", &path, &JSON, "").unwrap().status,
+            204
+        );
+    }
+    std::thread::sleep(Duration::from_millis(1_500));
+    let oldest = wait_until(Duration::from_secs(10), "an age past 1 s", || {
+        let samples = scrape(&mut client);
+        let ages: Vec<f64> = (0..3)
+            .map(|p| {
+                let label = format!("partition=\"{p}\"");
+                sum(
+                    &samples,
+                    "narad_oldest_unconsumed_message_age_seconds",
+                    &[topic, &label],
+                )
+            })
+            .collect();
+        ages.iter().all(|&a| a >= 1.0).then_some(ages)
+    });
+    assert!(oldest.iter().all(|&a| a < 60.0), "{oldest:?}");
+
+    // Consume and ack everything: every partition's age is 0.
+    let mut acked = 0;
+    while acked < 6 {
+        let response = client
+            .request("GET", "/v1/topics/aged/consume?wait=2s", &[], "")
+            .unwrap();
+        assert_eq!(response.status, 200, "{response:?}");
+        let handle = json_of(&response)["receipt_handle"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let path = format!("/v1/topics/aged/ack?receipt_handle={handle}");
+        assert_eq!(
+            client.request("POST", &path, &JSON, "").unwrap().status,
+            204
+        );
+        acked += 1;
+    }
+    wait_until(Duration::from_secs(10), "ages back to 0", || {
+        let samples = scrape(&mut client);
+        let ages = sum(
+            &samples,
+            "narad_oldest_unconsumed_message_age_seconds",
+            &[topic],
+        );
+        (ages == 0.0).then_some(())
+    });
+
+    // A deleted topic's size reads 0.
+    let deleted = client
+        .request("DELETE", "/v1/topics/aged", &[], "")
+        .unwrap();
+    assert_eq!(deleted.status, 204);
+    wait_until(Duration::from_secs(10), "topic bytes zeroed", || {
+        let samples = scrape(&mut client);
+        (sum(&samples, "narad_topic_bytes", &[topic]) == 0.0).then_some(())
+    });
+}

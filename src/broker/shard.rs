@@ -66,6 +66,9 @@ pub struct Shard {
     pub consume_turn: Cell<usize>,
     /// Per-partition traffic counters.
     pub traffic: crate::metrics::Traffic,
+    /// The storage series of the partitions this shard owns (also the owner's
+    /// observer), read by the poller for the per-topic sizes.
+    pub storage_metrics: Rc<crate::metrics::StorageMetrics>,
     /// Acks on their way to other owner shards.
     pub acks: crate::consume::acks::AckLanes,
 }

@@ -529,10 +529,10 @@ impl Queues {
     }
 
     /// Calls `f` with every loaded partition queue (the metrics poller).
-    pub fn for_each_loaded(&self, mut f: impl FnMut(&Arc<str>, PartitionId, &PartitionQueue)) {
-        for ((_, partition), queue) in self.parts.borrow().iter() {
+    pub fn for_each_loaded(&self, mut f: impl FnMut(IncarnationId, PartitionId, &PartitionQueue)) {
+        for ((incarnation, partition), queue) in self.parts.borrow().iter() {
             let queue = queue.borrow();
-            f(&queue.topic, *partition, &queue);
+            f(*incarnation, *partition, &queue);
         }
     }
 

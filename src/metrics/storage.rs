@@ -31,6 +31,9 @@ const STORAGE_TRACKED_MAX: usize = 65_536;
 
 /// One partition's storage series.
 pub struct PartitionStorageSeries {
+    topic: Rc<str>,
+    /// The log's size as last set, summed per topic by the poller.
+    size: std::cell::Cell<u64>,
     fsync_seconds: Histogram,
     flush_seconds: Histogram,
     flush_bytes: Counter,
@@ -63,6 +66,8 @@ impl PartitionStorageSeries {
             ::metrics::counter!("narad_partition_reads_total", &labels)
         };
         PartitionStorageSeries {
+            topic: topic.into(),
+            size: std::cell::Cell::new(0),
             reads_from_memory: read_from("memory"),
             reads_from_device: read_from("device"),
             device_read_bytes: ::metrics::counter!(
@@ -86,6 +91,7 @@ impl PartitionStorageSeries {
     }
 
     fn zero_gauges(&self) {
+        self.size.set(0);
         self.size_bytes.set(0.0);
         self.segments.set(0.0);
     }
@@ -100,6 +106,7 @@ impl PartitionObserver for PartitionStorageSeries {
     }
 
     fn reshaped(&self, stats: &LogStats) {
+        self.size.set(stats.size_bytes);
         self.size_bytes.set(stats.size_bytes as f64);
         self.segments.set(stats.segment_count as f64);
     }
@@ -124,6 +131,29 @@ impl PartitionObserver for PartitionStorageSeries {
 #[derive(Default)]
 pub struct StorageMetrics {
     tracked: RefCell<HashMap<(IncarnationId, PartitionId), Rc<PartitionStorageSeries>>>,
+    /// Topics whose `narad_topic_bytes` this shard set last time.
+    topics_set: RefCell<Vec<Rc<str>>>,
+}
+
+impl StorageMetrics {
+    /// Sets `narad_topic_bytes{topic}` to the summed size of this shard's
+    /// partitions of each topic (the scrape sums the shards), and to 0 for a
+    /// topic set before that has no partition here any more (deleted).
+    pub fn set_topic_bytes(&self) {
+        let mut sums: HashMap<Rc<str>, u64> = HashMap::new();
+        for series in self.tracked.borrow().values() {
+            *sums.entry(series.topic.clone()).or_default() += series.size.get();
+        }
+        let mut topics_set = self.topics_set.borrow_mut();
+        for gone in topics_set.iter().filter(|t| !sums.contains_key(*t)) {
+            ::metrics::gauge!("narad_topic_bytes", "topic" => gone.to_string()).set(0.0);
+        }
+        topics_set.clear();
+        for (topic, bytes) in sums {
+            ::metrics::gauge!("narad_topic_bytes", "topic" => topic.to_string()).set(bytes as f64);
+            topics_set.push(topic);
+        }
+    }
 }
 
 impl StorageObserver for StorageMetrics {
