@@ -110,22 +110,45 @@ async fn consume_queue(
         return Ok(Vec::new());
     }
     let (waiter, answer) = Waiter::new(request.max);
+    // Guarded from the moment it is parked: the pump may hand it records while
+    // the registrations below wait for room on the mesh, and a request dropped
+    // then must release them, not take them away until their leases lapse.
+    let answer = Inbound::new(answer, shard, topic, record.id, |v| v);
     shard.waiters.park(record.id, topic, None, waiter.clone());
     let now = now_ms();
-    let needed = shard
-        .waiters
-        .registrations_needed(record.id, topic, &remote, deadline_ms, now);
-    for owner in needed {
+    let mut unsent = Unsent {
+        shard,
+        incarnation: record.id,
+        owners: shard
+            .waiters
+            .registrations_needed(record.id, topic, &remote, deadline_ms, now),
+    };
+    while let Some(&owner) = unsent.owners.last() {
         let ttl = Duration::from_millis(deadline_ms.saturating_sub(now)) + SHARE_WINDOW;
         register(shard, owner, topic, record.id, ttl).await;
+        unsent.owners.pop();
     }
     ensure_keeper(shard);
-    Ok(wait_for(
-        &waiter,
-        Inbound::new(answer, shard, topic, record.id, |v| v),
-        deadline,
-    )
-    .await)
+    Ok(wait_for(&waiter, answer, deadline).await)
+}
+
+/// Registrations marked as sent and not sent yet: if the consume is dropped
+/// while a send waits for room on the mesh, the marks are taken back, so other
+/// consumers do not share tokens the owners never received.
+struct Unsent<'a> {
+    shard: &'a Shard,
+    incarnation: IncarnationId,
+    owners: Vec<usize>,
+}
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        for &owner in &self.owners {
+            self.shard
+                .waiters
+                .registration_unsent(self.incarnation, owner);
+        }
+    }
 }
 
 /// A pinned consume of a partition this shard owns.
@@ -342,6 +365,12 @@ async fn serve_fifo(
                 shard.waiters.push_front(record.id, topic, pinned, waiter);
                 return;
             }
+            // The topic was deleted while this consumer was off the FIFO, so
+            // the delete could not close it: answer it now, not at its deadline.
+            Err(ConsumeError::NotFound) => {
+                waiter.close();
+                return;
+            }
             Err(e) => {
                 tracing::warn!(topic = %topic, error = ?e, "the pump could not take records");
                 shard.waiters.push_front(record.id, topic, pinned, waiter);
@@ -362,7 +391,12 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
         shard.send(owner, Op::Pass { topic, incarnation }).await;
         return;
     };
-    match probe(&shard, owner, &topic, incarnation, waiter.max, true).await {
+    let claimed = probe(&shard, owner, &topic, incarnation, waiter.max, true).await;
+    // A claim that failed on the owner (its partition could not be read) leaves
+    // the renewal to the keeper: renewing at once would draw the same
+    // notification straight back and spin both shards while the fault lasts.
+    let failed = claimed.is_err();
+    match claimed {
         Ok(got) if !got.is_empty() => {
             let mut got = got;
             let mut next = Some(waiter);
@@ -399,7 +433,7 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
     }
     // The notification spent this shard's token there: leave a fresh one at once
     // if anyone is still parked, so the next record finds it.
-    if shard.waiters.has_parked(incarnation) {
+    if !failed && shard.waiters.has_parked(incarnation) {
         register(
             &shard,
             owner,

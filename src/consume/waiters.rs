@@ -130,6 +130,13 @@ impl Waiters {
             .stale_registrations(now_ms, renew_after, owners_of)
     }
 
+    /// See [`core::Waiters::registration_unsent`].
+    pub fn registration_unsent(&self, incarnation: IncarnationId, owner: usize) {
+        self.core
+            .borrow_mut()
+            .registration_unsent(incarnation, owner);
+    }
+
     /// Records that a registration was sent at `now_ms`, lasting `ttl`.
     pub fn note_registered(
         &self,

@@ -322,6 +322,15 @@ impl<D> Waiters<D> {
         out
     }
 
+    /// A registration [`Waiters::registrations_needed`] marked was never sent
+    /// (its consumer went away first): forget it, so that the next consumer or
+    /// the keeper sends one rather than trusting a token the owner never got.
+    pub fn registration_unsent(&mut self, incarnation: IncarnationId, owner: usize) {
+        if let Some(entry) = self.topics.get_mut(&incarnation) {
+            entry.registered.remove(&owner);
+        }
+    }
+
     /// Records that a registration was sent at `now_ms`, lasting `ttl`.
     pub fn note_registered(
         &mut self,
@@ -464,6 +473,26 @@ mod tests {
         assert_eq!(
             waiters.registrations_needed(id, &topic, &[2], deadline, late),
             vec![2]
+        );
+    }
+
+    #[test]
+    fn a_registration_never_sent_is_not_shared() {
+        let mut waiters = Waiters::<u32>::default();
+        let topic: Arc<str> = Arc::from("t");
+        let id = IncarnationId(1);
+        let (now, deadline) = (1_000, 6_000);
+        let mut waiter_a = waiters.registrations_needed(id, &topic, &[1, 2], deadline, now);
+        assert_eq!(waiter_a, vec![1, 2]);
+        // The first consumer sent to owner 1 and went away before owner 2.
+        waiter_a.remove(0);
+        for owner in waiter_a {
+            waiters.registration_unsent(id, owner);
+        }
+        assert_eq!(
+            waiters.registrations_needed(id, &topic, &[1, 2], deadline, now + 100),
+            vec![2],
+            "the next consumer shares owner 1's token and sends owner 2's"
         );
     }
 
