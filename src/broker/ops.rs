@@ -129,7 +129,13 @@ pub fn serve_consume_op(shard: &std::rc::Rc<super::Shard>, op: Op) {
             incarnation,
             from,
             ttl,
-        } => shard.queues.register(&topic, incarnation, from, ttl),
+        } => {
+            // A registration that crossed the topic's delete would leave a token
+            // entry nothing ever spends or prunes.
+            if shard.live_topic(&topic, incarnation).is_some() {
+                shard.queues.register(&topic, incarnation, from, ttl);
+            }
+        }
         Op::Notify {
             topic,
             incarnation,

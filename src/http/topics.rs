@@ -10,6 +10,7 @@
 //! Which cores: any shard; reads come from the shard's own metadata snapshot, stats
 //! from the shards that own the partitions.
 
+use std::rc::Rc;
 use std::sync::Arc;
 
 use hyper::{Request, Response, StatusCode};
@@ -205,7 +206,7 @@ where
     }
 }
 
-pub async fn delete(shard: &Shard, topic: &str) -> Response<Body> {
+pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
     if let Err(e) = meta::validate_topic_name(topic) {
         return meta_error(&e);
     }
@@ -217,13 +218,31 @@ pub async fn delete(shard: &Shard, topic: &str) -> Response<Body> {
         name: topic.to_string(),
         id: current.id,
     };
-    match shard.control.propose(command).await {
-        Ok(Applied::Deleted(record)) => {
-            shard.purge_everywhere(Arc::from(topic), record.id).await;
-            if let Err(e) = set_aside(shard, topic, record.id) {
-                tracing::error!(topic, error = %e, "cannot set a deleted topic's data aside; it is removed at the next start");
+    // The change and what follows it run on a task of their own: a client that
+    // goes away while the change is applied must not leave the topic deleted
+    // with its logs open, its data in place and its consumers' state kept.
+    let work = {
+        let shard = shard.clone();
+        let topic = topic.to_string();
+        narad_io::rt::spawn_local(async move {
+            let applied = shard.control.propose(command).await;
+            if let Ok(Applied::Deleted(record)) = &applied {
+                shard
+                    .purge_everywhere(Arc::from(topic.as_str()), record.id)
+                    .await;
+                if let Err(e) = set_aside(&shard, &topic, record.id) {
+                    tracing::error!(topic, error = %e, "cannot set a deleted topic's data aside; it is removed at the next start");
+                }
+                tracing::info!(topic, id = %record.id, "topic deleted");
             }
-            tracing::info!(topic, id = %record.id, "topic deleted");
+            applied
+        })
+    };
+    let Some(applied) = work.await else {
+        return response::error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping");
+    };
+    match applied {
+        Ok(Applied::Deleted(_)) => {
             let mut response = response::json(StatusCode::NO_CONTENT, &serde_json::Value::Null);
             *response.body_mut() = Body::default();
             response.headers_mut().remove(hyper::header::CONTENT_TYPE);
