@@ -202,6 +202,7 @@ fn driver_config() -> DriverConfig {
         backstop: Duration::from_millis(2),
         stop_grace: Duration::from_millis(300),
         read_error_backoff: Duration::from_millis(5),
+        ..DriverConfig::default()
     }
 }
 

@@ -44,6 +44,15 @@ use crate::wal::{Wal, WalReader};
 
 /// Records read per turn at most.
 const READ_CHUNK_RECORDS: usize = 4_096;
+/// Frame bytes read per turn at most (beyond the first record).
+pub const READ_CHUNK_BYTES: u64 = 16 << 20;
+/// Bytes of read buffers the records held may keep alive, past which nothing
+/// more is read until commits release some.
+pub const HELD_BYTES_MAX: u64 = 256 << 20;
+/// A read's keys and payloads share buffers of about this size: a record held
+/// for long (a failing partition's probe) keeps at most one such buffer alive,
+/// not the whole read.
+const SHARED_BUFFER_BYTES: usize = 1 << 20;
 
 /// The dispatch task's timings. [`Default`] gives production values; the
 /// simulation shrinks them so that a seed runs in milliseconds.
@@ -56,6 +65,10 @@ pub struct DriverConfig {
     pub stop_grace: Duration,
     /// How long the task pauses after a WAL read error.
     pub read_error_backoff: Duration,
+    /// See [`READ_CHUNK_BYTES`].
+    pub read_bytes_max: u64,
+    /// See [`HELD_BYTES_MAX`].
+    pub held_bytes_max: u64,
 }
 
 impl Default for DriverConfig {
@@ -65,6 +78,8 @@ impl Default for DriverConfig {
             backstop: Duration::from_millis(10),
             stop_grace: Duration::from_secs(5),
             read_error_backoff: Duration::from_secs(1),
+            read_bytes_max: READ_CHUNK_BYTES,
+            held_bytes_max: HELD_BYTES_MAX,
         }
     }
 }
@@ -86,11 +101,15 @@ pub trait DispatchEnv: 'static {
     fn stopping(&self) -> bool;
     /// Woken when the node starts stopping.
     fn stop_notify(&self) -> &Notify;
+    /// After each turn: the bytes of read buffers the held records keep alive.
+    fn held_bytes(&self, _bytes: u64) {}
 }
 
 /// A record read from the WAL in this round: where its key and payload sit in
 /// the round's buffer.
 struct Visited {
+    /// Which of the round's buffers.
+    buffer: usize,
     seq: Seq,
     incarnation: IncarnationId,
     key: Option<std::ops::Range<usize>>,
@@ -101,12 +120,36 @@ struct Visited {
 /// A record's bytes while the dispatcher holds it: slices of the buffer of the
 /// read that took it (the buffer lives until its last record is released).
 struct HeldBytes {
+    /// Counts its buffer as held until the buffer's last record is released.
+    _charge: Rc<Charge>,
     incarnation: IncarnationId,
     key: Option<Bytes>,
     payload: Bytes,
     /// When the accepting shard took the record (Unix ms), for the
     /// produce-to-committed histogram.
     accept_time_ms: u64,
+}
+
+/// One read buffer's bytes, counted in the total while any record of it is held.
+struct Charge {
+    bytes: u64,
+    total: Rc<std::cell::Cell<u64>>,
+}
+
+impl Charge {
+    fn new(bytes: u64, total: &Rc<std::cell::Cell<u64>>) -> Rc<Charge> {
+        total.set(total.get() + bytes);
+        Rc::new(Charge {
+            bytes,
+            total: total.clone(),
+        })
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.total.set(self.total.get() - self.bytes);
+    }
 }
 
 /// What commit tasks post back.
@@ -139,6 +182,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
     let mut dispatcher = Dispatcher::new(config.dispatch.clone(), start, Instant::now());
     let mut reader: WalReader<S> = wal.reader(start);
     let mut held: HashMap<Seq, HeldBytes> = HashMap::new();
+    let held_bytes = Rc::new(std::cell::Cell::new(0u64));
     let mut commits: HashMap<CommitId, Vec<Seq>> = HashMap::new();
     let outcomes = Rc::new(Outcomes::default());
     let mut stop_deadline: Option<Instant> = None;
@@ -157,22 +201,28 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         }
         let cluster = env.view();
         // Read what the window allows.
-        let budget = if stop_deadline.is_some() {
+        let budget = if stop_deadline.is_some() || held_bytes.get() >= config.held_bytes_max {
             0
         } else {
             dispatcher.read_budget().min(READ_CHUNK_RECORDS)
         };
         let mut read_failed = false;
         if budget > 0 && reader.position() < wal.durable_next() {
-            // The keys and payloads of one read share one buffer (one allocation,
-            // not two per record); the records are held once the read is done.
-            let mut bytes = Vec::new();
+            // The keys and payloads of one read share a few buffers (one
+            // allocation per megabyte, not two per record); the records are held
+            // once the read is done.
+            let mut buffers: Vec<Vec<u8>> = vec![Vec::new()];
             let mut visited: Vec<Visited> = Vec::new();
             let read = reader
-                .read(budget, |seq, record| {
+                .read_bounded(budget, config.read_bytes_max, |seq, record| {
                     if !dispatcher.visit(seq) {
                         return;
                     }
+                    if buffers.last().expect("one at least").len() >= SHARED_BUFFER_BYTES {
+                        buffers.push(Vec::new());
+                    }
+                    let buffer = buffers.len() - 1;
+                    let bytes = &mut buffers[buffer];
                     let start = bytes.len();
                     if let Some(key) = record.key {
                         bytes.extend_from_slice(key);
@@ -180,6 +230,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                     let key_end = bytes.len();
                     bytes.extend_from_slice(record.payload);
                     visited.push(Visited {
+                        buffer,
                         seq,
                         incarnation: record.incarnation,
                         key: record.key.map(|_| start..key_end),
@@ -203,11 +254,19 @@ pub async fn run<E: DispatchEnv, S: Storage>(
             // Before any action is applied: commits look their records up here.
             // Only records the dispatcher holds keep their bytes: one it skipped
             // is read again later, and one it discarded is done.
-            let bytes = Bytes::from(bytes);
+            let buffers: Vec<(Bytes, Rc<Charge>)> = buffers
+                .into_iter()
+                .map(|b| {
+                    let charge = Charge::new(b.len() as u64, &held_bytes);
+                    (Bytes::from(b), charge)
+                })
+                .collect();
             for v in visited.into_iter().filter(|v| dispatcher.is_held(v.seq)) {
+                let (bytes, charge) = &buffers[v.buffer];
                 held.insert(
                     v.seq,
                     HeldBytes {
+                        _charge: charge.clone(),
                         incarnation: v.incarnation,
                         key: v.key.map(|range| bytes.slice(range)),
                         payload: bytes.slice(v.payload),
@@ -215,6 +274,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                     },
                 );
             }
+            drop(buffers);
             if let Err(e) = read {
                 tracing::error!(wal = %name, error = %e, "cannot read the ingress WAL; dispatch paused");
                 read_failed = true;
@@ -271,8 +331,10 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                 })
                 .min(config.backstop)
         };
+        env.held_bytes(held_bytes.get());
         let can_read = stop_deadline.is_none()
             && dispatcher.read_budget() > 0
+            && held_bytes.get() < config.held_bytes_max
             && !read_failed
             && !wal.is_latched();
         let position = reader.position();

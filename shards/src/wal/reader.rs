@@ -68,12 +68,30 @@ impl<S: Storage> WalReader<S> {
     pub async fn read(
         &mut self,
         max_records: usize,
+        visit: impl FnMut(Seq, IngressRecord<'_>),
+    ) -> Result<usize, WalError> {
+        self.read_bounded(max_records, u64::MAX, visit).await
+    }
+
+    /// [`WalReader::read`], stopping also once the records visited add up to
+    /// `max_bytes` of frames (always after at least one record), so that a
+    /// reader of large records takes a bounded amount at a time.
+    pub async fn read_bounded(
+        &mut self,
+        max_records: usize,
+        max_bytes: u64,
         mut visit: impl FnMut(Seq, IngressRecord<'_>),
     ) -> Result<usize, WalError> {
         let mut visited = 0;
+        let mut bytes = 0u64;
         while visited < max_records && self.next < self.wal.durable_next() {
-            if let Some(n) = self.read_from_memory(max_records - visited, &mut visit)? {
+            if visited > 0 && bytes >= max_bytes {
+                break;
+            }
+            let left = (max_records - visited, max_bytes - bytes);
+            if let Some((n, read)) = self.read_from_memory(left, &mut visit)? {
                 visited += n;
+                bytes += read;
                 continue;
             }
             self.open_segment_for(self.next).await?;
@@ -100,13 +118,14 @@ impl<S: Storage> WalReader<S> {
                 }
             };
             if seq >= self.next {
-                let bytes = self.chunk.bytes_at(&seg.file, seg.pos, len).await?;
-                let frame = super::frame::decode_frame(bytes)
+                let frame_bytes = self.chunk.bytes_at(&seg.file, seg.pos, len).await?;
+                let frame = super::frame::decode_frame(frame_bytes)
                     .map_err(|e| WalError::Corrupt(format!("{e:?}").into()))?;
                 let record = IngressRecord::decode_body(frame.body)
                     .map_err(|e| WalError::Corrupt(format!("seq {seq}: {e:?}").into()))?;
                 visit(seq, record);
                 visited += 1;
+                bytes += len as u64;
                 self.next = seq.next();
             }
             seg.pos += len as u64;
@@ -115,12 +134,14 @@ impl<S: Storage> WalReader<S> {
         Ok(visited)
     }
 
-    /// Reads from the kept batch holding the next record, if there is one.
+    /// Reads from the kept batch holding the next record, if there is one, up to
+    /// `(records, bytes)` (at least one record); returns the records visited and
+    /// their frame bytes.
     fn read_from_memory(
         &mut self,
-        max_records: usize,
+        (max_records, max_bytes): (usize, u64),
         visit: &mut impl FnMut(Seq, IngressRecord<'_>),
-    ) -> Result<Option<usize>, WalError> {
+    ) -> Result<Option<(usize, u64)>, WalError> {
         let (found, durable_next) = {
             let sh = self.wal.inner.shared.borrow();
             (sh.recent_holding(self.next), sh.durable_next)
@@ -133,7 +154,12 @@ impl<S: Storage> WalReader<S> {
             _ => (first, 0),
         };
         let mut visited = 0;
-        while pos < frames.len() && visited < max_records && seq < durable_next {
+        let mut bytes = 0u64;
+        while pos < frames.len()
+            && visited < max_records
+            && seq < durable_next
+            && (visited == 0 || bytes < max_bytes)
+        {
             let corrupt =
                 |why: String| WalError::Corrupt(format!("kept batch at seq {seq}: {why}").into());
             let frame = decode_frame(&frames[pos..]).map_err(|e| corrupt(format!("{e:?}")))?;
@@ -145,6 +171,7 @@ impl<S: Storage> WalReader<S> {
                     .map_err(|e| corrupt(format!("{e:?}")))?;
                 visit(seq, record);
                 visited += 1;
+                bytes += frame.len as u64;
                 self.next = seq.next();
             }
             pos += frame.len;
@@ -153,7 +180,7 @@ impl<S: Storage> WalReader<S> {
         self.memory = Some((frames, seq, pos));
         // The disk cursor is behind now; a later disk read starts from a mark.
         self.segment = None;
-        Ok(Some(visited))
+        Ok(Some((visited, bytes)))
     }
 
     /// Makes `self.segment` the segment holding `seq`, positioned at or before it.
