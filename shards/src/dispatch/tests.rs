@@ -83,34 +83,16 @@ impl Harness {
     }
 
     fn read(&mut self, ms: u64) -> Vec<Action> {
-        let now = self.at(ms);
         let mut actions = Vec::new();
         loop {
-            while (self.reader.0 as usize) < self.wal.len() && self.d.read_budget() > 0 {
-                let seq = self.reader;
-                self.reader = seq.next();
-                if self.d.visit(seq) {
-                    let (p, incarnation) = self.wal[seq.0 as usize];
-                    let record = RecordRead {
-                        seq,
-                        topic: "t",
-                        incarnation,
-                        partition: PartitionId(p),
-                        encoded_bytes: 100,
-                    };
-                    self.d.handle(now, Event::Record(record), &self.c);
-                }
-            }
-            self.d.handle(now, Event::Tick, &self.c);
-            let new: Vec<Action> = self.d.drain_actions().collect();
+            let new = self.step(ms, usize::MAX);
             let seek = new.iter().find_map(|a| match a {
                 Action::Seek(s) => Some(*s),
                 _ => None,
             });
             actions.extend(new);
-            match seek {
-                Some(s) => self.reader = s,
-                None => return actions,
+            if seek.is_none() {
+                return actions;
             }
         }
     }
@@ -118,11 +100,19 @@ impl Harness {
     /// Reads at most `n` records at `ms`, then ticks; follows a seek and returns
     /// where it went.
     fn read_some(&mut self, ms: u64, n: usize) -> Option<Seq> {
+        self.step(ms, n).into_iter().find_map(|a| match a {
+            Action::Seek(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Visits at most `n` records at `ms` (fewer if the budget runs out), ticks,
+    /// moves the reader to any seek, and returns the actions.
+    fn step(&mut self, ms: u64, n: usize) -> Vec<Action> {
         let now = self.at(ms);
-        for _ in 0..n {
-            if self.reader.0 as usize >= self.wal.len() || self.d.read_budget() == 0 {
-                break;
-            }
+        let mut visited = 0;
+        while visited < n && (self.reader.0 as usize) < self.wal.len() && self.d.read_budget() > 0 {
+            visited += 1;
             let seq = self.reader;
             self.reader = seq.next();
             if self.d.visit(seq) {
@@ -138,14 +128,14 @@ impl Harness {
             }
         }
         self.d.handle(now, Event::Tick, &self.c);
-        let seek = self.d.drain_actions().find_map(|a| match a {
-            Action::Seek(s) => Some(s),
+        let actions: Vec<Action> = self.d.drain_actions().collect();
+        if let Some(s) = actions.iter().find_map(|a| match a {
+            Action::Seek(s) => Some(*s),
             _ => None,
-        });
-        if let Some(s) = seek {
+        }) {
             self.reader = s;
         }
-        seek
+        actions
     }
 
     /// The leader confirms incarnation `INC` gone at `ms`; follows the rescan
