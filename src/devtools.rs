@@ -142,7 +142,7 @@ async fn dispatch(wal: Wal<DmaStorage>, logs: Vec<PartitionLog<DmaStorage>>, slo
                 let partition = record.partition.0 as usize % queues.len();
                 queues[partition]
                     .borrow_mut()
-                    .push((seq, record.payload.to_vec()));
+                    .push((seq, record.payload_vec()));
             })
             .await;
         match read {

@@ -94,7 +94,7 @@ fn recovered_ids(dir: &Path) -> (HashSet<u64>, usize) {
             .expect("WAL recovers");
         let mut reader = wal.reader(wal.checkpoint());
         while reader
-            .read(4096, |_, rec| match check_payload(rec.payload) {
+            .read(4096, |_, rec| match check_payload(&rec.payload_vec()) {
                 Some(id) => {
                     ids.insert(id);
                 }

@@ -154,7 +154,7 @@ async fn dispatch(wal: Wal<DmaStorage>, stop: Rc<Cell<bool>>) -> Result<u64, Wal
     loop {
         let read = reader
             .read(DISPATCH_READ_RECORDS_MAX, |seq, record| {
-                assert_eq!(record.payload.len(), PAYLOAD_BYTES);
+                assert_eq!(record.payload_vec().len(), PAYLOAD_BYTES);
                 progress.mark_done(seq);
             })
             .await?;

@@ -263,7 +263,7 @@ async fn check_recovery(disk: &SimDisk, wal: &Wal<SimDisk>, model: &Model, seed:
     loop {
         let n = reader
             .read(4096, |_, rec| {
-                in_wal.insert(check_payload(rec.payload).expect("intact WAL payload"));
+                in_wal.insert(check_payload(&rec.payload_vec()).expect("intact WAL payload"));
             })
             .await
             .unwrap_or_else(|e| panic!("seed {seed} life {life}: WAL read failed: {e}"));

@@ -129,7 +129,7 @@ async fn verify_recovery(wal: &Wal<SimDisk>, model: &Model, seed: u64, life: usi
             .read(4096, |seq, rec| {
                 assert_eq!(seq, expected_seq, "seed {seed} life {life}: sequence gap");
                 expected_seq = seq.next();
-                in_wal.insert(check_payload(rec.payload));
+                in_wal.insert(check_payload(&rec.payload_vec()));
             })
             .await;
         match read {
@@ -162,7 +162,9 @@ async fn dispatch(wal: Wal<SimDisk>, disk: SimDisk, model: Rc<RefCell<Model>>, s
     loop {
         let mut batch = Vec::new();
         let read = reader
-            .read(64, |seq, rec| batch.push((seq, check_payload(rec.payload))))
+            .read(64, |seq, rec| {
+                batch.push((seq, check_payload(&rec.payload_vec())))
+            })
             .await;
         match read {
             Err(_) => return,

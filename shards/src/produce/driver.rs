@@ -224,16 +224,14 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                     let buffer = buffers.len() - 1;
                     let bytes = &mut buffers[buffer];
                     let start = bytes.len();
-                    if let Some(key) = record.key {
-                        bytes.extend_from_slice(key);
-                    }
+                    record.key_to(bytes);
                     let key_end = bytes.len();
-                    bytes.extend_from_slice(record.payload);
+                    record.payload_to(bytes);
                     visited.push(Visited {
                         buffer,
                         seq,
                         incarnation: record.incarnation,
-                        key: record.key.map(|_| start..key_end),
+                        key: record.has_key().then_some(start..key_end),
                         payload: key_end..bytes.len(),
                         accept_time_ms: record.accept_time_ms,
                     });

@@ -7,9 +7,16 @@
 //! recycled segment (valid, but from an older life of the file) is never taken for
 //! a new one: recovery only accepts the sequence number it expects next.
 //!
-//! The body starts with a format byte. Format 1 is the only one so far; a decoder
-//! meeting an unknown format refuses it rather than guessing. The byte-level layout
-//! is in `docs/FORMAT.md`.
+//! The body starts with a format byte; a decoder meeting an unknown format refuses
+//! it rather than guessing. Format 2, written today, is format 1 with the key and
+//! payload bytes masked: XORed with a 64-bit word, repeated, that the WAL's secret
+//! key ([`FrameKey`]) derives from the frame's sequence number. Client bytes then
+//! never reach the disk as sent, so a payload cannot carry a frame that recovery
+//! would take for one of its own once a recycled segment leaves it past the end
+//! of the new data. The checksum covers the masked bytes, so recovery checks
+//! frames without the key; only reading a record's key and payload needs it.
+//! Format 1 frames (written before format 2) are still read. The byte-level
+//! layout is in `docs/FORMAT.md`.
 
 use crate::ids::{IncarnationId, PartitionId, Seq};
 
@@ -20,10 +27,16 @@ pub const FRAME_HEADER_BYTES: usize = 20;
 /// The largest body a frame may carry: one record of at most 16 MiB plus its
 /// fields. Bounds what recovery reads for a single frame.
 pub const RECORD_BYTES_MAX: usize = 16 << 20;
-/// Body bytes of a record with an empty topic, no key and no payload.
+/// Body bytes of a format 1 record with an empty topic, no key and no payload.
 const BODY_FIXED_BYTES: usize = 1 + 4 + 8 + 16 + 2 + 4;
-/// The one record format written today.
+/// Format 2 adds, after the format byte, a check of the key that masked it, so a
+/// frame read with another key (a key file lost and made anew) is refused rather
+/// than read as garbage.
+const KEY_CHECK_BYTES: usize = 4;
+/// The record format before masking; still read.
 pub const FORMAT_V1: u8 = 1;
+/// The record format written today: format 1 with key and payload masked.
+pub const FORMAT_V2: u8 = 2;
 /// Marks "no key" in the key length field (an empty key is a real key).
 const NO_KEY: u32 = u32::MAX;
 /// The longest topic name a record can carry.
@@ -57,6 +70,8 @@ pub enum FrameError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordError {
     UnknownFormat(u8),
+    /// Masked with another key than this WAL's (its key file was lost).
+    OtherKey,
     Truncated,
     TopicNotUtf8,
 }
@@ -64,10 +79,14 @@ pub enum RecordError {
 impl IngressRecord<'_> {
     /// Bytes of the body this record encodes to.
     pub fn body_len(&self) -> usize {
+        self.body_len_v1() + KEY_CHECK_BYTES
+    }
+
+    fn body_len_v1(&self) -> usize {
         BODY_FIXED_BYTES + self.topic.len() + self.key.map_or(0, <[u8]>::len) + self.payload.len()
     }
 
-    /// Bytes of the whole frame.
+    /// Bytes of the whole frame, in the format the WAL writes (2).
     pub fn frame_len(&self) -> usize {
         FRAME_HEADER_BYTES + self.body_len()
     }
@@ -83,30 +102,48 @@ impl IngressRecord<'_> {
         Ok(())
     }
 
-    /// Appends the record's frame with sequence number `seq` to `out`.
-    pub fn encode_frame(&self, seq: Seq, out: &mut Vec<u8>) {
+    /// Appends the record's frame with sequence number `seq` to `out`: format 2,
+    /// masked with `key`'s word for `seq`, or format 1 without a key.
+    pub fn encode_frame(&self, seq: Seq, key: Option<&FrameKey>, out: &mut Vec<u8>) {
         debug_assert!(self.check().is_ok());
         let start = out.len();
-        let body_len = self.body_len();
+        let body_len = match key {
+            Some(_) => self.body_len(),
+            None => self.body_len_v1(),
+        };
         out.reserve(FRAME_HEADER_BYTES + body_len);
         out.extend_from_slice(&FRAME_MAGIC);
         out.extend_from_slice(&(body_len as u32).to_be_bytes());
         out.extend_from_slice(&seq.0.to_be_bytes());
         out.extend_from_slice(&[0; 4]);
-        out.push(FORMAT_V1);
+        match key {
+            Some(key) => {
+                out.push(FORMAT_V2);
+                out.extend_from_slice(&key.check().to_be_bytes());
+            }
+            None => out.push(FORMAT_V1),
+        }
         out.extend_from_slice(&self.partition.0.to_be_bytes());
         out.extend_from_slice(&self.accept_time_ms.to_be_bytes());
         out.extend_from_slice(&self.incarnation.0.to_be_bytes());
         out.extend_from_slice(&(self.topic.len() as u16).to_be_bytes());
         out.extend_from_slice(self.topic.as_bytes());
-        match self.key {
+        let masked_from = match self.key {
             Some(key) => {
                 out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+                let from = out.len();
                 out.extend_from_slice(key);
+                from
             }
-            None => out.extend_from_slice(&NO_KEY.to_be_bytes()),
-        }
+            None => {
+                out.extend_from_slice(&NO_KEY.to_be_bytes());
+                out.len()
+            }
+        };
         out.extend_from_slice(self.payload);
+        if let Some(key) = key {
+            apply_mask(key.mask_word(seq), 0, &mut out[masked_from..]);
+        }
         let crc = frame_crc(
             &out[start + 4..start + 16],
             &out[start + FRAME_HEADER_BYTES..],
@@ -114,14 +151,43 @@ impl IngressRecord<'_> {
         out[start + 16..start + 20].copy_from_slice(&crc.to_be_bytes());
         assert_eq!(out.len() - start, FRAME_HEADER_BYTES + body_len);
     }
+}
 
-    /// Decodes a frame body.
-    pub fn decode_body(body: &[u8]) -> Result<IngressRecord<'_>, RecordError> {
+/// A record as the WAL stored it: its key and payload still masked (format 2);
+/// read them with [`StoredRecord::key_to`] and [`StoredRecord::payload_to`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredRecord<'a> {
+    pub topic: &'a str,
+    pub incarnation: IncarnationId,
+    pub partition: PartitionId,
+    pub accept_time_ms: u64,
+    key: Option<&'a [u8]>,
+    payload: &'a [u8],
+    /// The mask word; 0 for a format 1 frame, whose bytes are plain.
+    mask: u64,
+    frame_len: usize,
+}
+
+impl StoredRecord<'_> {
+    /// Decodes the body of the frame with sequence number `seq`; `key` is the
+    /// WAL's, needed for format 2.
+    pub fn decode<'a>(
+        body: &'a [u8],
+        seq: Seq,
+        key: &FrameKey,
+    ) -> Result<StoredRecord<'a>, RecordError> {
         let mut r = Reader { bytes: body };
         let format = r.take(1)?[0];
-        if format != FORMAT_V1 {
-            return Err(RecordError::UnknownFormat(format));
-        }
+        let mask = match format {
+            FORMAT_V1 => 0,
+            FORMAT_V2 => {
+                if u32::from_be_bytes(r.array()?) != key.check() {
+                    return Err(RecordError::OtherKey);
+                }
+                key.mask_word(seq)
+            }
+            other => return Err(RecordError::UnknownFormat(other)),
+        };
         let partition = PartitionId(u32::from_be_bytes(r.array()?));
         let accept_time_ms = u64::from_be_bytes(r.array()?);
         let incarnation = IncarnationId(u128::from_be_bytes(r.array()?));
@@ -132,14 +198,111 @@ impl IngressRecord<'_> {
             NO_KEY => None,
             len => Some(r.take(len as usize)?),
         };
-        Ok(IngressRecord {
+        Ok(StoredRecord {
             topic,
             incarnation,
             partition,
             accept_time_ms,
             key,
             payload: r.bytes,
+            mask,
+            frame_len: FRAME_HEADER_BYTES + body.len(),
         })
+    }
+
+    /// Whether the record has a key (an empty key is a key).
+    pub fn has_key(&self) -> bool {
+        self.key.is_some()
+    }
+
+    /// Appends the key's plain bytes to `out`, if there is a key.
+    pub fn key_to(&self, out: &mut Vec<u8>) {
+        if let Some(key) = self.key {
+            let start = out.len();
+            out.extend_from_slice(key);
+            apply_mask(self.mask, 0, &mut out[start..]);
+        }
+    }
+
+    /// Appends the payload's plain bytes to `out`.
+    pub fn payload_to(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(self.payload);
+        let phase = self.key.map_or(0, <[u8]>::len);
+        apply_mask(self.mask, phase, &mut out[start..]);
+    }
+
+    /// The payload's plain bytes.
+    pub fn payload_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.payload.len());
+        self.payload_to(&mut out);
+        out
+    }
+
+    /// The key's plain bytes.
+    pub fn key_vec(&self) -> Option<Vec<u8>> {
+        self.key.map(|k| {
+            let mut out = Vec::with_capacity(k.len());
+            self.key_to(&mut out);
+            out
+        })
+    }
+
+    /// Bytes of the whole frame.
+    pub fn frame_len(&self) -> usize {
+        self.frame_len
+    }
+}
+
+/// The WAL's secret for masking frames, made once per WAL directory (see the
+/// module docs and `key.rs`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FrameKey(pub [u64; 2]);
+
+impl std::fmt::Debug for FrameKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrameKey(..)")
+    }
+}
+
+impl FrameKey {
+    /// What format 2 frames carry to say which key masked them.
+    pub fn check(&self) -> u32 {
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&self.0[0].to_be_bytes());
+        bytes[8..].copy_from_slice(&self.0[1].to_be_bytes());
+        crc32c::crc32c(&bytes)
+    }
+
+    /// The mask word of the frame with sequence number `seq`: never 0, so a
+    /// format 2 frame is always masked.
+    pub fn mask_word(&self, seq: Seq) -> u64 {
+        splitmix64(self.0[0] ^ splitmix64(seq.0 ^ self.0[1])) | 1
+    }
+}
+
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// XORs `bytes` with `word` repeated, where `bytes` starts `phase` bytes into
+/// the masked region (the key, then the payload). Its own inverse; 0 leaves the
+/// bytes as they are.
+pub fn apply_mask(word: u64, phase: usize, bytes: &mut [u8]) {
+    if word == 0 {
+        return;
+    }
+    let word = word.rotate_right(8 * (phase % 8) as u32);
+    let mut chunks = bytes.chunks_exact_mut(8);
+    for chunk in &mut chunks {
+        let v = u64::from_le_bytes(chunk.try_into().expect("8 bytes")) ^ word;
+        chunk.copy_from_slice(&v.to_le_bytes());
+    }
+    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
+        *b ^= word.to_le_bytes()[i];
     }
 }
 
@@ -246,36 +409,83 @@ mod tests {
         }
     }
 
+    const KEY: FrameKey = FrameKey([0x1234_5678_9abc_def0, 0x0fed_cba9_8765_4321]);
+
+    /// The record a stored one reads back as, owned.
+    fn read_back(stored: &StoredRecord<'_>) -> (String, u128, u32, u64, Option<Vec<u8>>, Vec<u8>) {
+        (
+            stored.topic.to_string(),
+            stored.incarnation.0,
+            stored.partition.0,
+            stored.accept_time_ms,
+            stored.key_vec(),
+            stored.payload_vec(),
+        )
+    }
+
     proptest! {
         #[test]
-        fn frames_round_trip((topic, inc, part, ts, key, payload) in record_strategy(), seq in any::<u64>()) {
+        fn frames_round_trip(
+            (topic, inc, part, ts, key, payload) in record_strategy(),
+            seq in any::<u64>(),
+            masked in any::<bool>(),
+        ) {
             let record = borrowed(&topic, inc, part, ts, key.as_deref(), &payload);
             let mut out = vec![7u8; 3];
-            record.encode_frame(Seq(seq), &mut out);
+            record.encode_frame(Seq(seq), masked.then_some(&KEY), &mut out);
             let frame = decode_frame(&out[3..]).unwrap();
             prop_assert_eq!(frame.seq, Seq(seq));
-            prop_assert_eq!(frame.len, record.frame_len());
-            prop_assert_eq!(encoded_frame_len(&out[3..]), record.frame_len());
-            prop_assert_eq!(IngressRecord::decode_body(frame.body).unwrap(), record);
+            let written = if masked { record.frame_len() } else { record.frame_len() - KEY_CHECK_BYTES };
+            prop_assert_eq!(frame.len, written);
+            prop_assert_eq!(encoded_frame_len(&out[3..]), written);
+            let stored = StoredRecord::decode(frame.body, Seq(seq), &KEY).unwrap();
+            prop_assert_eq!(stored.frame_len(), written);
+            prop_assert_eq!(read_back(&stored), (topic.clone(), inc, part, ts, key.clone(), payload.clone()));
+        }
+
+        #[test]
+        fn masked_frames_never_hold_a_payload_as_sent(
+            payload in proptest::collection::vec(any::<u8>(), 16..512),
+            seq in any::<u64>(),
+        ) {
+            let record = borrowed("t", 1, 0, 0, None, &payload);
+            let mut out = Vec::new();
+            record.encode_frame(Seq(seq), Some(&KEY), &mut out);
+            // Not one 8-byte run of the payload reaches the frame as sent.
+            let body = &out[out.len() - payload.len()..];
+            prop_assert!(body.chunks(8).zip(payload.chunks(8)).all(|(a, b)| a != b));
         }
 
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             if let Ok(frame) = decode_frame(&bytes) {
-                let _ = IngressRecord::decode_body(frame.body);
+                let _ = StoredRecord::decode(frame.body, Seq(1), &KEY);
             }
-            let _ = IngressRecord::decode_body(&bytes);
+            let _ = StoredRecord::decode(&bytes, Seq(1), &KEY);
         }
 
         #[test]
         fn any_single_bit_flip_is_caught((topic, inc, part, ts, key, payload) in record_strategy(), bit in any::<usize>()) {
             let record = borrowed(&topic, inc, part, ts, key.as_deref(), &payload);
             let mut out = Vec::new();
-            record.encode_frame(Seq(9), &mut out);
+            record.encode_frame(Seq(9), Some(&KEY), &mut out);
             let bit = bit % (out.len() * 8);
             out[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(decode_frame(&out).is_err());
         }
+    }
+
+    #[test]
+    fn a_frame_masked_with_another_key_is_refused() {
+        let record = borrowed("t", 1, 0, 0, Some(b"k"), b"payload");
+        let mut out = Vec::new();
+        record.encode_frame(Seq(5), Some(&KEY), &mut out);
+        let frame = decode_frame(&out).unwrap();
+        let other = FrameKey([7, 8]);
+        assert_eq!(
+            StoredRecord::decode(frame.body, Seq(5), &other),
+            Err(RecordError::OtherKey)
+        );
     }
 
     #[test]
@@ -291,11 +501,14 @@ mod tests {
             payload: b"hello",
         };
         let mut out = Vec::new();
-        record.encode_frame(Seq(42), &mut out);
+        record.encode_frame(Seq(42), None, &mut out);
         let hex: String = out.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex, FIXTURE_V1);
         let frame = decode_frame(&out).unwrap();
-        assert_eq!(IngressRecord::decode_body(frame.body).unwrap(), record);
+        let stored = StoredRecord::decode(frame.body, Seq(42), &KEY).unwrap();
+        assert_eq!(stored.key_vec().as_deref(), Some(&b"k1"[..]));
+        assert_eq!(stored.payload_vec(), b"hello");
+        assert_eq!(stored.topic, "orders");
     }
 
     const FIXTURE_V1: &str = "4e57414c00000030000000000000002aeb46443e01000000030000018bcfe568000102030405060708090a0b0c0d0e0f1000066f7264657273000000026b3168656c6c6f";

@@ -36,6 +36,7 @@
 
 pub mod checkpoint;
 pub mod frame;
+pub mod key;
 pub mod progress;
 pub mod reader;
 pub mod segment;
@@ -54,7 +55,7 @@ use std::time::Duration;
 
 use narad_io::Storage;
 
-pub use frame::IngressRecord;
+pub use frame::{IngressRecord, StoredRecord};
 pub use progress::DispatchProgress;
 pub use reader::WalReader;
 
@@ -305,6 +306,8 @@ struct Inner<S: Storage> {
     storage: S,
     dir: String,
     config: WalConfig,
+    /// Masks the client bytes of every frame written (format 2).
+    key: frame::FrameKey,
     shared: RefCell<Shared>,
     tasks: RefCell<Vec<narad_io::rt::JoinHandle<()>>>,
 }
@@ -330,6 +333,7 @@ impl<S: Storage> Wal<S> {
         assert!(config.segment_bytes_max >= 2 * narad_io::BLOCK_BYTES as u64);
         storage.create_dir_all(dir).await?;
         let recovered = writer::recover(&storage, dir).await?;
+        let key = key::load_or_create(&storage, dir).await?;
         let writer::Recovered {
             active,
             segments,
@@ -375,6 +379,7 @@ impl<S: Storage> Wal<S> {
                 storage,
                 dir: dir.to_string(),
                 config,
+                key,
                 shared: RefCell::new(shared),
                 tasks: RefCell::new(Vec::new()),
             }),
@@ -436,7 +441,7 @@ impl<S: Storage> Wal<S> {
                 sh.active_bytes = 0;
                 sh.roll_requested = false;
             }
-            record.encode_frame(sh.next_seq, &mut sh.staging);
+            record.encode_frame(sh.next_seq, Some(&self.inner.key), &mut sh.staging);
             sh.active_bytes += frame_len;
             sh.stats.frame_bytes += frame_len;
             sh.next_seq = sh.next_seq.next();

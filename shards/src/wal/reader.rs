@@ -15,7 +15,7 @@ use std::rc::Rc;
 use narad_io::file::{join, OpenMode};
 use narad_io::Storage;
 
-use super::frame::{decode_frame, IngressRecord};
+use super::frame::{decode_frame, StoredRecord};
 use super::segment::{frame_at, segment_name, ChunkBuf};
 use super::{Wal, WalError};
 use crate::ids::Seq;
@@ -68,7 +68,7 @@ impl<S: Storage> WalReader<S> {
     pub async fn read(
         &mut self,
         max_records: usize,
-        visit: impl FnMut(Seq, IngressRecord<'_>),
+        visit: impl FnMut(Seq, StoredRecord<'_>),
     ) -> Result<usize, WalError> {
         self.read_bounded(max_records, u64::MAX, visit).await
     }
@@ -80,7 +80,7 @@ impl<S: Storage> WalReader<S> {
         &mut self,
         max_records: usize,
         max_bytes: u64,
-        mut visit: impl FnMut(Seq, IngressRecord<'_>),
+        mut visit: impl FnMut(Seq, StoredRecord<'_>),
     ) -> Result<usize, WalError> {
         let mut visited = 0;
         let mut bytes = 0u64;
@@ -121,7 +121,7 @@ impl<S: Storage> WalReader<S> {
                 let frame_bytes = self.chunk.bytes_at(&seg.file, seg.pos, len).await?;
                 let frame = super::frame::decode_frame(frame_bytes)
                     .map_err(|e| WalError::Corrupt(format!("{e:?}").into()))?;
-                let record = IngressRecord::decode_body(frame.body)
+                let record = StoredRecord::decode(frame.body, seq, &self.wal.inner.key)
                     .map_err(|e| WalError::Corrupt(format!("seq {seq}: {e:?}").into()))?;
                 visit(seq, record);
                 visited += 1;
@@ -140,7 +140,7 @@ impl<S: Storage> WalReader<S> {
     fn read_from_memory(
         &mut self,
         (max_records, max_bytes): (usize, u64),
-        visit: &mut impl FnMut(Seq, IngressRecord<'_>),
+        visit: &mut impl FnMut(Seq, StoredRecord<'_>),
     ) -> Result<Option<(usize, u64)>, WalError> {
         let (found, durable_next) = {
             let sh = self.wal.inner.shared.borrow();
@@ -167,7 +167,7 @@ impl<S: Storage> WalReader<S> {
                 return Err(corrupt(format!("frame carries seq {}", frame.seq)));
             }
             if seq >= self.next {
-                let record = IngressRecord::decode_body(frame.body)
+                let record = StoredRecord::decode(frame.body, seq, &self.wal.inner.key)
                     .map_err(|e| corrupt(format!("{e:?}")))?;
                 visit(seq, record);
                 visited += 1;

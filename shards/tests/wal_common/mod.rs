@@ -44,7 +44,9 @@ pub async fn read_all<S: Storage>(wal: &Wal<S>, from: Seq) -> Vec<(Seq, u64)> {
     let mut out = Vec::new();
     loop {
         let n = reader
-            .read(1024, |seq, rec| out.push((seq, check_payload(rec.payload))))
+            .read(1024, |seq, rec| {
+                out.push((seq, check_payload(&rec.payload_vec())))
+            })
             .await
             .expect("durable records read back");
         if n == 0 {
