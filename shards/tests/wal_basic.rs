@@ -548,3 +548,27 @@ fn a_forged_frame_in_a_recycled_segment_does_not_stop_a_restart() {
         wal.close().await;
     });
 }
+
+/// A WAL whose records are masked refuses to open without its key, rather than
+/// make a new one that would leave them unreadable.
+#[test]
+fn a_lost_frame_key_is_refused_not_replaced() {
+    let disk = SimDisk::new(6, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        let payload = payload_for(1, 100);
+        wal.append(&record(&payload, None)).await.unwrap();
+        wal.close().await;
+        disk.remove("wal/frame-key").await.unwrap();
+        let refused = Wal::open(disk.clone(), "wal", small_config(true)).await;
+        let why = refused.err().expect("opened without its key").to_string();
+        assert!(why.contains("frame-key is missing"), "{why}");
+        // A directory that never held a masked record makes its key.
+        let fresh = Wal::open(disk.clone(), "other", small_config(true))
+            .await
+            .unwrap();
+        fresh.close().await;
+    });
+}

@@ -12,8 +12,12 @@
 use narad_io::file::{join, OpenMode};
 use narad_io::{BlockFile, Storage, BLOCK_BYTES};
 
-use super::frame::FrameKey;
+use std::collections::VecDeque;
+
+use super::frame::{FrameKey, FORMAT_V2, FRAME_HEADER_BYTES, FRAME_MAGIC};
+use super::segment::segment_name;
 use super::WalError;
+use crate::ids::Seq;
 
 /// File name of the frame key inside a WAL directory.
 pub const KEY_FILE: &str = "frame-key";
@@ -46,8 +50,14 @@ fn decode(block: &[u8]) -> Option<FrameKey> {
     ]))
 }
 
-/// Reads the key of the WAL in `dir`, making one if it has none yet.
-pub async fn load_or_create<S: Storage>(storage: &S, dir: &str) -> Result<FrameKey, WalError> {
+/// Reads the key of the WAL in `dir`, making one if it has none yet. A WAL whose
+/// `segments` already hold masked frames but has no key lost it: that is refused,
+/// since a new key would leave those records unreadable.
+pub async fn load_or_create<S: Storage>(
+    storage: &S,
+    dir: &str,
+    segments: &VecDeque<Seq>,
+) -> Result<FrameKey, WalError> {
     let path = join(dir, KEY_FILE);
     if storage.list(dir).await?.iter().any(|n| n == KEY_FILE) {
         let file = storage.open(&path, OpenMode::Existing).await?;
@@ -62,6 +72,18 @@ pub async fn load_or_create<S: Storage>(storage: &S, dir: &str) -> Result<FrameK
             )
         });
     }
+    for &first in segments {
+        if first_frame_is_masked(storage, &join(dir, &segment_name(first))).await? {
+            return Err(WalError::Corrupt(
+                format!(
+                    "{path} is missing, but {} holds records masked with it: they cannot be read \
+                     without it; restore the file from where this directory was copied or backed up",
+                    segment_name(first)
+                )
+                .into(),
+            ));
+        }
+    }
     let key = FrameKey([rand::random(), rand::random()]);
     let tmp = join(dir, "frame-key.tmp");
     let file = storage.open(&tmp, OpenMode::CreateOrOpen).await?;
@@ -70,6 +92,19 @@ pub async fn load_or_create<S: Storage>(storage: &S, dir: &str) -> Result<FrameK
     file.close().await?;
     storage.rename(&tmp, &path).await?;
     Ok(key)
+}
+
+/// Whether the segment at `path` starts with a format 2 frame (what is there
+/// is not checked further: a torn first frame reads as not masked).
+async fn first_frame_is_masked<S: Storage>(storage: &S, path: &str) -> Result<bool, WalError> {
+    let file = storage.open(path, OpenMode::Existing).await?;
+    let mut block = vec![0u8; BLOCK_BYTES];
+    let read = file.read_at(0, &mut block).await;
+    file.close().await?;
+    let read = read?;
+    Ok(read > FRAME_HEADER_BYTES
+        && block[..4] == FRAME_MAGIC
+        && block[FRAME_HEADER_BYTES] == FORMAT_V2)
 }
 
 #[cfg(test)]

@@ -333,7 +333,7 @@ impl<S: Storage> Wal<S> {
         assert!(config.segment_bytes_max >= 2 * narad_io::BLOCK_BYTES as u64);
         storage.create_dir_all(dir).await?;
         let recovered = writer::recover(&storage, dir).await?;
-        let key = key::load_or_create(&storage, dir).await?;
+        let key = key::load_or_create(&storage, dir, &recovered.segments).await?;
         let writer::Recovered {
             active,
             segments,
