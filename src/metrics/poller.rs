@@ -1,0 +1,178 @@
+//! The gauge poller: every few seconds each shard sets the gauges that no event
+//! moves (WAL backlog and latch, open logs, consumer state and the age of the
+//! oldest unacked record, topic sizes), and shard 0 starts the thread that
+//! measures the data directory.
+//!
+//! Which cores: each shard's own poller task, on that shard; the data directory
+//! walk on a thread of its own.
+
+use std::rc::Rc;
+
+/// How often a shard refreshes its gauges.
+pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sets the shard's gauges every few seconds: its WAL's backlog and latch, its
+/// open logs, the consumer state of the partitions it has loaded and the age
+/// of their oldest unacked records, and the size of its topics. Shard 0 also
+/// starts the thread that measures the data directory.
+pub async fn run_poller(shard: Rc<crate::broker::Shard>, every: std::time::Duration) {
+    if shard.index == 0 {
+        start_data_dir_walker(shard.data_dir.clone(), every);
+    }
+    while !shard.stopping.get() {
+        let behind = poll_once(&shard);
+        set_oldest_unconsumed_ages(&shard, behind).await;
+        narad_io::rt::sleep(every).await;
+    }
+}
+
+/// A loaded partition with unacked records: its topic and where they start.
+pub struct Behind {
+    topic: std::sync::Arc<str>,
+    incarnation: narad_shards::ids::IncarnationId,
+    partition: narad_shards::ids::PartitionId,
+    frontier: narad_shards::ids::Offset,
+}
+
+/// Sets `narad_oldest_unconsumed_message_age_seconds` of each partition with
+/// unacked records: the age of the record at its frontier (the lowest unacked
+/// offset), from its commit time. One read of one record per partition, which
+/// the recent-frame cache or the read window usually answers; a partition
+/// whose read fails keeps its last value.
+async fn set_oldest_unconsumed_ages(shard: &crate::broker::Shard, behind: Vec<Behind>) {
+    use narad_shards::log::ReadItem;
+    for b in behind {
+        if shard.stopping.get() {
+            return;
+        }
+        let read = shard
+            .owner
+            .read(&b.topic, b.incarnation, b.partition, b.frontier, 1, 1)
+            .await;
+        let Ok(batch) = read else { continue };
+        let Some(ReadItem::Record(record)) = batch.items.first() else {
+            continue;
+        };
+        let age_ms = narad_io::rt::unix_ms().saturating_sub(record.commit_time_ms);
+        ::metrics::gauge!(
+            "narad_oldest_unconsumed_message_age_seconds",
+            "topic" => b.topic.to_string(),
+            "partition" => b.partition.0.to_string()
+        )
+        .set(age_ms as f64 / 1000.0);
+    }
+}
+
+/// Starts a thread that sets `narad_data_dir_size_bytes` every
+/// `every` to the bytes the data directory's files occupy on disk
+/// (allocated blocks, as `du`). A thread of its own, not a shard's poller: a
+/// walk over thousands of files would stall the shard's reactor meanwhile.
+/// It lives as long as the process.
+fn start_data_dir_walker(dir: std::path::PathBuf, every: std::time::Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("narad-du".into())
+        .spawn(move || loop {
+            ::metrics::gauge!("narad_data_dir_size_bytes").set(disk_usage(&dir) as f64);
+            std::thread::sleep(every);
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the data directory size thread; narad_data_dir_size_bytes stays unset");
+    }
+}
+
+/// Bytes allocated to the files under `dir`, symbolic links not followed; what
+/// cannot be read (a file deleted during the walk) counts nothing.
+pub fn disk_usage(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.metadata() else { continue };
+            total += meta.blocks() * 512;
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    total
+}
+
+/// Bytes an unprivileged writer may still use on the file system holding `dir`
+/// (`statvfs`: available blocks times the fragment size); `None` if it fails.
+fn available_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string and `stat` is writable memory of
+    // the right type, which statvfs fills when it returns 0.
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// One refresh of the shard's gauges; returns the partitions with unacked
+/// records, whose oldest record's age needs a read.
+pub fn poll_once(shard: &crate::broker::Shard) -> Vec<Behind> {
+    // Records still to dispatch include those of WALs left by shards that no
+    // longer exist: the gauge reading 0 is what says a downgrade is safe.
+    let leftovers = shard.leftover_wals.borrow();
+    let backlog = shard.wal.dispatch_backlog_records()
+        + leftovers
+            .iter()
+            .map(|(_, wal)| wal.dispatch_backlog_records())
+            .sum::<u64>();
+    drop(leftovers);
+    ::metrics::gauge!("narad_ingress_dispatch_backlog_records").set(backlog as f64);
+    ::metrics::gauge!("narad_ingress_wal_failed").set(if shard.wal.is_latched() {
+        1.0
+    } else {
+        0.0
+    });
+    ::metrics::gauge!("narad_open_partition_logs").set(shard.owner.open_log_count() as f64);
+    // One shard speaks for the node's file system (gauges sum over shards).
+    if shard.index == 0 {
+        if let Some(available) = available_bytes(&shard.data_dir) {
+            ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
+        }
+    }
+    shard.storage_metrics.set_topic_bytes();
+    let mut behind = Vec::new();
+    shard
+        .queues
+        .for_each_loaded(|incarnation, partition, queue| {
+            let topic = &queue.topic;
+            let labels = [
+                ("topic", topic.to_string()),
+                ("partition", partition.0.to_string()),
+            ];
+            let table = &queue.table;
+            ::metrics::gauge!("narad_inflight_size", &labels).set(table.in_flight() as f64);
+            ::metrics::gauge!("narad_acked_ahead_size", &labels)
+                .set(table.acked_ahead_len() as f64);
+            let lag = queue.hwm.0.saturating_sub(table.frontier().0);
+            ::metrics::gauge!("narad_consumer_lag_messages", &labels).set(lag as f64);
+            if lag == 0 {
+                ::metrics::gauge!("narad_oldest_unconsumed_message_age_seconds", &labels).set(0.0);
+            } else {
+                behind.push(Behind {
+                    topic: topic.clone(),
+                    incarnation,
+                    partition,
+                    frontier: table.frontier(),
+                });
+            }
+            ::metrics::gauge!("narad_consumer_dropped_messages", &labels)
+                .set(table.dropped_total() as f64);
+            ::metrics::counter!("narad_consumer_corrupt_skipped_total", &labels)
+                .absolute(table.corrupt_skipped_total());
+        });
+    behind
+}
