@@ -299,7 +299,8 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         node,
         Rc::new(Routes::new(api.clone())),
         &settings,
-    );
+    )
+    .map_err(|e| format!("shard {index} cannot watch its listening socket: {e}"))?;
     let (link, receivers) = mesh.connect().await;
     let storage = DmaStorage::new(&data_dir);
     // The WAL gets a storage value of its own, so that a debug write budget

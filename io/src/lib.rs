@@ -27,6 +27,7 @@ pub mod dma;
 pub mod file;
 pub mod mesh;
 pub mod net;
+pub mod readiness;
 pub mod rt;
 pub mod sim;
 

@@ -1,6 +1,6 @@
-//! Sockets for HTTP: listeners that share one port across shards, accepted (or,
-//! for the load generator, connected) streams that hyper can drive, the timer
-//! hyper needs, and the wake-up that tells a parked shard to stop.
+//! Sockets for HTTP: listeners that share one port across shards, accepted
+//! streams that hyper can drive, the timer hyper needs, and the wake-up that tells
+//! a parked shard to stop.
 //!
 //! Which cores: the listening sockets are bound on the main thread, before any
 //! shard starts, so that a bind failure (port in use, bad address) stops the node
@@ -12,25 +12,30 @@
 //!
 //! hyper is runtime-neutral: it reads and writes through its own `rt::Read` and
 //! `rt::Write` traits and sleeps through `rt::Timer`. [`Stream`] implements the first
-//! two over a glommio socket, and [`ShardTimer`] the third over the shard's timer
-//! wheel. hyper demands `Send + Sync` sleeps because it is written for work-stealing
+//! two over a non-blocking socket whose readiness comes from the shard's epoll set
+//! ([`crate::readiness`], which says why not glommio's sockets), and [`ShardTimer`]
+//! the third over the shard's timer wheel. hyper demands `Send + Sync` sleeps because it is written for work-stealing
 //! runtimes; ours never move, and [`ShardTimer`] checks that they do not.
 //!
 //! [`stop_channel`] is how the main thread, which receives SIGINT and SIGTERM, wakes
 //! every shard: one connected socket pair per shard. The shard awaits a read on its
-//! end through the reactor like any other socket, so an idle shard sleeps until the
+//! end through glommio's reactor, so an idle shard sleeps until the
 //! stop instead of polling a flag, and a main thread that dies also closes the pair
 //! and so stops the shards.
 
+use std::cell::Cell;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, IntoRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
+
+use crate::readiness::Registration;
 
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
@@ -95,28 +100,65 @@ fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 
 /// One shard's listening socket, owned by that shard's executor.
 pub struct Listener {
-    inner: glommio::net::TcpListener,
+    // Declared before the socket: deregistered before the socket closes.
+    registration: Registration,
+    socket: OwnedFd,
 }
 
 impl Listener {
     /// Adopts a socket from [`bind_reuseport_group`]. Call on the shard's executor.
-    pub fn adopt(socket: std::net::TcpListener) -> Listener {
-        // SAFETY: the descriptor comes from a listening socket we own and give up
-        // here, so glommio becomes its only owner.
-        let inner = unsafe { glommio::net::TcpListener::from_raw_fd(socket.into_raw_fd()) };
-        Listener { inner }
+    pub fn adopt(socket: std::net::TcpListener) -> io::Result<Listener> {
+        socket.set_nonblocking(true)?;
+        let socket = OwnedFd::from(socket);
+        let registration = Registration::new(socket.as_raw_fd())?;
+        Ok(Listener {
+            registration,
+            socket,
+        })
     }
 
     /// Waits for the next connection on this shard's socket.
     pub async fn accept(&self) -> io::Result<Stream> {
-        let inner = self.inner.accept().await.map_err(io::Error::from)?;
-        Ok(Stream::new(inner))
+        let source = self.registration.source();
+        let fd = poll_fn(|cx| loop {
+            ready!(source.poll_readable(cx));
+            // SAFETY: null address pointers ask for no peer address; a
+            // non-negative result is a new descriptor we own.
+            let fd = unsafe {
+                libc::accept4(
+                    self.socket.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: see above.
+                return Poll::Ready(Ok(unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => source.read_found_nothing(cx),
+                // The connection was reset before we took it: take the next.
+                io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => {}
+                _ => return Poll::Ready(Err(e)),
+            }
+        })
+        .await?;
+        Stream::new(fd)
     }
 }
 
-/// An accepted TCP connection, owned by the shard that accepted it.
+/// An accepted TCP connection, owned by the shard that accepted it. Its readiness
+/// comes from the shard's epoll set ([`crate::readiness`]).
 pub struct Stream {
-    inner: glommio::net::TcpStream,
+    // Declared before the socket: deregistered before the socket closes.
+    registration: Registration,
+    socket: OwnedFd,
+    /// See [`Stream::set_write_timeout`]; `None`: no bound.
+    write_timeout: Cell<Option<Duration>>,
+    /// Fires when a write that could not make progress has waited `write_timeout`.
+    write_stall: Option<glommio::timer::Timer>,
     /// The most time one response may take to write, from its first byte (see
     /// [`Stream::set_response_write_max`]); `None`: no bound.
     response_write_max: Option<Duration>,
@@ -124,27 +166,17 @@ pub struct Stream {
     writing_since: Option<Instant>,
 }
 
-/// Opens a TCP connection to `addr` from the current executor, with Nagle's
-/// algorithm off: a client sends each request whole and waits for its answer, so
-/// holding back a small write only adds a delayed-ACK round to its latency. The
-/// stream is the same type the server side accepts, so hyper's client drives it
-/// through the same adapter.
-pub async fn connect(addr: SocketAddr) -> io::Result<Stream> {
-    let inner = glommio::net::TcpStream::connect(addr)
-        .await
-        .map_err(io::Error::from)?;
-    let stream = Stream::new(inner);
-    stream.set_nodelay()?;
-    Ok(stream)
-}
-
 impl Stream {
-    fn new(inner: glommio::net::TcpStream) -> Stream {
-        Stream {
-            inner,
+    fn new(socket: OwnedFd) -> io::Result<Stream> {
+        let registration = Registration::new(socket.as_raw_fd())?;
+        Ok(Stream {
+            registration,
+            socket,
+            write_timeout: Cell::new(None),
+            write_stall: None,
             response_write_max: None,
             writing_since: None,
-        }
+        })
     }
 
     /// Bounds the time spent writing one response, from its first byte: a write
@@ -159,61 +191,38 @@ impl Stream {
     /// Disables Nagle's algorithm: responses are written whole, and a small one
     /// must not wait for the client's delayed ACK.
     pub fn set_nodelay(&self) -> io::Result<()> {
-        self.inner.set_nodelay(true).map_err(io::Error::from)
+        socket2::SockRef::from(&self.socket).set_nodelay(true)
     }
 
     /// Fails any write that cannot make progress for `timeout` (a client that stopped
     /// reading), so a stalled peer cannot pin a connection slot forever.
     pub fn set_write_timeout(&self, timeout: Duration) -> io::Result<()> {
-        self.inner
-            .set_write_timeout(Some(timeout))
-            .map_err(io::Error::from)
+        self.write_timeout.set(Some(timeout));
+        Ok(())
     }
 
     /// The client's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.inner.peer_addr().map_err(io::Error::from)
+        socket2::SockRef::from(&self.socket)
+            .peer_addr()?
+            .as_socket()
+            .ok_or_else(|| io::Error::other("the peer has a non-IP address"))
     }
-}
 
-impl hyper::rt::Read for Stream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        mut buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<io::Result<()>> {
-        // hyper offers uninitialised spare capacity, which must not be handed out
-        // as a `&mut [u8]`. Zeroing it on every poll cost a 16 KiB memset per read
-        // (and per read that found nothing); reading into this shard's scratch,
-        // zeroed once, and copying what arrived costs only the bytes received.
-        // glommio's read keeps no hold on the buffer once it returns, so one
-        // scratch serves every connection of the thread.
-        let want = buf.remaining().min(READ_CHUNK_BYTES_MAX);
-        READ_SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let scratch = &mut scratch[..want];
-            match Pin::new(&mut self.inner).poll_read(cx, scratch) {
-                Poll::Ready(Ok(filled)) => {
-                    if filled > 0 {
-                        // The peer sent something: the next write starts a response.
-                        self.writing_since = None;
-                    }
-                    buf.put_slice(&scratch[..filled]);
-                    Poll::Ready(Ok(()))
-                }
-                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                Poll::Pending => Poll::Pending,
-            }
-        })
+    fn recv_some(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let filled =
+            ready!(self
+                .registration
+                .source()
+                .poll_recv(self.socket.as_raw_fd(), cx, buf))?;
+        if filled > 0 {
+            // The peer sent something: the next write starts a response.
+            self.writing_since = None;
+        }
+        Poll::Ready(Ok(filled))
     }
-}
 
-impl hyper::rt::Write for Stream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
+    fn send_some(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         if let Some(max) = self.response_write_max {
             let now = Instant::now();
             match self.writing_since {
@@ -227,15 +236,76 @@ impl hyper::rt::Write for Stream {
                 Some(_) => {}
             }
         }
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let sent = self
+            .registration
+            .source()
+            .poll_send(self.socket.as_raw_fd(), cx, buf);
+        if sent.is_ready() {
+            self.write_stall = None;
+            return sent;
+        }
+        let Some(timeout) = self.write_timeout.get() else {
+            return Poll::Pending;
+        };
+        let stall = self
+            .write_stall
+            .get_or_insert_with(|| glommio::timer::Timer::new(timeout));
+        if Pin::new(stall).poll(cx).is_ready() {
+            self.write_stall = None;
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer took no bytes for longer than the write timeout",
+            )));
+        }
+        Poll::Pending
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+    fn shutdown(&self) -> Poll<io::Result<()>> {
+        match socket2::SockRef::from(&self.socket).shutdown(std::net::Shutdown::Write) {
+            Err(e) if e.kind() != io::ErrorKind::NotConnected => Poll::Ready(Err(e)),
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl hyper::rt::Read for Stream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        mut buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        // hyper offers uninitialised spare capacity, which must not be handed out
+        // as a `&mut [u8]`. Zeroing it on every poll cost a 16 KiB memset per read
+        // (and per read that found nothing); reading into this shard's scratch,
+        // zeroed once, and copying what arrived costs only the bytes received.
+        // A read keeps no hold on the buffer once it returns, so one scratch
+        // serves every connection of the thread.
+        let want = buf.remaining().min(READ_CHUNK_BYTES_MAX);
+        READ_SCRATCH.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let scratch = &mut scratch[..want];
+            let filled = ready!(self.recv_some(cx, scratch))?;
+            buf.put_slice(&scratch[..filled]);
+            Poll::Ready(Ok(()))
+        })
+    }
+}
+
+impl hyper::rt::Write for Stream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.send_some(cx, buf)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_close(cx)
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.shutdown()
     }
 }
 
@@ -245,7 +315,7 @@ impl AsyncRead for Stream {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        self.recv_some(cx, buf)
     }
 }
 
@@ -255,15 +325,15 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        self.send_some(cx, buf)
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
     }
 
-    fn poll_close(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_close(cx)
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.shutdown()
     }
 }
 
@@ -382,5 +452,75 @@ mod bind_tests {
         drop(first);
         let (again, same) = bind_reuseport_group(addr, 1).unwrap();
         assert_eq!((again.len(), same), (1, addr));
+    }
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+    use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+    use std::io::Write;
+
+    /// A listener on a free loopback port, adopted on the current executor.
+    fn listen() -> (Listener, SocketAddr) {
+        let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let (mut sockets, addr) = bind_reuseport_group(loopback, 1).unwrap();
+        (Listener::adopt(sockets.pop().unwrap()).unwrap(), addr)
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_fails_the_write_after_the_write_timeout() {
+        crate::rt::run_local(None, async {
+            let (listener, addr) = listen();
+            // Connected, and never read from.
+            let _client = std::net::TcpStream::connect(addr).unwrap();
+            let mut stream = listener.accept().await.unwrap();
+            let timeout = Duration::from_millis(300);
+            stream.set_write_timeout(timeout).unwrap();
+            let chunk = vec![1u8; 1 << 20];
+            let started = Instant::now();
+            let failed = futures_lite::future::or(
+                async {
+                    loop {
+                        if let Err(e) = stream.write_all(&chunk).await {
+                            return Some(e);
+                        }
+                    }
+                },
+                async {
+                    crate::rt::sleep(Duration::from_secs(10)).await;
+                    None
+                },
+            )
+            .await
+            .expect("a write to a peer that never reads was still waiting after 10 s");
+            assert_eq!(failed.kind(), io::ErrorKind::TimedOut, "{failed}");
+            assert!(started.elapsed() >= timeout);
+        });
+    }
+
+    #[test]
+    fn accepted_streams_carry_requests_and_answers_and_see_the_peer_close() {
+        crate::rt::run_local(None, async {
+            let (listener, addr) = listen();
+            let client = std::thread::spawn(move || {
+                let mut client = std::net::TcpStream::connect(addr).unwrap();
+                client.write_all(b"ping").unwrap();
+                let mut answer = [0u8; 4];
+                std::io::Read::read_exact(&mut client, &mut answer).unwrap();
+                answer
+            });
+            let mut stream = listener.accept().await.unwrap();
+            assert_eq!(stream.peer_addr().unwrap().ip(), addr.ip());
+            let mut request = [0u8; 4];
+            stream.read_exact(&mut request).await.unwrap();
+            assert_eq!(&request, b"ping");
+            stream.write_all(b"pong").await.unwrap();
+            assert_eq!(&client.join().unwrap(), b"pong");
+            // The client is gone: the stream reads its end.
+            let mut rest = Vec::new();
+            stream.read_to_end(&mut rest).await.unwrap();
+            assert!(rest.is_empty());
+        });
     }
 }

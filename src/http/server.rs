@@ -125,7 +125,7 @@ impl ShardServer {
         node: Arc<NodeState>,
         routes: Rc<Routes>,
         settings: &HttpSettings,
-    ) -> ShardServer {
+    ) -> std::io::Result<ShardServer> {
         let mut builder = http1::Builder::new();
         builder
             .timer(ShardTimer)
@@ -150,9 +150,9 @@ impl ShardServer {
             all_closed: RefCell::new(None),
             overflow_answers: Cell::new(0),
         });
-        let listener = Listener::adopt(socket);
+        let listener = Listener::adopt(socket)?;
         narad_io::rt::spawn_local(accept_loop(shared.clone(), listener));
-        ShardServer { shared }
+        Ok(ShardServer { shared })
     }
 
     /// Stops accepting, lets requests in flight finish within `http.shutdown_grace`,

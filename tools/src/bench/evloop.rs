@@ -13,15 +13,10 @@
 //!
 //! What this loop does per request instead: the request's `send`, the
 //! response's `recv`, and a share of one `epoll_wait` that reports every
-//! connection that became readable meanwhile. A socket is registered once,
-//! edge-triggered, for both directions, and never modified. A read shorter
-//! than its buffer means the socket's queue was drained (TCP delivers what it
-//! holds), so the socket is marked not readable without a failing read; any
-//! byte that arrives later raises a new edge. The exception is the peer's
-//! close: once an event said it came, the socket stays readable, since the
-//! end of the stream may sit behind the bytes of a short read with no edge of
-//! its own left to come. `wrk` makes the same `write`
-//! and `read` plus two `epoll_ctl` calls per request.
+//! connection that became readable meanwhile. The sockets' readiness is the
+//! broker's own (`narad_io::readiness`, whose doc has the rules): registered
+//! once, edge-triggered, and a short read means drained. `wrk` makes the same
+//! `write` and `read` plus two `epoll_ctl` calls per request.
 //!
 //! Timers are a map ordered by deadline; the loop sleeps in `epoll_pwait2`
 //! with a nanosecond timeout (falling back to `epoll_wait`, rounded up to the
@@ -39,7 +34,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +43,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use futures_lite::io::{AsyncRead, AsyncWrite};
+use narad_io::readiness::{EpollSet, Source};
 
 /// Events taken from the kernel per wait.
 const EVENTS_PER_WAIT: usize = 256;
@@ -101,65 +97,26 @@ impl Wake for TaskWaker {
     }
 }
 
-/// A registered socket's readiness and the tasks waiting on it.
-#[derive(Default)]
-struct Source {
-    readable: Cell<bool>,
-    /// The peer closed or the connection failed: what is left to read ends
-    /// without a new edge, so the socket stays readable from now on.
-    ended: Cell<bool>,
-    writable: Cell<bool>,
-    reader: RefCell<Option<Waker>>,
-    writer: RefCell<Option<Waker>>,
-}
-
-impl Source {
-    fn park(waiting: &RefCell<Option<Waker>>, cx: &Context<'_>) {
-        let mut waiting = waiting.borrow_mut();
-        match waiting.as_ref() {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => *waiting = Some(cx.waker().clone()),
-        }
-    }
-
-    fn wake(waiting: &RefCell<Option<Waker>>) {
-        if let Some(w) = waiting.borrow_mut().take() {
-            w.wake();
-        }
-    }
-}
-
 struct Core {
-    epoll: OwnedFd,
+    sockets: EpollSet,
     tasks: RefCell<Vec<Slot>>,
     free_tasks: RefCell<Vec<usize>>,
     queue: Arc<RunQueue>,
     timers: RefCell<BTreeMap<(Instant, u64), Waker>>,
     timer_seq: Cell<u64>,
-    sources: RefCell<Vec<Option<Rc<Source>>>>,
-    free_sources: RefCell<Vec<usize>>,
     /// Cleared when the kernel has no `epoll_pwait2`.
     precise_wait: Cell<bool>,
 }
 
 impl Core {
     fn new() -> io::Result<Core> {
-        // SAFETY: epoll_create1 takes no pointers; a non-negative result is a
-        // new descriptor this process owns.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Core {
-            // SAFETY: `fd` was just created and nothing else owns it.
-            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            sockets: EpollSet::new()?,
             tasks: RefCell::new(Vec::new()),
             free_tasks: RefCell::new(Vec::new()),
             queue: Arc::new(RunQueue::default()),
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
-            sources: RefCell::new(Vec::new()),
-            free_sources: RefCell::new(Vec::new()),
             precise_wait: Cell::new(true),
         })
     }
@@ -239,25 +196,7 @@ impl Core {
     fn wait(&self, events: &mut [libc::epoll_event], deadline: Option<Instant>) -> io::Result<()> {
         let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let n = self.epoll_wait(events, timeout)?;
-        let sources = self.sources.borrow();
-        for event in &events[..n] {
-            let Some(Some(source)) = sources.get(event.u64 as usize) else {
-                continue;
-            };
-            let flags = event.events as i32;
-            let error = flags & (libc::EPOLLERR | libc::EPOLLHUP) != 0;
-            if error || flags & libc::EPOLLRDHUP != 0 {
-                source.ended.set(true);
-            }
-            if error || flags & (libc::EPOLLIN | libc::EPOLLRDHUP) != 0 {
-                source.readable.set(true);
-                Source::wake(&source.reader);
-            }
-            if error || flags & libc::EPOLLOUT != 0 {
-                source.writable.set(true);
-                Source::wake(&source.writer);
-            }
-        }
+        self.sockets.dispatch(&events[..n]);
         Ok(())
     }
 
@@ -266,7 +205,7 @@ impl Core {
         events: &mut [libc::epoll_event],
         timeout: Option<Duration>,
     ) -> io::Result<usize> {
-        let fd = self.epoll.as_raw_fd();
+        let fd = self.sockets.fd();
         let max = events.len() as i32;
         loop {
             let n = if self.precise_wait.get() {
@@ -299,41 +238,6 @@ impl Core {
                 _ => return Err(e),
             }
         }
-    }
-
-    fn register(&self, fd: RawFd) -> io::Result<(usize, Rc<Source>)> {
-        let source = Rc::new(Source::default());
-        let token = match self.free_sources.borrow_mut().pop() {
-            Some(token) => {
-                self.sources.borrow_mut()[token] = Some(source.clone());
-                token
-            }
-            None => {
-                let mut sources = self.sources.borrow_mut();
-                sources.push(Some(source.clone()));
-                sources.len() - 1
-            }
-        };
-        let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
-            u64: token as u64,
-        };
-        // SAFETY: `event` is a valid epoll_event for the duration of the call.
-        let rc =
-            unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
-        if rc != 0 {
-            let e = io::Error::last_os_error();
-            self.deregister(token);
-            return Err(e);
-        }
-        Ok((token, source))
-    }
-
-    /// Forgets a source whose socket is about to close (closing it removes it
-    /// from the epoll set).
-    fn deregister(&self, token: usize) {
-        self.sources.borrow_mut()[token] = None;
-        self.free_sources.borrow_mut().push(token);
     }
 }
 
@@ -513,32 +417,26 @@ pub async fn connect(addr: SocketAddr) -> io::Result<Stream> {
         Some(Protocol::TCP),
     )?;
     socket.set_nodelay(true)?;
-    let (token, source) = core().register(socket.as_raw_fd())?;
+    let (token, source) = core().sockets.register(socket.as_raw_fd())?;
     let stream = Stream {
         socket: socket.into(),
         source,
         token,
     };
+    let fd = stream.socket.as_raw_fd();
     let socket = socket2::SockRef::from(&stream.socket);
     match socket.connect(&SockAddr::from(addr)) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
-            std::future::poll_fn(|cx| {
-                if stream.source.writable.get() {
-                    Poll::Ready(())
-                } else {
-                    Source::park(&stream.source.writer, cx);
-                    Poll::Pending
-                }
-            })
-            .await;
+            // An empty send waits while the connection is being made, and
+            // fails if it could not be.
+            std::future::poll_fn(|cx| stream.source.poll_send(fd, cx, &[])).await?;
             if let Some(e) = socket.take_error()? {
                 return Err(e);
             }
         }
         Err(e) => return Err(e),
     }
-    stream.source.writable.set(true);
     Ok(stream)
 }
 
@@ -546,7 +444,7 @@ impl Drop for Stream {
     fn drop(&mut self) {
         CORE.with(|c| {
             if let Some(core) = c.borrow().as_ref() {
-                core.deregister(self.token);
+                core.sockets.deregister(self.token);
             }
         });
     }
@@ -558,36 +456,7 @@ impl AsyncRead for Stream {
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        if !self.source.readable.get() {
-            Source::park(&self.source.reader, cx);
-            return Poll::Pending;
-        }
-        // SAFETY: `buf` is writable for its length.
-        let n = unsafe {
-            libc::recv(
-                self.socket.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
-                self.source.readable.set(false);
-                Source::park(&self.source.reader, cx);
-                return Poll::Pending;
-            }
-            return Poll::Ready(Err(e));
-        }
-        let n = n as usize;
-        if n > 0 && n < buf.len() && !self.source.ended.get() {
-            // The queue is drained: the next byte (or the peer's close)
-            // raises a new edge. A close that came with these bytes raised
-            // its edge already, hence `ended`.
-            self.source.readable.set(false);
-        }
-        Poll::Ready(Ok(n))
+        self.source.poll_recv(self.socket.as_raw_fd(), cx, buf)
     }
 }
 
@@ -597,34 +466,7 @@ impl AsyncWrite for Stream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        if !self.source.writable.get() {
-            Source::park(&self.source.writer, cx);
-            return Poll::Pending;
-        }
-        // SAFETY: `buf` is readable for its length.
-        let n = unsafe {
-            libc::send(
-                self.socket.as_raw_fd(),
-                buf.as_ptr().cast(),
-                buf.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::WouldBlock {
-                self.source.writable.set(false);
-                Source::park(&self.source.writer, cx);
-                return Poll::Pending;
-            }
-            return Poll::Ready(Err(e));
-        }
-        let n = n as usize;
-        if n < buf.len() {
-            // The send buffer is full: wait for the edge that says it has room.
-            self.source.writable.set(false);
-        }
-        Poll::Ready(Ok(n))
+        self.source.poll_send(self.socket.as_raw_fd(), cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -1,0 +1,545 @@
+//! Socket readiness for one shard: one edge-triggered epoll set per thread, read
+//! in batches by a driver task, instead of one io_uring poll per socket read.
+//!
+//! Why: glommio waits for a readable socket by arming an io_uring poll each time a
+//! read comes back short. When the peer's bytes arrive (on the core that runs the
+//! peer, for a loopback client, or that takes the NIC's interrupt), the poll's
+//! completion is queued as task work for the shard's thread, and the kernel sends
+//! that core an inter-processor interrupt to run it. That is one submission and
+//! one interrupt per request: a produce run on one shard counted about one
+//! rescheduling interrupt per message, and a profile put an eighth of the shard's
+//! time in taking them.
+//!
+//! How: every socket of the shard is registered once in the thread's epoll set,
+//! edge-triggered, for both directions, and never modified. A [`Source`] keeps
+//! what the last edges said (readable, writable, ended) and the task waiting on
+//! each direction. A read shorter than its buffer drained the socket's queue (TCP
+//! hands over everything it holds), so the socket is marked not readable without a
+//! failing read; the next byte raises a new edge. The peer's close is the
+//! exception: once an edge said it came, the socket stays readable, since the end
+//! of the stream may sit behind a short read's bytes with no edge left to come.
+//!
+//! The driver task takes the events with `epoll_wait` and a zero timeout, marks
+//! the sources and wakes their tasks. When the set has nothing ready it waits for
+//! the epoll descriptor itself to become readable, through the shard's reactor:
+//! that is one io_uring poll per burst of activity instead of one per read, and
+//! while the shard is busy the kernel only appends to the epoll set's ready list,
+//! which interrupts nobody. glommio 0.9 has no public way to poll an arbitrary
+//! descriptor, so [`epoll_readable`] borrows its stream type for that: a stream
+//! made from a descriptor arms a poll on it at once, and its first read waits for
+//! that poll without touching the descriptor. The unit test
+//! `the_driver_sleeps_while_nothing_is_ready` fails if a glommio upgrade changes
+//! this into a busy loop.
+//!
+//! Tasks are woken through their own wakers; nothing here is shared between
+//! threads. A thread gets its set on its first registration and keeps it while
+//! its driver runs; an executor that ends drops its driver, and the next executor
+//! on the thread starts a new set.
+
+use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use futures_lite::io::AsyncRead;
+
+/// Events taken from the kernel per `epoll_wait`.
+const EVENTS_PER_WAIT: usize = 256;
+
+thread_local! {
+    static SET: RefCell<Option<Rc<Set>>> = const { RefCell::new(None) };
+}
+
+/// A registered socket's readiness and the tasks waiting on it.
+#[derive(Default)]
+pub struct Source {
+    readable: Cell<bool>,
+    /// The peer closed or the connection failed: what is left to read ends
+    /// without a new edge, so the socket stays readable from now on.
+    ended: Cell<bool>,
+    writable: Cell<bool>,
+    reader: RefCell<Option<Waker>>,
+    writer: RefCell<Option<Waker>>,
+}
+
+impl Source {
+    fn park(waiting: &RefCell<Option<Waker>>, cx: &Context<'_>) {
+        let mut waiting = waiting.borrow_mut();
+        match waiting.as_ref() {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => *waiting = Some(cx.waker().clone()),
+        }
+    }
+
+    fn wake(waiting: &RefCell<Option<Waker>>) {
+        let waker = waiting.borrow_mut().take();
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+
+    /// Applies one epoll event's flags.
+    fn mark(&self, events: u32) {
+        let ended = (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+        if events & (libc::EPOLLIN as u32 | ended) != 0 {
+            self.readable.set(true);
+            if events & ended != 0 {
+                self.ended.set(true);
+            }
+            Source::wake(&self.reader);
+        }
+        if events & (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+            self.writable.set(true);
+            Source::wake(&self.writer);
+        }
+    }
+
+    /// Waits until the socket may have something to read (a connection to accept,
+    /// for a listening socket). Call again after a read that found nothing.
+    pub fn poll_readable(&self, cx: &Context<'_>) -> Poll<()> {
+        if self.readable.get() {
+            Poll::Ready(())
+        } else {
+            Source::park(&self.reader, cx);
+            Poll::Pending
+        }
+    }
+
+    /// Records that a read found nothing: the next edge will say when to try again.
+    pub fn read_found_nothing(&self, cx: &Context<'_>) {
+        self.readable.set(false);
+        Source::park(&self.reader, cx);
+    }
+
+    /// Reads from `fd` into `buf` when the last edges say there may be bytes.
+    pub fn poll_recv(
+        &self,
+        fd: RawFd,
+        cx: &Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        if !self.readable.get() {
+            Source::park(&self.reader, cx);
+            return Poll::Pending;
+        }
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                self.read_found_nothing(cx);
+                return Poll::Pending;
+            }
+            return Poll::Ready(Err(e));
+        }
+        let n = n as usize;
+        if n > 0 && n < buf.len() && !self.ended.get() {
+            // The queue is drained: the next byte (or the peer's close) raises a
+            // new edge. A close that came with these bytes raised its edge
+            // already, hence `ended`.
+            self.readable.set(false);
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// Writes `buf` to `fd` when the last edges say there may be room.
+    pub fn poll_send(&self, fd: RawFd, cx: &Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if !self.writable.get() {
+            Source::park(&self.writer, cx);
+            return Poll::Pending;
+        }
+        // SAFETY: `buf` is readable for its length.
+        let n = unsafe {
+            libc::send(
+                fd,
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                self.writable.set(false);
+                Source::park(&self.writer, cx);
+                return Poll::Pending;
+            }
+            return Poll::Ready(Err(e));
+        }
+        let n = n as usize;
+        if n < buf.len() {
+            // The send buffer is full: wait for the edge that says it has room.
+            self.writable.set(false);
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+/// A socket's place in its thread's epoll set. Dropping it forgets the socket;
+/// drop it before the socket closes (closing removes it from the set).
+pub struct Registration {
+    source: Rc<Source>,
+    token: usize,
+    set: Rc<Set>,
+}
+
+impl Registration {
+    /// Registers `fd` (a non-blocking socket) in this thread's set, edge-triggered
+    /// for both directions. Call on a glommio executor: the first registration of
+    /// an executor starts its driver task.
+    pub fn new(fd: RawFd) -> io::Result<Registration> {
+        let set = Set::current()?;
+        let (token, source) = set.sources.register(fd)?;
+        Ok(Registration { source, token, set })
+    }
+
+    /// The socket's readiness.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.set.sources.deregister(self.token);
+    }
+}
+
+/// An epoll set and the sources registered in it, for any event loop that takes
+/// its events: the shard's driver task below, or a thread of its own.
+pub struct EpollSet {
+    epoll: OwnedFd,
+    sources: RefCell<Vec<Option<Rc<Source>>>>,
+    free: RefCell<Vec<usize>>,
+}
+
+impl EpollSet {
+    /// A new, empty set.
+    pub fn new() -> io::Result<EpollSet> {
+        // SAFETY: epoll_create1 takes no pointers; a non-negative result is a
+        // descriptor we now own.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(EpollSet {
+            // SAFETY: see above.
+            epoll: unsafe { OwnedFd::from_raw_fd(fd) },
+            sources: RefCell::new(Vec::new()),
+            free: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// The epoll descriptor, to wait on.
+    pub fn fd(&self) -> RawFd {
+        self.epoll.as_raw_fd()
+    }
+
+    /// Registers `fd` (a non-blocking socket), edge-triggered for both
+    /// directions, and returns its token and its readiness.
+    pub fn register(&self, fd: RawFd) -> io::Result<(usize, Rc<Source>)> {
+        // Optimistic: an accepted socket usually holds its first request, and has
+        // room to answer it. A read or write that finds otherwise corrects this.
+        let source = Rc::new(Source {
+            readable: Cell::new(true),
+            writable: Cell::new(true),
+            ..Source::default()
+        });
+        let token = match self.free.borrow_mut().pop() {
+            Some(token) => {
+                self.sources.borrow_mut()[token] = Some(source.clone());
+                token
+            }
+            None => {
+                let mut sources = self.sources.borrow_mut();
+                sources.push(Some(source.clone()));
+                sources.len() - 1
+            }
+        };
+        let mut event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            u64: token as u64,
+        };
+        // SAFETY: `event` is a valid epoll_event for the duration of the call.
+        let rc = unsafe { libc::epoll_ctl(self.fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            self.deregister(token);
+            return Err(e);
+        }
+        Ok((token, source))
+    }
+
+    /// Forgets the source of `token`, whose socket is about to close (closing
+    /// removes it from the set).
+    pub fn deregister(&self, token: usize) {
+        self.sources.borrow_mut()[token] = None;
+        self.free.borrow_mut().push(token);
+    }
+
+    /// Marks the sources of `events` (from a wait on [`EpollSet::fd`]) and wakes
+    /// their tasks.
+    pub fn dispatch(&self, events: &[libc::epoll_event]) {
+        for event in events {
+            let flags = event.events;
+            let source = self
+                .sources
+                .borrow()
+                .get(event.u64 as usize)
+                .cloned()
+                .flatten();
+            if let Some(source) = source {
+                source.mark(flags);
+            }
+        }
+    }
+}
+
+/// A thread's set on a glommio executor, and whether a driver task takes its events.
+struct Set {
+    sources: EpollSet,
+    /// Cleared when the driver task is dropped (its executor ended).
+    driven: Cell<bool>,
+    /// Times the driver armed a wait on the epoll descriptor (for tests).
+    waits: Cell<u64>,
+}
+
+impl Set {
+    /// This thread's set, with a driver on the current executor.
+    fn current() -> io::Result<Rc<Set>> {
+        SET.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            if let Some(set) = slot.as_ref() {
+                if set.driven.get() {
+                    return Ok(set.clone());
+                }
+            }
+            let set = Rc::new(Set {
+                sources: EpollSet::new()?,
+                driven: Cell::new(true),
+                waits: Cell::new(0),
+            });
+            glommio::spawn_local(drive(Driven(set.clone()))).detach();
+            *slot = Some(set.clone());
+            Ok(set)
+        })
+    }
+
+    /// Takes the events ready now, marks their sources and wakes their tasks.
+    /// Returns how many were taken.
+    fn take_ready(&self, events: &mut [libc::epoll_event]) -> usize {
+        let n = loop {
+            // SAFETY: `events` is writable for `events.len()` entries.
+            let n = unsafe {
+                libc::epoll_wait(
+                    self.sources.fd(),
+                    events.as_mut_ptr(),
+                    events.len() as i32,
+                    0,
+                )
+            };
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = io::Error::last_os_error();
+            assert_eq!(
+                e.kind(),
+                io::ErrorKind::Interrupted,
+                "epoll_wait on the shard's own set failed: {e}"
+            );
+        };
+        self.sources.dispatch(&events[..n]);
+        n
+    }
+}
+
+/// Clears [`Set::driven`] when the driver task is dropped with its executor.
+struct Driven(Rc<Set>);
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        self.0.driven.set(false);
+    }
+}
+
+async fn drive(driven: Driven) {
+    let set = &driven.0;
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
+    loop {
+        while set.take_ready(&mut events) == events.len() {}
+        set.waits.set(set.waits.get() + 1);
+        if let Err(e) = epoll_readable(set.sources.fd()).await {
+            panic!("cannot wait on the shard's epoll set: {e}");
+        }
+    }
+}
+
+/// Resolves once the epoll set `epoll` has something ready (or on a spurious
+/// wake-up, which costs one empty `epoll_wait`).
+async fn epoll_readable(epoll: RawFd) -> io::Result<()> {
+    // SAFETY: F_DUPFD_CLOEXEC takes no pointers; a non-negative result is a new
+    // descriptor we own. It refers to the same epoll set, and closing it leaves
+    // the set and its registrations alone.
+    let dup = unsafe { libc::fcntl(epoll, libc::F_DUPFD_CLOEXEC, 0) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is ours and given up here. glommio arms an io_uring poll for
+    // readability on it when the stream is made; the stream is never read from,
+    // only polled once to wait for that poll (see the module doc).
+    let mut bell = unsafe { glommio::net::UnixStream::from_raw_fd(dup) };
+    let mut waited = false;
+    poll_fn(|cx| {
+        if waited {
+            return Poll::Ready(());
+        }
+        waited = true;
+        match Pin::new(&mut bell).poll_read(cx, &mut []) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(_) => Poll::Ready(()),
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// How many times this thread's driver has gone to sleep on its set (for tests).
+#[cfg(test)]
+fn waits() -> u64 {
+    SET.with(|s| s.borrow().as_ref().map_or(0, |s| s.waits.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::time::Duration;
+
+    fn nonblocking_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        (server, client)
+    }
+
+    async fn recv(source: &Source, fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+        poll_fn(|cx| source.poll_recv(fd, cx, buf)).await
+    }
+
+    #[test]
+    fn bytes_sent_later_wake_the_reader_and_a_close_reads_as_the_end() {
+        crate::rt::run_local(None, async {
+            let (server, mut client) = nonblocking_pair();
+            let reg = Registration::new(server.as_raw_fd()).unwrap();
+            let writer = std::thread::spawn(move || {
+                for chunk in [&b"hello"[..], b" world"] {
+                    std::thread::sleep(Duration::from_millis(30));
+                    client.write_all(chunk).unwrap();
+                }
+                std::thread::sleep(Duration::from_millis(30));
+                drop(client);
+            });
+            let mut got = Vec::new();
+            let mut buf = [0u8; 64];
+            loop {
+                let n = recv(reg.source(), server.as_raw_fd(), &mut buf)
+                    .await
+                    .unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            writer.join().unwrap();
+            assert_eq!(got, b"hello world");
+        });
+    }
+
+    #[test]
+    fn a_full_send_buffer_waits_for_room_and_every_byte_arrives() {
+        crate::rt::run_local(None, async {
+            let (server, mut client) = nonblocking_pair();
+            let reg = Registration::new(server.as_raw_fd()).unwrap();
+            let total = 8 << 20;
+            let reader = std::thread::spawn(move || {
+                let mut sum = 0usize;
+                let mut buf = vec![0u8; 64 << 10];
+                std::thread::sleep(Duration::from_millis(50));
+                while sum < total {
+                    let n = client.read(&mut buf).unwrap();
+                    assert!(n > 0, "closed after {sum} bytes");
+                    assert!(buf[..n].iter().all(|b| *b == 7));
+                    sum += n;
+                }
+                sum
+            });
+            let data = vec![7u8; total];
+            let mut sent = 0;
+            let mut parked = 0;
+            while sent < total {
+                let n = poll_fn(|cx| {
+                    let r = reg
+                        .source()
+                        .poll_send(server.as_raw_fd(), cx, &data[sent..]);
+                    if r.is_pending() {
+                        parked += 1;
+                    }
+                    r
+                })
+                .await
+                .unwrap();
+                sent += n;
+            }
+            assert_eq!(reader.join().unwrap(), total);
+            assert!(
+                parked > 0,
+                "8 MiB fit in the send buffer: the test proves nothing"
+            );
+        });
+    }
+
+    #[test]
+    fn the_driver_sleeps_while_nothing_is_ready() {
+        crate::rt::run_local(None, async {
+            let (server, mut client) = nonblocking_pair();
+            let reg = Registration::new(server.as_raw_fd()).unwrap();
+            // Let the driver settle into its wait, then idle.
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let before = waits();
+            glommio::timer::sleep(Duration::from_millis(200)).await;
+            let idle = waits() - before;
+            assert!(
+                idle <= 2,
+                "the driver went round {idle} times with nothing ready"
+            );
+            // And it still wakes for a byte.
+            client.write_all(b"x").unwrap();
+            let mut buf = [0u8; 8];
+            let n = recv(reg.source(), server.as_raw_fd(), &mut buf)
+                .await
+                .unwrap();
+            assert_eq!(&buf[..n], b"x");
+        });
+    }
+
+    #[test]
+    fn a_second_executor_on_the_thread_gets_a_driver_of_its_own() {
+        for _ in 0..2 {
+            crate::rt::run_local(None, async {
+                let (server, mut client) = nonblocking_pair();
+                let reg = Registration::new(server.as_raw_fd()).unwrap();
+                client.write_all(b"ping").unwrap();
+                let mut buf = [0u8; 8];
+                let n = recv(reg.source(), server.as_raw_fd(), &mut buf)
+                    .await
+                    .unwrap();
+                assert_eq!(&buf[..n], b"ping");
+            });
+        }
+    }
+}
