@@ -220,6 +220,9 @@ impl Queues {
     ) -> Result<Vec<Delivered>, ConsumeError> {
         let queue = self.queue(topic, record, partition).await?;
         let caps = caps_of(record);
+        // Whether an attempt moved the frontier past records nobody can have
+        // (aged out, or corrupt on disk).
+        let mut overtaken = false;
         for _ in 0..TAKE_ATTEMPTS_MAX {
             let reserved =
                 self.reserve(record.id, &queue, &caps, record.visibility_timeout_ms, want);
@@ -249,6 +252,7 @@ impl Queues {
                         self.note_settled((record.id, partition));
                     }
                     release(&mut queue.table, &reserved);
+                    overtaken = true;
                     continue;
                 }
                 Err(e) => {
@@ -305,9 +309,16 @@ impl Queues {
             // Consumers parked here may have found these reserved a moment ago.
             self.give_back(record.id, &queue, &left_out);
             if got.is_empty() && skipped {
+                overtaken = true;
                 continue;
             }
             return Ok(got);
+        }
+        if overtaken {
+            // Every attempt met records nobody can have, and more may follow
+            // them. No commit or release will announce what lies past them, so
+            // this take does: the pump comes back for it after the caller parks.
+            (self.wake)(record.id, topic);
         }
         Ok(Vec::new())
     }
@@ -714,6 +725,109 @@ mod tests {
                 .await
                 .unwrap();
             assert_eq!(got.len(), 6);
+        });
+    }
+
+    /// Every record of partition 0 of the topic in the log files under `path`
+    /// whose payload is `byte` repeated gets one byte of its payload flipped.
+    fn corrupt_payload(path: &std::path::Path, byte: u8) {
+        let run = vec![byte; 3_000];
+        let mut found = 0;
+        let mut stack = vec![path.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let entry = entry.unwrap().path();
+                if entry.is_dir() {
+                    stack.push(entry);
+                    continue;
+                }
+                let mut bytes = std::fs::read(&entry).unwrap();
+                if let Some(at) = bytes.windows(run.len()).position(|w| w == run.as_slice()) {
+                    bytes[at + 1_500] ^= 0x40;
+                    std::fs::write(&entry, &bytes).unwrap();
+                    found += 1;
+                }
+            }
+        }
+        assert_eq!(found, 1, "payload {byte} found in {found} files");
+    }
+
+    /// A take that spends all its attempts skipping corrupt records comes back
+    /// empty, and wakes the topic's consumers: records past the corrupt ones
+    /// are there, and nothing else would announce them. Corrupt runs are
+    /// skipped whole, so it takes runs apart, with records between them leased
+    /// to someone else: offsets 1, 3, 5 and 7 corrupt, 0, 2, 4, 6, 8, 10 and 11
+    /// leased, 9 free. Records of 100 KB, so that the log's read window, which
+    /// holds the last 256 KiB read, cannot serve the corrupted ones from memory.
+    #[test]
+    fn a_take_that_only_skips_corrupt_records_wakes_the_consumers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        narad_io::rt::run_local(None, async move {
+            let storage = DmaStorage::new(&path);
+            let config = LogConfig {
+                cache_bytes_max: 0,
+                ..LogConfig::default()
+            };
+            let owner = Owner::new(storage.clone(), config, Box::new(|_, _, _| true));
+            let topic: Arc<str> = Arc::from("t");
+            // One frame per record: offsets 0 to 11, payloads 'a' to 'l'.
+            for i in 0..12u8 {
+                let (reply, answer) = oneshot::channel();
+                let records = vec![OwnedRecord {
+                    key: None,
+                    payload: vec![b'a' + i; 100_000].into(),
+                }];
+                owner.commit(topic.clone(), ID, PartitionId(0), records, reply);
+                answer.await.unwrap().unwrap();
+            }
+            let wakes = Rc::new(Cell::new(0));
+            let wake = {
+                let wakes = wakes.clone();
+                Box::new(move |_, _: &Arc<str>| wakes.set(wakes.get() + 1))
+            };
+            let queues = Queues::new(
+                owner,
+                storage,
+                ChaCha8Rng::seed_from_u64(7),
+                wake,
+                Rc::new(Persister::default()),
+            );
+            let record = topic_record();
+            let partitions = [PartitionId(0)];
+
+            let all = queues
+                .take(&topic, &record, &partitions, 12, 4 << 20)
+                .await
+                .unwrap();
+            assert_eq!(all.len(), 12);
+            let (free, _leased): (Vec<Delivered>, Vec<Delivered>) = all
+                .into_iter()
+                .partition(|d| d.record.offset.0 % 2 == 1 && d.record.offset.0 < 10);
+            queues.release_delivered(ID, &topic, &free);
+            let runs = TAKE_ATTEMPTS_MAX as u8;
+            for i in 0..runs {
+                corrupt_payload(&path, b'a' + 2 * i + 1);
+            }
+            let wakes_before = wakes.get();
+
+            let got = queues
+                .take(&topic, &record, &partitions, 1, 1 << 20)
+                .await
+                .unwrap();
+            assert!(got.is_empty(), "each attempt met a corrupt run");
+            assert_eq!(
+                wakes.get(),
+                wakes_before + 1,
+                "the consumers were not told to come back"
+            );
+
+            let got = queues
+                .take(&topic, &record, &partitions, 1, 1 << 20)
+                .await
+                .unwrap();
+            let offsets: Vec<u64> = got.iter().map(|d| d.record.offset.0).collect();
+            assert_eq!(offsets, [2 * u64::from(runs) + 1]);
         });
     }
 
