@@ -27,6 +27,7 @@ use std::cell::Cell;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::mem::ManuallyDrop;
+use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -41,15 +42,6 @@ use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 /// Pending connections the kernel queues per listening socket before it refuses.
 pub const LISTEN_BACKLOG_MAX: i32 = 1024;
-
-/// The most bytes one read hands to hyper: the size of each thread's read scratch.
-const READ_CHUNK_BYTES_MAX: usize = 16 << 10;
-
-thread_local! {
-    /// Where a socket read lands before it is copied into hyper's buffer.
-    static READ_SCRATCH: std::cell::RefCell<Box<[u8]>> =
-        std::cell::RefCell::new(vec![0u8; READ_CHUNK_BYTES_MAX].into_boxed_slice());
-}
 
 /// Binds `count` listening sockets on `addr`, all with `SO_REUSEPORT` so that the
 /// kernel balances connections over them. With port 0 a free port is picked and
@@ -210,11 +202,22 @@ impl Stream {
     }
 
     fn recv_some(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        // SAFETY: an initialised buffer is also a valid place for bytes to land,
+        // and the read only writes it.
+        let spare = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        self.recv_uninit(cx, spare)
+    }
+
+    fn recv_uninit(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut [MaybeUninit<u8>],
+    ) -> Poll<io::Result<usize>> {
         let filled =
             ready!(self
                 .registration
                 .source()
-                .poll_recv(self.socket.as_raw_fd(), cx, buf))?;
+                .poll_recv_uninit(self.socket.as_raw_fd(), cx, buf))?;
         if filled > 0 {
             // The peer sent something: the next write starts a response.
             self.writing_since = None;
@@ -274,20 +277,15 @@ impl hyper::rt::Read for Stream {
         cx: &mut Context<'_>,
         mut buf: hyper::rt::ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
-        // hyper offers uninitialised spare capacity, which must not be handed out
-        // as a `&mut [u8]`. Zeroing it on every poll cost a 16 KiB memset per read
-        // (and per read that found nothing); reading into this shard's scratch,
-        // zeroed once, and copying what arrived costs only the bytes received.
-        // A read keeps no hold on the buffer once it returns, so one scratch
-        // serves every connection of the thread.
-        let want = buf.remaining().min(READ_CHUNK_BYTES_MAX);
-        READ_SCRATCH.with(|scratch| {
-            let mut scratch = scratch.borrow_mut();
-            let scratch = &mut scratch[..want];
-            let filled = ready!(self.recv_some(cx, scratch))?;
-            buf.put_slice(&scratch[..filled]);
-            Poll::Ready(Ok(()))
-        })
+        // hyper offers uninitialised spare capacity: the bytes land there
+        // straight from the socket, with no scratch buffer and no copy.
+        // SAFETY: the kernel only writes the memory, and `advance` below
+        // covers exactly the bytes it wrote.
+        let spare = unsafe { buf.as_mut() };
+        let filled = ready!(self.recv_uninit(cx, spare))?;
+        // SAFETY: the first `filled` bytes were written by the read above.
+        unsafe { buf.advance(filled) };
+        Poll::Ready(Ok(()))
     }
 }
 

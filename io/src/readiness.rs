@@ -39,6 +39,7 @@
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -121,11 +122,26 @@ impl Source {
         cx: &Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
+        // SAFETY: an initialised buffer is also a valid place for bytes to land.
+        let spare = unsafe { &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        self.poll_recv_uninit(fd, cx, spare)
+    }
+
+    /// Like [`Source::poll_recv`], into memory that need not be initialised: the
+    /// kernel only writes it. The first `n` bytes of `buf` are initialised when
+    /// this returns `Ready(Ok(n))`.
+    pub fn poll_recv_uninit(
+        &self,
+        fd: RawFd,
+        cx: &Context<'_>,
+        buf: &mut [MaybeUninit<u8>],
+    ) -> Poll<io::Result<usize>> {
         if !self.readable.get() {
             Source::park(&self.reader, cx);
             return Poll::Pending;
         }
-        // SAFETY: `buf` is writable for its length.
+        // SAFETY: `buf` is writable for its length; recv writes at most that
+        // many bytes and reads none.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
         if n < 0 {
             let e = io::Error::last_os_error();
