@@ -553,3 +553,59 @@ fn concurrent_consumers_never_share_a_lease() {
         (consume(&mut client, "shared", "").status == 204).then_some(())
     });
 }
+
+/// Deleting a topic answers the consumers parked on it at once, whichever shard
+/// they wait on and whether or not they are pinned to a partition, rather than
+/// at the end of their wait; and a topic made again under the same name hands
+/// none of them anything.
+#[test]
+fn deleting_a_topic_answers_its_parked_consumers_at_once() {
+    let node = Node::start_shards(3, &[]);
+    let mut client = node.client();
+    create(&mut client, "doomed", json!({ "partitions": 6 }));
+    let queries: Vec<String> = (0..8)
+        .map(|_| "wait=20s".to_string())
+        .chain([0, 4].map(|p| format!("wait=20s&partition={p}")))
+        .collect();
+    let threads: Vec<_> = queries
+        .into_iter()
+        .map(|query| {
+            let mut c = node.client();
+            std::thread::spawn(move || {
+                let response = consume(&mut c, "doomed", &query);
+                (query, response, Instant::now())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500)); // all parked
+    let deleted = client
+        .request("DELETE", "/v1/topics/doomed", &[], "")
+        .unwrap();
+    assert_eq!(deleted.status, 204, "{deleted:?}");
+    let deleted_at = Instant::now();
+    // The same name again, with a record in every partition.
+    create(&mut client, "doomed", json!({ "partitions": 6 }));
+    for p in 0..6 {
+        produce_ok(&mut client, "doomed", &format!("partition={p}"), b"new");
+    }
+    for t in threads {
+        let (query, response, answered_at) = t.join().unwrap();
+        let after = answered_at.saturating_duration_since(deleted_at);
+        assert!(
+            after < Duration::from_secs(5),
+            "{query}: answered {after:?} after the delete"
+        );
+        assert!(
+            matches!(response.status, 404 | 204),
+            "{query}: {response:?}"
+        );
+    }
+    // Every record of the new topic is still there for its own consumers.
+    let mut got = 0;
+    while got < 6 {
+        let response = consume(&mut client, "doomed", "wait=2s&max=6");
+        assert_eq!(response.status, 200, "after {got}: {response:?}");
+        got += json_of(&response)["messages"].as_array().unwrap().len();
+    }
+    assert_eq!(got, 6);
+}
