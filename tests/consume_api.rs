@@ -609,3 +609,52 @@ fn deleting_a_topic_answers_its_parked_consumers_at_once() {
     }
     assert_eq!(got, 6);
 }
+
+/// Consumers that hang up while parked, on every shard and pinned or not, take
+/// nothing with them: records produced after they left go to the consumers
+/// still there, at once, not after a visibility timeout.
+#[test]
+fn consumers_that_hang_up_while_parked_take_no_records_with_them() {
+    let node = Node::start_shards(3, &[]);
+    let mut client = node.client();
+    create(&mut client, "fickle", json!({ "partitions": 6 }));
+    // Parked, then gone: their connections close with the requests unanswered.
+    let mut leavers = Vec::new();
+    for i in 0..12 {
+        let mut c = node.client();
+        let query = if i % 3 == 0 {
+            format!("wait=20s&partition={}", i % 6)
+        } else {
+            "wait=20s".to_string()
+        };
+        let request = format!(
+            "GET /v1/topics/fickle/consume?{query} HTTP/1.1\r\nhost: test\r\nx-narad-client: t\r\n\r\n"
+        );
+        std::io::Write::write_all(&mut c.stream, request.as_bytes()).unwrap();
+        leavers.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    drop(leavers);
+    std::thread::sleep(Duration::from_millis(300));
+    for p in 0..6 {
+        produce_ok(&mut client, "fickle", &format!("partition={p}"), b"kept");
+    }
+    let started = Instant::now();
+    let mut got = 0;
+    while got < 6 {
+        let response = consume(&mut client, "fickle", "wait=2s&max=6");
+        assert_eq!(
+            response.status,
+            200,
+            "after {got} in {:?}: {response:?}",
+            started.elapsed()
+        );
+        got += json_of(&response)["messages"].as_array().unwrap().len();
+    }
+    assert_eq!(got, 6);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+}
