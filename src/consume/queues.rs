@@ -658,24 +658,25 @@ mod tests {
             .map_or(0, |q| q.borrow().table.in_flight())
     }
 
-    /// Queues over an owner in `path` whose partitions 0 and 1 of the topic hold
-    /// three records each, and the count of wakes it has made.
-    async fn with_records(path: &std::path::Path) -> (Queues, Rc<Cell<usize>>) {
+    /// An owner in `path` with no recent-frame cache: every read goes to the
+    /// device, so it suspends.
+    fn uncached_owner(path: &std::path::Path) -> (Rc<Owner>, DmaStorage) {
         let storage = DmaStorage::new(path);
-        // No recent-frame cache: every read goes to the device, so it suspends.
         let config = LogConfig {
             cache_bytes_max: 0,
             ..LogConfig::default()
         };
         let owner = Owner::new(storage.clone(), config, Box::new(|_, _, _| true));
+        (owner, storage)
+    }
+
+    /// Queues over `owner`, and the count of wakes they have made.
+    fn counting_wakes(owner: Rc<Owner>, storage: DmaStorage) -> (Queues, Rc<Cell<usize>>) {
         let wakes = Rc::new(Cell::new(0));
         let wake = {
             let wakes = wakes.clone();
             Box::new(move |_, _: &Arc<str>| wakes.set(wakes.get() + 1))
         };
-        let topic: Arc<str> = Arc::from("t");
-        commit(&owner, &topic, 0, 3).await;
-        commit(&owner, &topic, 1, 3).await;
         let queues = Queues::new(
             owner,
             storage,
@@ -684,6 +685,16 @@ mod tests {
             Rc::new(Persister::default()),
         );
         (queues, wakes)
+    }
+
+    /// Queues over an uncached owner in `path` whose partitions 0 and 1 of the
+    /// topic hold three records each, and the count of wakes they have made.
+    async fn with_records(path: &std::path::Path) -> (Queues, Rc<Cell<usize>>) {
+        let (owner, storage) = uncached_owner(path);
+        let topic: Arc<str> = Arc::from("t");
+        commit(&owner, &topic, 0, 3).await;
+        commit(&owner, &topic, 1, 3).await;
+        counting_wakes(owner, storage)
     }
 
     /// A consume whose request goes away while the take reads its second
@@ -764,12 +775,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
         narad_io::rt::run_local(None, async move {
-            let storage = DmaStorage::new(&path);
-            let config = LogConfig {
-                cache_bytes_max: 0,
-                ..LogConfig::default()
-            };
-            let owner = Owner::new(storage.clone(), config, Box::new(|_, _, _| true));
+            let (owner, storage) = uncached_owner(&path);
             let topic: Arc<str> = Arc::from("t");
             // One frame per record: offsets 0 to 11, payloads 'a' to 'l'.
             for i in 0..12u8 {
@@ -781,18 +787,7 @@ mod tests {
                 owner.commit(topic.clone(), ID, PartitionId(0), records, reply);
                 answer.await.unwrap().unwrap();
             }
-            let wakes = Rc::new(Cell::new(0));
-            let wake = {
-                let wakes = wakes.clone();
-                Box::new(move |_, _: &Arc<str>| wakes.set(wakes.get() + 1))
-            };
-            let queues = Queues::new(
-                owner,
-                storage,
-                ChaCha8Rng::seed_from_u64(7),
-                wake,
-                Rc::new(Persister::default()),
-            );
+            let (queues, wakes) = counting_wakes(owner, storage);
             let record = topic_record();
             let partitions = [PartitionId(0)];
 
