@@ -506,6 +506,11 @@ fn describe_storage() {
         "narad_open_partition_logs",
         "Partition logs open on the node."
     );
+    describe_gauge!("narad_topics_total", "Topics that exist.");
+    describe_gauge!(
+        "narad_partitions_total",
+        "Partitions of all the topics that exist."
+    );
     describe_counter!(
         "narad_partition_reads_total",
         "Reads of a partition's records by where they were answered from: source=memory (the recent-frame cache) or source=device (segment bytes fetched from disk)."

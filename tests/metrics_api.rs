@@ -491,6 +491,9 @@ fn topic_size_data_dir_size_and_the_oldest_unacked_age_are_polled() {
         (partitions > 0.0 && sum(&samples, "narad_topic_bytes", &[topic]) == partitions)
             .then_some(samples)
     });
+    // One topic of three partitions exists, counted once over both shards.
+    assert_eq!(sum(&samples, "narad_topics_total", &[]), 1.0);
+    assert_eq!(sum(&samples, "narad_partitions_total", &[]), 3.0);
     let data_dir = sum(&samples, "narad_data_dir_size_bytes", &[]);
     assert!(
         data_dir >= sum(&samples, "narad_topic_bytes", &[topic]),

@@ -137,11 +137,16 @@ pub fn poll_once(shard: &crate::broker::Shard) -> Vec<Behind> {
         0.0
     });
     ::metrics::gauge!("narad_open_partition_logs").set(shard.owner.open_log_count() as f64);
-    // One shard speaks for the node's file system (gauges sum over shards).
+    // One shard speaks for the node's file system and its metadata (gauges sum
+    // over shards).
     if shard.index == 0 {
         if let Some(available) = available_bytes(&shard.data_dir) {
             ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
         }
+        let meta = shard.meta.snapshot();
+        let partitions: u64 = meta.topics.values().map(|t| u64::from(t.partitions)).sum();
+        ::metrics::gauge!("narad_topics_total").set(meta.topics.len() as f64);
+        ::metrics::gauge!("narad_partitions_total").set(partitions as f64);
     }
     shard.storage_metrics.set_topic_bytes();
     let mut behind = Vec::new();
