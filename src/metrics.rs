@@ -508,6 +508,10 @@ fn describe_storage() {
     );
     describe_gauge!("narad_topics_total", "Topics that exist.");
     describe_gauge!(
+        "narad_boot_duration_seconds",
+        "Seconds from the process start to every shard serving (storage recovered)."
+    );
+    describe_gauge!(
         "narad_partitions_total",
         "Partitions of all the topics that exist."
     );

@@ -72,6 +72,7 @@ const RETENTION_CHECK_INTERVAL_MS: u64 = 60_000;
 /// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
 /// process may run on.
 pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
+    let booting = std::time::Instant::now();
     let config = Config::load(&flags, &|name| std::env::var(name).ok())?;
     crate::cli::init_logging(&config.log);
     if config.security.enabled {
@@ -186,6 +187,8 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             Ok(NodeEvent::Started { ok: true, .. }) => {
                 started += 1;
                 if started == shards {
+                    ::metrics::gauge!("narad_boot_duration_seconds")
+                        .set(booting.elapsed().as_secs_f64());
                     node.set_ready();
                     tracing::info!(shards, %addr, data_dir = %data_dir.display(), "narad storage engine running; stop with SIGINT or SIGTERM");
                 }

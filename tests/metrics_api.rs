@@ -494,6 +494,9 @@ fn topic_size_data_dir_size_and_the_oldest_unacked_age_are_polled() {
     // One topic of three partitions exists, counted once over both shards.
     assert_eq!(sum(&samples, "narad_topics_total", &[]), 1.0);
     assert_eq!(sum(&samples, "narad_partitions_total", &[]), 3.0);
+    // Set once, when every shard had recovered its storage.
+    let boot = sum(&samples, "narad_boot_duration_seconds", &[]);
+    assert!(boot > 0.0 && boot < 30.0, "boot took {boot} s");
     let data_dir = sum(&samples, "narad_data_dir_size_bytes", &[]);
     assert!(
         data_dir >= sum(&samples, "narad_topic_bytes", &[topic]),
