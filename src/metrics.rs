@@ -502,6 +502,10 @@ fn describe_storage() {
         "narad_storage_retention_messages_deleted_total",
         "Offsets deleted by retention."
     );
+    describe_histogram!(
+        "narad_storage_retention_run_duration_seconds",
+        "Time one retention run over a partition took (rolling and deleting included)."
+    );
     describe_gauge!(
         "narad_open_partition_logs",
         "Partition logs open on the node."

@@ -464,6 +464,16 @@ fn retention_counts_what_it_deletes() {
     );
     assert_eq!(messages, 6.0);
     assert_eq!(bytes, written.size_bytes);
+    // Every partition's runs are timed, whether they deleted anything or not.
+    for p in 0..3 {
+        let label = format!("partition=\"{p}\"");
+        let runs = sum(
+            &deleted,
+            "narad_storage_retention_run_duration_seconds_count",
+            &[topic, &label],
+        );
+        assert!(runs >= 1.0, "partition {p}: {runs} timed runs");
+    }
     let after = storage_of(&deleted, "r", 0);
     assert_eq!(after.size_bytes, 0.0, "{after:?}");
     assert_eq!(

@@ -40,6 +40,9 @@ enum Event {
         bytes: u64,
         records: u64,
     },
+    RetentionRan {
+        partition: u32,
+    },
     Evicted(usize),
     Purged(IncarnationId),
     Read {
@@ -108,6 +111,12 @@ impl PartitionObserver for PartitionRecorder {
             partition: self.partition,
             bytes: deleted.bytes_deleted,
             records: deleted.records_deleted,
+        });
+    }
+
+    fn retention_ran(&self, _took: Duration) {
+        self.events.borrow_mut().push(Event::RetentionRan {
+            partition: self.partition,
         });
     }
 
@@ -262,13 +271,19 @@ fn retention_idle_eviction_and_purge_are_reported() {
                     bytes: sizes[1],
                     records: 2
                 },
+                Event::RetentionRan { partition: 0 },
+                Event::RetentionRan { partition: 1 },
             ]
         );
-        // Nothing more to delete: the shape is reported again, no deletion.
+        // Nothing more to delete: the run and the shape are reported again, no
+        // deletion.
         owner.reap_open(unix_ms() + 2 * HOUR_MS).await;
-        assert!(take(&events)
-            .iter()
-            .all(|e| matches!(e, Event::Reshaped { size_bytes: 0, .. })));
+        let again = take(&events);
+        assert_eq!(again.len(), 4, "{again:?}");
+        assert!(again.iter().all(|e| matches!(
+            e,
+            Event::Reshaped { size_bytes: 0, .. } | Event::RetentionRan { .. }
+        )));
 
         assert_eq!(owner.open_log_count(), 2);
         assert_eq!(owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await, 2);

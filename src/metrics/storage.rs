@@ -41,6 +41,7 @@ pub struct PartitionStorageSeries {
     segments: Gauge,
     retention_bytes: Counter,
     retention_messages: Counter,
+    retention_seconds: Histogram,
     reads_from_memory: Counter,
     reads_from_device: Counter,
     device_read_bytes: Counter,
@@ -87,6 +88,10 @@ impl PartitionStorageSeries {
                 "narad_storage_retention_messages_deleted_total",
                 &aged
             ),
+            retention_seconds: ::metrics::histogram!(
+                "narad_storage_retention_run_duration_seconds",
+                &labels
+            ),
         }
     }
 
@@ -114,6 +119,10 @@ impl PartitionObserver for PartitionStorageSeries {
     fn retained(&self, deleted: &RetentionOutcome) {
         self.retention_bytes.increment(deleted.bytes_deleted);
         self.retention_messages.increment(deleted.records_deleted);
+    }
+
+    fn retention_ran(&self, took: std::time::Duration) {
+        self.retention_seconds.record(took.as_secs_f64());
     }
 
     fn read(&self, device_bytes: u64) {

@@ -48,6 +48,8 @@ pub trait PartitionObserver {
     fn reshaped(&self, stats: &LogStats);
     /// Retention deleted segments (by age, the only reason this log has).
     fn retained(&self, deleted: &RetentionOutcome);
+    /// A retention run over the log took `took`, whatever it found to delete.
+    fn retention_ran(&self, took: std::time::Duration);
     /// A read of records was answered: from memory (`device_bytes` 0: the
     /// recent-frame cache, or segment bytes an earlier read fetched), or after
     /// fetching `device_bytes` from the device.

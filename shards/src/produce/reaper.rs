@@ -311,9 +311,11 @@ impl<S: Storage> Owner<S> {
             },
         };
         let oldest_before = log.oldest_offset();
+        let started = Instant::now();
         let result = enforce(&mut log, retention, self.config.segment_ms, now_ms, totals).await;
         totals.partitions_reaped += 1;
         if let Some(observer) = &slot.observer {
+            observer.retention_ran(started.elapsed());
             // Even a failed run may have rolled or deleted some segments.
             observer.reshaped(&log.stats());
             if let Ok(outcome) = &result {
