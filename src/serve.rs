@@ -71,6 +71,11 @@ const RETENTION_CHECK_INTERVAL_MS: u64 = 60_000;
 
 /// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
 /// process may run on.
+/// Descriptors the broker wants beyond its connections: segment files of open
+/// partition logs, WAL segments, the metadata log, the runtime's rings and
+/// eventfds.
+const OPEN_FILES_MARGIN: u64 = 1024;
+
 pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let booting = std::time::Instant::now();
     let config = Config::load(&flags, &|name| std::env::var(name).ok())?;
@@ -98,6 +103,17 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         tracing::warn!(
             memlock_bytes,
             "RLIMIT_MEMLOCK is below 512 KiB: io_uring may fail to start; raise it (systemd: LimitMEMLOCK=infinity)"
+        );
+    }
+    // Connections, segment files, WAL segments and the runtime's own: the
+    // connection cap plus a margin for the rest.
+    let open_files = narad_io::rt::raise_open_files_limit();
+    let open_files_wanted = config.http.max_connections as u64 + OPEN_FILES_MARGIN;
+    if open_files < open_files_wanted {
+        tracing::warn!(
+            open_files,
+            wanted = open_files_wanted,
+            "RLIMIT_NOFILE is below http.max_connections plus the files the broker keeps open: connections past it are refused at accept; raise it (systemd: LimitNOFILE=65536) or lower http.max_connections"
         );
     }
     let requested = config.listen_addr()?;

@@ -110,3 +110,47 @@ fn serve_refuses_to_start_with_security_on() {
         "{message}"
     );
 }
+
+/// A broker started under a low soft open-files limit raises it to the hard
+/// limit itself, and says so when the hard limit is below what its connection
+/// cap needs.
+#[test]
+fn serve_raises_its_open_files_limit_and_warns_when_the_hard_limit_is_low() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut command = narad(
+        &["serve", "--dev", "--port", "0", "--shards", "1"],
+        dir.path(),
+    );
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 2048,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = KillOnDrop(command.stderr(Stdio::piped()).spawn().unwrap());
+    let lines = wait_for_log(&mut child.0, "storage engine running");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.0.id())).unwrap();
+    let open_files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &open_files[3..5],
+        ["2048", "2048"],
+        "soft and hard: {limits}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("RLIMIT_NOFILE")),
+        "no warning about the open-files limit: {lines:#?}"
+    );
+}

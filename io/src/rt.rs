@@ -84,13 +84,26 @@ pub fn open_files_soft_limit() -> u64 {
 /// buffers in locked memory and runs slower without. Returns the soft limit now in
 /// force, in bytes.
 pub fn raise_memlock_limit() -> u64 {
+    raise_soft_limit(libc::RLIMIT_MEMLOCK)
+}
+
+/// Raises RLIMIT_NOFILE's soft limit to its hard limit: every connection is a
+/// descriptor, and the common soft default (1024) is below the default
+/// `http.max_connections`. Returns the soft limit now in force.
+pub fn raise_open_files_limit() -> u64 {
+    raise_soft_limit(libc::RLIMIT_NOFILE)
+}
+
+/// Raises `resource`'s soft limit to its hard limit; returns the soft limit now
+/// in force (0 if it cannot be read).
+fn raise_soft_limit(resource: libc::__rlimit_resource_t) -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) != 0 {
+        if libc::getrlimit(resource, &mut limit) != 0 {
             return 0;
         }
         if limit.rlim_cur < limit.rlim_max {
@@ -98,7 +111,7 @@ pub fn raise_memlock_limit() -> u64 {
                 rlim_cur: limit.rlim_max,
                 rlim_max: limit.rlim_max,
             };
-            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) == 0 {
+            if libc::setrlimit(resource, &raised) == 0 {
                 limit = raised;
             }
         }
