@@ -1,0 +1,236 @@
+//! Tests of [`Queues`](super::Queues) over real O_DIRECT storage.
+
+use std::cell::Cell;
+
+use futures_channel::oneshot;
+use narad_shards::log::LogConfig;
+use narad_shards::produce::OwnedRecord;
+use rand::SeedableRng;
+
+use super::*;
+
+const ID: IncarnationId = IncarnationId(0x5eed);
+
+fn topic_record() -> TopicRecord {
+    TopicRecord {
+        name: "t".to_string(),
+        id: ID,
+        partitions: 2,
+        retention_ms: 0,
+        visibility_timeout_ms: 60_000,
+        max_in_flight_per_partition: 1_000,
+        max_acked_ahead_per_partition: 1_000,
+        created_at: 0,
+    }
+}
+
+async fn commit(owner: &Rc<Owner>, topic: &Arc<str>, partition: u32, n: usize) {
+    let records = (0..n)
+        .map(|i| OwnedRecord {
+            key: None,
+            // Large enough that the first records sit in whole blocks on the
+            // device, not in the log's in-memory tail block.
+            payload: vec![b'a' + i as u8; 3_000].into(),
+        })
+        .collect();
+    let (reply, answer) = oneshot::channel();
+    owner.commit(topic.clone(), ID, PartitionId(partition), records, reply);
+    answer.await.unwrap().unwrap();
+}
+
+fn in_flight(queues: &Queues, partition: u32) -> usize {
+    queues
+        .loaded((ID, PartitionId(partition)))
+        .map_or(0, |q| q.borrow().table.in_flight())
+}
+
+/// An owner in `path` with no recent-frame cache: every read goes to the
+/// device, so it suspends.
+fn uncached_owner(path: &std::path::Path) -> (Rc<Owner>, DmaStorage) {
+    let storage = DmaStorage::new(path);
+    let config = LogConfig {
+        cache_bytes_max: 0,
+        ..LogConfig::default()
+    };
+    let owner = Owner::new(storage.clone(), config, Box::new(|_, _, _| true));
+    (owner, storage)
+}
+
+/// Queues over `owner`, and the count of wakes they have made.
+fn counting_wakes(owner: Rc<Owner>, storage: DmaStorage) -> (Queues, Rc<Cell<usize>>) {
+    let wakes = Rc::new(Cell::new(0));
+    let wake = {
+        let wakes = wakes.clone();
+        Box::new(move |_, _: &Arc<str>| wakes.set(wakes.get() + 1))
+    };
+    let queues = Queues::new(
+        owner,
+        storage,
+        ChaCha8Rng::seed_from_u64(7),
+        wake,
+        Rc::new(Persister::default()),
+    );
+    (queues, wakes)
+}
+
+/// Queues over an uncached owner in `path` whose partitions 0 and 1 of the
+/// topic hold three records each, and the count of wakes they have made.
+async fn with_records(path: &std::path::Path) -> (Queues, Rc<Cell<usize>>) {
+    let (owner, storage) = uncached_owner(path);
+    let topic: Arc<str> = Arc::from("t");
+    commit(&owner, &topic, 0, 3).await;
+    commit(&owner, &topic, 1, 3).await;
+    counting_wakes(owner, storage)
+}
+
+/// A consume whose request goes away while the take reads its second
+/// partition: the records already taken from the first, and those reserved
+/// in the second, are released at once, not held for the visibility timeout.
+#[test]
+fn a_take_dropped_during_a_read_releases_what_it_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    narad_io::rt::run_local(None, async move {
+        let (queues, wakes) = with_records(&path).await;
+        let topic: Arc<str> = Arc::from("t");
+        let record = topic_record();
+        let partitions = [PartitionId(0), PartitionId(1)];
+
+        let mut take = Box::pin(queues.take(&topic, &record, &partitions, 10, 1 << 20));
+        let mut caught = false;
+        for _ in 0..10_000 {
+            let polled = futures_lite::future::poll_once(take.as_mut()).await;
+            assert!(
+                polled.is_none(),
+                "the take finished before it was caught in its second read"
+            );
+            if in_flight(&queues, 1) > 0 {
+                caught = true;
+                break;
+            }
+            narad_io::rt::sleep(Duration::from_micros(100)).await;
+        }
+        assert!(caught, "the take never reserved in the second partition");
+        assert_eq!((in_flight(&queues, 0), in_flight(&queues, 1)), (3, 3));
+        let wakes_before = wakes.get();
+        drop(take);
+        assert_eq!((in_flight(&queues, 0), in_flight(&queues, 1)), (0, 0));
+        assert!(wakes.get() > wakes_before, "parked consumers are told");
+
+        let got = queues
+            .take(&topic, &record, &partitions, 10, 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 6);
+    });
+}
+
+/// Every record of partition 0 of the topic in the log files under `path`
+/// whose payload is `byte` repeated gets one byte of its payload flipped.
+fn corrupt_payload(path: &std::path::Path, byte: u8) {
+    let run = vec![byte; 3_000];
+    let mut found = 0;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap().path();
+            if entry.is_dir() {
+                stack.push(entry);
+                continue;
+            }
+            let mut bytes = std::fs::read(&entry).unwrap();
+            if let Some(at) = bytes.windows(run.len()).position(|w| w == run.as_slice()) {
+                bytes[at + 1_500] ^= 0x40;
+                std::fs::write(&entry, &bytes).unwrap();
+                found += 1;
+            }
+        }
+    }
+    assert_eq!(found, 1, "payload {byte} found in {found} files");
+}
+
+/// A take that spends all its attempts skipping corrupt records comes back
+/// empty, and wakes the topic's consumers: records past the corrupt ones
+/// are there, and nothing else would announce them. Corrupt runs are
+/// skipped whole, so it takes runs apart, with records between them leased
+/// to someone else: offsets 1, 3, 5 and 7 corrupt, 0, 2, 4, 6, 8, 10 and 11
+/// leased, 9 free. Records of 100 KB, so that the log's read window, which
+/// holds the last 256 KiB read, cannot serve the corrupted ones from memory.
+#[test]
+fn a_take_that_only_skips_corrupt_records_wakes_the_consumers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    narad_io::rt::run_local(None, async move {
+        let (owner, storage) = uncached_owner(&path);
+        let topic: Arc<str> = Arc::from("t");
+        // One frame per record: offsets 0 to 11, payloads 'a' to 'l'.
+        for i in 0..12u8 {
+            let (reply, answer) = oneshot::channel();
+            let records = vec![OwnedRecord {
+                key: None,
+                payload: vec![b'a' + i; 100_000].into(),
+            }];
+            owner.commit(topic.clone(), ID, PartitionId(0), records, reply);
+            answer.await.unwrap().unwrap();
+        }
+        let (queues, wakes) = counting_wakes(owner, storage);
+        let record = topic_record();
+        let partitions = [PartitionId(0)];
+
+        let all = queues
+            .take(&topic, &record, &partitions, 12, 4 << 20)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 12);
+        let (free, _leased): (Vec<Delivered>, Vec<Delivered>) = all
+            .into_iter()
+            .partition(|d| d.record.offset.0 % 2 == 1 && d.record.offset.0 < 10);
+        queues.release_delivered(ID, &topic, &free);
+        let runs = TAKE_ATTEMPTS_MAX as u8;
+        for i in 0..runs {
+            corrupt_payload(&path, b'a' + 2 * i + 1);
+        }
+        let wakes_before = wakes.get();
+
+        let got = queues
+            .take(&topic, &record, &partitions, 1, 1 << 20)
+            .await
+            .unwrap();
+        assert!(got.is_empty(), "each attempt met a corrupt run");
+        assert_eq!(
+            wakes.get(),
+            wakes_before + 1,
+            "the consumers were not told to come back"
+        );
+
+        let got = queues
+            .take(&topic, &record, &partitions, 1, 1 << 20)
+            .await
+            .unwrap();
+        let offsets: Vec<u64> = got.iter().map(|d| d.record.offset.0).collect();
+        assert_eq!(offsets, [2 * u64::from(runs) + 1]);
+    });
+}
+
+/// Records reserved for a take and left out of it by its byte budget go
+/// back, and consumers parked here are told: they may have found them
+/// reserved a moment before.
+#[test]
+fn records_left_out_by_the_budget_are_released_with_a_wake() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    narad_io::rt::run_local(None, async move {
+        let (queues, wakes) = with_records(&path).await;
+        let topic: Arc<str> = Arc::from("t");
+        let record = topic_record();
+        let wakes_before = wakes.get();
+        // A budget of one byte: the first record is always taken, no more.
+        let got = queues
+            .take(&topic, &record, &[PartitionId(0)], 10, 1)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(in_flight(&queues, 0), 1);
+        assert!(wakes.get() > wakes_before, "parked consumers are told");
+    });
+}
