@@ -83,15 +83,24 @@ async fn with_records(path: &std::path::Path) -> (Queues, Rc<Cell<usize>>) {
     counting_wakes(owner, storage)
 }
 
+/// Runs `test` on an executor over [`with_records`] in a fresh directory.
+fn run_with_records<F: std::future::Future<Output = ()> + 'static>(
+    test: impl FnOnce(Queues, Rc<Cell<usize>>) -> F + 'static,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    narad_io::rt::run_local(None, async move {
+        let (queues, wakes) = with_records(&path).await;
+        test(queues, wakes).await;
+    });
+}
+
 /// A consume whose request goes away while the take reads its second
 /// partition: the records already taken from the first, and those reserved
 /// in the second, are released at once, not held for the visibility timeout.
 #[test]
 fn a_take_dropped_during_a_read_releases_what_it_held() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    narad_io::rt::run_local(None, async move {
-        let (queues, wakes) = with_records(&path).await;
+    run_with_records(|queues, wakes| async move {
         let topic: Arc<str> = Arc::from("t");
         let record = topic_record();
         let partitions = [PartitionId(0), PartitionId(1)];
@@ -217,10 +226,7 @@ fn a_take_that_only_skips_corrupt_records_wakes_the_consumers() {
 /// reserved a moment before.
 #[test]
 fn records_left_out_by_the_budget_are_released_with_a_wake() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().to_path_buf();
-    narad_io::rt::run_local(None, async move {
-        let (queues, wakes) = with_records(&path).await;
+    run_with_records(|queues, wakes| async move {
         let topic: Arc<str> = Arc::from("t");
         let record = topic_record();
         let wakes_before = wakes.get();
