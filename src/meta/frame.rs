@@ -92,6 +92,12 @@ pub(super) fn decode_entry(buf: &[u8]) -> EntryRead<'_> {
     if buf.len() < ENTRY_HEADER_BYTES {
         return EntryRead::Incomplete;
     }
+    // A zero format byte is no format at all: the rest of a header whose magic
+    // reached the disk and whose other bytes did not (a torn append reads back
+    // as zeros past what was written), so recovery may cut it off as a tail.
+    if buf[4] == 0 {
+        return EntryRead::Bad("format byte 0 (a torn entry)");
+    }
     if buf[4] != FORMAT {
         return EntryRead::UnknownFormat(buf[4]);
     }

@@ -94,6 +94,9 @@ fn a_torn_tail_is_cut_off_and_appends_go_on() {
             flipped
         },
         [whole[..30].to_vec(), vec![0; 500]].concat(),
+        // Only the magic reached the disk: the format byte reads as zero.
+        [whole[..4].to_vec(), vec![0; ENTRY_HEADER_BYTES - 4]].concat(),
+        [whole[..4].to_vec(), vec![0; 500]].concat(),
     ];
     for tail in tails {
         let (tmp, store, state) = populated();
