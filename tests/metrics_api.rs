@@ -585,3 +585,46 @@ fn topic_size_data_dir_size_and_the_oldest_unacked_age_are_polled() {
         (sum(&samples, "narad_topic_bytes", &[topic]) == 0.0).then_some(())
     });
 }
+
+#[test]
+fn the_age_poll_lets_a_lagging_partition_close_when_idle() {
+    // Logs idle for 300 ms close at the reaper's next check (every 100 ms); the
+    // gauges are polled every 50 ms.
+    let node = Node::start_with_config(
+        1,
+        r#"{"storage": {"idle_log_eviction_ms": 300}}"#,
+        &[
+            ("NARAD_DEBUG_METRICS_POLL_MS", "50"),
+            ("NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS", "100"),
+        ],
+    );
+    let mut client = node.client();
+    let body = json!({ "name": "left", "partitions": 3 }).to_string();
+    assert_eq!(post_topic(&mut client, &body).status, 201);
+    produce_ok(&mut client, "left", "", b"never acked");
+    wait_for_total(&mut client, "left", 3, 1, Duration::from_secs(20));
+    // A consumer takes the record and leaves it: the partition lags.
+    let response = client
+        .request("GET", "/v1/topics/left/consume?wait=2s", &[], "")
+        .unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    let topic = "topic=\"left\"";
+    let open_logs = |client: &mut Client| sum(&scrape(client), "narad_open_partition_logs", &[]);
+    wait_until(Duration::from_secs(10), "the idle logs closed", || {
+        (open_logs(&mut client) == 0.0).then_some(())
+    });
+    let age = |client: &mut Client| {
+        sum(
+            &scrape(client),
+            "narad_oldest_unconsumed_message_age_seconds",
+            &[topic],
+        )
+    };
+    let closed_at = age(&mut client);
+    // A second of polls later, the logs are still closed, and the age of the
+    // record nobody acked still grows.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(open_logs(&mut client), 0.0);
+    let later = age(&mut client);
+    assert!(later >= closed_at + 0.5, "{closed_at} then {later}");
+}

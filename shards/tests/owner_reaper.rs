@@ -324,6 +324,45 @@ fn idle_logs_close_and_a_later_read_reopens_them_with_the_same_data() {
 }
 
 #[test]
+fn a_peek_never_opens_a_log_nor_keeps_one_from_idle_eviction() {
+    let disk = SimDisk::new(4, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        commit(&owner, 0, &batch("a", 3)).await;
+        let peek = |from: u64| {
+            let owner = owner.clone();
+            async move {
+                owner
+                    .peek(&topic(), ID, PartitionId(0), Offset(from), 1, 1)
+                    .await
+                    .map(|read| {
+                        let batch = read.expect("peek");
+                        match batch.items.first() {
+                            Some(ReadItem::Record(r)) => r.offset.0,
+                            other => panic!("{other:?}"),
+                        }
+                    })
+            }
+        };
+        // Idle an hour after `before` unless something used the log since.
+        let before = Instant::now();
+        assert_eq!(peek(1).await, Some(1));
+        assert_eq!(owner.evict_idle(before + HOUR, HOUR).await, 1);
+        assert_eq!(owner.open_log_count(), 0);
+        // Closed: a peek answers nothing and opens nothing.
+        assert_eq!(peek(1).await, None);
+        assert_eq!(owner.open_log_count(), 0);
+        // A read opens it again (with nothing cached), and peeks answer from it.
+        read_from(&owner, 0, 0).await.unwrap();
+        let before = Instant::now();
+        assert_eq!(peek(2).await, Some(2));
+        assert_eq!(owner.evict_idle(before + HOUR, HOUR).await, 1);
+        owner.close_all().await;
+    });
+}
+
+#[test]
 fn the_cold_walk_reaps_closed_logs_and_closes_them_again() {
     let disk = SimDisk::new(5, SimFaults::default());
     run_local(None, async move {

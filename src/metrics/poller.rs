@@ -6,7 +6,10 @@
 //! Which cores: each shard's own poller task, on that shard; the data directory
 //! walk on a thread of its own.
 
+use std::collections::HashMap;
 use std::rc::Rc;
+
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 
 /// How often a shard refreshes its gauges.
 pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
@@ -19,12 +22,17 @@ pub async fn run_poller(shard: Rc<crate::broker::Shard>, every: std::time::Durat
     if shard.index == 0 {
         start_data_dir_walker(shard.data_dir.clone(), every);
     }
+    let mut known = FrontierTimes::new();
     while !shard.stopping.get() {
         let behind = poll_once(&shard);
-        set_oldest_unconsumed_ages(&shard, behind).await;
+        set_oldest_unconsumed_ages(&shard, behind, &mut known).await;
         narad_io::rt::sleep(every).await;
     }
 }
+
+/// The commit time (Unix ms) of the record at each lagging partition's
+/// frontier, as last read: while a frontier stays put its age needs no read.
+type FrontierTimes = HashMap<(IncarnationId, PartitionId), (Offset, u64)>;
 
 /// A loaded partition with unacked records: its topic and where they start.
 pub struct Behind {
@@ -36,24 +44,47 @@ pub struct Behind {
 
 /// Sets `narad_oldest_unconsumed_message_age_seconds` of each partition with
 /// unacked records: the age of the record at its frontier (the lowest unacked
-/// offset), from its commit time. One read of one record per partition, which
-/// the recent-frame cache or the read window usually answers; a partition
-/// whose read fails keeps its last value.
-async fn set_oldest_unconsumed_ages(shard: &crate::broker::Shard, behind: Vec<Behind>) {
+/// offset), from its commit time. A frontier that moved since the last poll
+/// costs one peek at one record, which the recent-frame cache or the read
+/// window usually answers. The peek never opens a closed log and does not count
+/// as a use, so a partition its consumers left is still closed when idle; a
+/// partition whose frontier moved while its log was closed, or whose read
+/// failed, keeps its last value.
+async fn set_oldest_unconsumed_ages(
+    shard: &crate::broker::Shard,
+    behind: Vec<Behind>,
+    known: &mut FrontierTimes,
+) {
     use narad_shards::log::ReadItem;
+    known.retain(|key, _| behind.iter().any(|b| (b.incarnation, b.partition) == *key));
     for b in behind {
         if shard.stopping.get() {
             return;
         }
-        let read = shard
-            .owner
-            .read(&b.topic, b.incarnation, b.partition, b.frontier, 1, 1)
-            .await;
-        let Ok(batch) = read else { continue };
-        let Some(ReadItem::Record(record)) = batch.items.first() else {
-            continue;
+        let key = (b.incarnation, b.partition);
+        let commit_time_ms = match known.get(&key) {
+            Some(&(frontier, time_ms)) if frontier == b.frontier => time_ms,
+            _ => {
+                let peeked = shard
+                    .owner
+                    .peek(&b.topic, b.incarnation, b.partition, b.frontier, 1, 1)
+                    .await;
+                let Some(Ok(batch)) = peeked else { continue };
+                let Some(ReadItem::Record(record)) = batch.items.first() else {
+                    continue;
+                };
+                if record.offset != b.frontier {
+                    // The frontier record is gone (retention, or a corrupt run):
+                    // the next one is the oldest unacked, but its time says
+                    // nothing about this frontier; look again next poll.
+                    known.remove(&key);
+                } else {
+                    known.insert(key, (b.frontier, record.commit_time_ms));
+                }
+                record.commit_time_ms
+            }
         };
-        let age_ms = narad_io::rt::unix_ms().saturating_sub(record.commit_time_ms);
+        let age_ms = narad_io::rt::unix_ms().saturating_sub(commit_time_ms);
         ::metrics::gauge!(
             "narad_oldest_unconsumed_message_age_seconds",
             "topic" => b.topic.to_string(),

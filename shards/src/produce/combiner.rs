@@ -423,19 +423,46 @@ impl<S: Storage> Owner<S> {
         }
         let (batch, device_bytes) = self
             .with_log(topic, incarnation, partition, async |log| {
-                let before = log.device_read_bytes();
-                let batch = log
-                    .read(from, max_records, max_bytes)
-                    .await
-                    .map_err(|e| match e {
-                        LogError::AgedOut { oldest, .. } => ReadError::AgedOut { oldest },
-                        other => ReadError::Failed(other.to_string()),
-                    })?;
-                Ok((batch, log.device_read_bytes() - before))
+                read_log(log, from, max_records, max_bytes).await
             })
             .await?;
         self.note_read(incarnation, partition, device_bytes);
         Ok(batch)
+    }
+
+    /// Reads like [`Owner::read`], but only a log that is open, and without
+    /// counting as a use: `None` when the partition's log is closed (or the
+    /// partition is not live here). For observers such as the metrics poller,
+    /// which must neither reopen a log nor keep one from idle eviction.
+    pub async fn peek(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        from: Offset,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Option<Result<ReadBatch, ReadError>> {
+        if !self.is_live(topic, incarnation, partition) {
+            return None;
+        }
+        if let Some(batch) = self.read_cached(incarnation, partition, from, max_records, max_bytes)
+        {
+            return Some(Ok(batch));
+        }
+        let slot = self
+            .slots
+            .borrow()
+            .get(&(incarnation, partition))
+            .cloned()?;
+        let _guard = slot.lock.lock().await;
+        if slot.retired.get() {
+            return None;
+        }
+        let mut log = slot.log.borrow_mut().take()?;
+        let result = read_log(&mut log, from, max_records, max_bytes).await;
+        self.put_back(&slot, log).await;
+        Some(result.map(|(batch, _)| batch))
     }
 
     /// Tells the partition's observer, if any, that a read was answered.
@@ -577,6 +604,25 @@ fn commit_pieces(
         pieces.push(start..records.len());
     }
     pieces
+}
+
+/// Reads from `from` in an open log; returns the batch and the bytes it read
+/// from the device.
+async fn read_log<S: Storage>(
+    log: &mut PartitionLog<S>,
+    from: Offset,
+    max_records: usize,
+    max_bytes: usize,
+) -> Result<(ReadBatch, u64), ReadError> {
+    let before = log.device_read_bytes();
+    let batch = log
+        .read(from, max_records, max_bytes)
+        .await
+        .map_err(|e| match e {
+            LogError::AgedOut { oldest, .. } => ReadError::AgedOut { oldest },
+            other => ReadError::Failed(other.to_string()),
+        })?;
+    Ok((batch, log.device_read_bytes() - before))
 }
 
 #[cfg(test)]
