@@ -40,7 +40,7 @@ pub struct Published {
 }
 
 impl Published {
-    fn new(state: MetaState) -> Self {
+    pub(crate) fn new(state: MetaState) -> Self {
         Published {
             version: AtomicU64::new(state.version),
             state: RwLock::new(Arc::new(state)),

@@ -17,7 +17,9 @@
 //! A fault hook, in debug builds only: `NARAD_DEBUG_PANIC=start:<shard>` panics
 //! that shard before it opens its storage, and `NARAD_DEBUG_PANIC=produce:<topic>`
 //! panics the shard that accepts a produce to that topic, for the tests of the
-//! above. Release binaries never read it.
+//! above; `NARAD_DEBUG_PANIC=delete:<topic>` panics the shard that deletes that
+//! topic once the delete is applied and before its data is set aside, for the
+//! test of an interrupted delete. Release binaries never read it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
@@ -139,6 +141,17 @@ pub fn debug_panic_on_produce(topic: &str) {
     #[cfg(debug_assertions)]
     if debug_panic().and_then(|hook| hook.strip_prefix("produce:")) == Some(topic) {
         panic!("NARAD_DEBUG_PANIC: a produce to {topic:?}");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = topic;
+}
+
+/// The debug hook in a delete, between the applied delete and setting its data
+/// aside: panics if it names `topic`.
+pub fn debug_panic_on_delete(topic: &str) {
+    #[cfg(debug_assertions)]
+    if debug_panic().and_then(|hook| hook.strip_prefix("delete:")) == Some(topic) {
+        panic!("NARAD_DEBUG_PANIC: a delete of {topic:?}");
     }
     #[cfg(not(debug_assertions))]
     let _ = topic;

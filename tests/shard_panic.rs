@@ -69,3 +69,40 @@ fn a_shard_that_panics_while_serving_stops_the_node_and_loses_no_acknowledged_re
         },
     );
 }
+
+#[test]
+fn a_delete_cut_short_after_it_applied_is_finished_at_the_next_start() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let mut node = Node::start_in(&data, 1, &[("NARAD_DEBUG_PANIC", "delete:doomed")]);
+    let mut client = node.client();
+    create_topic(&mut client, "doomed");
+    for i in 0..9 {
+        produce_ok(&mut client, "doomed", "", format!("record-{i}").as_bytes());
+    }
+    wait_for_total(&mut client, "doomed", 3, 9, STOP_MAX);
+    // The shard panics after the delete is applied, before the data is set aside.
+    let answer = client.request("DELETE", "/v1/topics/doomed", &[], "");
+    assert!(answer.is_err(), "the panicking shard answered: {answer:?}");
+    let status = node.wait_for_exit(STOP_MAX);
+    assert!(!status.success(), "exit status {status:?}");
+    drop(node);
+    let topic_dir = data.join("topics").join("doomed");
+    assert!(topic_dir.exists(), "the data was left in place");
+
+    let node = Node::start_in(&data, 1, &[]);
+    let mut client = node.client();
+    let gone = client.request("GET", "/v1/topics/doomed", &[], "").unwrap();
+    assert_eq!(gone.status, 404, "{gone:?}");
+    // The start removed the deleted topic's data rather than keeping it as
+    // data of unknown origin.
+    assert!(
+        !topic_dir.exists(),
+        "{} is still there",
+        topic_dir.display()
+    );
+    assert!(
+        !data.join("quarantine").exists(),
+        "the data went to quarantine"
+    );
+}

@@ -6,12 +6,112 @@
 //! incarnation directory is bound to its topic's id, so a topic deleted and created
 //! again under the same name never opens the old data.
 //!
-//! Which thread: the main thread, before the shards start; plain blocking file
-//! operations on a handful of directories.
+//! Deleting a topic's data, crash-safe: before the delete is proposed, a
+//! [`DELETING_MARKER`] file is made durable in the incarnation directory. Once the
+//! delete is applied, the directory is renamed to `<id>.deleted` (the parent synced)
+//! and removed by one background thread. A start finds any step interrupted:
+//! a `.deleted` directory, or a marked one no live topic owns, is removed; a marked
+//! one whose topic is live (the delete was never applied) loses its marker. Only
+//! data no live topic owns *and* nobody marked goes to `quarantine/`.
+//!
+//! Which thread: [`remove_orphans`] runs on the main thread before the shards
+//! start; the marker and the rename run on the shard that answers the delete
+//! (plain blocking calls on one directory, as rare as deletes); removals run on
+//! the `remove-topic` thread.
 
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Mutex, OnceLock};
+
+use narad_shards::ids::IncarnationId;
 
 use crate::control::{MetaView, Published};
+
+/// The file whose presence in an incarnation directory says that a delete of its
+/// topic was proposed.
+pub const DELETING_MARKER: &str = "DELETING";
+
+/// Makes durable, before a delete of `topic` is proposed, the marker that lets
+/// a start finish the removal of its data if the node stops before it is set aside.
+pub fn mark_deleting(data_dir: &Path, topic: &str, id: IncarnationId) -> std::io::Result<()> {
+    let root = data_dir.join(super::incarnation_dir(topic, id));
+    let created = !root.exists();
+    std::fs::create_dir_all(&root)?;
+    let marker = root.join(DELETING_MARKER);
+    std::fs::File::create(&marker)?.sync_all()?;
+    sync_dir(&root)?;
+    if created {
+        // The new directory's entry, and the topic's if that was new too.
+        let parent = root
+            .parent()
+            .expect("an incarnation directory has a parent");
+        sync_dir(parent)?;
+        sync_dir(parent.parent().expect("a topic directory has a parent"))?;
+    }
+    Ok(())
+}
+
+/// Takes the marker away again: the delete was not applied.
+pub fn unmark_deleting(data_dir: &Path, topic: &str, id: IncarnationId) {
+    let marker = data_dir
+        .join(super::incarnation_dir(topic, id))
+        .join(DELETING_MARKER);
+    if let Err(e) = std::fs::remove_file(&marker) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(file = %marker.display(), error = %e, "cannot remove a delete marker; the next start removes it");
+        }
+    }
+}
+
+/// Renames a deleted incarnation's directory out of the way (durably), then
+/// hands it to the background remover: it may hold gigabytes.
+pub fn set_aside(data_dir: &Path, topic: &str, id: IncarnationId) -> std::io::Result<()> {
+    let root = data_dir.join(super::incarnation_dir(topic, id));
+    if !root.exists() {
+        return Ok(());
+    }
+    let aside = root.with_extension("deleted");
+    std::fs::rename(&root, &aside)?;
+    sync_dir(
+        root.parent()
+            .expect("an incarnation directory has a parent"),
+    )?;
+    remove_in_background(aside);
+    Ok(())
+}
+
+/// Queues `dir` for the one `remove-topic` thread, started on first use. If the
+/// thread cannot start, the directory stays for the next start to remove.
+fn remove_in_background(dir: PathBuf) {
+    static REMOVER: OnceLock<Option<Mutex<Sender<PathBuf>>>> = OnceLock::new();
+    let remover = REMOVER.get_or_init(|| {
+        let (send, receive) = channel::<PathBuf>();
+        let started = std::thread::Builder::new()
+            .name("remove-topic".into())
+            .spawn(move || {
+                for dir in receive {
+                    if let Err(e) = std::fs::remove_dir_all(&dir) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a deleted topic's data; the next start tries again");
+                    }
+                }
+            });
+        match started {
+            Ok(_) => Some(Mutex::new(send)),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the thread that removes deleted topics' data; the next start removes it");
+                None
+            }
+        }
+    });
+    if let Some(send) = remover {
+        let _ = send.lock().expect("the remover's sender").send(dir);
+    }
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
 
 /// Indexes of `ingress/shard-<i>` directories with `i >= shards`: WALs of shards
 /// that no longer exist, which must be drained like any other.
@@ -42,27 +142,38 @@ pub fn leftover_wals(data_dir: &Path, shards: usize) -> Vec<usize> {
 }
 
 /// Moves aside topic data that no live topic owns. Interrupted removals of deleted
-/// topics (`<id>.deleted`) are finished. Any other incarnation directory the
-/// metadata does not know is moved to `quarantine/` rather than removed: a lost or
-/// replaced metadata store must never cost the data itself.
+/// topics (`<id>.deleted`, or a directory holding a [`DELETING_MARKER`]) are
+/// finished. Any other incarnation directory the metadata does not know is moved
+/// to `quarantine/` rather than removed: a lost or replaced metadata store must
+/// never cost the data itself. A directory whose name is a live incarnation id is
+/// kept under whatever topic directory holds it (a file system that folds case
+/// may have put a recreated topic's data under its predecessor's spelling).
 pub fn remove_orphans(data_dir: &Path, published: &std::sync::Arc<Published>) {
     let snapshot = MetaView::new(published.clone()).snapshot();
+    let live: HashSet<String> = snapshot.topics.values().map(|t| t.id.to_string()).collect();
     let Ok(topics) = std::fs::read_dir(data_dir.join("topics")) else {
         return;
     };
     for topic in topics.flatten() {
         let name = topic.file_name().to_string_lossy().into_owned();
-        let live = snapshot.topics.get(&name).map(|t| t.id.to_string());
         let Ok(incarnations) = std::fs::read_dir(topic.path()) else {
             continue;
         };
         for incarnation in incarnations.flatten() {
             let id = incarnation.file_name().to_string_lossy().into_owned();
             let path = incarnation.path();
-            if live.as_deref() == Some(id.as_str()) {
+            let marked = path.join(DELETING_MARKER).exists();
+            if live.contains(&id) {
+                if marked {
+                    tracing::info!(dir = %path.display(), "a delete of this topic was proposed and not applied; its marker is removed");
+                    let _ = std::fs::remove_file(path.join(DELETING_MARKER));
+                }
                 continue;
             }
-            if id.ends_with(".deleted") {
+            if id.ends_with(".deleted") || marked {
+                if marked {
+                    tracing::info!(dir = %path.display(), "finishing the removal of a deleted topic's data");
+                }
                 if let Err(e) = std::fs::remove_dir_all(&path) {
                     tracing::error!(dir = %path.display(), error = %e, "cannot remove a deleted topic's data");
                 }
@@ -82,5 +193,99 @@ pub fn remove_orphans(data_dir: &Path, published: &std::sync::Arc<Published>) {
             }
         }
         let _ = std::fs::remove_dir(topic.path());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::meta::{Command, MetaState, TopicRecord};
+
+    fn live(topics: &[(&str, u128)]) -> Arc<Published> {
+        let mut state = MetaState::default();
+        for &(name, id) in topics {
+            let record = TopicRecord {
+                name: name.to_string(),
+                id: IncarnationId(id),
+                partitions: 3,
+                retention_ms: 0,
+                visibility_timeout_ms: 30_000,
+                max_in_flight_per_partition: 1024,
+                max_acked_ahead_per_partition: 1024,
+                created_at: 1_700_000_000,
+            };
+            state.apply(&Command::CreateTopic(record)).unwrap();
+        }
+        Arc::new(Published::new(state))
+    }
+
+    /// An incarnation directory holding one partition with one file.
+    fn incarnation(data: &Path, topic: &str, id: &str, marked: bool) -> PathBuf {
+        let dir = data.join("topics").join(topic).join(id);
+        std::fs::create_dir_all(dir.join("p00000")).unwrap();
+        std::fs::write(dir.join("p00000").join("segment"), b"records").unwrap();
+        if marked {
+            std::fs::write(dir.join(DELETING_MARKER), b"").unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_start_finishes_deletes_clears_stale_markers_and_quarantines_only_the_unknown() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        let id = |n: u128| IncarnationId(n).to_string();
+        // Live, with the marker of a delete that was never applied.
+        let kept = incarnation(data, "kept", &id(1), true);
+        // Live, under a spelling a case-folding file system may have kept.
+        let folded = incarnation(data, "Folded", &id(2), false);
+        // Deleted: marked, or already set aside.
+        let marked = incarnation(data, "gone", &id(3), true);
+        let aside = incarnation(data, "gone", &format!("{}.deleted", id(4)), false);
+        // Nobody knows it: quarantined, never removed.
+        let unknown = incarnation(data, "unknown", &id(5), false);
+
+        remove_orphans(data, &live(&[("kept", 1), ("folded", 2)]));
+
+        assert!(kept.join("p00000").join("segment").exists());
+        assert!(!kept.join(DELETING_MARKER).exists());
+        assert!(folded.join("p00000").join("segment").exists());
+        assert!(!marked.exists() && !aside.exists());
+        assert!(!data.join("topics").join("gone").exists());
+        assert!(!unknown.exists());
+        let quarantined = data
+            .join("quarantine")
+            .join(format!("unknown.{}", id(5)))
+            .join("p00000")
+            .join("segment");
+        assert!(quarantined.exists());
+    }
+
+    #[test]
+    fn a_marked_topic_set_aside_is_removed_in_the_background() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        let id = IncarnationId(7);
+        // A topic with no data yet gets a directory for its marker.
+        mark_deleting(data, "empty", id).unwrap();
+        let root = data.join(super::super::incarnation_dir("empty", id));
+        assert!(root.join(DELETING_MARKER).exists());
+        unmark_deleting(data, "empty", id);
+        assert!(!root.join(DELETING_MARKER).exists());
+
+        let root = incarnation(data, "doomed", &id.to_string(), false);
+        mark_deleting(data, "doomed", id).unwrap();
+        set_aside(data, "doomed", id).unwrap();
+        assert!(!root.exists());
+        let aside = root.with_extension("deleted");
+        for _ in 0..1000 {
+            if !aside.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("{} was not removed", aside.display());
     }
 }

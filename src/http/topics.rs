@@ -19,7 +19,7 @@ use narad_shards::ids::{IncarnationId, PartitionId};
 use super::response::{self, read_body, Body, REQUEST_BODY_BYTES_MAX};
 use super::routes::Api;
 use crate::broker::ops::ReadError;
-use crate::broker::Shard;
+use crate::broker::{layout, Shard};
 use crate::meta::{self, Applied, Command, MetaError};
 
 /// The most topics one page lists.
@@ -221,19 +221,32 @@ pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
     // The change and what follows it run on a task of their own: a client that
     // goes away while the change is applied must not leave the topic deleted
     // with its logs open, its data in place and its consumers' state kept.
+    // The marker goes first: a node that stops between the delete and the
+    // removal of the data finishes the removal at its next start.
+    if let Err(e) = layout::mark_deleting(&shard.data_dir, topic, current.id) {
+        tracing::error!(topic, error = %e, "cannot mark a topic's data for deletion");
+        return response::error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot mark the topic's data for deletion",
+        );
+    }
     let work = {
         let shard = shard.clone();
         let topic = topic.to_string();
         narad_io::rt::spawn_local(async move {
             let applied = shard.control.propose(command).await;
-            if let Ok(Applied::Deleted(record)) = &applied {
-                shard
-                    .purge_everywhere(Arc::from(topic.as_str()), record.id)
-                    .await;
-                if let Err(e) = set_aside(&shard, &topic, record.id) {
-                    tracing::error!(topic, error = %e, "cannot set a deleted topic's data aside; it is removed at the next start");
+            match &applied {
+                Ok(Applied::Deleted(record)) => {
+                    crate::lifecycle::debug_panic_on_delete(&topic);
+                    shard
+                        .purge_everywhere(Arc::from(topic.as_str()), record.id)
+                        .await;
+                    if let Err(e) = layout::set_aside(&shard.data_dir, &topic, record.id) {
+                        tracing::error!(topic, error = %e, "cannot set a deleted topic's data aside; it is removed at the next start");
+                    }
+                    tracing::info!(topic, id = %record.id, "topic deleted");
                 }
-                tracing::info!(topic, id = %record.id, "topic deleted");
+                _ => layout::unmark_deleting(&shard.data_dir, &topic, current.id),
             }
             applied
         })
@@ -251,27 +264,6 @@ pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
         Ok(other) => unexpected(&other),
         Err(e) => meta_error(&e),
     }
-}
-
-/// Renames the incarnation's directory out of the way, then removes it on a
-/// background thread (it may hold gigabytes).
-fn set_aside(shard: &Shard, topic: &str, id: IncarnationId) -> std::io::Result<()> {
-    let root = shard
-        .data_dir
-        .join(crate::broker::incarnation_dir(topic, id));
-    if !root.exists() {
-        return Ok(());
-    }
-    let aside = root.with_extension("deleted");
-    std::fs::rename(&root, &aside)?;
-    std::thread::Builder::new()
-        .name("remove-topic".into())
-        .spawn(move || {
-            if let Err(e) = std::fs::remove_dir_all(&aside) {
-                tracing::warn!(dir = %aside.display(), error = %e, "cannot remove a deleted topic's data");
-            }
-        })?;
-    Ok(())
 }
 
 /// Maps a read failure of one partition to an answer.
