@@ -172,6 +172,44 @@ fn aged_segments_are_deleted_and_the_oldest_offset_moves() {
 }
 
 #[test]
+fn a_full_disk_that_fails_the_roll_still_gets_its_aged_segments_deleted() {
+    let disk = SimDisk::new(5, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        // Segments roll at 64 KiB: these fill several.
+        for round in 0..8 {
+            let payloads: Vec<String> = (0..16)
+                .map(|i| format!("{round}-{i}-{}", "x".repeat(1000)))
+                .collect();
+            commit(&owner, 0, &payloads).await;
+        }
+        let sealed = segment_files(&disk, 0)
+            .await
+            .iter()
+            .filter(|name| name.ends_with(".log"))
+            .count()
+            - 1;
+        assert!(sealed >= 1, "{:?}", segment_files(&disk, 0).await);
+        // The next segment cannot be created (as on a full disk): the roll fails.
+        let dir = partition_dir(TOPIC, ID, PartitionId(0));
+        disk.fail_next_create_of(&format!("{dir}/{:020}.log", 128));
+        let totals = owner.reap_open(unix_ms() + 2 * HOUR_MS).await;
+        assert_eq!(totals.failures, 1);
+        assert_eq!(totals.segments_deleted, sealed, "{totals:?}");
+        // The next run seals and deletes the rest.
+        let totals = owner.reap_open(unix_ms() + 2 * HOUR_MS).await;
+        assert_eq!(
+            (totals.failures, totals.segments_deleted),
+            (0, 1),
+            "{totals:?}"
+        );
+        assert_eq!(oldest_and_next(&owner, 0).await, (128, 128));
+        owner.close_all().await;
+    });
+}
+
+#[test]
 fn retention_forever_keeps_everything_and_an_altered_retention_applies_next_run() {
     let disk = SimDisk::new(2, SimFaults::default());
     run_local(None, async move {

@@ -224,22 +224,34 @@ impl ColdWalk {
     }
 }
 
-/// Rolls the active segment when due and deletes what the retention lets go.
+/// Rolls the active segment when due and deletes what the retention lets go;
+/// returns what was deleted and the first failure. A roll that fails (say, the
+/// disk is full and the next segment cannot be prepared) does not keep the sealed
+/// segments from going: freeing them is what such a disk needs. Only a log its
+/// failure poisoned is left alone.
 async fn enforce<S: Storage>(
     log: &mut PartitionLog<S>,
     retention: Duration,
     segment_ms: u64,
     now_ms: u64,
     totals: &mut ReapTotals,
-) -> Result<RetentionOutcome, LogError> {
+) -> (RetentionOutcome, Option<LogError>) {
     let retention_ms = (retention.as_millis() as u64).max(1);
-    if log
+    let rolled = log
         .maybe_roll_at_age(now_ms, segment_ms.min(retention_ms))
-        .await?
-    {
-        totals.segments_rolled += 1;
+        .await;
+    let roll_failure = match rolled {
+        Ok(rolled) => {
+            totals.segments_rolled += usize::from(rolled);
+            None
+        }
+        Err(e) if log.is_poisoned() => return (RetentionOutcome::default(), Some(e)),
+        Err(e) => Some(e),
+    };
+    match log.enforce_retention_of(now_ms, retention_ms).await {
+        Ok(outcome) => (outcome, roll_failure),
+        Err(e) => (RetentionOutcome::default(), roll_failure.or(Some(e))),
     }
-    log.enforce_retention_of(now_ms, retention_ms).await
 }
 
 impl<S: Storage> Owner<S> {
@@ -312,38 +324,34 @@ impl<S: Storage> Owner<S> {
         };
         let oldest_before = log.oldest_offset();
         let started = Instant::now();
-        let result = enforce(&mut log, retention, self.config.segment_ms, now_ms, totals).await;
+        let (outcome, failure) =
+            enforce(&mut log, retention, self.config.segment_ms, now_ms, totals).await;
         totals.partitions_reaped += 1;
         if let Some(observer) = &slot.observer {
             observer.retention_ran(started.elapsed());
             // Even a failed run may have rolled or deleted some segments.
             observer.reshaped(&log.stats());
-            if let Ok(outcome) = &result {
-                if outcome.segments_deleted > 0 {
-                    observer.retained(outcome);
-                }
+            if outcome.segments_deleted > 0 {
+                observer.retained(&outcome);
             }
         }
-        match result {
-            Ok(outcome) if outcome.segments_deleted > 0 => {
-                totals.segments_deleted += outcome.segments_deleted;
-                totals.bytes_deleted += outcome.bytes_deleted;
-                tracing::info!(
-                    topic = %slot.topic,
-                    partition = slot.partition.0,
-                    segments_deleted = outcome.segments_deleted,
-                    bytes_deleted = outcome.bytes_deleted,
-                    oldest_offset_before = oldest_before.0,
-                    oldest_offset = log.oldest_offset().0,
-                    retention_ms = retention.as_millis() as u64,
-                    "retention deleted sealed segments"
-                );
-            }
-            Ok(_) => {}
-            Err(e) => {
-                totals.failures += 1;
-                tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "retention run failed; the next run tries again");
-            }
+        if outcome.segments_deleted > 0 {
+            totals.segments_deleted += outcome.segments_deleted;
+            totals.bytes_deleted += outcome.bytes_deleted;
+            tracing::info!(
+                topic = %slot.topic,
+                partition = slot.partition.0,
+                segments_deleted = outcome.segments_deleted,
+                bytes_deleted = outcome.bytes_deleted,
+                oldest_offset_before = oldest_before.0,
+                oldest_offset = log.oldest_offset().0,
+                retention_ms = retention.as_millis() as u64,
+                "retention deleted sealed segments"
+            );
+        }
+        if let Some(e) = failure {
+            totals.failures += 1;
+            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "retention run failed; the next run tries again");
         }
         if was_open || log.is_poisoned() {
             self.put_back(slot, log).await;
