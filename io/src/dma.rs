@@ -7,7 +7,10 @@
 //! tail, frames and padding in once per group commit, not per record), and
 //! `write_at` copies a caller's buffer in. `read_with` likewise shows the caller
 //! the DMA buffer a read filled. Directory operations go through glommio's
-//! `Directory` so the directory `fsync` also runs on the ring.
+//! `Directory` so the directory `fsync` also runs on the ring; renames and
+//! removals go to glommio's blocking thread pool (an unlink of a 64 MiB segment
+//! may take milliseconds in the file system, which would stall every partition of
+//! the shard if it ran on the reactor).
 //!
 //! glommio decides once per device and thread whether O_DIRECT I/O may use its
 //! polled ring, by reading the first sector of the first file opened there, and
@@ -275,12 +278,15 @@ impl Storage for DmaStorage {
     }
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
-        std::fs::rename(self.path(from), self.path(to))?;
+        glommio::io::rename(self.path(from), self.path(to)).await?;
         self.sync_parent(to).await
     }
 
     async fn remove(&self, path: &str) -> io::Result<()> {
-        match std::fs::remove_file(self.path(path)) {
+        match glommio::io::remove(self.path(path))
+            .await
+            .map_err(io::Error::from)
+        {
             Ok(()) => self.sync_parent(path).await,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
