@@ -53,7 +53,8 @@ impl Published {
         self.version.store(version, Ordering::Release);
     }
 
-    fn load(&self) -> Arc<MetaState> {
+    /// The latest published state.
+    pub fn load(&self) -> Arc<MetaState> {
         self.state.read().expect("metadata lock poisoned").clone()
     }
 }
@@ -72,6 +73,11 @@ impl MetaView {
     pub fn new(published: Arc<Published>) -> Self {
         let current = std::cell::RefCell::new(Rc::new((*published.load()).clone()));
         MetaView { published, current }
+    }
+
+    /// What this view reads from, for a thread that is not a shard.
+    pub fn published(&self) -> Arc<Published> {
+        self.published.clone()
     }
 
     /// The latest published snapshot.

@@ -14,7 +14,10 @@
 //! several shards set (a WAL backlog per shard) reads as the node's total, and
 //! one only a partition's owner sets reads as that owner's value. A flag gauge
 //! ([`MAX_GAUGES`]: `narad_ingress_wal_failed`) takes the largest value instead,
-//! so it reads 1 when any shard's WAL failed, not the number of shards.
+//! so it reads 1 when any shard's WAL failed, not the number of shards; a
+//! timestamp ([`MIN_GAUGES`]: `narad_poller_last_success_timestamp_seconds`)
+//! takes the smallest, so it reads the success of the shard that is furthest
+//! behind.
 //!
 //! Series are never removed: a deleted topic's counters keep their last value
 //! until the process restarts, as Prometheus expects of counters.
@@ -51,6 +54,29 @@ pub const BUCKETS_SECONDS: [f64; 16] = [
 
 /// Gauges that read as the largest value any thread set rather than the sum.
 const MAX_GAUGES: &[&str] = &["narad_ingress_wal_failed"];
+
+/// Gauges that read as the smallest value any thread set rather than the sum.
+const MIN_GAUGES: &[&str] = &["narad_poller_last_success_timestamp_seconds"];
+
+/// How the threads' cells of one gauge series combine.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Merge {
+    Sum,
+    Max,
+    Min,
+}
+
+impl Merge {
+    fn of(name: &str) -> Merge {
+        if MAX_GAUGES.contains(&name) {
+            Merge::Max
+        } else if MIN_GAUGES.contains(&name) {
+            Merge::Min
+        } else {
+            Merge::Sum
+        }
+    }
+}
 
 #[repr(align(64))]
 #[derive(Default)]
@@ -180,12 +206,13 @@ impl ShardedRecorder {
         let mut series: BTreeMap<String, BTreeMap<String, Sum>> = BTreeMap::new();
         for (key, cell) in &registry.cells {
             let labels = render_labels(key);
+            let merge = Merge::of(key.name());
             let entry = series
                 .entry(key.name().to_string())
                 .or_default()
                 .entry(labels)
-                .or_insert_with(|| Sum::new(cell));
-            entry.add(cell, MAX_GAUGES.contains(&key.name()));
+                .or_insert_with(|| Sum::new(cell, merge));
+            entry.add(cell, merge);
         }
         let mut out = String::with_capacity(4096);
         for (name, by_labels) in &series {
@@ -214,9 +241,12 @@ enum Sum {
 }
 
 impl Sum {
-    fn new(cell: &Cell) -> Sum {
+    fn new(cell: &Cell, merge: Merge) -> Sum {
         match cell {
             Cell::Counter(_) => Sum::Counter(0),
+            // The smallest of no value yet: the first cell sets it, as
+            // `NAN.min(x)` is `x`.
+            Cell::Gauge(_) if merge == Merge::Min => Sum::Gauge(f64::NAN),
             Cell::Gauge(_) => Sum::Gauge(0.0),
             Cell::Histogram(_) => Sum::Histogram {
                 buckets: [0; BUCKETS_SECONDS.len() + 1],
@@ -234,12 +264,16 @@ impl Sum {
         }
     }
 
-    /// Adds one thread's cell; a gauge with `max` keeps the largest value.
-    fn add(&mut self, cell: &Cell, max: bool) {
+    /// Adds one thread's cell; a gauge keeps the sum, the largest or the
+    /// smallest value, as `merge` says.
+    fn add(&mut self, cell: &Cell, merge: Merge) {
         match (self, cell) {
             (Sum::Counter(total), Cell::Counter(c)) => *total += c.0.load(Ordering::Relaxed),
-            (Sum::Gauge(total), Cell::Gauge(g)) if max => *total = total.max(g.get()),
-            (Sum::Gauge(total), Cell::Gauge(g)) => *total += g.get(),
+            (Sum::Gauge(total), Cell::Gauge(g)) => match merge {
+                Merge::Sum => *total += g.get(),
+                Merge::Max => *total = total.max(g.get()),
+                Merge::Min => *total = total.min(g.get()),
+            },
             (
                 Sum::Histogram {
                     buckets,
@@ -670,14 +704,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_flag_gauge_reads_the_largest_value_of_any_thread() {
+    fn a_flag_gauge_reads_the_largest_value_of_any_thread_and_a_timestamp_the_smallest() {
         let recorder = ShardedRecorder::default();
-        for failed in [1.0, 0.0, 1.0] {
+        for (failed, success) in [(1.0, 300.0), (0.0, 200.0), (1.0, 400.0)] {
             let recorder = recorder.clone();
             std::thread::spawn(move || {
                 ::metrics::with_local_recorder(&recorder, || {
                     ::metrics::gauge!("narad_ingress_wal_failed").set(failed);
                     ::metrics::gauge!("narad_ingress_dispatch_backlog_records").set(5.0);
+                    ::metrics::gauge!("narad_poller_last_success_timestamp_seconds", "loop" => "x")
+                        .set(success);
                 });
             })
             .join()
@@ -685,6 +721,10 @@ mod tests {
         }
         let text = recorder.render();
         assert!(text.contains("narad_ingress_wal_failed 1\n"), "{text}");
+        assert!(
+            text.contains("narad_poller_last_success_timestamp_seconds{loop=\"x\"} 200\n"),
+            "{text}"
+        );
         assert!(
             text.contains("narad_ingress_dispatch_backlog_records 15\n"),
             "{text}"

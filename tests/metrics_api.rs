@@ -628,3 +628,66 @@ fn the_age_poll_lets_a_lagging_partition_close_when_idle() {
     let later = age(&mut client);
     assert!(later >= closed_at + 0.5, "{closed_at} then {later}");
 }
+
+#[test]
+fn housekeeping_series_count_the_cold_walk_quarantine_and_each_loops_last_success() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    // Finite retentions are 2 s; the reaper checks every 100 ms.
+    let env = [
+        ("NARAD_DEBUG_RETENTION_MS_OVERRIDE", "2000"),
+        ("NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS", "100"),
+        ("NARAD_DEBUG_METRICS_POLL_MS", "100"),
+    ];
+    let mut node = Node::start_in(&data, 1, &env);
+    let mut client = node.client();
+    let body = json!({ "name": "cold", "partitions": 3 }).to_string();
+    assert_eq!(post_topic(&mut client, &body).status, 201);
+    for i in 0..6 {
+        produce_ok(&mut client, "cold", "", format!("record {i}").as_bytes());
+    }
+    wait_for_total(&mut client, "cold", 3, 6, Duration::from_secs(20));
+    node.sigterm();
+    assert!(node.wait_for_exit(Duration::from_secs(30)).success());
+    drop(node);
+    // Data no topic owns, which the next start moves to quarantine.
+    let ghost = data
+        .join("topics")
+        .join("ghost")
+        .join("0123456789abcdef0123456789abcdef")
+        .join("p00000");
+    std::fs::create_dir_all(&ghost).unwrap();
+    std::fs::write(ghost.join("00000000000000000000.log"), vec![7u8; 8192]).unwrap();
+    // The records age past the retention while the node is down: after the
+    // restart every log is closed, and only the cold walk can reap them.
+    std::thread::sleep(Duration::from_millis(2_500));
+
+    let started = common::unix_now_s() as f64;
+    let node = Node::start_in(&data, 1, &env);
+    let mut client = node.client();
+    let samples = wait_until(Duration::from_secs(20), "the cold walk swept", || {
+        let samples = scrape(&mut client);
+        (sum(&samples, "narad_cold_retention_swept_total", &[]) >= 1.0).then_some(samples)
+    });
+    assert_eq!(sum(&samples, "narad_quarantined_copies", &[]), 1.0);
+    assert!(sum(&samples, "narad_quarantined_bytes", &[]) >= 8192.0);
+    assert_eq!(sum(&samples, "narad_orphan_topic_dirs", &[]), 0.0);
+    let samples = wait_until(Duration::from_secs(20), "every loop succeeded", || {
+        let samples = scrape(&mut client);
+        let loops = ["gauges", "data_dir", "retention", "cold_retention"];
+        let at: Vec<f64> = loops
+            .iter()
+            .map(|name| {
+                let label = format!("loop=\"{name}\"");
+                sum(
+                    &samples,
+                    "narad_poller_last_success_timestamp_seconds",
+                    &[&label],
+                )
+            })
+            .collect();
+        at.iter().all(|&t| t >= started - 1.0).then_some(at)
+    });
+    let now = common::unix_now_s() as f64;
+    assert!(samples.iter().all(|&t| t <= now + 1.0), "{samples:?}");
+}

@@ -20,12 +20,13 @@ pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5)
 /// starts the thread that measures the data directory.
 pub async fn run_poller(shard: Rc<crate::broker::Shard>, every: std::time::Duration) {
     if shard.index == 0 {
-        start_data_dir_walker(shard.data_dir.clone(), every);
+        start_data_dir_walker(shard.data_dir.clone(), every, shard.meta.published());
     }
     let mut known = FrontierTimes::new();
     while !shard.stopping.get() {
         let behind = poll_once(&shard);
         set_oldest_unconsumed_ages(&shard, behind, &mut known).await;
+        narad_shards::produce::reaper::note_success("gauges");
         narad_io::rt::sleep(every).await;
     }
 }
@@ -94,21 +95,65 @@ async fn set_oldest_unconsumed_ages(
     }
 }
 
-/// Starts a thread that sets `narad_data_dir_size_bytes` every
-/// `every` to the bytes the data directory's files occupy on disk
-/// (allocated blocks, as `du`). A thread of its own, not a shard's poller: a
-/// walk over thousands of files would stall the shard's reactor meanwhile.
-/// It lives as long as the process.
-fn start_data_dir_walker(dir: std::path::PathBuf, every: std::time::Duration) {
+/// Starts a thread that every `every` sets `narad_data_dir_size_bytes` to the
+/// bytes the data directory's files occupy on disk (allocated blocks, as `du`),
+/// and the housekeeping gauges of what sits there beside the live data
+/// ([`set_leftover_gauges`]). A thread of its own, not a shard's poller: a walk
+/// over thousands of files would stall the shard's reactor meanwhile. It lives
+/// as long as the process.
+fn start_data_dir_walker(
+    dir: std::path::PathBuf,
+    every: std::time::Duration,
+    published: std::sync::Arc<crate::control::Published>,
+) {
     let spawned = std::thread::Builder::new()
         .name("narad-du".into())
         .spawn(move || loop {
             ::metrics::gauge!("narad_data_dir_size_bytes").set(disk_usage(&dir) as f64);
+            set_leftover_gauges(&dir, &published);
+            narad_shards::produce::reaper::note_success("data_dir");
             std::thread::sleep(every);
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "cannot start the data directory size thread; narad_data_dir_size_bytes stays unset");
     }
+}
+
+/// What the data directory holds beside the live topics' data:
+/// - `narad_orphan_topic_dirs`: incarnation directories under `topics/` that no
+///   live topic owns (a deleted topic's data not yet removed; a start moves any
+///   left over to `quarantine/` or removes it);
+/// - `narad_quarantined_copies` and `narad_quarantined_bytes`: the entries under
+///   `quarantine/` (topic data a start found that no topic owned) and the bytes
+///   they occupy. Nothing removes them: an operator decides.
+fn set_leftover_gauges(dir: &std::path::Path, published: &crate::control::Published) {
+    let live: std::collections::HashSet<String> = published
+        .load()
+        .topics
+        .values()
+        .map(|t| t.id.to_string())
+        .collect();
+    let mut orphans = 0u64;
+    for topic in std::fs::read_dir(dir.join("topics"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let incarnations = std::fs::read_dir(topic.path())
+            .into_iter()
+            .flatten()
+            .flatten();
+        orphans += incarnations
+            .filter(|i| !live.contains(i.file_name().to_string_lossy().as_ref()))
+            .count() as u64;
+    }
+    ::metrics::gauge!("narad_orphan_topic_dirs").set(orphans as f64);
+    let quarantine = dir.join("quarantine");
+    let copies = std::fs::read_dir(&quarantine)
+        .map(|entries| entries.flatten().count())
+        .unwrap_or(0);
+    ::metrics::gauge!("narad_quarantined_copies").set(copies as f64);
+    ::metrics::gauge!("narad_quarantined_bytes").set(disk_usage(&quarantine) as f64);
 }
 
 /// Bytes allocated to the files under `dir`, symbolic links not followed; what

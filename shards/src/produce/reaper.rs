@@ -157,15 +157,31 @@ pub async fn run<S: Storage>(owner: Rc<Owner<S>>, config: ReaperConfig, owned: O
         }
         let now = Instant::now();
         if now >= next_check {
-            owner.reap_open(narad_io::rt::unix_ms()).await;
+            let totals = owner.reap_open(narad_io::rt::unix_ms()).await;
             owner.evict_idle(Instant::now(), config.idle_eviction).await;
+            if totals.failures == 0 {
+                note_success("retention");
+            }
             next_check = Instant::now() + config.check_interval;
         }
         if now >= next_walk {
-            walk.step(&owner, owned(), narad_io::rt::unix_ms()).await;
+            let totals = walk.step(&owner, owned(), narad_io::rt::unix_ms()).await;
+            metrics::counter!("narad_cold_retention_swept_total")
+                .increment(totals.segments_deleted as u64);
+            if totals.failures == 0 {
+                note_success("cold_retention");
+            }
             next_walk = Instant::now() + config.cold_walk_interval;
         }
     }
+}
+
+/// Sets `narad_poller_last_success_timestamp_seconds{loop}`: the Unix time of
+/// the loop's last pass without a failure (the node reads the shard furthest
+/// behind).
+pub fn note_success(loop_name: &'static str) {
+    metrics::gauge!("narad_poller_last_success_timestamp_seconds", "loop" => loop_name)
+        .set(narad_io::rt::unix_ms() as f64 / 1000.0);
 }
 
 /// Where the cold walk goes on from: the walk visits the owned partitions in
