@@ -184,12 +184,20 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
                 let run = std::panic::AssertUnwindSafe(|| {
                     narad_io::rt::run_local(Some(cpu), run_shard(start))
                 });
-                std::panic::catch_unwind(run).unwrap_or_else(|panic| {
+                let ended = std::panic::catch_unwind(run).unwrap_or_else(|panic| {
                     // The other shards must not wait on this one's dispatcher.
                     dispatching.finish(shard);
                     let _ = events.send(NodeEvent::Panicked { shard });
                     std::panic::resume_unwind(panic)
-                })
+                });
+                if ended.is_err() {
+                    // A shard that failed before it reported must still be
+                    // counted out and make the node stop; after a report, both
+                    // are no-ops (the main thread has stopped reading).
+                    dispatching.finish(shard);
+                    let _ = events.send(NodeEvent::Started { shard, ok: false });
+                }
+                ended
             })
             .map_err(|e| format!("cannot start shard {shard}: {e}"))?;
         threads.push(thread);
@@ -312,6 +320,9 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         body_read_timeout: settings.read_timeout,
         broker: RefCell::new(None),
     });
+    // Every shard connects its mesh end first: a peer that fails after this
+    // cannot leave the others waiting to connect.
+    let (link, receivers) = mesh.connect().await;
     let server = ShardServer::start(
         index,
         socket,
@@ -320,7 +331,6 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         &settings,
     )
     .map_err(|e| format!("shard {index} cannot watch its listening socket: {e}"))?;
-    let (link, receivers) = mesh.connect().await;
     let storage = DmaStorage::new(&data_dir);
     // The WAL gets a storage value of its own, so that a debug write budget
     // charges its writes and nothing else.

@@ -106,3 +106,18 @@ fn a_delete_cut_short_after_it_applied_is_finished_at_the_next_start() {
         "the data went to quarantine"
     );
 }
+
+#[test]
+fn a_shard_that_fails_before_it_reports_stops_the_node() {
+    // Every shard reads this debug hook after its mesh connects and before it
+    // reports its start; a value that does not parse fails the shard there.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut node = Node::spawn(
+        &dir.path().join("data"),
+        2,
+        &[("NARAD_DEBUG_METRICS_POLL_MS", "soon")],
+    );
+    let status = node.wait_for_exit(STOP_MAX);
+    assert!(!status.success(), "exit status {status:?}");
+    node.wait_for_log("NARAD_DEBUG_METRICS_POLL_MS");
+}
