@@ -241,6 +241,9 @@ impl Config {
         config.apply_env(env)?;
         config.apply_flags(flags);
         config.validate()?;
+        if flags.dev {
+            check_dev_loopback(&config.http.addr)?;
+        }
         Ok(config)
     }
 
@@ -449,6 +452,18 @@ pub fn resolve_listen_addr(addr: &str) -> Result<std::net::SocketAddr, String> {
         .map_err(|e| format!("`{addr}` is not a listen address (host:port or :port): {e}"))?
         .next()
         .ok_or_else(|| format!("`{addr}` resolves to no address"))
+}
+
+/// `--dev` serves without authentication, so only on a loopback address, whatever
+/// a file, the environment or `--addr` asked for.
+fn check_dev_loopback(addr: &str) -> Result<(), String> {
+    let resolved = resolve_listen_addr(addr).map_err(|e| format!("http.addr: {e}"))?;
+    if resolved.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "--dev serves without authentication, so it listens on loopback only, and http.addr `{addr}` is not a loopback address; to serve other hosts without authentication, leave out --dev and set NARAD_SECURITY_ENABLED=false"
+    ))
 }
 
 fn check_range(name: &str, value: u64, min: u64, max: u64) -> Result<(), String> {

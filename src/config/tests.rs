@@ -85,6 +85,29 @@ fn dev_turns_security_off_and_listens_on_loopback() {
     assert!(!config.security.enabled);
     assert_eq!(config.http.addr, "127.0.0.1:0");
     assert_eq!(config.storage.data_dir, PathBuf::from("data"));
+    // No layer takes --dev off loopback.
+    let everywhere = [
+        ("NARAD_HTTP_ADDR", ":7942"),
+        ("NARAD_HTTP_ADDR", "0.0.0.0:7942"),
+    ];
+    for (var, addr) in everywhere {
+        let error = Config::load(&flags, &env_of(&[(var, addr)])).unwrap_err();
+        assert!(error.contains("loopback only"), "{addr}: {error}");
+    }
+    let anywhere = Flags {
+        addr: Some("0.0.0.0:7942".to_string()),
+        ..flags.clone()
+    };
+    let error = Config::load(&anywhere, &env_of(&[])).unwrap_err();
+    assert!(error.contains("loopback only"), "{error}");
+    let ipv6 = Flags {
+        addr: Some("[::1]:7942".to_string()),
+        ..flags.clone()
+    };
+    assert_eq!(
+        Config::load(&ipv6, &env_of(&[])).unwrap().http.addr,
+        "[::1]:0"
+    );
     // Without --dev, the environment turns security off.
     let env = env_of(&[("NARAD_SECURITY_ENABLED", "false")]);
     assert!(
