@@ -279,6 +279,11 @@ impl Config {
     }
 
     fn apply_env(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+        if let Some(var) = UNSUPPORTED_ENV.iter().find(|var| env(var).is_some()) {
+            return Err(format!(
+                "{var} is set, but this version does not support what it configures (a cluster, fan-out, or a separate metrics or profiling listener); unset it"
+            ));
+        }
         for key in KEYS {
             let Some(var) = key.env else { continue };
             if let Some(text) = env(var) {
@@ -393,21 +398,38 @@ impl Config {
         }
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| format!("log.level `{}`: {e}", self.log.level))?;
+        // A bare word that is no level parses as a target at trace, which would
+        // silence every line, errors included: a typo must not do that.
+        for directive in self.log.level.split(',').map(str::trim) {
+            if !directive.is_empty()
+                && !directive.contains('=')
+                && directive
+                    .parse::<tracing_subscriber::filter::LevelFilter>()
+                    .is_err()
+            {
+                return Err(format!(
+                    "log.level `{}`: `{directive}` is not a level (error, warn, info, debug, trace or off; `target=level` for one target)",
+                    self.log.level
+                ));
+            }
+        }
         Ok(())
     }
 
     fn validate_topic(&self) -> Result<(), String> {
         let topic = &self.topic;
+        // Below the API's smallest partition count, no create could name one.
+        let min = crate::meta::PARTITIONS_MIN.into();
         check_range(
             "topic.max_partitions",
             topic.max_partitions.into(),
-            1,
+            min,
             100_000,
         )?;
         check_range(
             "topic.default_partitions",
             topic.default_partitions.into(),
-            1,
+            min,
             topic.max_partitions.into(),
         )?;
         let retention = topic.default_retention_age_ms;
@@ -768,6 +790,27 @@ const UNSUPPORTED_KEYS: &[&str] = &[
     "security.allow_plaintext_raft",
     "security.allow_insecure_cluster",
     "security.allow_legacy_cluster_auth",
+];
+
+/// The reference's environment variables for what [`UNSUPPORTED_KEYS`] names:
+/// set, they refuse the start, as those keys in a file do, rather than leave an
+/// operator believing a node joined a cluster it never heard of.
+const UNSUPPORTED_ENV: &[&str] = &[
+    "NARAD_NODE_ID",
+    "NARAD_CLUSTER_ADDR",
+    "NARAD_CLUSTER_PEERS",
+    "NARAD_CLUSTER_ADVERTISE_ADDR",
+    "NARAD_CLUSTER_INITIAL_MEMBERS",
+    "NARAD_CLUSTER_SECRET",
+    "NARAD_CLUSTER_TLS_CERT_FILE",
+    "NARAD_CLUSTER_TLS_KEY_FILE",
+    "NARAD_CLUSTER_TLS_CA_FILE",
+    "NARAD_FANOUT_MAX_BATCH_RECORDS",
+    "NARAD_FANOUT_MAX_BATCH_BYTES",
+    "NARAD_FANOUT_LINGER_MS",
+    "NARAD_HTTP_METRICS_ADDR",
+    "NARAD_HTTP_METRICS_UNAUTHENTICATED",
+    "NARAD_HTTP_PPROF_ADDR",
 ];
 
 fn known_key(name: &str) -> Result<&'static Key, String> {

@@ -210,7 +210,24 @@ fn validation_explains_what_is_wrong() {
         (&[("NARAD_HTTP_ADDR", "nowhere")], "http.addr"),
         (
             &[("NARAD_TOPIC_DEFAULT_PARTITIONS", "200")],
-            "topic.default_partitions must be between 1 and 108",
+            "topic.default_partitions must be between 3 and 108",
+        ),
+        (
+            &[("NARAD_TOPIC_DEFAULT_PARTITIONS", "2")],
+            "topic.default_partitions must be between 3 and 108",
+        ),
+        (&[("NARAD_LOG_LEVEL", "warnig")], "`warnig` is not a level"),
+        (
+            &[("NARAD_CLUSTER_PEERS", "10.0.0.2:7943")],
+            "NARAD_CLUSTER_PEERS is set, but this version does not support",
+        ),
+        (
+            &[("NARAD_HTTP_METRICS_ADDR", ":9100")],
+            "NARAD_HTTP_METRICS_ADDR is set",
+        ),
+        (
+            &[("NARAD_LOG_LEVEL", "info,hyper")],
+            "`hyper` is not a level",
         ),
         (
             &[("NARAD_TOPIC_DEFAULT_RETENTION_AGE_MS", "1000")],
@@ -222,6 +239,16 @@ fn validation_explains_what_is_wrong() {
     for (env, needle) in cases {
         let error = Config::load(&Flags::default(), &env_of(env)).unwrap_err();
         assert!(error.contains(needle), "{env:?}: {error}");
+    }
+    for level in [
+        "warn",
+        "INFO",
+        "off",
+        "narad=debug,hyper=warn",
+        "info,narad=trace",
+    ] {
+        let env = env_of(&[("NARAD_LOG_LEVEL", level)]);
+        Config::load(&Flags::default(), &env).unwrap();
     }
     // The boundary the reference allows: the wait may equal the grace.
     let env = env_of(&[
