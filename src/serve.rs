@@ -438,7 +438,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
             std::time::Duration::from_millis,
         );
     narad_io::rt::spawn_local(crate::metrics::run_poller(shard.clone(), metrics_poll));
-    let committer = crate::consume::persist::committer_config(consumer_offset_interval);
+    let committer = crate::consume::persist::committer_config(consumer_offset_interval, shards);
     let persister_task = narad_io::rt::spawn_local(crate::consume::persist::run_persister(
         shard.clone(),
         committer,
@@ -514,7 +514,10 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     }
     // Every shard's HTTP is drained by now: no more acks arrive.
     shard.persister.close();
-    persister_task.await;
+    if let Some(Err(e)) = persister_task.await {
+        tracing::error!(shard = index, error = %e, "the stop could not persist every ack");
+        failed.get_or_insert(e);
+    }
     owner.close_all().await;
     reaper.await;
     wal.close().await;

@@ -260,6 +260,35 @@ fn close_leaves_both_files_exact_and_durable() {
 }
 
 #[test]
+fn a_close_whose_sync_failed_is_made_good_by_another_close() {
+    let disk = disk_with_partitions(7, 2);
+    block_on(async {
+        let mut committer = Committer::new(disk.clone(), config(Duration::from_secs(60), 8));
+        let t0 = Instant::now();
+        let finals: Vec<AckedState> = (0..2).map(|p| acked(40 + p as u64, &[50])).collect();
+        let last = (0..2)
+            .map(|p| (key(p), dir(p), finals[p as usize].clone()))
+            .collect();
+        disk.fail_next_syncs(1);
+        let report = committer.close(t0, last).await;
+        assert!(!report.errors.is_empty(), "{report:?}");
+        // The stop tries again: the failed partition's window is rewritten and
+        // synced, the other one has nothing left to do.
+        let report = committer.close(t0 + MS, vec![]).await;
+        assert!(report.errors.is_empty(), "{report:?}");
+        assert_eq!(committer.files_held(), 0);
+        disk.crash();
+        disk.reboot();
+        for p in 0..2 {
+            let expected = &finals[p as usize];
+            assert_eq!(&load(&disk, &dir(p)).await.unwrap(), expected);
+            let offset = read_offset_file(&disk, &dir(p)).await.unwrap();
+            assert_eq!(offset, Some(expected.frontier));
+        }
+    });
+}
+
+#[test]
 fn forget_stops_every_write_for_the_partition() {
     let disk = disk_with_partitions(5, 2);
     block_on(async {

@@ -53,23 +53,30 @@ impl Persister {
     }
 }
 
-/// The committer config of a node.
-pub fn committer_config(durability_interval: Duration) -> CommitterConfig {
+/// The committer config of one of a node's `shards` shards.
+pub fn committer_config(durability_interval: Duration, shards: usize) -> CommitterConfig {
     CommitterConfig {
         durability_interval,
-        open_files_max: open_files_max(),
+        open_files_max: open_files_max(narad_io::rt::open_files_soft_limit(), shards),
         ..CommitterConfig::default()
     }
 }
 
-/// `min(4096, a quarter of the soft open-file limit)`.
-fn open_files_max() -> usize {
-    let soft = narad_io::rt::open_files_soft_limit();
-    (soft / 4).clamp(16, 4096) as usize
+/// One shard's share of the node's descriptor budget for `consumer.ahead` files:
+/// `min(4096, a quarter of the soft open-file limit)` for the node, split evenly
+/// over its shards (at least 4 each).
+fn open_files_max(soft_limit: u64, shards: usize) -> usize {
+    let shards = shards.max(1) as u64;
+    let node = (soft_limit / 4).clamp(16, 4096);
+    (node / shards).max(4) as usize
 }
 
-/// Runs the shard's committer until [`Persister::close`].
-pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) {
+/// Passes a stop makes over partitions whose final write or sync failed.
+const CLOSE_ATTEMPTS: usize = 3;
+
+/// Runs the shard's committer until [`Persister::close`]; an error says which
+/// acks the stop could not persist (they are delivered again after the restart).
+pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<(), String> {
     let tick = config.tick.min(config.durability_interval);
     let durability_interval = config.durability_interval;
     let mut committer = Committer::new(shard.storage.clone(), config);
@@ -102,11 +109,20 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) {
         let closing = shard.persister.closing.get();
         let partitions = changed.len();
         let started = Instant::now();
-        let report = if closing {
+        let mut report = if closing {
             committer.close(started, changed).await
         } else {
             committer.tick(started, changed).await
         };
+        // A failed final write or sync is tried again: the next pass rewrites
+        // the window and syncs it.
+        for _ in 1..CLOSE_ATTEMPTS {
+            if !closing || report.errors.is_empty() {
+                break;
+            }
+            narad_io::rt::sleep(tick).await;
+            report = committer.close(Instant::now(), Vec::new()).await;
+        }
         let took = started.elapsed();
         // A tick that primed partitions read their files first: not a lag.
         if !closing && took > tick && report.primed == 0 && due(&mut last_slow_tick_log) {
@@ -136,13 +152,19 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) {
             }
         }
         if closing {
+            if !report.errors.is_empty() {
+                return Err(format!(
+                    "the consumer offsets of {} partitions were not persisted at the stop; their acks since the last durable write will be delivered again",
+                    report.errors.len()
+                ));
+            }
             tracing::info!(
                 shard = shard.index,
                 written = report.written,
                 synced = report.synced,
                 "consumer offsets persisted"
             );
-            return;
+            return Ok(());
         }
     }
 }
@@ -173,4 +195,20 @@ fn changed_states(shard: &Shard) -> Vec<(PartitionKey, String, AckedState)> {
         changed.push((key, dir, state));
     }
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_files_max;
+
+    #[test]
+    fn the_descriptor_budget_is_the_nodes_split_over_its_shards() {
+        assert_eq!(open_files_max(1 << 20, 1), 4096);
+        assert_eq!(open_files_max(1 << 20, 8), 512);
+        assert_eq!(open_files_max(4096, 8), 128);
+        assert_eq!(open_files_max(1024, 1), 256);
+        // Never none, even on a tiny limit or a very wide node.
+        assert_eq!(open_files_max(64, 2), 8);
+        assert_eq!(open_files_max(1 << 20, 10_000), 4);
+    }
 }
