@@ -473,3 +473,63 @@ fn preparation_keeps_file_growth_to_one_chunk_ahead() {
         assert_eq!(sealed, log.stats().size_bytes);
     });
 }
+
+#[test]
+fn advancing_past_lost_offsets_leaves_a_gap_that_reads_report_and_reopens_keep() {
+    block_on(async {
+        let disk = SimDisk::new(29, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 5, 1_000).await;
+        assert!(
+            !log.advance_to(Offset(3)).await.unwrap(),
+            "below: nothing to do"
+        );
+        assert!(log.advance_to(Offset(12)).await.unwrap());
+        assert_eq!(log.high_watermark(), Offset(12));
+        assert_eq!(commit(&mut log, 2, 2_000).await, Offset(12)..Offset(14));
+        let check = |items: &[ReadItem]| {
+            assert_records(&items[..5], 0..5);
+            assert_eq!(items[5], ReadItem::Corrupt(Offset(5)..Offset(12)));
+            assert_records(&items[6..], 12..14);
+        };
+        check(&read_all(&mut log, 0).await);
+        log.close().await.unwrap();
+        disk.crash();
+        disk.reboot();
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_eq!(log.high_watermark(), Offset(14));
+        check(&read_all(&mut log, 0).await);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn an_empty_log_advanced_starts_at_the_floor_and_retention_drops_the_gap() {
+    block_on(async {
+        let disk = SimDisk::new(31, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert!(log.advance_to(Offset(7)).await.unwrap());
+        disk.crash();
+        disk.reboot();
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_eq!(log.high_watermark(), Offset(7));
+        assert_eq!(commit(&mut log, 1, 1_000).await, Offset(7)..Offset(8));
+        let items = read_all(&mut log, 0).await;
+        assert_eq!(items[0], ReadItem::Corrupt(Offset(0)..Offset(7)));
+        assert_records(&items[1..], 7..8);
+        // The gap's empty segment holds no record: the first retention run
+        // deletes it.
+        let outcome = log.enforce_retention(10_000).await.unwrap();
+        assert_eq!(outcome.segments_deleted, 1);
+        assert_eq!(log.oldest_offset(), Offset(7));
+        log.close().await.unwrap();
+    });
+}

@@ -401,6 +401,51 @@ fn a_peek_never_opens_a_log_nor_keeps_one_from_idle_eviction() {
 }
 
 #[test]
+fn a_log_that_lost_offsets_its_consumers_settled_never_hands_them_out_again() {
+    use narad_shards::consume::state::{AckedState, Committer, CommitterConfig};
+    let disk = SimDisk::new(6, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        assert_eq!(
+            commit(&owner, 0, &batch("a", 3)).await,
+            Offset(0)..Offset(3)
+        );
+        owner.close_all().await;
+        // The consumers settled offsets the log no longer holds (say its last
+        // commits rotted): below 10, and 14.
+        let dir = partition_dir(TOPIC, ID, PartitionId(0));
+        let settled = AckedState {
+            frontier: Offset(10),
+            ahead: vec![Offset(14)],
+        };
+        let mut committer = Committer::new(disk.clone(), CommitterConfig::default());
+        let report = committer
+            .close(Instant::now(), vec![((ID, PartitionId(0)), dir, settled)])
+            .await;
+        assert!(report.errors.is_empty(), "{report:?}");
+        // Reopened, the log hands out offsets above all of them: a record
+        // committed at 3 or 14 would count as acked and never be delivered.
+        let owner = owner_on(disk.clone(), &retention);
+        assert_eq!(
+            commit(&owner, 0, &batch("b", 2)).await,
+            Offset(15)..Offset(17)
+        );
+        let stats = owner
+            .stats(&topic(), ID, PartitionId(0))
+            .await
+            .expect("stats");
+        assert_eq!(stats.next_offset, Offset(17));
+        // A partition whose consumers settled nothing starts where it ended.
+        assert_eq!(
+            commit(&owner, 1, &batch("c", 1)).await,
+            Offset(0)..Offset(1)
+        );
+        owner.close_all().await;
+    });
+}
+
+#[test]
 fn the_cold_walk_reaps_closed_logs_and_closes_them_again() {
     let disk = SimDisk::new(5, SimFaults::default());
     run_local(None, async move {

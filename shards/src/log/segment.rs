@@ -380,11 +380,51 @@ impl<S: Storage> PartitionLog<S> {
             .is_some_and(|first| now_ms.saturating_sub(first) >= segment_ms)
     }
 
+    /// Moves the high watermark up to `floor`, durably: the offsets in between
+    /// become a gap that reads report as corrupt, and the next commit lands at
+    /// `floor`. For a log that lost records it had made visible (rot in its last
+    /// commit, segment files removed by hand) while its consumers' state says
+    /// they settled offsets up to `floor`: handing those offsets out again would
+    /// make the records committed there look settled, and never delivered.
+    /// Returns whether it moved.
+    pub async fn advance_to(&mut self, floor: Offset) -> Result<bool, LogError> {
+        if self.poisoned {
+            return Err(LogError::Poisoned);
+        }
+        if floor <= self.high_watermark {
+            return Ok(false);
+        }
+        tracing::warn!(
+            dir = %self.dir,
+            next_offset = self.high_watermark.0,
+            floor = floor.0,
+            "partition log ends below offsets its consumers settled: records were lost; the offsets in between are left as a gap"
+        );
+        self.roll_to(floor).await?;
+        assert_eq!(self.high_watermark, floor);
+        Ok(true)
+    }
+
     /// Seals the active segment (trim, sync, write its index) and starts a new one
     /// at the high watermark.
     pub(super) async fn roll(&mut self) -> Result<(), LogError> {
+        assert!(
+            !self.active.file.is_empty(),
+            "only a segment with records is sealed"
+        );
+        self.roll_to(self.high_watermark).await
+    }
+
+    /// Seals the active segment and starts the next one at `next_base`, at or
+    /// above the high watermark; the sealed segment spans up to `next_base`, so
+    /// the offsets from the high watermark to it read as a gap.
+    async fn roll_to(&mut self, next_base: Offset) -> Result<(), LogError> {
         let data_bytes = self.active.file.len();
-        assert!(data_bytes > 0, "only a segment with records is sealed");
+        assert!(next_base >= self.high_watermark);
+        assert!(
+            data_bytes > 0 || next_base > self.high_watermark,
+            "only a segment with records, or one a gap follows, is sealed"
+        );
         assert_eq!(
             self.active.index.end, self.high_watermark,
             "the active index ends at the high watermark"
@@ -400,11 +440,14 @@ impl<S: Storage> PartitionLog<S> {
             self.poisoned = true;
             return Err(LogError::SyncFailed(e));
         }
+        // Sealed, the segment spans up to the next one, a gap included; put
+        // back below if the next segment cannot be made.
+        self.active.index.end = next_base;
         if let Err(e) = persist_index(&self.storage, &self.dir, &self.active.index).await {
             // The index is rebuilt from the segment when missing; sealing goes on.
             tracing::warn!(dir = %self.dir, error = %e, "partition log could not write a segment index");
         }
-        let base = self.high_watermark;
+        let base = next_base;
         let path = join(&self.dir, &segment_file_name(base));
         let created = match self.storage.open(&path, OpenMode::CreateOrOpen).await {
             Ok(new_file) => AppendFile::open_at(Rc::new(new_file), 0)
@@ -424,6 +467,7 @@ impl<S: Storage> PartitionLog<S> {
                         tracing::error!(dir = %self.dir, error = %remove, "partition log could not remove a segment it failed to create");
                     }
                 }
+                self.active.index.end = self.high_watermark;
                 return Err(e);
             }
         };
@@ -450,6 +494,7 @@ impl<S: Storage> PartitionLog<S> {
             index: Some(old.index),
         });
         self.sealed_bytes += data_bytes;
+        self.high_watermark = base;
         // The segment is synced and now sealed whatever the close says; failing
         // the roll here would leave the log without it.
         if let Err(e) = old.file.into_file().close().await {

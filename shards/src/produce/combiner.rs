@@ -362,7 +362,7 @@ impl<S: Storage> Owner<S> {
             }
         }
         let dir = super::partition_dir(&slot.topic, slot.incarnation, slot.partition);
-        match PartitionLog::open(self.storage.clone(), &dir, self.config.clone()).await {
+        match open_at_or_above_settled(&self.storage, &dir, &self.config).await {
             Ok(log) => {
                 slot.retry_open_at.set(None);
                 *slot.cache.borrow_mut() = Some(log.shared_cache());
@@ -604,6 +604,38 @@ fn commit_pieces(
         pieces.push(start..records.len());
     }
     pieces
+}
+
+/// Opens a partition's log and makes sure its next offset is above every offset
+/// its consumers settled (see [`PartitionLog::advance_to`]): a log that lost its
+/// visible tail must not hand those offsets out again, or the records committed
+/// there would count as acked.
+async fn open_at_or_above_settled<S: Storage>(
+    storage: &S,
+    dir: &str,
+    config: &crate::log::LogConfig,
+) -> Result<PartitionLog<S>, LogError> {
+    let mut log = PartitionLog::open(storage.clone(), dir, config.clone()).await?;
+    let settled = match crate::consume::state::load(storage, dir).await {
+        Ok(settled) => settled,
+        Err(e) => {
+            let _ = log.close().await;
+            return Err(LogError::Io {
+                op: "read the consumer state",
+                source: e,
+            });
+        }
+    };
+    let floor = settled
+        .ahead
+        .last()
+        .map_or(settled.frontier, |&last| Offset(last.0 + 1))
+        .max(settled.frontier);
+    if let Err(e) = log.advance_to(floor).await {
+        let _ = log.close().await;
+        return Err(e);
+    }
+    Ok(log)
 }
 
 /// Reads from `from` in an open log; returns the batch and the bytes it read
