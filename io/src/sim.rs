@@ -19,6 +19,8 @@
 //! - reads flip one bit of the returned bytes ([`SimFaults::read_flip_ppm`],
 //!   [`SimDisk::flip_next_reads`], or at a chosen byte of a file with
 //!   [`SimDisk::flip_next_read_at`]); the stored bytes stay intact.
+//! - reads of a chosen file fail with `EIO`, as a medium error would
+//!   ([`SimDisk::set_unreadable`]).
 //! - a crash at the N-th write or sync ([`SimDisk::crash_at_op`]).
 //!
 //! A `sync_data` is in flight for one turn of the executor: it covers the writes
@@ -89,6 +91,8 @@ struct Inner {
     /// bit flipped.
     flip_at: Option<(u64, u64, u8, usize)>,
     capacity_bytes: Option<u64>,
+    /// Inodes whose reads fail with `EIO`.
+    unreadable: BTreeSet<u64>,
     stats: SimStats,
 }
 
@@ -131,6 +135,7 @@ impl SimDisk {
                 fail_rename_of: None,
                 flip_next_reads: 0,
                 flip_at: None,
+                unreadable: BTreeSet::new(),
                 capacity_bytes: None,
                 stats: SimStats::default(),
             })),
@@ -197,6 +202,17 @@ impl SimDisk {
     /// rename whose directory sync failed.
     pub fn fail_next_rename_of(&self, from: &str) {
         self.inner.borrow_mut().fail_rename_of = Some(from.to_string());
+    }
+
+    /// Every read of `path` fails with `EIO` (`true`) until set back.
+    pub fn set_unreadable(&self, path: &str, unreadable: bool) {
+        let mut inner = self.inner.borrow_mut();
+        let inode = inner.names[path];
+        if unreadable {
+            inner.unreadable.insert(inode);
+        } else {
+            inner.unreadable.remove(&inode);
+        }
     }
 
     /// The next `n` reads each return one flipped bit.
@@ -398,6 +414,9 @@ impl BlockFile for SimFile {
         let mut guard = self.disk.inner.borrow_mut();
         let inner = &mut *guard;
         SimDisk::check_handle(inner, self.generation)?;
+        if inner.unreadable.contains(&self.inode) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         let data = &inner.inodes[&self.inode];
         let start = (pos as usize).min(data.current.len());
         let end = (pos as usize + buf.len()).min(data.current.len());

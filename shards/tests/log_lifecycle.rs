@@ -533,3 +533,55 @@ fn an_empty_log_advanced_starts_at_the_floor_and_retention_drops_the_gap() {
         log.close().await.unwrap();
     });
 }
+
+/// A log with three segments: `0..3` committed at 0 and 500, `3..7` at 2000,
+/// and the active `7..9` at 3500; reopened, so no index is held in memory.
+async fn three_segments(disk: &SimDisk) -> PartitionLog<SimDisk> {
+    let mut log = PartitionLog::open(disk.clone(), DIR, config())
+        .await
+        .unwrap();
+    commit(&mut log, 2, 0).await;
+    commit(&mut log, 1, 500).await;
+    assert!(log.maybe_roll(1000).await.unwrap());
+    commit(&mut log, 4, 2000).await;
+    assert!(log.maybe_roll(3000).await.unwrap());
+    commit(&mut log, 2, 3500).await;
+    log.close().await.unwrap();
+    PartitionLog::open(disk.clone(), DIR, config())
+        .await
+        .unwrap()
+}
+
+#[test]
+fn an_unreadable_index_is_rebuilt_and_retention_goes_on() {
+    block_on(async {
+        let disk = SimDisk::new(37, SimFaults::default());
+        let mut log = three_segments(&disk).await;
+        disk.set_unreadable(&format!("{DIR}/{:020}.index", 0), true);
+        let outcome = log.enforce_retention(5500).await.unwrap();
+        assert_eq!(outcome.segments_deleted, 1);
+        assert_eq!(log.oldest_offset(), Offset(3));
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
+fn an_unreadable_oldest_segment_is_judged_by_the_records_after_it() {
+    block_on(async {
+        let disk = SimDisk::new(41, SimFaults::default());
+        let mut log = three_segments(&disk).await;
+        disk.set_unreadable(&format!("{DIR}/{:020}.index", 0), true);
+        disk.set_unreadable(&segment_path(0), true);
+        // Its own records aged out at 5500, but nothing can show it: the next
+        // segment's newest (2000) bounds them, so it goes once that one ages.
+        assert_eq!(
+            log.enforce_retention(5500).await.unwrap().segments_deleted,
+            0
+        );
+        let outcome = log.enforce_retention(7000).await.unwrap();
+        assert_eq!(outcome.segments_deleted, 2);
+        assert_eq!(log.oldest_offset(), Offset(7));
+        assert_records(&read_all(&mut log, 7).await, 7..9);
+        log.close().await.unwrap();
+    });
+}

@@ -549,7 +549,19 @@ impl<S: Storage> PartitionLog<S> {
             if self.sealed.is_empty() {
                 break;
             }
-            let newest_ms = self.sealed_index(0).await?.max_commit_ms;
+            let newest_ms = match self.sealed_index(0).await {
+                Ok(index) => index.max_commit_ms,
+                // An unreadable segment must not hold retention back for good
+                // (the disk would fill behind it): commit times never go back,
+                // so whatever comes after it bounds its newest record.
+                Err(e) => match self.newest_bound_after_first().await {
+                    Some(bound) => {
+                        tracing::warn!(dir = %self.dir, base = self.sealed[0].base.0, error = %e, "partition log cannot read its oldest segment; retention judges it by the records after it");
+                        bound
+                    }
+                    None => return Err(e),
+                },
+            };
             if now_ms.saturating_sub(newest_ms) < retention_ms {
                 break;
             }
@@ -581,6 +593,16 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 
+    /// A commit time no record of the oldest sealed segment is newer than: the
+    /// newest of the next sealed segment, else the first of the active one;
+    /// `None` when neither can be read or the active segment has no record.
+    async fn newest_bound_after_first(&mut self) -> Option<u64> {
+        if self.sealed.len() > 1 {
+            return self.sealed_index(1).await.ok().map(|i| i.max_commit_ms);
+        }
+        self.active.first_commit_ms
+    }
+
     /// The index of sealed segment `i`, loaded from its file or rebuilt by a scan.
     pub(super) async fn sealed_index(&mut self, i: usize) -> Result<&SparseIndex, LogError> {
         if self.sealed[i].index.is_none() {
@@ -588,7 +610,11 @@ impl<S: Storage> PartitionLog<S> {
             let (base, end, data_bytes) = (segment.base, segment.end, segment.data_bytes);
             let loaded = load_index(&self.storage, &self.dir, base)
                 .await
-                .map_err(io_err("load index"))?
+                .unwrap_or_else(|e| {
+                    // The segment itself may still read: rebuild from it.
+                    tracing::warn!(dir = %self.dir, base = base.0, error = %e, "partition log cannot read a segment index; rebuilding it");
+                    None
+                })
                 .filter(|index| index.end == end && index.data_bytes == data_bytes)
                 // A segment of records with no commit time was sealed by a
                 // version that lost it when the log was reopened before the
