@@ -129,6 +129,16 @@ impl Queues {
         let persisted = state::load(&self.storage, &dir).await.map_err(|e| {
             ConsumeError::Failed(format!("reading the consumer state of {dir}: {e}"))
         })?;
+        // `consumer.offset` trails the acked state by up to its levelling
+        // interval; after a crash it may stay behind for as long as nobody acks
+        // here. Marked changed, the partition is levelled like any other, at the
+        // latest when the node stops, so readers of that file (older releases,
+        // operators) see the frontier too.
+        let offset_file_behind = state::read_offset_file(&self.storage, &dir)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|levelled| levelled < persisted.frontier);
         // The log's stats come last, and the queue is installed in the same poll
         // that gets them: a commit that becomes visible after this read finds the
         // queue in place and moves its high watermark. Read before an await, the
@@ -160,6 +170,9 @@ impl Queues {
             hwm: stats.next_offset,
         }));
         self.parts.borrow_mut().insert(key, loaded.clone());
+        if offset_file_behind {
+            self.note_settled(key);
+        }
         Ok(loaded)
     }
 

@@ -240,3 +240,54 @@ fn records_left_out_by_the_budget_are_released_with_a_wake() {
         assert!(wakes.get() > wakes_before, "parked consumers are told");
     });
 }
+
+/// A partition whose `consumer.offset` trails its acked state (a crash before
+/// the levelling) is marked changed when it loads, so the committer levels the
+/// file even if nobody acks there again; a partition whose files agree is not.
+#[test]
+fn a_trailing_offset_file_is_levelled_after_the_load() {
+    use narad_io::{BlockFile, Storage, BLOCK_BYTES};
+    use narad_shards::consume::state::{AckedState, Committer, CommitterConfig, OFFSET_FILE};
+    run_with_records(|queues, _| async move {
+        let topic: Arc<str> = Arc::from("t");
+        let record = topic_record();
+        let mut committer = Committer::new(queues.storage.clone(), CommitterConfig::default());
+        let both = (0..2)
+            .map(|p| {
+                let dir = partition_dir(&topic, ID, PartitionId(p));
+                let state = AckedState {
+                    frontier: Offset(2),
+                    ahead: Vec::new(),
+                };
+                ((ID, PartitionId(p)), dir, state)
+            })
+            .collect();
+        let report = committer.close(std::time::Instant::now(), both).await;
+        assert!(report.errors.is_empty(), "{report:?}");
+        // Partition 0's consumer.offset is set back to 1, as a crash before
+        // its levelling would leave it.
+        let dir = partition_dir(&topic, ID, PartitionId(0));
+        let file = queues
+            .storage
+            .open(
+                &format!("{dir}/{OFFSET_FILE}"),
+                narad_io::file::OpenMode::Existing,
+            )
+            .await
+            .unwrap();
+        let mut block = vec![0u8; BLOCK_BYTES];
+        block[..8].copy_from_slice(&1u64.to_le_bytes());
+        file.write_at(0, &block).await.unwrap();
+        file.sync_data().await.unwrap();
+        file.close().await.unwrap();
+
+        for p in 0..2 {
+            let got = queues
+                .take(&topic, &record, &[PartitionId(p)], 1, 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(got[0].record.offset, Offset(2), "the frontier loaded");
+        }
+        assert_eq!(queues.take_settled_changed(), vec![(ID, PartitionId(0))]);
+    });
+}
