@@ -289,6 +289,28 @@ fn a_close_whose_sync_failed_is_made_good_by_another_close() {
 }
 
 #[test]
+fn a_state_below_the_files_is_refused_once_and_leaves_nothing_pending() {
+    let disk = disk_with_partitions(9, 1);
+    block_on(async {
+        let t0 = Instant::now();
+        let mut first = Committer::new(disk.clone(), config(Duration::from_secs(60), 8));
+        let report = first.close(t0, changed(0, &acked(10, &[]))).await;
+        assert!(report.errors.is_empty(), "{report:?}");
+        // A committer handed a state below what the files hold refuses it...
+        let mut second = Committer::new(disk.clone(), config(Duration::from_secs(60), 8));
+        let report = second.tick(t0, changed(0, &acked(5, &[]))).await;
+        assert_eq!(report.errors.len(), 1, "{report:?}");
+        // ...and has nothing left to do, so its owner may sleep.
+        assert_eq!(second.pending_sync(), 0);
+        // A later state past the files is written as usual.
+        second.tick(t0 + MS, changed(0, &acked(12, &[]))).await;
+        let report = second.close(t0 + 2 * MS, vec![]).await;
+        assert!(report.errors.is_empty(), "{report:?}");
+        assert_eq!(load(&disk, &dir(0)).await.unwrap(), acked(12, &[]));
+    });
+}
+
+#[test]
 fn forget_stops_every_write_for_the_partition() {
     let disk = disk_with_partitions(5, 2);
     block_on(async {

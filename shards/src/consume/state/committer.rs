@@ -345,12 +345,19 @@ impl<S: Storage> Committer<S> {
         let partition = &self.partitions[&key];
         if partition.state.frontier < partition.record_frontier {
             // The file holds a frontier past what the caller gives: the caller did
-            // not load it. Writing would move the durable frontier back.
-            self.write_pending.remove(&key);
-            return Err(format!(
+            // not load it. Writing would move the durable frontier back. Nothing
+            // is left to write for it until a state at or past the file's comes
+            // (else it would count as pending, and keep the persister ticking).
+            let refused = format!(
                 "given frontier {} is below the persisted {}; not written",
                 partition.state.frontier, partition.record_frontier
-            ));
+            );
+            self.write_pending.remove(&key);
+            self.partitions
+                .get_mut(&key)
+                .expect("partition exists")
+                .needs_write = false;
+            return Err(refused);
         }
         let window = partition.window_slot();
         #[cfg(not(feature = "broken-ack-state-no-anchor"))]
