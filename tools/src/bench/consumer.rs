@@ -251,10 +251,21 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
         if pending.ids.is_empty() {
             continue;
         }
-        if ack(&plan, open, &mut reply, &mut pending, &mut tally)
-            .await
-            .is_err()
-        {
+        // An ack that got no answer is sent again on a fresh connection (as
+        // the reference client does, up to five times): given up, its records
+        // would stay leased for the visibility timeout, past the drain.
+        let mut acked = ack(&plan, open, &mut reply, &mut pending, &mut tally).await;
+        for _ in 1..ACK_ATTEMPTS {
+            if acked.is_ok() || plan.stop.get() {
+                break;
+            }
+            link.drop_conn();
+            let Opened::Ready(fresh) = link.get(&plan.server).await else {
+                continue;
+            };
+            acked = ack(&plan, fresh, &mut reply, &mut pending, &mut tally).await;
+        }
+        if acked.is_err() {
             link.drop_conn();
             continue;
         }
@@ -264,6 +275,9 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
     }
     tally
 }
+
+/// Times an ack is sent before its records are left to their lease.
+const ACK_ATTEMPTS: usize = 5;
 
 /// Counts a failed request (or batch ack result) by its status.
 fn count(live: &Live, errors: &mut BTreeMap<u16, u64>, status: u16) {
@@ -446,7 +460,7 @@ mod tests {
         let server = Server::parse("http://127.0.0.1:7942").unwrap();
         let ledger = Rc::new(RefCell::new(Ledger::new()));
         let live = Rc::new(Live::new(Instant::now()));
-        ConsumePlan::new(server, "t", max, Some((5, 60)), ledger, live)
+        ConsumePlan::new(server, "t", max, Some((5, 70)), ledger, live)
     }
 
     fn message(payload: &str, handle: &str) -> String {
@@ -456,7 +470,7 @@ mod tests {
     }
 
     fn own_payload(id: u64) -> String {
-        let mut p = stamp::stamped_payload(60);
+        let mut p = stamp::stamped_payload(70);
         let s = stamp::Stamp {
             run: 5,
             id,

@@ -1,12 +1,15 @@
 //! The stamped payload of the consume and flow modes, and the ledger that
 //! checks every acknowledged record comes back.
 //!
-//! A stamped payload is `{"bench":"RRRRRRRR:IIIIIIIIIIIIIIII:NNNNNNNNNNNNNNNN:x…"}`
-//! padded with x's to `--size` bytes: the run's tag, the record's id and its
-//! send time in Unix nanoseconds, each in fixed-width lowercase hex. Fixed
-//! widths keep every record of a run the same size and put the stamp at a known
-//! offset, so a producer patches 43 bytes of a prebuilt body instead of
-//! formatting a payload, and a consumer reads the stamp without parsing JSON.
+//! A stamped payload is
+//! `{"bench":"RRRRRRRR:IIIIIIIIIIIIIIII:NNNNNNNNNNNNNNNN:CCCCCCCC:x…"}` padded
+//! with x's to `--size` bytes: the run's tag, the record's id, its send time in
+//! Unix nanoseconds, and a CRC-32C of those three, each in fixed-width lowercase
+//! hex. The checksum and the exact padding together are the payload's hash: any
+//! changed byte reads as damage. Fixed widths keep every record of a run the same
+//! size and put the stamp at a known offset, so a producer patches 52 bytes of a
+//! prebuilt body instead of formatting a payload, and a consumer reads the stamp
+//! without parsing JSON.
 //! The tag tells this run's records from those an earlier run left on the
 //! topic.
 //!
@@ -24,14 +27,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub const PAYLOAD_HEAD: &[u8] = b"{\"bench\":\"";
 /// `"}`: what a payload ends with.
 pub const PAYLOAD_TAIL: &[u8] = b"\"}";
-/// The tag, the id, the send time and their separators.
-pub const STAMP_BYTES: usize = 8 + 1 + 16 + 1 + 16 + 1;
+/// The tag, the id, the send time, their checksum and the separators.
+pub const STAMP_BYTES: usize = 8 + 1 + 16 + 1 + 16 + 1 + 8 + 1;
+/// The bytes of the stamp its checksum covers: tag, id and send time.
+const CHECKED_BYTES: usize = 42;
 /// The smallest stamped payload.
 pub const STAMPED_PAYLOAD_BYTES_MIN: usize = PAYLOAD_HEAD.len() + STAMP_BYTES + PAYLOAD_TAIL.len();
 /// Record ids the ledger tracks (one byte each).
 pub const LEDGER_IDS_MAX: u64 = 1 << 27;
 
-const _: () = assert!(STAMP_BYTES == 43 && STAMPED_PAYLOAD_BYTES_MIN == 55);
+const _: () = assert!(STAMP_BYTES == 52 && STAMPED_PAYLOAD_BYTES_MIN == 64);
 
 /// What a stamp says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,7 +84,7 @@ pub fn stamped_payload(size: usize) -> Vec<u8> {
     payload
 }
 
-/// Writes the stamp's 43 bytes into `out`.
+/// Writes the stamp's 52 bytes into `out`.
 pub fn write_stamp(out: &mut [u8], stamp: Stamp) {
     assert_eq!(out.len(), STAMP_BYTES);
     write_hex(&mut out[0..8], u64::from(stamp.run));
@@ -87,7 +92,10 @@ pub fn write_stamp(out: &mut [u8], stamp: Stamp) {
     write_hex(&mut out[9..25], stamp.id);
     out[25] = b':';
     write_hex(&mut out[26..42], stamp.sent_unix_ns);
+    let crc = crc32c::crc32c(&out[..CHECKED_BYTES]);
     out[42] = b':';
+    write_hex(&mut out[43..51], u64::from(crc));
+    out[51] = b':';
 }
 
 fn write_hex(out: &mut [u8], mut value: u64) {
@@ -133,7 +141,9 @@ pub fn read_payload(payload: &[u8]) -> Reading {
     let Some(padding) = rest.strip_suffix(PAYLOAD_TAIL) else {
         return Reading::Damaged;
     };
-    let separators = [stamp[8], stamp[25], stamp[42]] == [b':'; 3];
+    let separators = [stamp[8], stamp[25], stamp[42], stamp[51]] == [b':'; 4];
+    let checked = read_hex(&stamp[43..51])
+        .is_some_and(|crc| crc == u64::from(crc32c::crc32c(&stamp[..CHECKED_BYTES])));
     let fields = (
         read_hex(&stamp[0..8]),
         read_hex(&stamp[9..25]),
@@ -141,7 +151,7 @@ pub fn read_payload(payload: &[u8]) -> Reading {
     );
     match fields {
         (Some(run), Some(id), Some(sent_unix_ns))
-            if separators && padding.iter().all(|&b| b == b'x') =>
+            if separators && checked && padding.iter().all(|&b| b == b'x') =>
         {
             Reading::Stamped {
                 stamp: Stamp {
@@ -295,7 +305,7 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&payload).unwrap();
         assert!(value["bench"].as_str().unwrap().starts_with("deadbeef:"));
         assert_eq!(read_payload(&payload), Reading::Stamped { stamp, len: 100 });
-        assert_eq!(stamped_payload(55).len(), 55);
+        assert_eq!(stamped_payload(64).len(), 64);
     }
 
     #[test]
@@ -315,6 +325,21 @@ mod tests {
         let mut bad_hex = good.clone();
         bad_hex[12] = b'g';
         assert_eq!(read_payload(&bad_hex), Reading::Damaged);
+        // A digit changed for another still reads as hex: the checksum tells.
+        let at = PAYLOAD_HEAD.len();
+        for field in [0, 9, 26, 43] {
+            let mut other_digit = good.clone();
+            other_digit[at + field + 3] = if good[at + field + 3] == b'7' {
+                b'3'
+            } else {
+                b'7'
+            };
+            assert_eq!(
+                read_payload(&other_digit),
+                Reading::Damaged,
+                "field at {field}"
+            );
+        }
         assert_eq!(read_payload(&good[..60]), Reading::Damaged);
     }
 
