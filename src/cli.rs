@@ -180,6 +180,11 @@ pub struct BenchArgs {
     /// once.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// (Extension) Count a request with no whole answer after this many seconds
+    /// as a transport error, and reconnect (default 30), so a server that stops
+    /// answering cannot hang a run.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
 }
 
 impl BenchArgs {
@@ -191,6 +196,7 @@ impl BenchArgs {
             topic: self.topic.clone(),
             count: self.count,
             duration: self.duration.map(std::time::Duration::from_secs),
+            timeout: self.timeout.map(std::time::Duration::from_secs),
             size_bytes: self.size,
             workers: self.workers,
             producers: self.producers,

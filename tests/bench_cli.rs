@@ -338,3 +338,50 @@ fn a_ping_run_sends_healthz_and_takes_no_topic() {
         assert!(lines.last().unwrap().contains(expected), "{lines:#?}");
     }
 }
+
+/// A server that accepts connections and reads what comes, and never answers.
+fn silent_server() -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let thread = std::thread::spawn(move || {
+        listener.set_nonblocking(true).unwrap();
+        let started = std::time::Instant::now();
+        let mut held = Vec::new();
+        // Bounded: the test is over well before this.
+        while started.elapsed() < Duration::from_secs(60) {
+            match listener.accept() {
+                Ok((conn, _)) => held.push(conn),
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    });
+    (addr, thread)
+}
+
+#[test]
+fn a_server_that_never_answers_cannot_hang_a_run() {
+    let (addr, _server) = silent_server();
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["bench", "-s", &format!("http://{addr}"), "orders"])
+        .args(["--duration", "1", "--workers", "2", "--timeout", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the run still waits for an answer after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success(), "a run with no answer cannot succeed");
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no answer within"), "{stderr}");
+}

@@ -35,6 +35,13 @@ pub const REPLY_BYTES_MAX: usize = 16 << 20;
 /// The largest body copied behind its head into one write; a larger one is
 /// written on its own, as copying it would cost more than the second call.
 const INLINE_BODY_BYTES_MAX: usize = 16 << 10;
+/// How long one request may wait for its whole answer by default (a consume
+/// long-polls for at most a second): past it the request counts as a transport
+/// error and its connection is dropped, so a server that stops answering cannot
+/// hang a run.
+pub const EXCHANGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a connect may take.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The `X-Narad-Client` header line that batch consume and bodiless acks need.
 const CLIENT_HEADER_LINE: &str = "X-Narad-Client: narad-bench\r\n";
 
@@ -47,6 +54,8 @@ pub struct Server {
     pub addr: SocketAddr,
     /// `host:port` as the user wrote it, sent as the `Host` header.
     pub authority: String,
+    /// How long one request may wait for its whole answer (`--timeout`).
+    pub timeout: std::time::Duration,
 }
 
 impl Server {
@@ -89,6 +98,7 @@ impl Server {
         Ok(Server {
             addr: SocketAddr::new(ip, port),
             authority: rest.to_string(),
+            timeout: EXCHANGE_TIMEOUT,
         })
     }
 }
@@ -164,12 +174,21 @@ pub struct Conn {
     reader: ResponseReader,
     /// Set once no request may follow: why.
     ended: Option<&'static str>,
+    /// [`Server::timeout`].
+    timeout: std::time::Duration,
 }
 
 impl Conn {
     /// Connects to the server.
     pub async fn open(server: &Server) -> Result<Conn, TransportError> {
-        let stream = super::evloop::connect(server.addr)
+        let timed_out = async {
+            super::evloop::sleep(CONNECT_TIMEOUT).await;
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no connection within {CONNECT_TIMEOUT:?}"),
+            ))
+        };
+        let stream = futures_lite::future::or(super::evloop::connect(server.addr), timed_out)
             .await
             .map_err(|e| format!("cannot connect to {}: {e}", server.addr))?;
         Ok(Conn {
@@ -177,6 +196,7 @@ impl Conn {
             tx: Vec::with_capacity(1024),
             reader: ResponseReader::new(),
             ended: None,
+            timeout: server.timeout,
         })
     }
 
@@ -220,7 +240,15 @@ impl Conn {
         if let Some(why) = self.ended {
             return Err(why.to_string());
         }
-        let result = self.write_and_read(request, sink).await;
+        let timeout = self.timeout;
+        let timed_out = async move {
+            super::evloop::sleep(timeout).await;
+            Err(ResponseError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {timeout:?}"),
+            )))
+        };
+        let result = futures_lite::future::or(self.write_and_read(request, sink), timed_out).await;
         match &result {
             Ok(response) if response.close => {
                 self.ended = Some("the server ended the connection (Connection: close)")

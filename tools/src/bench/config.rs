@@ -173,6 +173,8 @@ pub struct Config {
     pub json: Option<JsonTarget>,
     /// Where `--report` writes its HTML page.
     pub report: Option<PathBuf>,
+    /// `--timeout`: how long one request may wait for its answer.
+    pub timeout: Option<Duration>,
 }
 
 /// How the run ends.
@@ -215,7 +217,13 @@ pub struct Settings {
 impl Settings {
     /// Applies the defaults and refuses what does not fit together.
     pub fn resolve(config: &Config) -> Result<Settings, String> {
-        let server = Server::parse(&config.server)?;
+        let mut server = Server::parse(&config.server)?;
+        if let Some(timeout) = config.timeout {
+            if timeout.is_zero() {
+                return Err("--timeout must be at least 1 second".into());
+            }
+            server.timeout = timeout;
+        }
         let mode = resolve_mode(config)?;
         refuse_flags_of_other_modes(config, mode)?;
         if mode == Mode::Ping && config.topic.is_some() {
