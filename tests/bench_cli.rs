@@ -385,3 +385,59 @@ fn a_server_that_never_answers_cannot_hang_a_run() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no answer within"), "{stderr}");
 }
+
+/// A server that answers every request `200 OK` with an empty JSON object, as
+/// something other than the broker listening on the port might.
+fn always_200_server() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().take(8) {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                let mut pending = Vec::new();
+                let reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+                loop {
+                    let Ok(n) = conn.read(&mut buf) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    pending.extend_from_slice(&buf[..n]);
+                    // One answer per request head; the generator's bodies are
+                    // small and carry no blank line of their own.
+                    while let Some(end) = common::find(&pending, b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&pending[..end]).to_lowercase();
+                        let body = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length: "))
+                            .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                        if pending.len() < end + 4 + body {
+                            break;
+                        }
+                        pending.drain(..end + 4 + body);
+                        if conn.write_all(reply).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn only_a_202_counts_as_an_acknowledged_produce() {
+    let addr = always_200_server();
+    let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["bench", "-s", &format!("http://{addr}"), "orders"])
+        .args(["--count", "20", "--workers", "2", "--timeout", "5"])
+        .env_remove("NARAD_ADDR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("produce: 0 ok, 20 failed"), "{stderr}");
+}
