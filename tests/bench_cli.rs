@@ -62,11 +62,24 @@ fn await_committed(node: &Node, topic: &str, expected: u64) {
     }
 }
 
-/// Checks the two lines of a clean run and returns the result line.
+/// Checks the three lines of a clean run (the reference's two, then the
+/// figures) and returns the result line.
 fn check_clean_run(output: &Output, start_line: &str, ok_records: u64) -> String {
     let lines = stderr_lines(output);
     assert!(output.status.success(), "{:?}: {lines:#?}", output.status);
-    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    let figures = &lines[2];
+    assert!(figures.starts_with("produce figures: "), "{figures}");
+    for part in [
+        " msg/s, ",
+        " MB/s; latency p50=",
+        " p90=",
+        " p99.9=",
+        " max=",
+        "; errors: none",
+    ] {
+        assert!(figures.contains(part), "{part}: {figures}");
+    }
     assert_eq!(lines[0], start_line);
     let result = &lines[1];
     let prefix = format!("produce: {ok_records} ok, 0 failed in ");
@@ -306,7 +319,8 @@ fn a_ping_run_sends_healthz_and_takes_no_topic() {
     );
     let lines = stderr_lines(&output);
     assert!(output.status.success(), "{lines:#?}");
-    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(lines[2].starts_with("ping figures: "), "{lines:#?}");
     assert_eq!(lines[0], "pinging /healthz 3000 times with 8 workers...");
     assert!(
         lines[1].starts_with("ping: 3000 ok, 0 failed in ") && lines[1].contains(" req/s; "),
@@ -440,4 +454,5 @@ fn only_a_202_counts_as_an_acknowledged_produce() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("produce: 0 ok, 20 failed"), "{stderr}");
+    assert!(stderr.contains("errors: 200×20"), "{stderr}");
 }

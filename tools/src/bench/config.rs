@@ -509,6 +509,7 @@ pub(super) mod tests {
             partitions: None,
             json: None,
             report: None,
+            timeout: None,
         }
     }
 

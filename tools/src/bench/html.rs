@@ -536,6 +536,8 @@ mod tests {
             elapsed: Duration::from_secs(2),
             latencies_us: produce_us,
             target_rate: None,
+            errors: std::collections::BTreeMap::new(),
+            record_bytes: 100,
         };
         let consume = ConsumeSummary {
             tally,
@@ -631,6 +633,8 @@ mod tests {
             elapsed: Duration::from_millis(3),
             latencies_us,
             target_rate: None,
+            errors: std::collections::BTreeMap::new(),
+            record_bytes: 100,
         };
         let html = page(&Run {
             command: "narad bench t --count 1",
@@ -670,6 +674,8 @@ mod tests {
             elapsed: Duration::from_secs(2),
             latencies_us,
             target_rate: None,
+            errors: std::collections::BTreeMap::new(),
+            record_bytes: 100,
         };
         let series = live.take_series();
         let html = page(&Run {

@@ -145,10 +145,12 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
     };
     let mut lines = vec![start];
     if let Some(produce) = &outcome.produce {
-        lines.push(match settings.mode {
-            Mode::Ping => produce.human_line_named("ping", "req"),
-            _ => produce.human_line(),
-        });
+        let (name, unit) = match settings.mode {
+            Mode::Ping => ("ping", "req"),
+            _ => ("produce", "msg"),
+        };
+        lines.push(produce.human_line_named(name, unit));
+        lines.push(produce.figures_line(name, unit));
     }
     if let Some(consume) = &outcome.consume {
         lines.extend(consume.human_lines());
@@ -433,7 +435,12 @@ async fn run_pools(
     let produce = if s.mode.produces() {
         let stamper = (s.mode == Mode::Flow).then(|| stamper(s, run_tag, ledger.clone()));
         let plan = Rc::new(plan(s, live.clone(), stamper));
-        let summary = produce(&plan, producer_conns, s.rate).await?;
+        let record_bytes = if s.mode == Mode::Ping {
+            0
+        } else {
+            s.size_bytes
+        };
+        let summary = produce(&plan, producer_conns, s.rate, record_bytes).await?;
         if let Length::Records(count) = s.length {
             if !plan.schedule.is_abandoned() {
                 assert_eq!(summary.ok_records + summary.failed_records, count);
@@ -474,7 +481,12 @@ async fn run_pools(
 }
 
 /// Runs the producers to the end of the schedule and sums their tallies.
-async fn produce(plan: &Rc<Plan>, conns: Vec<Conn>, rate: Option<f64>) -> Result<Summary, String> {
+async fn produce(
+    plan: &Rc<Plan>,
+    conns: Vec<Conn>,
+    rate: Option<f64>,
+    record_bytes: usize,
+) -> Result<Summary, String> {
     let start = plan.schedule.start();
     let handles: Vec<_> = conns
         .into_iter()
@@ -486,11 +498,16 @@ async fn produce(plan: &Rc<Plan>, conns: Vec<Conn>, rate: Option<f64>) -> Result
         elapsed: Duration::ZERO,
         latencies_us: report::latency_histogram(),
         target_rate: rate,
+        errors: std::collections::BTreeMap::new(),
+        record_bytes,
     };
     for handle in handles {
         let tally: Tally = handle.await;
         summary.ok_records += tally.ok_records;
         summary.failed_records += tally.failed_records;
+        for (status, records) in tally.errors {
+            *summary.errors.entry(status).or_default() += records;
+        }
         summary.elapsed = summary
             .elapsed
             .max(tally.finished.saturating_duration_since(start));

@@ -47,6 +47,10 @@ pub struct Summary {
     pub latencies_us: Histogram<u64>,
     /// The requested rate of an open-loop run, in records per second.
     pub target_rate: Option<f64>,
+    /// Failed records by status ([`STATUS_TRANSPORT`] for no answer).
+    pub errors: BTreeMap<u16, u64>,
+    /// Payload bytes of one record (0 for pings).
+    pub record_bytes: usize,
 }
 
 impl Summary {
@@ -65,12 +69,8 @@ impl Summary {
         histogram_percentile(&self.latencies_us, p)
     }
 
-    /// `produce: <ok> ok, <fail> failed in <t> — <rate> msg/s; latency p50=… p95=… p99=…`
-    pub fn human_line(&self) -> String {
-        self.human_line_named("produce", "msg")
-    }
-
-    /// The same line for other requests than produces: `ping: … req/s; …`.
+    /// `produce: <ok> ok, <fail> failed in <t> — <rate> msg/s; latency p50=… p95=… p99=…`,
+    /// or the same for other requests than produces: `ping: … req/s; …`.
     pub fn human_line_named(&self, name: &str, unit: &str) -> String {
         let target = match self.target_rate {
             Some(rate) => format!(" (target {rate:.0})"),
@@ -89,14 +89,40 @@ impl Summary {
         )
     }
 
+    /// Accepted payload megabytes (10^6 bytes) per second.
+    pub fn megabytes_per_second(&self) -> f64 {
+        self.rate() * self.record_bytes as f64 / 1e6
+    }
+
+    /// The line after the reference's: rate, bandwidth, the whole latency
+    /// spread and the errors by status:
+    /// `produce figures: R msg/s, B MB/s; latency p50=… p90=… p99=… p99.9=… max=…; errors: none`
+    pub fn figures_line(&self, name: &str, unit: &str) -> String {
+        let pct = |p| go_duration(round_latency(self.percentile_us(p)));
+        format!(
+            "{name} figures: {:.0} {unit}/s, {:.1} MB/s; latency p50={} p90={} p99={} p99.9={} max={}; errors: {}",
+            self.rate(),
+            self.megabytes_per_second(),
+            pct(0.50),
+            pct(0.90),
+            pct(0.99),
+            pct(0.999),
+            go_duration(round_latency(self.latencies_us.max())),
+            errors_text(&self.errors),
+        )
+    }
+
     /// The produce fields of the `--json` line.
     fn json_value(&self) -> serde_json::Value {
         serde_json::json!({
             "ok": self.ok_records,
             "failed": self.failed_records,
+            "errors": errors_json(&self.errors),
             "seconds": self.elapsed.as_secs_f64(),
             "rate": self.rate(),
+            "mb_per_s": self.megabytes_per_second(),
             "p50_us": self.percentile_us(0.50),
+            "p90_us": self.percentile_us(0.90),
             "p95_us": self.percentile_us(0.95),
             "p99_us": self.percentile_us(0.99),
             "p999_us": self.percentile_us(0.999),
@@ -444,10 +470,16 @@ mod tests {
             elapsed: Duration::from_millis(2000),
             latencies_us,
             target_rate: None,
+            errors: BTreeMap::from([(503, 1)]),
+            record_bytes: 1_000_000,
         };
         assert_eq!(
-            summary.human_line(),
+            summary.human_line_named("produce", "msg"),
             "produce: 4 ok, 1 failed in 2s — 2 msg/s; latency p50=200µs p95=300µs p99=300µs"
+        );
+        assert_eq!(
+            summary.figures_line("produce", "msg"),
+            "produce figures: 2 msg/s, 2.0 MB/s; latency p50=200µs p90=300µs p99=300µs p99.9=300µs max=400µs; errors: 503×1"
         );
         let line = json_line("produce", "t", Some(&summary), None);
         let json: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -457,5 +489,8 @@ mod tests {
         assert_eq!(json["p50_us"], 200);
         assert_eq!(json["max_us"], 400);
         assert_eq!(json["rate"], 2.0);
+        assert_eq!(json["mb_per_s"], 2.0);
+        assert_eq!(json["p90_us"], 300);
+        assert_eq!(json["errors"]["503"], 1);
     }
 }

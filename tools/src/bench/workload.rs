@@ -257,6 +257,9 @@ pub struct Plan {
 pub struct Tally {
     pub ok_records: u64,
     pub failed_records: u64,
+    /// Failed records by the status that failed them (`STATUS_TRANSPORT` for
+    /// no answer).
+    pub errors: std::collections::BTreeMap<u16, u64>,
     pub latencies_us: Histogram<u64>,
     /// When its last response ended.
     pub finished: Instant,
@@ -268,6 +271,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
     let mut tally = Tally {
         ok_records: 0,
         failed_records: 0,
+        errors: std::collections::BTreeMap::new(),
         latencies_us: report::latency_histogram(),
         finished: Instant::now(),
     };
@@ -322,14 +326,19 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 tally.latencies_us.saturating_record(latency_us);
                 plan.live.produced(ticket.records, latency_us);
             }
-            Ok(_) => {
+            Ok(status) => {
                 tally.failed_records += ticket.records;
+                *tally.errors.entry(status).or_default() += ticket.records;
                 plan.live.failed(ticket.records);
             }
             Err(_) => {
                 // The server closed the connection or it broke: open a new one
                 // for the next request.
                 tally.failed_records += ticket.records;
+                *tally
+                    .errors
+                    .entry(super::consumer::STATUS_TRANSPORT)
+                    .or_default() += ticket.records;
                 plan.live.failed(ticket.records);
                 link.drop_conn();
             }
