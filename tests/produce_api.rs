@@ -690,3 +690,50 @@ fn a_compressed_batch_counts_what_it_decodes_to_in_the_batch_budget() {
     assert_eq!(squeezed.header("retry-after"), Some("1"));
     drop(holder);
 }
+
+/// Sends the head of a single produce to `topic`, then runs `meanwhile`, then
+/// the body; returns the answer.
+fn produce_with_a_pause(
+    node: &Node,
+    topic: &str,
+    body: &str,
+    meanwhile: impl FnOnce(),
+) -> Response {
+    let mut slow = Client::connect(node.addr).unwrap();
+    let head = format!(
+        "POST /v1/topics/{topic}/produce HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    slow.stream.write_all(head.as_bytes()).unwrap();
+    // The head is read and the handler waits for the body.
+    std::thread::sleep(Duration::from_millis(200));
+    meanwhile();
+    slow.stream.write_all(body.as_bytes()).unwrap();
+    slow.read_response(false).unwrap()
+}
+
+#[test]
+fn a_produce_whose_topic_changes_while_its_body_arrives_goes_to_the_topic_as_it_is_then() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create_topic(&mut client, "moving");
+    // Deleted while the body is on its way: 404, nothing accepted.
+    let gone = produce_with_a_pause(&node, "moving", "lost?", || {
+        let deleted = client
+            .request("DELETE", "/v1/topics/moving", &[], "")
+            .unwrap();
+        assert_eq!(deleted.status, 204);
+    });
+    assert_eq!(gone.status, 404, "{gone:?}");
+    // Deleted and created again: the record is the new topic's.
+    create_topic(&mut client, "moving");
+    let moved = produce_with_a_pause(&node, "moving", "kept", || {
+        let deleted = client
+            .request("DELETE", "/v1/topics/moving", &[], "")
+            .unwrap();
+        assert_eq!(deleted.status, 204);
+        create_topic(&mut client, "moving");
+    });
+    assert_eq!(moved.status, 202, "{moved:?}");
+    wait_for_total(&mut client, "moving", 3, 1, VISIBLE_WAIT_MAX);
+}

@@ -115,6 +115,18 @@ where
     if payload.is_empty() {
         return response::error(StatusCode::BAD_REQUEST, "empty message");
     }
+    // The topic may have been deleted, or deleted and created again, while the
+    // body was read: the record goes to the topic as it is now, not to an
+    // incarnation whose records the dispatcher would discard.
+    let snapshot = shard.meta.snapshot();
+    let Some(record) = snapshot.topics.get(topic) else {
+        return not_found(topic);
+    };
+    if let Some(p) = query.partition {
+        if let Err(message) = produce_input::check_partition(p, record.partitions) {
+            return response::error(StatusCode::BAD_REQUEST, &message);
+        }
+    }
     let key = query.key.as_deref();
     let partition = choose(shard, record, query.partition, key);
     let ingress = IngressRecord {
@@ -140,10 +152,9 @@ where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let snapshot = shard.meta.snapshot();
-    let Some(record) = snapshot.topics.get(topic) else {
+    if !shard.meta.snapshot().topics.contains_key(topic) {
         return not_found(topic);
-    };
+    }
     if let Err(message) = produce_input::batch_query_check(request.uri().query()) {
         return response::error(StatusCode::BAD_REQUEST, &message);
     }
@@ -174,6 +185,11 @@ where
     {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
+    };
+    // As for a single produce: the topic as it is once the body is in.
+    let snapshot = shard.meta.snapshot();
+    let Some(record) = snapshot.topics.get(topic) else {
+        return not_found(topic);
     };
     let records = match produce_input::decode_batch(&body, encoding.as_deref(), record.partitions) {
         Ok(records) => records,
