@@ -427,6 +427,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         waiters,
         persister,
         consume_turn: Cell::new(index),
+        node: api.node.clone(),
         traffic: crate::metrics::Traffic::default(),
         storage_metrics,
         acks: crate::consume::acks::AckLanes::new(shards),

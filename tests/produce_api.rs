@@ -737,3 +737,33 @@ fn a_produce_whose_topic_changes_while_its_body_arrives_goes_to_the_topic_as_it_
     assert_eq!(moved.status, 202, "{moved:?}");
     wait_for_total(&mut client, "moving", 3, 1, VISIBLE_WAIT_MAX);
 }
+
+#[test]
+fn a_nearly_full_disk_refuses_produces_with_503_and_keeps_serving_consumers() {
+    // The debug hook makes the data directory's disk look nearly full; the
+    // gauges (and the guard) are polled every 50 ms.
+    let node = Node::start(&[
+        ("NARAD_DEBUG_DISK_AVAILABLE_BYTES", "1000"),
+        ("NARAD_DEBUG_METRICS_POLL_MS", "50"),
+    ]);
+    let mut client = node.client();
+    create_topic(&mut client, "full");
+    let refused = wait_until(Duration::from_secs(10), "produces refused", || {
+        let response = produce(&mut client, "full", "", b"one more");
+        (response.status == 503).then_some(response)
+    });
+    assert_eq!(refused.header("retry-after"), Some("5"), "{refused:?}");
+    assert!(
+        error_of(&refused).contains("disk is nearly full"),
+        "{refused:?}"
+    );
+    let body = batch_doc(&[json!({"payload": "b"})]);
+    let batch = post_batch(&mut client, "full", "", &JSON, body);
+    assert_eq!(batch.status, 503, "{batch:?}");
+    // Reads and consumes go on.
+    let consume = client
+        .request("GET", "/v1/topics/full/consume?wait=0s", &[], "")
+        .unwrap();
+    assert_eq!(consume.status, 204, "{consume:?}");
+    assert_eq!(next_offsets(&mut client, "full"), vec![0, 0, 0]);
+}

@@ -64,6 +64,8 @@ pub struct Shard {
     pub persister: Rc<crate::consume::persist::Persister>,
     /// Turns the order in which a consume scans partitions and owners.
     pub consume_turn: Cell<usize>,
+    /// What every shard of the node shares: readiness, caps, the disk guard.
+    pub node: std::sync::Arc<crate::http::node::NodeState>,
     /// Per-partition traffic counters.
     pub traffic: crate::metrics::Traffic,
     /// The storage series of the partitions this shard owns (also the owner's

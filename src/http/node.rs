@@ -34,6 +34,37 @@ pub struct NodeState {
     /// Produces in flight per identity: `http.max_produce_in_flight_per_identity`
     /// (none: no cap).
     produces: Option<Arc<IdentityCap>>,
+    /// The data directory's file system is nearly full: produces are refused
+    /// (see [`DiskGuard`]).
+    disk_low: AtomicBool,
+}
+
+/// When the data directory's free space runs low, produces are answered 503
+/// instead of being staged: a WAL that runs out of space latches and refuses
+/// everything until the process restarts, while a refused produce is retried
+/// and the node takes records again by itself once space is freed (retention,
+/// dispatch catching up, an operator). Consumes, acks and retention go on.
+///
+/// The floor is [`DISK_FLOOR_BYTES`], room for a few WAL segments of every
+/// shard and the partition logs' next chunks; produces resume once the free
+/// space is half as much again above it, so the state does not flap.
+pub struct DiskGuard;
+
+/// The least free space produces are accepted with.
+pub const DISK_FLOOR_BYTES: u64 = 512 << 20;
+
+impl DiskGuard {
+    /// Whether produces should be refused, given the free bytes and whether
+    /// they are refused now.
+    pub fn low(available: u64, refusing: bool) -> bool {
+        let floor = DISK_FLOOR_BYTES;
+        let resume_at = floor + floor / 2;
+        if refusing {
+            available < resume_at
+        } else {
+            available < floor
+        }
+    }
 }
 
 /// Requests in flight per identity (the client IP while security is off),
@@ -97,7 +128,33 @@ impl NodeState {
             batch_bytes_max: u64::MAX,
             consumes: IdentityCap::new(u64::MAX),
             produces: None,
+            disk_low: AtomicBool::new(false),
         }
+    }
+
+    /// Whether produces are refused for want of disk (see [`DiskGuard`]).
+    pub fn disk_low(&self) -> bool {
+        self.disk_low.load(Ordering::Relaxed)
+    }
+
+    /// Records the data directory's free and total bytes; returns whether
+    /// produces are refused from now on, logging each change.
+    pub fn note_disk(&self, available: u64, total: u64) -> bool {
+        let was = self.disk_low();
+        let low = DiskGuard::low(available, was);
+        if low != was {
+            self.disk_low.store(low, Ordering::Relaxed);
+            if low {
+                tracing::error!(available, total, "the data directory's disk is nearly full: produces are refused (503) until space is freed");
+            } else {
+                tracing::info!(
+                    available,
+                    total,
+                    "the data directory's disk has room again: produces are accepted"
+                );
+            }
+        }
+        low
     }
 
     /// Sets `http.max_consume_in_flight_per_identity`.
@@ -250,6 +307,19 @@ impl Drop for IdentityPermit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn produces_stop_below_the_disk_floor_and_resume_half_as_much_again_above() {
+        let node = NodeState::new(8);
+        let floor = DISK_FLOOR_BYTES;
+        assert!(!node.note_disk(floor, 100 * floor));
+        assert!(node.note_disk(floor - 1, 100 * floor));
+        assert!(node.disk_low());
+        // Freed a little: still refused, so the state does not flap.
+        assert!(node.note_disk(floor + floor / 4, 100 * floor));
+        assert!(!node.note_disk(floor + floor / 2, 100 * floor));
+        assert!(!node.disk_low());
+    }
 
     #[test]
     fn consumes_are_capped_per_identity_and_returned() {

@@ -80,6 +80,20 @@ fn produce_cap_full() -> Response<Body> {
     )
 }
 
+/// 503 while the data directory's disk is nearly full (see
+/// [`DiskGuard`](super::node::DiskGuard)); the client retries later.
+fn disk_low() -> Response<Body> {
+    let mut response = response::error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the broker's disk is nearly full: produces are refused until space is freed",
+    );
+    response.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("5"),
+    );
+    response
+}
+
 pub async fn single<B>(api: &Api, shard: &Shard, topic: &str, request: Request<B>) -> Response<Body>
 where
     B: hyper::body::Body,
@@ -90,6 +104,9 @@ where
     let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);
     };
+    if api.node.disk_low() {
+        return disk_low();
+    }
     let query = match produce_input::parse_produce_query(request.uri().query()) {
         Ok(query) => query,
         Err(message) => return response::error(StatusCode::BAD_REQUEST, &message),
@@ -154,6 +171,9 @@ where
 {
     if !shard.meta.snapshot().topics.contains_key(topic) {
         return not_found(topic);
+    }
+    if api.node.disk_low() {
+        return disk_low();
     }
     if let Err(message) = produce_input::batch_query_check(request.uri().query()) {
         return response::error(StatusCode::BAD_REQUEST, &message);

@@ -179,7 +179,22 @@ pub fn disk_usage(dir: &std::path::Path) -> u64 {
 
 /// Bytes an unprivileged writer may still use on the file system holding `dir`
 /// (`statvfs`: available blocks times the fragment size); `None` if it fails.
-fn available_bytes(dir: &std::path::Path) -> Option<u64> {
+/// The bytes free to an unprivileged writer on the data directory's file system
+/// and its size. In a debug build, `NARAD_DEBUG_DISK_AVAILABLE_BYTES` stands in
+/// for the free bytes, for the tests of the disk guard.
+fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
+    let (available, total) = statvfs_bytes(dir)?;
+    #[cfg(debug_assertions)]
+    if let Some(fake) = std::env::var("NARAD_DEBUG_DISK_AVAILABLE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return Some((fake, total));
+    }
+    Some((available, total))
+}
+
+fn statvfs_bytes(dir: &std::path::Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -191,7 +206,10 @@ fn available_bytes(dir: &std::path::Path) -> Option<u64> {
         }
         stat.assume_init()
     };
-    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+    Some((
+        stat.f_bavail.saturating_mul(stat.f_frsize),
+        stat.f_blocks.saturating_mul(stat.f_frsize),
+    ))
 }
 
 /// One refresh of the shard's gauges; returns the partitions with unacked
@@ -216,8 +234,10 @@ pub fn poll_once(shard: &crate::broker::Shard) -> Vec<Behind> {
     // One shard speaks for the node's file system and its metadata (gauges sum
     // over shards).
     if shard.index == 0 {
-        if let Some(available) = available_bytes(&shard.data_dir) {
+        if let Some((available, total)) = disk_space(&shard.data_dir) {
             ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
+            let low = shard.node.note_disk(available, total);
+            ::metrics::gauge!("narad_data_dir_low").set(if low { 1.0 } else { 0.0 });
         }
         let meta = shard.meta.snapshot();
         let partitions: u64 = meta.topics.values().map(|t| u64::from(t.partitions)).sum();
