@@ -572,3 +572,35 @@ fn a_lost_frame_key_is_refused_not_replaced() {
         fresh.close().await;
     });
 }
+
+#[test]
+fn segments_behind_the_recovered_checkpoint_are_compacted_at_open() {
+    let disk = SimDisk::new(12, SimFaults::default());
+    run_local(None, async move {
+        // Checkpoint syncs wait long enough that the process dies first.
+        let config = WalConfig {
+            checkpoint_sync_delay: Duration::from_secs(30),
+            ..small_config(false)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config.clone())
+            .await
+            .unwrap();
+        let payload = vec![3u8; 4096];
+        while wal.segment_count() < 3 {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        // Everything dispatched; the checkpoint is written, not yet synced.
+        let stored = wal.durable_next();
+        wal.store_checkpoint(stored);
+        narad_io::rt::sleep(Duration::from_millis(50)).await;
+        assert_eq!(wal.segment_count(), 3, "nothing is compacted before a sync");
+        disk.restart_process();
+        drop(wal);
+        // The next life syncs the checkpoint it recovers, and compacts behind
+        // it at once, though no new checkpoint comes.
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        assert_eq!(wal.checkpoint(), stored);
+        wait_until(|| wal.segment_count() == 1).await;
+        wal.close().await;
+    });
+}

@@ -42,6 +42,11 @@ async fn signalled<S: Storage>(wal: &Wal<S>) {
 pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S::File>) {
     let delay = wal.inner.config.checkpoint_sync_delay;
     let mut sync_due: Option<Instant> = None;
+    // The recovered checkpoint was synced at open: segments wholly behind it go
+    // now, not when the checkpoint next moves, which on an idle node is never.
+    if let Err(e) = compact(&wal).await {
+        tracing::error!(error = %e, "ingress WAL: compaction failed");
+    }
     loop {
         let (wanted, written, synced, closing) = {
             let sh = wal.inner.shared.borrow();
