@@ -484,6 +484,11 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
                     .await;
                     shard.leftover_wals.borrow_mut().retain(|(i, _)| *i != old);
                     old_wal.close().await;
+                    // Every record it held is committed and the checkpoint
+                    // that says so is durable: its files only take disk now.
+                    if old_wal.synced_checkpoint() >= old_wal.durable_next() {
+                        crate::broker::layout::retire_drained_wal(&shard.data_dir, old);
+                    }
                 }));
             }
             Err(e) => failed = Some(format!("opening leftover {old_dir}: {e}")),

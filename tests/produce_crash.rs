@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Client, Node, Response};
+use common::{wait_until, Client, Node, Response, WAIT_MAX};
 use serde_json::Value;
 
 const TOPIC: &str = "crash";
@@ -260,6 +260,16 @@ fn sigkill_two_shards_restart_with_one_loses_no_acknowledged_record() {
         lines.last().unwrap().contains("ingress/shard-1"),
         "{lines:#?}"
     );
+    // Drained, the leftover WAL's directory goes: it only takes disk now.
+    let ingress = restarted.data.join("ingress");
+    wait_until(WAIT_MAX, "the drained WAL removed", || {
+        let names: Vec<String> = std::fs::read_dir(&ingress)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        (names == ["shard-0"]).then_some(())
+    });
     let leftover = lines
         .iter()
         .find(|l| l.contains("dispatcher started") && l.contains("ingress/shard-1"));

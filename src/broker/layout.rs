@@ -32,6 +32,25 @@ use crate::control::{MetaView, Published};
 /// topic was proposed.
 pub const DELETING_MARKER: &str = "DELETING";
 
+/// Takes away the directory of leftover WAL `index`, fully drained: renamed
+/// first (durably), so that a start never finds half of it under its WAL name,
+/// then removed in the background.
+pub fn retire_drained_wal(data_dir: &Path, index: usize) {
+    let ingress = data_dir.join("ingress");
+    let from = ingress.join(format!("shard-{index}"));
+    let to = ingress.join(format!("{DRAINED_PREFIX}shard-{index}"));
+    let renamed = std::fs::rename(&from, &to).and_then(|()| sync_dir(&ingress));
+    match renamed {
+        Ok(()) => {
+            tracing::info!(dir = %from.display(), "drained leftover ingress WAL removed");
+            remove_in_background(to);
+        }
+        Err(e) => {
+            tracing::warn!(dir = %from.display(), error = %e, "cannot retire a drained ingress WAL; it is drained again at the next start");
+        }
+    }
+}
+
 /// Makes durable, before a delete of `topic` is proposed, the marker that lets
 /// a start finish the removal of its data if the node stops before it is set aside.
 pub fn mark_deleting(data_dir: &Path, topic: &str, id: IncarnationId) -> std::io::Result<()> {
@@ -81,7 +100,8 @@ pub fn set_aside(data_dir: &Path, topic: &str, id: IncarnationId) -> std::io::Re
     Ok(())
 }
 
-/// Queues `dir` for the one `remove-topic` thread, started on first use. If the
+/// Queues `dir` (a deleted topic's data, a drained WAL) for the one
+/// `remove-topic` thread, started on first use. If the
 /// thread cannot start, the directory stays for the next start to remove.
 fn remove_in_background(dir: PathBuf) {
     static REMOVER: OnceLock<Option<Mutex<Sender<PathBuf>>>> = OnceLock::new();
@@ -92,7 +112,7 @@ fn remove_in_background(dir: PathBuf) {
             .spawn(move || {
                 for dir in receive {
                     if let Err(e) = std::fs::remove_dir_all(&dir) {
-                        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a deleted topic's data; the next start tries again");
+                        tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a directory set aside for removal; the next start tries again");
                     }
                 }
             });
@@ -113,14 +133,30 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// What a drained leftover WAL's directory is renamed to before its removal.
+const DRAINED_PREFIX: &str = "drained-";
+
 /// Indexes of `ingress/shard-<i>` directories with `i >= shards`: WALs of shards
-/// that no longer exist, which must be drained like any other.
+/// that no longer exist, which must be drained like any other. Removes the
+/// directories of drained WALs whose removal a stop interrupted.
 pub fn leftover_wals(data_dir: &Path, shards: usize) -> Vec<usize> {
     let Ok(entries) = std::fs::read_dir(data_dir.join("ingress")) else {
         return Vec::new();
     };
+    let entries: Vec<std::fs::DirEntry> = entries.flatten().collect();
+    for entry in &entries {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(DRAINED_PREFIX)
+        {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(dir = %entry.path().display(), error = %e, "cannot remove a drained ingress WAL");
+            }
+        }
+    }
     let mut found: Vec<usize> = entries
-        .flatten()
+        .iter()
         .filter_map(|e| {
             e.file_name()
                 .to_str()?
