@@ -465,7 +465,13 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     let mut failed = None;
     for old in leftovers {
         let old_dir = format!("ingress/shard-{old}");
-        match Wal::open(storage.clone(), &old_dir, wal_config.clone()).await {
+        // A leftover is only read and drained, never appended to: no segment
+        // is prepared for it.
+        let drain_config = WalConfig {
+            prealloc: false,
+            ..wal_config.clone()
+        };
+        match Wal::open(storage.clone(), &old_dir, drain_config).await {
             Ok(old_wal) => {
                 let env = env.clone();
                 let shard = shard.clone();
