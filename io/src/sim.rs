@@ -238,6 +238,11 @@ impl SimDisk {
         inner.flip_at = Some((inode, pos, bit % 8, BLOCK_BYTES));
     }
 
+    /// The bytes all files occupy now (what [`SimDisk::set_capacity`] limits).
+    pub fn allocated_bytes(&self) -> u64 {
+        SimDisk::used_bytes(&self.inner.borrow())
+    }
+
     /// Limits the bytes all files may occupy; writes past it fail with `ENOSPC`.
     pub fn set_capacity(&self, capacity_bytes: Option<u64>) {
         self.inner.borrow_mut().capacity_bytes = capacity_bytes;

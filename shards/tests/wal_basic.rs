@@ -604,3 +604,44 @@ fn segments_behind_the_recovered_checkpoint_are_compacted_at_open() {
         wal.close().await;
     });
 }
+
+#[test]
+fn a_preparation_that_fails_on_a_full_disk_pauses_and_leaves_no_partial_file() {
+    let disk = SimDisk::new(13, SimFaults::default());
+    run_local(None, async move {
+        // No spares: every preparation zero-fills a new file.
+        let config = WalConfig {
+            spare_segments_max: 0,
+            ..small_config(true)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        // Room for the active segment to fill (it may not be preallocated), and
+        // not for another: the preparation after the next roll fails.
+        disk.set_capacity(Some(disk.allocated_bytes() + (64 << 10) + 8192));
+        let payload = vec![5u8; 1024];
+        let rolls = wal.stats().rolls;
+        while wal.stats().rolls == rolls {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        wait_until(|| wal.stats().preparations_failed == 1).await;
+        // Checkpoint syncs keep asking for a preparation (the checkpoint stays
+        // inside the first segment, so nothing is compacted and no space is
+        // freed); none starts while the pause lasts.
+        for seq in 1..=20 {
+            wal.store_checkpoint(Seq(seq));
+            wait_until(|| wal.synced_checkpoint() == Seq(seq)).await;
+        }
+        assert_eq!(wal.stats().preparations_failed, 1, "{:?}", wal.stats());
+        assert!(!disk_names_contain(&disk, "next-segment.tmp"));
+        disk.set_capacity(None);
+        wal.close().await;
+    });
+}
+
+fn disk_names_contain(disk: &SimDisk, name: &str) -> bool {
+    futures_lite::future::block_on(disk.list("wal"))
+        .unwrap()
+        .iter()
+        .any(|n| n == name)
+}

@@ -164,6 +164,8 @@ pub struct WalStats {
     pub prepared_rolls: u64,
     /// Checkpoint `fdatasync`s.
     pub checkpoint_syncs: u64,
+    /// Segment preparations that failed (each is followed by a pause).
+    pub preparations_failed: u64,
 }
 
 /// A batch of staged frames, as the flush loop takes it.
@@ -225,6 +227,8 @@ struct Shared {
     spares: Vec<String>,
     prep_ready: bool,
     prep_running: bool,
+    /// No preparation starts before this instant (after one failed).
+    prep_retry_at: Option<std::time::Instant>,
     checkpoint_wanted: Seq,
     checkpoint_written: Seq,
     checkpoint_synced: Seq,
@@ -364,6 +368,7 @@ impl<S: Storage> Wal<S> {
             spares,
             prep_ready,
             prep_running: false,
+            prep_retry_at: None,
             checkpoint_wanted: checkpoint,
             checkpoint_written: checkpoint,
             checkpoint_synced: checkpoint,

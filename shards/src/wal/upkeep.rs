@@ -21,10 +21,15 @@ use super::checkpoint::CheckpointFile;
 use super::segment::{segment_name, PREP_FILE, SPARE_PREFIX};
 use super::Wal;
 
+/// Where a zero-filled segment is made before it is renamed `PREP_FILE`.
+const PREP_TMP_FILE: &str = "next-segment.tmp";
 /// Zero-filling writes this many bytes per device write.
 const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
 /// Pause after a failed checkpoint store or sync before trying again.
 const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
+/// Pause after a failed segment preparation: on a full disk, each attempt would
+/// write up to a segment of zeros again, competing with the appends' syncs.
+const PREP_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn signalled<S: Storage>(wal: &Wal<S>) {
     poll_fn(|cx| {
@@ -161,17 +166,32 @@ pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
         if sh.prep_ready || sh.prep_running || sh.closing || sh.latched.is_some() {
             return;
         }
+        // The pause holds zero-filling back; a spare is renamed into place,
+        // which takes no space.
+        if sh.spares.is_empty() && sh.prep_retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
         sh.prep_running = true;
     }
     let wal = wal.clone();
     narad_io::rt::spawn_local(async move {
         let result = prepare(&wal).await;
+        if result.is_err() {
+            // A partial file only holds space a full disk lacks.
+            let tmp = join(&wal.inner.dir, PREP_TMP_FILE);
+            let _ = wal.inner.storage.remove(&tmp).await;
+        }
         let mut sh = wal.inner.shared.borrow_mut();
         sh.prep_running = false;
         match result {
-            Ok(()) => sh.prep_ready = true,
+            Ok(()) => {
+                sh.prep_ready = true;
+                sh.prep_retry_at = None;
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "ingress WAL: segment preparation failed; rolls create empty segments")
+                sh.prep_retry_at = Some(Instant::now() + PREP_RETRY_DELAY);
+                sh.stats.preparations_failed += 1;
+                tracing::warn!(error = %e, retry_in = ?PREP_RETRY_DELAY, "ingress WAL: segment preparation failed; rolls create empty segments")
             }
         }
     });
@@ -187,7 +207,7 @@ async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
     if let Some(spare) = spare {
         return inner.storage.rename(&spare, &prep).await;
     }
-    let tmp = join(&inner.dir, "next-segment.tmp");
+    let tmp = join(&inner.dir, PREP_TMP_FILE);
     let file = inner.storage.open(&tmp, OpenMode::CreateOrOpen).await?;
     let zeros = vec![0u8; ZERO_FILL_CHUNK_BYTES];
     let size = narad_io::align_up(inner.config.segment_bytes_max);
