@@ -378,7 +378,7 @@ fn a_server_that_never_answers_cannot_hang_a_run() {
     let started = std::time::Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
         .args(["bench", "-s", &format!("http://{addr}"), "orders"])
-        .args(["--duration", "1", "--workers", "2", "--timeout", "1"])
+        .args(["--duration", "1", "--workers", "2", "--timeout", "2"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -585,3 +585,36 @@ fn an_unreadable_oldest_segment_is_judged_by_the_records_after_it() {
         log.close().await.unwrap();
     });
 }
+
+#[test]
+fn a_gap_after_a_roll_takes_the_last_commit_time_for_retention() {
+    block_on(async {
+        let disk = SimDisk::new(43, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 3, 1_000).await;
+        assert!(log.maybe_roll(2_000).await.unwrap());
+        // The active segment is empty: the gap is a segment of no record.
+        assert!(log.advance_to(Offset(10)).await.unwrap());
+        commit(&mut log, 1, 3_000).await;
+        log.close().await.unwrap();
+        // The oldest segment cannot be read: the gap after it bounds its
+        // records by the last commit before the gap, not by "never".
+        disk.set_unreadable(&format!("{DIR}/{:020}.index", 0), true);
+        disk.set_unreadable(&segment_path(0), true);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_eq!(
+            log.enforce_retention(5_999).await.unwrap().segments_deleted,
+            0
+        );
+        assert_eq!(
+            log.enforce_retention(6_000).await.unwrap().segments_deleted,
+            2
+        );
+        assert_eq!(log.oldest_offset(), Offset(10));
+        log.close().await.unwrap();
+    });
+}

@@ -45,19 +45,21 @@ pub struct NodeState {
 /// and the node takes records again by itself once space is freed (retention,
 /// dispatch catching up, an operator). Consumes, acks and retention go on.
 ///
-/// The floor is [`DISK_FLOOR_BYTES`], room for a few WAL segments of every
-/// shard and the partition logs' next chunks; produces resume once the free
-/// space is half as much again above it, so the state does not flap.
+/// The floor is [`DISK_FLOOR_BYTES`] (room for a few WAL segments of every
+/// shard and the partition logs' next chunks), or a tenth of a file system too
+/// small for that to make sense; produces resume once the free space is half as
+/// much again above it, so the state does not flap.
 pub struct DiskGuard;
 
-/// The least free space produces are accepted with.
+/// The least free space produces are accepted with, on a file system of 5 GiB
+/// or more.
 pub const DISK_FLOOR_BYTES: u64 = 512 << 20;
 
 impl DiskGuard {
-    /// Whether produces should be refused, given the free bytes and whether
-    /// they are refused now.
-    pub fn low(available: u64, refusing: bool) -> bool {
-        let floor = DISK_FLOOR_BYTES;
+    /// Whether produces should be refused, given the free and total bytes and
+    /// whether they are refused now.
+    pub fn low(available: u64, total: u64, refusing: bool) -> bool {
+        let floor = DISK_FLOOR_BYTES.min(total / 10);
         let resume_at = floor + floor / 2;
         if refusing {
             available < resume_at
@@ -141,7 +143,7 @@ impl NodeState {
     /// produces are refused from now on, logging each change.
     pub fn note_disk(&self, available: u64, total: u64) -> bool {
         let was = self.disk_low();
-        let low = DiskGuard::low(available, was);
+        let low = DiskGuard::low(available, total, was);
         if low != was {
             self.disk_low.store(low, Ordering::Relaxed);
             if low {
@@ -312,6 +314,9 @@ mod tests {
     fn produces_stop_below_the_disk_floor_and_resume_half_as_much_again_above() {
         let node = NodeState::new(8);
         let floor = DISK_FLOOR_BYTES;
+        // A small file system keeps a tenth free instead.
+        assert!(!NodeState::new(8).note_disk(150 << 20, 1 << 30));
+        assert!(NodeState::new(8).note_disk(90 << 20, 1 << 30));
         assert!(!node.note_disk(floor, 100 * floor));
         assert!(node.note_disk(floor - 1, 100 * floor));
         assert!(node.disk_low());

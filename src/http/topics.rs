@@ -246,7 +246,19 @@ pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
                     }
                     tracing::info!(topic, id = %record.id, "topic deleted");
                 }
-                _ => layout::unmark_deleting(&shard.data_dir, &topic, current.id),
+                // The marker goes only while the topic is still this
+                // incarnation: a delete that lost to another one (a retry)
+                // must not take away the winner's marker.
+                _ if shard
+                    .meta
+                    .snapshot()
+                    .topics
+                    .get(&topic)
+                    .is_some_and(|t| t.id == current.id) =>
+                {
+                    layout::unmark_deleting(&shard.data_dir, &topic, current.id)
+                }
+                _ => {}
             }
             applied
         })

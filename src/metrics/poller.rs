@@ -57,7 +57,11 @@ async fn set_oldest_unconsumed_ages(
     known: &mut FrontierTimes,
 ) {
     use narad_shards::log::ReadItem;
-    known.retain(|key, _| behind.iter().any(|b| (b.incarnation, b.partition) == *key));
+    let lagging: std::collections::HashSet<(IncarnationId, PartitionId)> = behind
+        .iter()
+        .map(|b| (b.incarnation, b.partition))
+        .collect();
+    known.retain(|key, _| lagging.contains(key));
     for b in behind {
         if shard.stopping.get() {
             return;

@@ -441,8 +441,13 @@ impl<S: Storage> PartitionLog<S> {
             return Err(LogError::SyncFailed(e));
         }
         // Sealed, the segment spans up to the next one, a gap included; put
-        // back below if the next segment cannot be made.
+        // back below if the next segment cannot be made. A segment of no
+        // record takes the log's last commit time, so that nothing reads it as
+        // decades old.
         self.active.index.end = next_base;
+        if data_bytes == 0 {
+            self.active.index.note_commit_ms(self.last_commit_ms);
+        }
         if let Err(e) = persist_index(&self.storage, &self.dir, &self.active.index).await {
             // The index is rebuilt from the segment when missing; sealing goes on.
             tracing::warn!(dir = %self.dir, error = %e, "partition log could not write a segment index");
@@ -597,10 +602,13 @@ impl<S: Storage> PartitionLog<S> {
     /// newest of the next sealed segment, else the first of the active one;
     /// `None` when neither can be read or the active segment has no record.
     async fn newest_bound_after_first(&mut self) -> Option<u64> {
-        if self.sealed.len() > 1 {
-            return self.sealed_index(1).await.ok().map(|i| i.max_commit_ms);
-        }
-        self.active.first_commit_ms
+        let bound = if self.sealed.len() > 1 {
+            self.sealed_index(1).await.ok().map(|i| i.max_commit_ms)
+        } else {
+            self.active.first_commit_ms
+        };
+        // A segment of no record knows no time: no bound.
+        bound.filter(|&ms| ms > 0)
     }
 
     /// The index of sealed segment `i`, loaded from its file or rebuilt by a scan.

@@ -143,6 +143,10 @@ pub async fn run<S: Storage>(owner: Rc<Owner<S>>, config: ReaperConfig, owned: O
         "reaper intervals are positive"
     );
     let mut walk = ColdWalk::default();
+    // The series exist from the start, so a loop that never succeeds shows as
+    // stale rather than missing (the node reads the shard furthest behind).
+    note_success("retention");
+    note_success("cold_retention");
     let mut next_check = Instant::now() + config.check_interval;
     // After a start every log is closed: the first walk comes with the first
     // check rather than a whole walk interval later.
@@ -177,8 +181,8 @@ pub async fn run<S: Storage>(owner: Rc<Owner<S>>, config: ReaperConfig, owned: O
 }
 
 /// Sets `narad_poller_last_success_timestamp_seconds{loop}`: the Unix time of
-/// the loop's last pass without a failure (the node reads the shard furthest
-/// behind).
+/// the loop's last pass without a failure, or of its start (the node reads the
+/// shard furthest behind).
 pub fn note_success(loop_name: &'static str) {
     metrics::gauge!("narad_poller_last_success_timestamp_seconds", "loop" => loop_name)
         .set(narad_io::rt::unix_ms() as f64 / 1000.0);

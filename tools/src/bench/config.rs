@@ -219,8 +219,10 @@ impl Settings {
     pub fn resolve(config: &Config) -> Result<Settings, String> {
         let mut server = Server::parse(&config.server)?;
         if let Some(timeout) = config.timeout {
-            if timeout.is_zero() {
-                return Err("--timeout must be at least 1 second".into());
+            // A consume long-polls for a second: a deadline as short would
+            // end idle polls as failures.
+            if timeout < Duration::from_secs(2) {
+                return Err("--timeout must be at least 2 seconds".into());
             }
             server.timeout = timeout;
         }

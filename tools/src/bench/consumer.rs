@@ -254,7 +254,7 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
         // An ack that got no answer is sent again on a fresh connection (as
         // the reference client does, up to five times): given up, its records
         // would stay leased for the visibility timeout, past the drain.
-        let mut acked = ack(&plan, open, &mut reply, &mut pending, &mut tally).await;
+        let mut acked = ack(&plan, open, &mut reply, &mut pending, &mut tally, false).await;
         for _ in 1..ACK_ATTEMPTS {
             if acked.is_ok() || plan.stop.get() {
                 break;
@@ -263,7 +263,7 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
             let Opened::Ready(fresh) = link.get(&plan.server).await else {
                 continue;
             };
-            acked = ack(&plan, fresh, &mut reply, &mut pending, &mut tally).await;
+            acked = ack(&plan, fresh, &mut reply, &mut pending, &mut tally, true).await;
         }
         if acked.is_err() {
             link.drop_conn();
@@ -384,12 +384,17 @@ fn record_e2e(
 
 /// Acks the messages of `pending`; counts those acknowledged. An error means
 /// the connection broke.
+/// Acks the records of `pending`. A `retry` follows an attempt that got no
+/// answer, which the broker may have applied: a handle it calls settled (410)
+/// then was acked by that attempt. (A lease cannot have lapsed meanwhile: the
+/// retries take far less than a visibility timeout.)
 async fn ack(
     plan: &ConsumePlan,
     conn: &mut Conn,
     reply: &mut Vec<u8>,
     pending: &mut Pending,
     tally: &mut ConsumeTally,
+    retry: bool,
 ) -> Result<(), ()> {
     let request = if plan.max == 1 {
         assert_eq!(pending.ids.len(), 1);
@@ -420,6 +425,7 @@ async fn ack(
     };
     match (plan.max, status) {
         (1, 204) => acked(pending.ids[0], tally),
+        (1, 410) if retry => acked(pending.ids[0], tally),
         (1, other) => count(&plan.live, &mut tally.ack_errors, other),
         (_, 200) => {
             let results: AckResults = match serde_json::from_slice(reply) {
@@ -436,6 +442,7 @@ async fn ack(
             for (result, &id) in results.results.iter().zip(&pending.ids) {
                 match result.status {
                     204 => acked(id, tally),
+                    410 if retry => acked(id, tally),
                     other => count(&plan.live, &mut tally.ack_errors, other),
                 }
             }
