@@ -452,6 +452,10 @@ fn refuse_flags_of_other_modes(config: &Config, mode: Mode) -> Result<(), String
             if config.rate.is_some() {
                 return refuse("--rate", "--mode produce or flow");
             }
+            // Consumers take whatever the topic holds: there is nothing to size.
+            if config.size_bytes.is_some() {
+                return refuse("--size", "--mode produce or flow");
+            }
             if config.verify {
                 return refuse("--verify", "--mode flow");
             }
@@ -604,13 +608,20 @@ pub(super) mod tests {
     #[test]
     fn conflicts_and_ranges_are_refused_with_the_flag_named() {
         type Change = fn(&mut Config);
-        let cases: [(Change, &str); 12] = [
+        let cases: [(Change, &str); 13] = [
             (
                 |c| {
                     c.consume = true;
                     c.consume_max = Some(101)
                 },
                 "--max must be 1 to 100",
+            ),
+            (
+                |c| {
+                    c.mode = Some(Mode::Consume);
+                    c.size_bytes = Some(256)
+                },
+                "--size applies to --mode produce or flow",
             ),
             (
                 |c| {

@@ -118,9 +118,9 @@ impl Stamper {
         }
     }
 
-    /// Claims ids for `records` records and builds their body in `buf`.
-    /// Returns the body and the first id.
-    fn body(&self, buf: &mut BytesMut, records: u64) -> (Bytes, u64) {
+    /// Claims ids for `records` records and builds their body in `buf`, stamped
+    /// as sent at `sent_unix_ns`. Returns the body and the first id.
+    fn body(&self, buf: &mut BytesMut, records: u64, sent_unix_ns: u64) -> (Bytes, u64) {
         let template = match &self.tail {
             Some(tail) if records < self.offsets.len() as u64 => tail,
             _ => &self.full,
@@ -131,7 +131,6 @@ impl Stamper {
         // this reuses its allocation.
         buf.reserve(template.len());
         buf.extend_from_slice(template);
-        let sent_unix_ns = stamp::unix_ns();
         for (i, &at) in self.offsets[..records as usize].iter().enumerate() {
             let stamp = Stamp {
                 run: self.run,
@@ -299,7 +298,16 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
         let (body, first_id) = match (&plan.stamper, &plan.tail_body) {
             (Some(stamper), _) => {
                 let first;
-                (stamped, first) = stamper.body(&mut buf, ticket.records);
+                // In an open loop a record counts as sent when it was due, so
+                // that its end-to-end latency includes the wait for a free
+                // connection, as its produce latency does.
+                let now_unix_ns = stamp::unix_ns();
+                let late_ns = ticket.due.map_or(0, |due| {
+                    u64::try_from(Instant::now().saturating_duration_since(due).as_nanos())
+                        .unwrap_or(u64::MAX)
+                });
+                let sent_unix_ns = now_unix_ns.saturating_sub(late_ns);
+                (stamped, first) = stamper.body(&mut buf, ticket.records, sent_unix_ns);
                 (&stamped[..], Some(first))
             }
             (None, Some(tail)) if ticket.records < plan.schedule.batch_records() => {
@@ -384,7 +392,7 @@ mod tests {
         let stamper = Stamper::new(7, &payload, Some((5, Some(2))), ledger.clone());
         let mut buf = BytesMut::new();
         for (records, first) in [(5, 0), (2, 5)] {
-            let (body, got) = stamper.body(&mut buf, records);
+            let (body, got) = stamper.body(&mut buf, records, 1_700_000_000_000_000_000);
             assert_eq!(got, first);
             let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
             let messages = value["messages"].as_array().unwrap();
@@ -394,6 +402,7 @@ mod tests {
                 match stamp::read_payload(text) {
                     stamp::Reading::Stamped { stamp, len } => {
                         assert_eq!((stamp.run, stamp.id, len), (7, first + i as u64, 80));
+                        assert_eq!(stamp.sent_unix_ns, 1_700_000_000_000_000_000);
                         assert!(stamp.sent_unix_ns > 0);
                     }
                     other => panic!("{other:?}"),
@@ -401,7 +410,7 @@ mod tests {
             }
         }
         let single = Stamper::new(9, &payload, None, ledger);
-        let (body, first) = single.body(&mut buf, 1);
+        let (body, first) = single.body(&mut buf, 1, 1_700_000_000_000_000_000);
         assert_eq!(first, 7);
         assert!(matches!(
             stamp::read_payload(&body),
