@@ -21,12 +21,32 @@ pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5)
 pub async fn run_poller(shard: Rc<crate::broker::Shard>, every: std::time::Duration) {
     if shard.index == 0 {
         start_data_dir_walker(shard.data_dir.clone(), every, shard.meta.published());
+        narad_io::rt::spawn_local(watch_disk(shard.clone(), every.min(DISK_CHECK_EVERY)));
     }
     let mut known = FrontierTimes::new();
     while !shard.stopping.get() {
         let behind = poll_once(&shard);
         set_oldest_unconsumed_ages(&shard, behind, &mut known).await;
         narad_shards::produce::reaper::note_success("gauges");
+        narad_io::rt::sleep(every).await;
+    }
+}
+
+/// How often shard 0 checks the data directory's free space (one `statvfs`):
+/// often enough that a fast writer cannot fill the margin the disk guard keeps
+/// between two checks.
+const DISK_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Sets `narad_data_dir_available_bytes` and the disk guard
+/// ([`DiskGuard`](crate::http::node::DiskGuard)) every `every`, until the node
+/// stops.
+async fn watch_disk(shard: Rc<crate::broker::Shard>, every: std::time::Duration) {
+    while !shard.stopping.get() {
+        if let Some((available, total)) = disk_space(&shard.data_dir) {
+            ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
+            let low = shard.node.note_disk(available, total);
+            ::metrics::gauge!("narad_data_dir_low").set(if low { 1.0 } else { 0.0 });
+        }
         narad_io::rt::sleep(every).await;
     }
 }
@@ -238,11 +258,6 @@ pub fn poll_once(shard: &crate::broker::Shard) -> Vec<Behind> {
     // One shard speaks for the node's file system and its metadata (gauges sum
     // over shards).
     if shard.index == 0 {
-        if let Some((available, total)) = disk_space(&shard.data_dir) {
-            ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
-            let low = shard.node.note_disk(available, total);
-            ::metrics::gauge!("narad_data_dir_low").set(if low { 1.0 } else { 0.0 });
-        }
         let meta = shard.meta.snapshot();
         let partitions: u64 = meta.topics.values().map(|t| u64::from(t.partitions)).sum();
         ::metrics::gauge!("narad_topics_total").set(meta.topics.len() as f64);
