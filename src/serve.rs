@@ -69,15 +69,24 @@ const MESH_CHANNEL_CAPACITY: usize = 1_024;
 /// The reference's internal `storage.retention_check_interval_ms`.
 const RETENTION_CHECK_INTERVAL_MS: u64 = 60_000;
 
-/// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
-/// process may run on.
 /// Descriptors the broker wants beyond its connections: segment files of open
 /// partition logs, WAL segments, the metadata log, the runtime's rings and
 /// eventfds.
 const OPEN_FILES_MARGIN: u64 = 1024;
 
+/// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
+/// process may run on.
 pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let booting = std::time::Instant::now();
+    // A value that is not text would read as unset below: refuse it instead.
+    if let Some((name, _)) = std::env::vars_os().find(|(name, value)| {
+        name.to_str().is_some_and(|n| n.starts_with("NARAD_")) && value.to_str().is_none()
+    }) {
+        return Err(format!(
+            "{} holds bytes that are not UTF-8 text",
+            name.to_string_lossy()
+        ));
+    }
     let config = Config::load(&flags, &|name| std::env::var(name).ok())?;
     crate::cli::init_logging(&config.log);
     if config.security.enabled {

@@ -154,3 +154,35 @@ fn serve_raises_its_open_files_limit_and_warns_when_the_hard_limit_is_low() {
         "no warning about the open-files limit: {lines:#?}"
     );
 }
+
+#[test]
+fn serve_refuses_an_environment_value_that_is_not_text() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut child = narad(&["serve", "--dev", "--port", "0"], dir.path())
+        .env(
+            "NARAD_HTTP_MAX_CONNECTIONS",
+            std::ffi::OsStr::from_bytes(b"12\xff"),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A node that took the value for unset would serve: bounded wait.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the node started with a value that is not text");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(!output.status.success());
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        message.contains("NARAD_HTTP_MAX_CONNECTIONS holds bytes that are not UTF-8"),
+        "{message}"
+    );
+}
