@@ -456,3 +456,49 @@ fn only_a_202_counts_as_an_acknowledged_produce() {
     assert!(stderr.contains("produce: 0 ok, 20 failed"), "{stderr}");
     assert!(stderr.contains("errors: 200×20"), "{stderr}");
 }
+
+#[test]
+fn an_interrupted_run_reports_and_deletes_its_fresh_topic() {
+    let node = Node::start(&[]);
+    // No topic: a flow on a fresh one, which the run must delete however it ends.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["bench", "-s", &format!("http://{}", node.addr)])
+        .args(["--duration", "60", "--workers", "4"])
+        .env_remove("NARAD_ADDR")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut client = node.client();
+    let listed = |client: &mut common::Client| {
+        let response = client.request("GET", "/v1/topics", &[], "").unwrap();
+        common::json_of(&response)["topics"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    common::wait_until(WAIT_MAX, "the fresh topic created", || {
+        (listed(&mut client) == 1).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: sends SIGINT to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the run did not end after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("produce: "), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert_eq!(listed(&mut client), 0, "the fresh topic is gone: {stderr}");
+}

@@ -123,9 +123,38 @@ struct Outcome {
     series: Series,
 }
 
+/// Set by the first SIGINT: the run ends as if its time were up (producers stop,
+/// consumers stop draining), prints what it measured and deletes its fresh topic.
+/// A second SIGINT ends the process at once.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the user interrupted the run.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: `signal` is async-signal-safe; the next SIGINT gets the default
+    // action, which ends the process.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+}
+
+fn catch_sigint() {
+    // SAFETY: installs a handler that only stores to an atomic and resets the
+    // disposition, both async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        )
+    };
+}
+
 /// Runs the benchmark, printing progress and results.
 pub fn run(config: &Config) -> Result<(), BenchError> {
     let settings = Settings::resolve(config).map_err(BenchError::Usage)?;
+    catch_sigint();
     let report_file = open_report(&settings).map_err(BenchError::Usage)?;
     let start = start_line(&settings);
     say_err(&start);
@@ -242,6 +271,9 @@ fn command_line() -> String {
 /// Whether the run succeeded: every produce accepted, no server error, every
 /// payload intact and, with `--verify`, every acknowledged record consumed.
 fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
+    if interrupted() {
+        return Err("interrupted; the figures above cover the run until then".into());
+    }
     if outcome.abandoned {
         return Err("the server stopped accepting connections; the run ended early".into());
     }
@@ -537,6 +569,7 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
         let now = Instant::now();
         let idle = now.saturating_duration_since(plan.last_progress.get().max(from));
         let done = plan.stop.get()
+            || interrupted()
             || idle >= DRAIN_IDLE
             || match s.mode {
                 Mode::Flow => {

@@ -187,7 +187,7 @@ impl Schedule {
 
     /// The next request, or `None` once the run is over.
     pub fn claim(&self, now: Instant) -> Option<Ticket> {
-        if self.abandoned.get() {
+        if self.abandoned.get() || super::interrupted() {
             return None;
         }
         let index = self.issued.get();
