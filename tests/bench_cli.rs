@@ -353,6 +353,27 @@ fn a_ping_run_sends_healthz_and_takes_no_topic() {
     }
 }
 
+/// Waits for `child` to exit within `within` of `started`; kills it and fails,
+/// saying it still `does`, past that.
+fn exit_within(
+    child: &mut std::process::Child,
+    started: Instant,
+    within: Duration,
+    does: &str,
+) -> std::process::ExitStatus {
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the run still {does} after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A server that accepts connections and reads what comes, and never answers.
 fn silent_server() -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -383,17 +404,12 @@ fn a_server_that_never_answers_cannot_hang_a_run() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the run still waits for an answer after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = exit_within(
+        &mut child,
+        started,
+        Duration::from_secs(30),
+        "waits for an answer",
+    );
     assert!(!status.success(), "a run with no answer cannot succeed");
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -484,17 +500,12 @@ fn an_interrupted_run_reports_and_deletes_its_fresh_topic() {
     // SAFETY: sends SIGINT to the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the run did not end after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = exit_within(
+        &mut child,
+        started,
+        Duration::from_secs(20),
+        "runs on after SIGINT",
+    );
     let output = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!status.success(), "{stderr}");

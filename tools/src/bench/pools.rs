@@ -1,0 +1,249 @@
+//! The producer and consumer pools of one run: their plans, the producers run
+//! to the end of the schedule, the consumers' drain, and the totals.
+//!
+//! Which cores: the generator's one event loop, as the rest of `bench`.
+
+use super::*;
+
+/// After the producers stop, consumers drain until no message has come for
+/// this long (or every acknowledged record is consumed) ...
+const DRAIN_IDLE: Duration = Duration::from_secs(2);
+/// ... or for at most this long, or twice the producing time if that is longer
+/// (consumers that fell behind get to finish the backlog they were measured on).
+const DRAIN_MAX: Duration = Duration::from_secs(30);
+/// How often the run checks whether the consumers are done.
+const CONTROL_TICK: Duration = Duration::from_millis(20);
+
+/// Runs producers and consumers, drains, and sums up.
+pub(super) async fn run_pools(
+    s: &Settings,
+    producer_conns: Vec<Conn>,
+    consumer_conns: Vec<Conn>,
+    live: &Rc<Live>,
+) -> Result<Outcome, String> {
+    let ledger = Rc::new(RefCell::new(Ledger::new()));
+    let run_tag = run_tag();
+    let start = live.start();
+    let consume_plan = s.mode.consumes().then(|| {
+        let own_run = (s.mode == Mode::Flow).then_some((run_tag, s.size_bytes));
+        let plan = ConsumePlan::new(
+            s.server.clone(),
+            &s.topic,
+            s.consume_max,
+            own_run,
+            ledger.clone(),
+            live.clone(),
+        );
+        plan.last_progress.set(start);
+        Rc::new(plan)
+    });
+    let consumers: Vec<_> = match &consume_plan {
+        Some(plan) => consumer_conns
+            .into_iter()
+            .map(|conn| evloop::spawn(consumer::consumer(plan.clone(), conn)))
+            .collect(),
+        None => Vec::new(),
+    };
+    let mut abandoned = false;
+    let produce = if s.mode.produces() {
+        let stamper = (s.mode == Mode::Flow).then(|| stamper(s, run_tag, ledger.clone()));
+        let plan = Rc::new(plan(s, live.clone(), stamper));
+        let record_bytes = if s.mode == Mode::Ping {
+            0
+        } else {
+            s.size_bytes
+        };
+        let summary = produce(&plan, producer_conns, s.rate, record_bytes).await?;
+        if let Length::Records(count) = s.length {
+            if !plan.schedule.is_abandoned() {
+                assert_eq!(summary.ok_records + summary.failed_records, count);
+            }
+        }
+        abandoned |= plan.schedule.is_abandoned();
+        Some(summary)
+    } else {
+        None
+    };
+    let consume = match consume_plan {
+        Some(plan) => {
+            await_drained(s, &plan, start).await;
+            plan.stop.set(true);
+            let mut tally = ConsumeTally::new();
+            for handle in consumers {
+                tally.merge(&handle.await)?;
+            }
+            abandoned |= plan.abandoned.get();
+            let ledger = ledger.borrow();
+            let end = tally.last_consumed.unwrap_or_else(Instant::now);
+            Some(ConsumeSummary {
+                tally,
+                elapsed: end.saturating_duration_since(start),
+                duplicate_records: ledger.duplicate_records(),
+                verdict: s.verify.then(|| ledger.verdict()),
+            })
+        }
+        None => None,
+    };
+    Ok(Outcome {
+        produce,
+        consume,
+        abandoned,
+        warnings: Vec::new(),
+        series: Series::default(),
+    })
+}
+
+/// Runs the producers to the end of the schedule and sums their tallies.
+async fn produce(
+    plan: &Rc<Plan>,
+    conns: Vec<Conn>,
+    rate: Option<f64>,
+    record_bytes: usize,
+) -> Result<Summary, String> {
+    let start = plan.schedule.start();
+    let handles: Vec<_> = conns
+        .into_iter()
+        .map(|conn| evloop::spawn(workload::worker(plan.clone(), conn)))
+        .collect();
+    let mut summary = Summary {
+        ok_records: 0,
+        failed_records: 0,
+        elapsed: Duration::ZERO,
+        latencies_us: report::latency_histogram(),
+        target_rate: rate,
+        errors: std::collections::BTreeMap::new(),
+        record_bytes,
+    };
+    for handle in handles {
+        let tally: Tally = handle.await;
+        summary.ok_records += tally.ok_records;
+        summary.failed_records += tally.failed_records;
+        for (status, records) in tally.errors {
+            *summary.errors.entry(status).or_default() += records;
+        }
+        summary.elapsed = summary
+            .elapsed
+            .max(tally.finished.saturating_duration_since(start));
+        summary
+            .latencies_us
+            .add(&tally.latencies_us)
+            .map_err(|e| format!("cannot merge latencies: {e}"))?;
+    }
+    Ok(summary)
+}
+
+/// How long the consumers may drain after the producers stopped.
+fn drain_max(s: &Settings) -> Duration {
+    match s.length {
+        Length::Timed(d) => DRAIN_MAX.max(d * 2),
+        _ => DRAIN_MAX,
+    }
+}
+
+/// Waits until the consumers are done: in flow mode, once the producers have
+/// stopped, when every acknowledged record is consumed or none came for
+/// [`DRAIN_IDLE`] (at most [`drain_max`]); in consume mode at the end of the
+/// run's length or after [`DRAIN_IDLE`] without a message.
+async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
+    let from = Instant::now();
+    loop {
+        let now = Instant::now();
+        let idle = now.saturating_duration_since(plan.last_progress.get().max(from));
+        let done = plan.stop.get()
+            || interrupted()
+            || idle >= DRAIN_IDLE
+            || match s.mode {
+                Mode::Flow => {
+                    plan.ledger.borrow().outstanding_records() == 0
+                        || now.saturating_duration_since(from) >= drain_max(s)
+                }
+                Mode::Consume => match s.length {
+                    Length::Timed(d) => now.saturating_duration_since(start) >= d,
+                    Length::Records(n) => plan.live.consumed_records() >= n,
+                    Length::UntilIdle => false,
+                },
+                Mode::Produce | Mode::Ping => unreachable!("no consumers in this mode"),
+            };
+        if done {
+            return;
+        }
+        evloop::sleep(CONTROL_TICK).await;
+    }
+}
+
+/// A tag that tells this run's records from an earlier run's on the topic.
+fn run_tag() -> u32 {
+    let mixed = stamp::unix_ns() ^ u64::from(std::process::id()).rotate_left(32);
+    (mixed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32
+}
+
+/// The stamped bodies of a flow run.
+fn stamper(s: &Settings, run_tag: u32, ledger: Rc<RefCell<Ledger>>) -> workload::Stamper {
+    let payload = stamp::stamped_payload(s.size_bytes);
+    let batch = s.batch_records.map(|batch| {
+        let tail = match s.length {
+            Length::Records(count) if count % batch != 0 => Some(count % batch),
+            _ => None,
+        };
+        (batch, tail)
+    });
+    workload::Stamper::new(run_tag, &payload, batch, ledger)
+}
+
+/// The requests of the run, and its schedule from the start of `live`.
+fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Plan {
+    let start = live.start();
+    let server: Server = s.server.clone();
+    // Ping mode sends no payload (and refuses --size).
+    let payload = || workload::payload(s.size_bytes);
+    let (template, body, tail_body) = match s.batch_records {
+        None if s.mode == Mode::Ping => (
+            RequestTemplate::get(HEALTH_PATH, &server),
+            Bytes::new(),
+            None,
+        ),
+        None => {
+            let path = client::topic_path(&s.topic, "/produce");
+            let template =
+                RequestTemplate::new(Method::Post, &path, &server, "application/octet-stream");
+            (template, Bytes::from(payload()), None)
+        }
+        Some(batch) => {
+            let path = client::topic_path(&s.topic, "/produce/batch");
+            let template = RequestTemplate::new(Method::Post, &path, &server, "application/json");
+            let payload = payload();
+            let body = Bytes::from(workload::batch_body(&payload, batch));
+            let tail = match s.length {
+                Length::Records(count) if count % batch != 0 => {
+                    Some(Bytes::from(workload::batch_body(&payload, count % batch)))
+                }
+                _ => None,
+            };
+            (template, body, tail)
+        }
+    };
+    let batch = s.batch();
+    let interval = s
+        .rate
+        .map(|rate| Duration::from_secs_f64(batch as f64 / rate).max(Duration::from_nanos(1)));
+    let stop = match s.length {
+        Length::Timed(d) => Stop::At(start + d),
+        Length::Records(count) => Stop::Records(count),
+        Length::UntilIdle => unreachable!("only consume mode runs until idle"),
+    };
+    Plan {
+        server,
+        template,
+        body,
+        tail_body,
+        stamper,
+        schedule: Schedule::new(stop, batch, interval, start),
+        accepts: match s.mode {
+            Mode::Ping => |status| status == 200,
+            // A produce is acknowledged by 202 and nothing else: a 200 or a
+            // redirect from something that is not the broker stores nothing.
+            _ => |status| status == 202,
+        },
+        live,
+    }
+}
