@@ -497,9 +497,14 @@ impl Sim {
                 budget,
             } => self.start_commit(commit, &topic, partition, owner, seqs, budget),
             Action::Seek(seq) => {
-                assert!(seq <= self.reader_pos && seq >= self.stored_checkpoint);
+                assert!(seq >= self.stored_checkpoint && seq.0 <= self.wal.len() as u64);
+                if seq < self.reader_pos {
+                    self.bump("rescans");
+                } else if seq > self.reader_pos {
+                    // A pass that ended early sends the reader back to its frontier.
+                    self.bump("passes ended early");
+                }
                 self.reader_pos = seq;
-                self.bump("rescans");
             }
             Action::StoreCheckpoint(seq) => {
                 assert!(seq >= self.stored_checkpoint, "checkpoint moved back");

@@ -319,9 +319,10 @@ impl Dispatcher {
                 held.seq
             );
             self.ensure_dest(topic, held.origin, now);
-            let origin = self.dest_mut(topic, held.origin);
-            origin.skipped_records += 1;
-            origin.blocked_in_pass = true;
+            self.change_skips(topic, held.origin, |origin| {
+                origin.skipped_records += 1;
+                origin.blocked_in_pass = true;
+            });
             self.skipped_total += 1;
             let seq = held.seq;
             self.rescan_from = Some(self.rescan_from.map_or(seq, |s| s.min(seq)));

@@ -78,6 +78,12 @@ impl Destination {
         self.failing.is_some() && (!self.queue.is_empty() || self.in_flight.is_some())
     }
 
+    /// Whether the current rescan pass may still place records of this partition:
+    /// it has skipped records and none was skipped (or returned) again yet.
+    pub fn open_in_pass(&self) -> bool {
+        self.skipped_records > 0 && !self.blocked_in_pass
+    }
+
     /// Whether a record routed here must be skipped instead of queued.
     pub fn turns_away(&self, queue_records_max: usize) -> bool {
         self.hung || self.holds_probe() || self.queue.len() >= queue_records_max

@@ -73,6 +73,12 @@ pub struct Dispatcher {
     pub(super) rescan_last_at: Instant,
     /// Where the pass in progress was last seen; `None` when none is.
     pub(super) pass_seen_at: Option<Seq>,
+    /// Destinations [`Destination::open_in_pass`]: once none is left, every record
+    /// the pass has still to read would be skipped again, so the pass ends there.
+    pub(super) open_in_pass: usize,
+    /// A pass ended early inside a read: the reader is sent to `reader_pos` once
+    /// the read is over.
+    pub(super) seek_after_read: bool,
     /// Moving average of commit latency per owner.
     pub(super) latency: BTreeMap<OwnerId, Duration>,
     pub(super) actions: VecDeque<Action>,
@@ -107,6 +113,8 @@ impl Dispatcher {
             rescan_wanted: false,
             rescan_last_at: now,
             pass_seen_at: None,
+            open_in_pass: 0,
+            seek_after_read: false,
             latency: BTreeMap::new(),
             actions: VecDeque::new(),
         }
@@ -116,7 +124,10 @@ impl Dispatcher {
     /// batch the driver feeds a [`Event::Tick`], so one batch becomes one decision.
     pub fn handle(&mut self, now: Instant, event: Event<'_>, cluster: &impl Cluster) {
         match event {
-            Event::Record(record) => return self.place(now, record, cluster),
+            Event::Record(record) => {
+                self.place(now, record, cluster);
+                return self.end_pass_if_settled();
+            }
             Event::CommitDone { commit, outcome } => self.commit_done(now, commit, outcome),
             Event::GoneAnswer {
                 topic,
@@ -124,6 +135,10 @@ impl Dispatcher {
                 gone,
             } => self.gone_answer(now, topic, incarnation, gone),
             Event::Tick => self.tick(now),
+        }
+        self.end_pass_if_settled();
+        if std::mem::take(&mut self.seek_after_read) {
+            self.actions.push_back(Action::Seek(self.reader_pos));
         }
         self.pump(now, cluster);
         self.maybe_rescan(now);
@@ -248,6 +263,43 @@ impl Dispatcher {
             .get(topic)
             .and_then(|t| t.partitions.get(&partition))
             .map_or(0, |d| d.queue.len())
+    }
+
+    /// Applies `change` to a destination's skip state, keeping the count of
+    /// destinations open in the pass.
+    pub(super) fn change_skips(
+        &mut self,
+        topic: &str,
+        partition: PartitionId,
+        change: impl FnOnce(&mut Destination),
+    ) {
+        let d = self.dest_mut(topic, partition);
+        let was = d.open_in_pass();
+        change(d);
+        let is = d.open_in_pass();
+        match (was, is) {
+            (false, true) => self.open_in_pass += 1,
+            (true, false) => self.open_in_pass -= 1,
+            _ => {}
+        }
+    }
+
+    /// Ends the pass in progress once no destination is open in it: what it has
+    /// left to read is all skipped, and would only be skipped again. So a hot
+    /// partition's skipped backlog is read about once per pass, up to where its
+    /// queue fills again, not to the frontier after each of its commits. Every
+    /// record left unread is at or above where the pass stopped, which the next
+    /// pass starts from at the latest.
+    fn end_pass_if_settled(&mut self) {
+        if self.open_in_pass > 0 || self.reader_pos >= self.frontier {
+            return;
+        }
+        if self.skipped_total > 0 {
+            let stop = self.reader_pos;
+            self.rescan_from = Some(self.rescan_from.map_or(stop, |s| s.min(stop)));
+        }
+        self.reader_pos = self.frontier;
+        self.seek_after_read = true;
     }
 
     pub(super) fn dest_mut(&mut self, topic: &str, partition: PartitionId) -> &mut Destination {
@@ -411,12 +463,15 @@ impl Dispatcher {
         );
         self.reader_pos = from;
         self.pass_seen_at = Some(from);
+        self.seek_after_read = false;
+        self.open_in_pass = 0;
         for d in self
             .topics
             .values_mut()
             .flat_map(|t| t.partitions.values_mut())
         {
             d.blocked_in_pass = false;
+            self.open_in_pass += usize::from(d.open_in_pass());
         }
         self.actions.push_back(Action::Seek(from));
     }
@@ -426,8 +481,10 @@ impl Dispatcher {
         let mut queued = 0;
         let mut skipped = 0;
         let mut in_flight_by_dest = 0;
+        let mut open = 0;
         for d in self.topics.values().flat_map(|t| t.partitions.values()) {
             d.assert_invariants();
+            open += usize::from(d.open_in_pass());
             queued += d.queue.len();
             skipped += d.skipped_records;
             in_flight_by_dest += usize::from(d.in_flight.is_some());
@@ -453,6 +510,7 @@ impl Dispatcher {
         assert_eq!(self.held_counting, queued + flying);
         assert_eq!(self.held.len(), queued + flying + hung);
         assert_eq!(self.skipped_total, skipped);
+        assert_eq!(self.open_in_pass, open, "destinations open in the pass");
         assert_eq!(
             self.commits_hung,
             self.commits.values().filter(|c| c.hung).count()

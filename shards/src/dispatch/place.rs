@@ -33,12 +33,13 @@ impl Dispatcher {
         let topic = self.ensure_dest(record.topic, record.partition, now);
         let route = self.route(now, &topic, &record, reread, cluster);
         if reread && !matches!(route, Route::Skip) {
-            let origin = self.dest_mut(&topic, record.partition);
-            assert!(
-                origin.skipped_records > 0,
-                "a record read again was not counted skipped"
-            );
-            origin.skipped_records -= 1;
+            self.change_skips(&topic, record.partition, |origin| {
+                assert!(
+                    origin.skipped_records > 0,
+                    "a record read again was not counted skipped"
+                );
+                origin.skipped_records -= 1;
+            });
             self.skipped_total -= 1;
         }
         match route {
@@ -61,10 +62,13 @@ impl Dispatcher {
                 self.held_counting += 1;
             }
             Route::Skip => {
-                let origin = self.dest_mut(&topic, record.partition);
-                origin.blocked_in_pass = true;
+                self.change_skips(&topic, record.partition, |origin| {
+                    origin.blocked_in_pass = true;
+                    if !reread {
+                        origin.skipped_records += 1;
+                    }
+                });
                 if !reread {
-                    origin.skipped_records += 1;
                     self.skipped_total += 1;
                 }
                 self.rescan_from = Some(self.rescan_from.map_or(seq, |s| s.min(seq)));

@@ -58,6 +58,8 @@ struct Harness {
     t0: Instant,
     wal: Vec<(u32, IncarnationId)>,
     reader: Seq,
+    /// Records the dispatcher asked to be fed, ever.
+    fed: usize,
 }
 
 impl Harness {
@@ -69,6 +71,7 @@ impl Harness {
             t0,
             wal: Vec::new(),
             reader: Seq(0),
+            fed: 0,
         }
     }
 
@@ -116,6 +119,7 @@ impl Harness {
             let seq = self.reader;
             self.reader = seq.next();
             if self.d.visit(seq) {
+                self.fed += 1;
                 let (p, incarnation) = self.wal[seq.0 as usize];
                 let record = RecordRead {
                     seq,
@@ -502,9 +506,10 @@ fn a_deleted_topic_is_forgotten_once_idle_and_asked_about_again_if_seen() {
 
 #[test]
 fn the_backstop_never_restarts_a_pass_that_is_moving() {
-    // Ten records of a partition the topic does not have: skipped on every pass.
+    // Ten records of partitions the topic does not have: skipped on every pass,
+    // each a partition of its own, so a pass has one to place up to its end.
     let mut h = Harness::new(1);
-    h.produce(0, &[5; 10]);
+    h.produce(0, &[5, 6, 7, 8, 9, 10, 11, 12, 13, 14]);
     assert_eq!(h.read_some(1_000, 0), Some(Seq(0)), "the backstop is due");
     // A pass slower than the backstop interval, one record every 300 ms.
     for (i, ms) in (1_000..4_000).step_by(300).take(10).enumerate() {
@@ -522,4 +527,42 @@ fn the_backstop_never_restarts_a_pass_that_is_moving() {
     assert_eq!(h.read_some(4_800, 3), None);
     assert_eq!(h.read_some(5_700, 0), None);
     assert_eq!(h.read_some(5_800, 0), Some(Seq(0)));
+}
+
+#[test]
+fn a_rescan_ends_once_every_partition_it_could_place_for_is_blocked_again() {
+    // Partition 0's commit fails: its 1,000 records go back to the WAL.
+    let mut h = Harness::new(2);
+    let first = commits(&h.produce(0, &[0; 1_000]));
+    h.answer(10, first[0].0, CommitOutcome::Failed);
+    h.d.assert_invariants();
+    // The failed commit kept its first record as the probe. The backstop pass
+    // skips the second, which blocks partition 0 again: nothing past it can be
+    // placed, so the pass reads no further.
+    let fed = h.fed;
+    let probe = commits(&h.read(1_010));
+    assert_eq!(probe.len(), 1);
+    assert_eq!(probe[0].2, vec![0]);
+    assert_eq!(h.fed - fed, 1, "the pass stops at the record it skipped");
+    assert_eq!(h.reader, Seq(1_000), "the reader goes back to the frontier");
+    h.d.assert_invariants();
+    // New records of the other partition are read at once.
+    let other = commits(&h.produce(1_020, &[1]));
+    assert_eq!(other.len(), 1);
+    assert_eq!(other[0].2, vec![1_000]);
+    h.answer(1_025, other[0].0, CommitOutcome::Committed);
+    // The probe lands: a pass brings partition 0's records back, in WAL order.
+    let mut next = commits(&h.answer(1_030, probe[0].0, CommitOutcome::Committed));
+    let mut placed = vec![0];
+    let mut ms = 1_040;
+    while let Some((commit, partition, seqs)) = next.pop() {
+        if partition == 0 {
+            placed.extend(seqs);
+        }
+        next.extend(commits(&h.answer(ms, commit, CommitOutcome::Committed)));
+        ms += 10;
+    }
+    assert_eq!(placed, (0..1_000).collect::<Vec<u64>>());
+    assert_eq!(h.d.checkpoint(), Seq(1_001));
+    assert_eq!(h.d.skipped_records(), 0);
 }
