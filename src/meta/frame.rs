@@ -169,6 +169,12 @@ pub(super) fn encode_snapshot(state: &MetaState) -> Vec<u8> {
     file
 }
 
+/// Whether `file` is a snapshot frame of a format this version does not know
+/// (written by a newer version), as opposed to a damaged one.
+pub(super) fn snapshot_format_is_newer(file: &[u8]) -> bool {
+    file.len() > 4 && file[..4] == SNAPSHOT_MAGIC && file[4] > FORMAT
+}
+
 /// The state a snapshot file holds, or why the file is not a sound snapshot. Every
 /// record must keep the invariants `apply` keeps, so a snapshot cannot bring in a
 /// state no sequence of commands could make.

@@ -5,7 +5,13 @@
 //! - `commands.log`: the commands applied since the snapshot, one framed entry
 //!   each (see `frame`), each synced before its command is applied.
 //! - `snapshot`: the whole state as of some index; absent until the first.
-//! - `snapshot.tmp`, `commands.log.tmp`: a snapshot being taken; removed at open.
+//! - `snapshot.prev`, `commands.log.prev`: the snapshot before the last one, and
+//!   the log that led from it to the last one. Together they hold the same state
+//!   as `snapshot`, so a snapshot lost to the medium (unreadable, damaged, or gone
+//!   while the log still follows it) costs nothing: recovery falls back to them,
+//!   says so at warning level, and writes `snapshot` again.
+//! - `snapshot.tmp`, `commands.log.tmp`, `*.prev.tmp`: a snapshot being taken;
+//!   removed at open.
 //!
 //! Recovery loads the snapshot, then replays the log's entries above its version.
 //! Only the log's last entry can be torn by a crash, since every append is synced
@@ -23,7 +29,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use super::frame::{
-    decode_entry, decode_snapshot, encode_entry, encode_snapshot, next_valid_entry, EntryRead,
+    decode_entry, decode_snapshot, encode_entry, encode_snapshot, next_valid_entry,
+    snapshot_format_is_newer, EntryRead,
 };
 use super::state::{Applied, Command, MetaError, MetaState};
 
@@ -34,6 +41,10 @@ const LOG_FILE: &str = "commands.log";
 const LOG_TMP_FILE: &str = "commands.log.tmp";
 const SNAPSHOT_FILE: &str = "snapshot";
 const SNAPSHOT_TMP_FILE: &str = "snapshot.tmp";
+const SNAPSHOT_PREV_FILE: &str = "snapshot.prev";
+const SNAPSHOT_PREV_TMP_FILE: &str = "snapshot.prev.tmp";
+const LOG_PREV_FILE: &str = "commands.log.prev";
+const LOG_PREV_TMP_FILE: &str = "commands.log.prev.tmp";
 
 /// The command log and snapshots of one node's metadata. Single owner: the
 /// control-plane thread.
@@ -58,7 +69,12 @@ impl MetaStore {
     /// Opens (or creates) the store in `dir` and recovers the state it holds.
     pub fn open(dir: &Path) -> Result<(MetaStore, MetaState), MetaError> {
         create_dir(dir)?;
-        for stale in [SNAPSHOT_TMP_FILE, LOG_TMP_FILE] {
+        for stale in [
+            SNAPSHOT_TMP_FILE,
+            LOG_TMP_FILE,
+            SNAPSHOT_PREV_TMP_FILE,
+            LOG_PREV_TMP_FILE,
+        ] {
             let path = dir.join(stale);
             match fs::remove_file(&path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
@@ -67,7 +83,7 @@ impl MetaStore {
                 _ => {}
             }
         }
-        let mut state = read_snapshot(&dir.join(SNAPSHOT_FILE))?;
+        let mut state = recover_snapshot(dir)?;
         let log_path = dir.join(LOG_FILE);
         let log_entries = replay_log(&log_path, &mut state)?;
         let log = open_append(&log_path).map_err(|e| io_error(&log_path, "cannot open", e))?;
@@ -137,13 +153,18 @@ impl MetaStore {
     }
 
     /// Writes `state` (which must be the store's last index) as the snapshot and
-    /// starts an empty log. Each step leaves files that recover to `state`:
+    /// starts an empty log, keeping the old pair as the fallback. Each step leaves
+    /// files that recover to `state`, from `snapshot` and from the fallback:
     ///
     /// 1. `snapshot.tmp` written and synced: not yet read by recovery.
-    /// 2. renamed over `snapshot`, directory synced: recovery loads it and skips
-    ///    the old log's entries, which are all at or below its version.
-    /// 3. an empty `commands.log.tmp` synced and renamed over `commands.log`,
-    ///    directory synced: the old entries are gone.
+    /// 2. the old `snapshot` linked as `snapshot.prev`: the fallback is the old
+    ///    snapshot, the older `commands.log.prev` (all at or below its version)
+    ///    and `commands.log`.
+    /// 3. `snapshot.tmp` renamed over `snapshot`, directory synced: recovery loads
+    ///    it and skips the old log's entries, which are all at or below its version.
+    /// 4. `commands.log` linked as `commands.log.prev`, directory synced.
+    /// 5. an empty `commands.log.tmp` synced and renamed over `commands.log`,
+    ///    directory synced: the old entries are only in the fallback.
     pub fn snapshot(&mut self, state: &MetaState) -> Result<(), MetaError> {
         self.check_not_latched()?;
         assert_eq!(state.version, self.last_index, "snapshot of another state");
@@ -158,11 +179,25 @@ impl MetaStore {
         let dir = &self.dir;
         let sync_dir = || sync_dir(dir).map_err(|e| io_error(dir, "cannot sync", e));
         let snapshot_tmp = dir.join(SNAPSHOT_TMP_FILE);
+        let snapshot = dir.join(SNAPSHOT_FILE);
+        let log_path = dir.join(LOG_FILE);
         write_synced(&snapshot_tmp, &encode_snapshot(state))?;
-        rename(&snapshot_tmp, &dir.join(SNAPSHOT_FILE))?;
+        if snapshot.exists() {
+            keep_as(
+                &snapshot,
+                &dir.join(SNAPSHOT_PREV_TMP_FILE),
+                &dir.join(SNAPSHOT_PREV_FILE),
+            )?;
+        }
+        rename(&snapshot_tmp, &snapshot)?;
+        sync_dir()?;
+        keep_as(
+            &log_path,
+            &dir.join(LOG_PREV_TMP_FILE),
+            &dir.join(LOG_PREV_FILE),
+        )?;
         sync_dir()?;
         let log_tmp = dir.join(LOG_TMP_FILE);
-        let log_path = dir.join(LOG_FILE);
         write_synced(&log_tmp, &[])?;
         rename(&log_tmp, &log_path)?;
         sync_dir()?;
@@ -202,18 +237,76 @@ impl MetaStore {
     }
 }
 
-/// The state in the snapshot file, or the empty state if there is none.
-fn read_snapshot(path: &Path) -> Result<MetaState, MetaError> {
+/// The state the snapshot holds, from `snapshot` or else from the fallback pair;
+/// the empty state when there has never been a snapshot.
+///
+/// The fallback is taken only when `snapshot` is unreadable, damaged, or missing
+/// while `commands.log.prev` shows one was taken; never for a snapshot of a format
+/// this version does not know, which a newer version wrote and which an older
+/// fallback would silently roll back.
+fn recover_snapshot(dir: &Path) -> Result<MetaState, MetaError> {
+    let path = dir.join(SNAPSHOT_FILE);
+    let log_prev = dir.join(LOG_PREV_FILE);
+    let why = match read_snapshot(&path) {
+        Ok(Some(state)) => return Ok(state),
+        Ok(None) if !log_prev.exists() => return Ok(MetaState::default()),
+        Ok(None) => MetaError::Io(format!("metadata snapshot {} is missing", path.display())),
+        Err(SnapshotError::Newer(e)) => return Err(e),
+        Err(SnapshotError::Damaged(e)) if !log_prev.exists() => return Err(e),
+        Err(SnapshotError::Damaged(e)) => e,
+    };
+    let fallback = || -> Result<MetaState, MetaError> {
+        let mut state = match read_snapshot(&dir.join(SNAPSHOT_PREV_FILE)) {
+            Ok(state) => state.unwrap_or_default(),
+            Err(SnapshotError::Newer(e) | SnapshotError::Damaged(e)) => return Err(e),
+        };
+        replay_log(&log_prev, &mut state)?;
+        Ok(state)
+    };
+    let state = fallback().map_err(|e| {
+        MetaError::Io(format!(
+            "{}; the previous snapshot cannot stand in for it: {}",
+            why.message(),
+            e.message()
+        ))
+    })?;
+    tracing::warn!(
+        error = why.message(),
+        version = state.version,
+        "metadata snapshot lost; recovered from the previous snapshot and its log, writing it again"
+    );
+    let snapshot_tmp = dir.join(SNAPSHOT_TMP_FILE);
+    write_synced(&snapshot_tmp, &encode_snapshot(&state))?;
+    rename(&snapshot_tmp, &path)?;
+    sync_dir(dir).map_err(|e| io_error(dir, "cannot sync", e))?;
+    Ok(state)
+}
+
+/// Why a snapshot file could not be loaded.
+enum SnapshotError {
+    /// Written by a newer version: refused, never worked around.
+    Newer(MetaError),
+    /// Unreadable or damaged.
+    Damaged(MetaError),
+}
+
+/// The state in the snapshot file at `path`, if there is one.
+fn read_snapshot(path: &Path) -> Result<Option<MetaState>, SnapshotError> {
     let file = match fs::read(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(MetaState::default()),
-        Err(e) => return Err(io_error(path, "cannot read", e)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(SnapshotError::Damaged(io_error(path, "cannot read", e))),
     };
-    decode_snapshot(&file).map_err(|reason| {
-        MetaError::Io(format!(
+    decode_snapshot(&file).map(Some).map_err(|reason| {
+        let error = MetaError::Io(format!(
             "damaged metadata snapshot {}: {reason}",
             path.display()
-        ))
+        ));
+        if snapshot_format_is_newer(&file) {
+            SnapshotError::Newer(error)
+        } else {
+            SnapshotError::Damaged(error)
+        }
     })
 }
 
@@ -328,6 +421,25 @@ fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), MetaError> {
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
         .map_err(|e| io_error(path, "cannot write", e))
+}
+
+/// Makes `to` a second name of `from`'s current contents (through a hard link at
+/// `tmp`, renamed over `to`), so `from` can be replaced without copying it.
+fn keep_as(from: &Path, tmp: &Path, to: &Path) -> Result<(), MetaError> {
+    match fs::remove_file(tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+            return Err(io_error(tmp, "cannot remove", e))
+        }
+        _ => {}
+    }
+    fs::hard_link(from, tmp).map_err(|e| {
+        MetaError::Io(format!(
+            "cannot link {} as {}: {e}",
+            from.display(),
+            tmp.display()
+        ))
+    })?;
+    rename(tmp, to)
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), MetaError> {

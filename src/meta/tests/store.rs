@@ -307,3 +307,170 @@ fn a_failed_append_latches_the_store_until_reopened() {
     assert_eq!(reopened, before);
     store.propose(&mut reopened, create("x", 9)).unwrap();
 }
+
+/// The files of the store directory, by name, for a test to lay out exactly.
+type Files = Vec<(&'static str, Vec<u8>)>;
+
+fn lay_out(dir: &Path, files: &Files) {
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir).unwrap();
+    for (name, bytes) in files {
+        fs::write(dir.join(name), bytes).unwrap();
+    }
+}
+
+fn read(dir: &Path, name: &str) -> Vec<u8> {
+    fs::read(dir.join(name)).unwrap()
+}
+
+/// Ways a snapshot file is lost: each must be recovered from the fallback.
+fn lose_snapshot(dir: &Path, how: &str) {
+    let path = dir.join("snapshot");
+    match how {
+        "bit flip" => {
+            let mut bytes = fs::read(&path).unwrap();
+            *bytes.last_mut().unwrap() ^= 0x10;
+            fs::write(&path, bytes).unwrap();
+        }
+        "cut short" => {
+            let bytes = fs::read(&path).unwrap();
+            fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        }
+        "gone" => fs::remove_file(&path).unwrap(),
+        // A read through a link to itself fails (ELOOP), as a read of a bad
+        // sector does, and a rename still replaces it.
+        "unreadable" => {
+            fs::remove_file(&path).unwrap();
+            std::os::unix::fs::symlink("snapshot", &path).unwrap();
+        }
+        _ => unreachable!(),
+    }
+}
+
+const LOSSES: [&str; 4] = ["bit flip", "cut short", "gone", "unreadable"];
+
+#[test]
+fn every_step_of_taking_a_snapshot_recovers_with_or_without_the_snapshot() {
+    // The first snapshot at version 6, then two more commands: version 8.
+    let (tmp, mut store, mut state) = populated();
+    let d = dir(&tmp);
+    store.propose(&mut state, create("d", 4)).unwrap();
+    store.snapshot(&state).unwrap();
+    let (s6, log_to_6) = (read(&d, "snapshot"), read(&d, "commands.log.prev"));
+    assert!(
+        !d.join("snapshot.prev").exists(),
+        "the first has none before it"
+    );
+    store.propose(&mut state, create("e", 5)).unwrap();
+    store
+        .propose(&mut state, alter("d", 4, retention(0)))
+        .unwrap();
+    let log_7_8 = read(&d, "commands.log");
+    // The second snapshot, for real: what its last step leaves.
+    store.snapshot(&state).unwrap();
+    drop(store);
+    let s8 = encode_snapshot(&state);
+    let done: Files = vec![
+        ("snapshot", s8.clone()),
+        ("snapshot.prev", s6.clone()),
+        ("commands.log.prev", log_7_8.clone()),
+        ("commands.log", Vec::new()),
+    ];
+    let mut on_disk: Files = done
+        .iter()
+        .map(|(name, _)| (*name, read(&d, name)))
+        .collect();
+    on_disk.sort();
+    let mut expected = done.clone();
+    expected.sort();
+    assert_eq!(on_disk, expected, "the last step's files");
+    let steps: Vec<(&str, Files)> = vec![
+        (
+            "before",
+            vec![
+                ("snapshot", s6.clone()),
+                ("commands.log.prev", log_to_6.clone()),
+                ("commands.log", log_7_8.clone()),
+            ],
+        ),
+        (
+            "old snapshot kept",
+            vec![
+                ("snapshot", s6.clone()),
+                ("snapshot.prev", s6.clone()),
+                ("commands.log.prev", log_to_6.clone()),
+                ("commands.log", log_7_8.clone()),
+            ],
+        ),
+        (
+            "new snapshot in place",
+            vec![
+                ("snapshot", s8.clone()),
+                ("snapshot.prev", s6.clone()),
+                ("commands.log.prev", log_to_6.clone()),
+                ("commands.log", log_7_8.clone()),
+            ],
+        ),
+        (
+            "old log kept",
+            vec![
+                ("snapshot", s8.clone()),
+                ("snapshot.prev", s6.clone()),
+                ("commands.log.prev", log_7_8.clone()),
+                ("commands.log", log_7_8.clone()),
+            ],
+        ),
+        ("done", done),
+    ];
+    for (step, files) in &steps {
+        lay_out(&d, files);
+        assert_eq!(open(&d).1, state, "step {step}");
+        for how in LOSSES {
+            lay_out(&d, files);
+            lose_snapshot(&d, how);
+            let (_, recovered) =
+                MetaStore::open(&d).unwrap_or_else(|e| panic!("step {step}, snapshot {how}: {e}"));
+            assert_eq!(recovered, state, "step {step}, snapshot {how}");
+            // Written again: it no longer needs the fallback.
+            fs::remove_file(d.join("snapshot.prev")).ok();
+            fs::remove_file(d.join("commands.log.prev")).unwrap();
+            assert_eq!(open(&d).1, state, "step {step}, snapshot {how}, rewritten");
+        }
+    }
+}
+
+#[test]
+fn a_lost_snapshot_with_a_lost_fallback_refuses_to_open_naming_both() {
+    let (tmp, mut store, mut state) = populated();
+    let d = dir(&tmp);
+    store.snapshot(&state).unwrap();
+    store.propose(&mut state, create("d", 4)).unwrap();
+    store.snapshot(&state).unwrap();
+    drop(store);
+    lose_snapshot(&d, "bit flip");
+    let mut prev = read(&d, "snapshot.prev");
+    prev[20] ^= 0x01;
+    fs::write(d.join("snapshot.prev"), prev).unwrap();
+    assert_refused(
+        MetaStore::open(&d),
+        500,
+        &["snapshot ", "checksum", "snapshot.prev", "cannot stand in"],
+    );
+    // The damaged files are left as they were, for the operator.
+    assert!(d.join("snapshot.prev").exists());
+}
+
+#[test]
+fn a_snapshot_of_a_newer_format_is_refused_not_rolled_back() {
+    let (tmp, mut store, mut state) = populated();
+    let d = dir(&tmp);
+    store.snapshot(&state).unwrap();
+    store.propose(&mut state, create("d", 4)).unwrap();
+    store.snapshot(&state).unwrap();
+    drop(store);
+    let mut snapshot = read(&d, "snapshot");
+    snapshot[4] = 2;
+    fs::write(d.join("snapshot"), &snapshot).unwrap();
+    assert_refused(MetaStore::open(&d), 500, &["unknown format", "newer"]);
+    assert_eq!(read(&d, "snapshot"), snapshot, "left as it was");
+}
