@@ -189,6 +189,37 @@ fn a_lease_hides_a_message_until_it_is_acked_nacked_or_lapses() {
 }
 
 #[test]
+fn head_checks_a_consume_but_never_leases() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create(&mut client, "head", json!({}));
+    produce_ok(&mut client, "head", "partition=0", b"only");
+    wait_for_total(&mut client, "head", 3, 1, Duration::from_secs(20));
+    let head =
+        |client: &mut Client, path: &str| client.request("HEAD", path, &[CLIENT], "").unwrap();
+    let checked = head(&mut client, "/v1/topics/head/consume?wait=1h");
+    assert_eq!(checked.status, 204, "{checked:?}");
+    assert!(
+        checked.header("x-narad-wait-clamped").is_some(),
+        "{checked:?}"
+    );
+    assert_eq!(
+        head(&mut client, "/v1/topics/head/consume?max=0").status,
+        400
+    );
+    assert_eq!(head(&mut client, "/v1/topics/nope/consume").status, 404);
+    // Replay is read-only: HEAD answers it as GET would.
+    assert_eq!(
+        head(&mut client, "/v1/topics/head/consume?partition=0&offset=0").status,
+        200
+    );
+    // Nothing was leased: the record is there for the next GET.
+    let got = consume(&mut client, "head", "");
+    assert_eq!(got.status, 200, "{got:?}");
+    assert_eq!(json_of(&got)["payload"], "only");
+}
+
+#[test]
 fn batch_consume_and_batch_ack_answer_per_message() {
     let node = Node::start(&[]);
     let mut client = node.client();

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use narad_shards::ids::PartitionId;
 use serde::{Deserialize, Serialize};
 
@@ -145,6 +145,12 @@ pub async fn consume<B>(
             Err(e) => return bad_request(&format!("invalid wait {text:?}: {e}")),
         },
     };
+    if request.method() == Method::HEAD {
+        // A HEAD is checked like a GET but never leases: its receipt handle would
+        // go nowhere and the record would stay hidden for a visibility timeout.
+        // It never waits either. Replay above answers it as a GET (read-only).
+        return with_clamped(no_content(), clamped);
+    }
     let identity = super::identity_of(request);
     let weight = query.max.unwrap_or(1);
     let Some(_permit) = api.node.try_begin_consume(identity, weight) else {
@@ -167,7 +173,7 @@ pub async fn consume<B>(
     };
     let no_wait = wait.is_zero();
     let result = flow::consume(shard, &name, record, consume_request).await;
-    let mut response = match result {
+    let response = match result {
         Err(ConsumeError::NotFound) => not_found(topic),
         Err(ConsumeError::Failed(why)) => {
             tracing::error!(topic, error = %why, "consume failed");
@@ -218,6 +224,11 @@ pub async fn consume<B>(
             json_body(body)
         }
     };
+    with_clamped(response, clamped)
+}
+
+/// `response` with `X-Narad-Wait-Clamped` when the wait was clamped to `max`.
+fn with_clamped(mut response: Response<Body>, clamped: Option<Duration>) -> Response<Body> {
     if let Some(max) = clamped {
         if let Ok(value) = HeaderValue::from_str(&go_duration(max)) {
             response.headers_mut().insert("x-narad-wait-clamped", value);
