@@ -388,6 +388,10 @@ impl Queues {
         // Leases that lapsed are released before the handle is checked; their
         // records are announced like a nack's.
         let purged = queue.table.purge_expired(now);
+        // A consumer that found the partition at its caps parked with records
+        // waiting: an ack that makes room under them is a wake too.
+        let caps = caps_of(record);
+        let capped = settle == Settle::Ack && queue.table.available_under(queue.hwm, &caps) == 0;
         let outcome = match settle {
             Settle::Ack => queue.table.ack(offset, nonce, now).map(|()| {
                 self.note_settled(key);
@@ -398,10 +402,12 @@ impl Queues {
                 .map(|_| ()),
             Settle::Nack => queue.table.nack(offset, nonce, now),
         };
+        let uncapped =
+            capped && outcome.is_ok() && queue.table.available_under(queue.hwm, &caps) > 0;
         let topic = queue.topic.clone();
         drop(queue);
         let released = settle == Settle::Nack && outcome.is_ok();
-        if purged > 0 || released {
+        if purged > 0 || released || uncapped {
             (self.wake)(record.id, &topic);
         }
         outcome

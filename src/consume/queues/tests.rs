@@ -241,6 +241,60 @@ fn records_left_out_by_the_budget_are_released_with_a_wake() {
     });
 }
 
+/// A partition at its in-flight cap turns consumers away with records waiting;
+/// the ack that makes room wakes them. An ack with no one capped, or a stale
+/// one, does not.
+#[test]
+fn an_ack_that_makes_room_under_the_caps_wakes_the_consumers() {
+    run_with_records(|queues, wakes| async move {
+        let topic: Arc<str> = Arc::from("t");
+        let record = TopicRecord {
+            max_in_flight_per_partition: 1,
+            ..topic_record()
+        };
+        let partition = [PartitionId(0)];
+        let got = queues
+            .take(&topic, &record, &partition, 1, 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        let capped = queues
+            .take(&topic, &record, &partition, 1, 1 << 20)
+            .await
+            .unwrap();
+        assert!(capped.is_empty(), "at the cap with two records waiting");
+        let settle = |d: &Delivered, nonce: u64| {
+            queues.settle(&record, d.partition, d.record.offset, nonce, Settle::Ack)
+        };
+        let before = wakes.get();
+        assert!(settle(&got[0], got[0].nonce ^ 1).is_err(), "a stale handle");
+        assert_eq!(wakes.get(), before, "a refused ack makes no room");
+        settle(&got[0], got[0].nonce).unwrap();
+        assert_eq!(
+            wakes.get(),
+            before + 1,
+            "the ack made room: consumers are told"
+        );
+        // Not capped (room for more under a cap of 1,000): an ack is no wake.
+        let record = topic_record();
+        let got = queues
+            .take(&topic, &record, &[PartitionId(1)], 1, 1 << 20)
+            .await
+            .unwrap();
+        let before = wakes.get();
+        queues
+            .settle(
+                &record,
+                got[0].partition,
+                got[0].record.offset,
+                got[0].nonce,
+                Settle::Ack,
+            )
+            .unwrap();
+        assert_eq!(wakes.get(), before);
+    });
+}
+
 /// A partition whose `consumer.offset` trails its acked state (a crash before
 /// the levelling) is marked changed when it loads, so the committer levels the
 /// file even if nobody acks there again; a partition whose files agree is not.
