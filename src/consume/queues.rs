@@ -269,7 +269,10 @@ impl Queues {
                     continue;
                 }
                 Err(e) => {
-                    self.give_back(record.id, &queue, &reserved);
+                    // Released without a wake: the records cannot be read now,
+                    // and a wake would bring the pump straight back to the same
+                    // failing read. The pump retries the topic after a pause.
+                    release(&mut queue.borrow_mut().table, &reserved);
                     return Err(read_failure(e));
                 }
             };

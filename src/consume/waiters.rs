@@ -11,6 +11,7 @@
 //! expiries live on, so every consume-path deadline on a shard reads one clock.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,9 @@ pub struct Waiters {
     pub pump: Notify,
     /// Whether the registration keeper task runs.
     pub keeper_running: Cell<bool>,
+    /// Topics whose consumers are served again after a pause, because a read
+    /// of one of their partitions failed.
+    pub retrying: RefCell<HashSet<IncarnationId>>,
 }
 
 impl Waiters {

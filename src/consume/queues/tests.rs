@@ -241,6 +241,49 @@ fn records_left_out_by_the_budget_are_released_with_a_wake() {
     });
 }
 
+/// A take whose read fails gives its reservations back without a wake: the
+/// same read would fail again at once, and a wake would bring the pump
+/// straight back to it, a loop that never yields while the fault lasts.
+#[test]
+fn a_failed_read_gives_its_reservations_back_without_a_wake() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    narad_io::rt::run_local(None, async move {
+        let (queues, wakes) = with_records(&path).await;
+        let topic: Arc<str> = Arc::from("t");
+        let record = topic_record();
+        let partition = [PartitionId(0)];
+        let got = queues
+            .take(&topic, &record, &partition, 1, 1 << 20)
+            .await
+            .unwrap();
+        queues.release_delivered(ID, &topic, &got);
+        // The log is closed, and its directory can no longer be opened: every
+        // read now fails (until the directory comes back).
+        queues.owner.close_all().await;
+        let mut dirs = vec![];
+        let mut stack = vec![path.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let entry = entry.unwrap().path();
+                if entry.ends_with("p00000") {
+                    dirs.push(entry);
+                } else if entry.is_dir() {
+                    stack.push(entry);
+                }
+            }
+        }
+        assert_eq!(dirs.len(), 1, "{dirs:?}");
+        std::fs::rename(&dirs[0], path.join("moved")).unwrap();
+        std::fs::write(&dirs[0], b"not a directory").unwrap();
+        let before = wakes.get();
+        let failed = queues.take(&topic, &record, &partition, 1, 1 << 20).await;
+        assert!(matches!(failed, Err(ConsumeError::Failed(_))), "{failed:?}");
+        assert_eq!(in_flight(&queues, 0), 0, "the reservation went back");
+        assert_eq!(wakes.get(), before, "no wake for records nobody can read");
+    });
+}
+
 /// A partition at its in-flight cap turns consumers away with records waiting;
 /// the ack that makes room wakes them. An ack with no one capped, or a stale
 /// one, does not.
