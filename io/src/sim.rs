@@ -85,6 +85,7 @@ struct Inner {
     fail_next_syncs: u32,
     fail_create_of: Option<String>,
     fail_rename_of: Option<String>,
+    fail_remove_of: Option<String>,
     flip_next_reads: u32,
     /// (inode, byte position, bit, longest read): the next read of that inode
     /// covering the position, and asking for at most that many bytes, returns the
@@ -133,6 +134,7 @@ impl SimDisk {
                 fail_next_syncs: 0,
                 fail_create_of: None,
                 fail_rename_of: None,
+                fail_remove_of: None,
                 flip_next_reads: 0,
                 flip_at: None,
                 unreadable: BTreeSet::new(),
@@ -202,6 +204,11 @@ impl SimDisk {
     /// rename whose directory sync failed.
     pub fn fail_next_rename_of(&self, from: &str) {
         self.inner.borrow_mut().fail_rename_of = Some(from.to_string());
+    }
+
+    /// The next remove of `path` fails with `EIO` and leaves the file in place.
+    pub fn fail_next_remove_of(&self, path: &str) {
+        self.inner.borrow_mut().fail_remove_of = Some(path.to_string());
     }
 
     /// Every read of `path` fails with `EIO` (`true`) until set back.
@@ -621,6 +628,10 @@ impl Storage for SimDisk {
         let mut inner = self.inner.borrow_mut();
         if inner.crashed {
             return Err(crashed_error());
+        }
+        if inner.fail_remove_of.as_deref() == Some(path) {
+            inner.fail_remove_of = None;
+            return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         inner.names.remove(path);
         Ok(())

@@ -288,6 +288,45 @@ fn a_roll_that_fails_to_create_its_segment_leaves_no_file_to_hide_later_commits(
     });
 }
 
+#[test]
+fn a_failed_roll_that_cannot_remove_its_new_segment_poisons_the_log() {
+    block_on(async {
+        let disk = SimDisk::new(16, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 3, 100).await;
+        // The new segment is created, its creation fails, and so does its removal:
+        // it would open as the active segment, above any record committed to the
+        // current one. So nothing more is committed until the log is reopened.
+        disk.fail_next_create_of(&segment_path(3));
+        disk.fail_next_remove_of(&segment_path(3));
+        assert!(log.maybe_roll_at_age(200, 50).await.is_err());
+        let after = RecordRef {
+            key: None,
+            payload: b"after the failed roll",
+        };
+        assert!(log.commit_durable(&[after], 300).await.is_err());
+        assert_eq!(log.high_watermark(), Offset(3));
+        drop(log);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_eq!(log.high_watermark(), Offset(3));
+        commit(&mut log, 4, 400).await;
+        log.close().await.unwrap();
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_eq!(
+            (log.oldest_offset(), log.high_watermark()),
+            (Offset(0), Offset(7))
+        );
+        assert_records(&read_all(&mut log, 0).await, 0..7);
+        log.close().await.unwrap();
+    });
+}
+
 /// After retention emptied the sealed segments: the oldest offset, the high
 /// watermark and the newest commit time all survive a reopen.
 async fn reopen_after_retention(disk: &SimDisk) {

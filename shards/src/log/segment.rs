@@ -467,9 +467,12 @@ impl<S: Storage> PartitionLog<S> {
                 // sync after it did). Left there, it would open as the active
                 // segment at the next open, above records that later commits
                 // append to the current one: remove it; the roll is tried again.
+                // If it cannot be removed, nothing more is committed until the
+                // log is reopened, which takes it as the active segment.
                 if let Err(remove) = self.storage.remove(&path).await {
                     if remove.kind() != std::io::ErrorKind::NotFound {
-                        tracing::error!(dir = %self.dir, error = %remove, "partition log could not remove a segment it failed to create");
+                        tracing::error!(dir = %self.dir, error = %remove, "partition log could not remove a segment it failed to create; the log is reopened before it commits again");
+                        self.poisoned = true;
                     }
                 }
                 self.active.index.end = self.high_watermark;

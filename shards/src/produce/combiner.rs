@@ -340,7 +340,7 @@ impl<S: Storage> Owner<S> {
     /// when a failed fdatasync poisoned it (the next use reopens it, recovering).
     pub(super) async fn put_back(&self, slot: &Slot<S>, log: PartitionLog<S>) {
         if log.is_poisoned() {
-            tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned by a failed fdatasync; it will be reopened");
+            tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned (a failed fdatasync or roll); it will be reopened");
             slot.retry_open_at
                 .set(Some(Instant::now() + self.reopen_backoff));
             slot.cache.borrow_mut().take();
