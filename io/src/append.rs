@@ -148,6 +148,34 @@ impl<F: BlockFile> AppendFile<F> {
         result
     }
 
+    /// Writes the partial last block again from memory (nothing when the end is
+    /// block-aligned): repairs it after a write that may have damaged it. Not
+    /// durable until [`AppendFile::sync`].
+    pub async fn rewrite_tail(&mut self) -> io::Result<()> {
+        if self.tail.is_empty() {
+            return Ok(());
+        }
+        let data = Concat {
+            head: &self.tail,
+            parts: &[],
+        };
+        let start = align_down(self.len);
+        write_pieces(
+            &self.file,
+            start,
+            align_up(self.tail.len() as u64) as usize,
+            &data,
+        )
+        .await?;
+        self.device_bytes_written += align_up(self.tail.len() as u64);
+        Ok(())
+    }
+
+    /// The bytes of the partial last block (from its start to the end).
+    pub fn tail(&self) -> &[u8] {
+        &self.tail
+    }
+
     /// `fdatasync` of the file.
     pub async fn sync(&self) -> io::Result<()> {
         self.file.sync_data().await

@@ -91,6 +91,8 @@ struct Inner {
     /// covering the position, and asking for at most that many bytes, returns the
     /// bit flipped.
     flip_at: Option<(u64, u64, u8, usize)>,
+    /// The next write covering (inode, byte) stores that bit flipped.
+    flip_write_at: Option<(u64, u64, u8)>,
     capacity_bytes: Option<u64>,
     /// Inodes whose reads fail with `EIO`.
     unreadable: BTreeSet<u64>,
@@ -137,6 +139,7 @@ impl SimDisk {
                 fail_remove_of: None,
                 flip_next_reads: 0,
                 flip_at: None,
+                flip_write_at: None,
                 unreadable: BTreeSet::new(),
                 capacity_bytes: None,
                 stats: SimStats::default(),
@@ -243,6 +246,15 @@ impl SimDisk {
         let mut inner = self.inner.borrow_mut();
         let inode = inner.names[path];
         inner.flip_at = Some((inode, pos, bit % 8, BLOCK_BYTES));
+    }
+
+    /// The next write to `path` that covers byte `pos` stores bit `bit` of that
+    /// byte flipped (once), as a device that wrote wrong bytes and reported
+    /// success: the damage is what a later sync makes durable.
+    pub fn flip_next_write_at(&self, path: &str, pos: u64, bit: u8) {
+        let mut inner = self.inner.borrow_mut();
+        let inode = inner.names[path];
+        inner.flip_write_at = Some((inode, pos, bit % 8));
     }
 
     /// The bytes all files occupy now (what [`SimDisk::set_capacity`] limits).
@@ -388,6 +400,12 @@ impl BlockFile for SimFile {
             data.length_dirty = true;
         }
         data.current[pos as usize..end].copy_from_slice(bytes);
+        if let Some((inode, at, bit)) = inner.flip_write_at {
+            if inode == self.inode && (pos..end as u64).contains(&at) {
+                data.current[at as usize] ^= 1 << bit;
+                inner.flip_write_at = None;
+            }
+        }
         let sector = SECTOR_BYTES as u64;
         for s in pos / sector..(end as u64).div_ceil(sector) {
             data.dirty_sectors.insert(s);

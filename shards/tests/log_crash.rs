@@ -157,7 +157,11 @@ async fn run_cycle(
                 acked.extend(expected);
             }
             Err(_) if disk.is_crashed() => return expected,
-            Err(LogError::ReadBackMismatch { .. } | LogError::SyncFailed(_)) => return expected,
+            // A failed read-back whose repair of the shared block failed too
+            // poisons the log: it must be reopened.
+            Err(
+                LogError::ReadBackMismatch { .. } | LogError::SyncFailed(_) | LogError::Poisoned,
+            ) => return expected,
             Err(e) => panic!("unexpected commit error {e}"),
         }
     }

@@ -230,6 +230,41 @@ fn read_back_bit_flip_fails_the_commit_and_a_retry_succeeds() {
     });
 }
 
+/// A commit whose write damaged the block it shares with the last acknowledged
+/// commit (the device wrote a wrong bit there and the sync made it durable):
+/// the read-back fails the commit, and the block is written again at once, so
+/// a crash right after it loses nothing acknowledged.
+#[test]
+fn a_write_that_damages_the_last_commits_block_is_repaired_at_once() {
+    block_on(async {
+        let disk = SimDisk::new(17, SimFaults::default());
+        let segment = format!("{DIR}/{:020}.log", 0);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit_n(&mut log, 0, 3, 1).await.unwrap();
+        let end = log.stats().size_bytes;
+        assert!(end % 4096 != 0, "the commit ends inside a block");
+        disk.flip_next_write_at(&segment, end - 10, 3);
+        let failed = commit_n(&mut log, 3, 2, 2).await;
+        assert!(
+            matches!(failed, Err(LogError::ReadBackMismatch { .. })),
+            "{failed:?}"
+        );
+        assert_eq!(log.high_watermark(), Offset(3));
+        // Power fails: only what was synced survives.
+        disk.crash();
+        disk.reboot();
+        drop(log);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_holds(&mut log, 3).await;
+        commit_n(&mut log, 3, 2, 3).await.unwrap();
+        assert_holds(&mut log, 5).await;
+    });
+}
+
 /// Guards against an acknowledged commit lost to a transient read flip at open:
 /// the tail scan saw the last commit fail its CRC, and because nothing non-zero
 /// lay past the 4 KiB block where the verified tail ended, it cut that commit

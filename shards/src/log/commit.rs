@@ -254,10 +254,58 @@ impl<S: Storage> PartitionLog<S> {
             bytes: commit_bytes,
         };
         #[cfg(not(feature = "broken-no-readback"))]
-        self.verify_read_back(frames, mark.len(), commit_bytes)
-            .await?;
+        if let Err(e) = self
+            .verify_read_back(frames, mark.len(), commit_bytes)
+            .await
+        {
+            self.active.file.rewind(mark);
+            self.repair_head().await;
+            return Err(e);
+        }
         self.prepare_ahead(mark.len() + commit_bytes).await;
         Ok(io)
+    }
+
+    /// After a read-back that failed once its fdatasync had succeeded, the device
+    /// may hold a damaged copy of the first block the commit wrote, whose head is
+    /// the end of the last acknowledged commit. Left so, a close or a crash would
+    /// have recovery cut that commit. So the block is written again from memory
+    /// at once, synced and read back; if any step fails, the log is poisoned and
+    /// commits nothing more until it is reopened.
+    #[cfg_attr(feature = "broken-no-readback", allow(dead_code))]
+    async fn repair_head(&mut self) {
+        use narad_io::BlockFile;
+
+        let head = self.active.tail_block.clone();
+        assert_eq!(
+            self.active.file.tail(),
+            &head[..],
+            "rewound to the last commit"
+        );
+        if head.is_empty() {
+            return;
+        }
+        let pos = align_down(self.active.file.len());
+        let file = &mut self.active.file;
+        let repaired = async {
+            file.rewrite_tail().await?;
+            file.sync().await?;
+            file.file()
+                .read_with(pos, narad_io::BLOCK_BYTES, |read| {
+                    read[..head.len()] == head[..] && read[head.len()..].iter().all(|&b| b == 0)
+                })
+                .await
+        }
+        .await;
+        match repaired {
+            Ok(true) => {
+                tracing::warn!(dir = %self.dir, pos, "partition log wrote the last commit's final block again after a failed read-back")
+            }
+            outcome => {
+                self.poisoned = true;
+                tracing::error!(dir = %self.dir, pos, ?outcome, "partition log could not repair the last commit's final block after a failed read-back; log poisoned until reopened");
+            }
+        }
     }
 
     /// Step 5: reads back every block the append wrote and checks it: the
