@@ -20,6 +20,7 @@ variants=(
   "broken-checkpoint-past-uncommitted|narad-shards|produce_sim|the same, through the real dispatch task, combiner and logs"
   "broken-no-torn-truncation|narad-shards|wal_crash|recovery resumes after a torn write instead of at its hole"
   "broken-no-readback|narad-shards|log_faults|a partition commit skips the read-back and CRC check"
+  "broken-log-unmasked|narad-shards|log_faults|partition log frames carry payloads unmasked, so recovery takes a frame forged inside one for the log's"
   "broken-ack-state-no-anchor|narad-shards|consumer_state|the consumer-state committer writes its window into the durable anchor slot"
 )
 # A kill lands at a random moment, so a real-process test may need more than one

@@ -265,6 +265,53 @@ fn a_write_that_damages_the_last_commits_block_is_repaired_at_once() {
     });
 }
 
+/// A record whose payload is laid out as a valid frame (offsets near 2^62, a
+/// commit time far ahead) stays a payload: when damage to its own commit's
+/// header makes recovery search the bytes after it, the search finds nothing
+/// there, and the damaged last commit is cut as a torn tail.
+#[test]
+fn a_frame_forged_in_a_payload_is_never_recovered_as_one() {
+    use narad_shards::log::envelope::{encode_envelope, envelope_len};
+    use narad_shards::log::frame::{encode_unmasked_frame, push_record, Codec, FrameSpec};
+
+    block_on(async {
+        let disk = SimDisk::new(18, SimFaults::default());
+        let segment = format!("{DIR}/{:020}.log", 0);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit_n(&mut log, 0, 3, 1).await.unwrap();
+        let forged_at = log.stats().size_bytes;
+        let mut area = Vec::new();
+        let payload = b"not from this log";
+        push_record(&mut area, envelope_len(None, payload.len()), |out| {
+            encode_envelope(out, None, u64::MAX / 2, payload)
+        });
+        let spec = FrameSpec {
+            base_offset: Offset(1 << 62),
+            record_count: 1,
+            codec: Codec::None,
+            first_of_commit: true,
+            last_of_commit: true,
+        };
+        let forged = encode_unmasked_frame(spec, &area, 1);
+        let record = RecordRef {
+            key: None,
+            payload: &forged,
+        };
+        log.commit_durable(&[record], 2).await.unwrap();
+        log.close().await.unwrap();
+        // The base offset in the header of the commit holding it rots.
+        disk.rot(&segment, forged_at as usize + 10, 2);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_holds(&mut log, 3).await;
+        commit_n(&mut log, 3, 2, 3).await.unwrap();
+        assert_holds(&mut log, 5).await;
+    });
+}
+
 /// Guards against an acknowledged commit lost to a transient read flip at open:
 /// the tail scan saw the last commit fail its CRC, and because nothing non-zero
 /// lay past the 4 KiB block where the verified tail ended, it cut that commit

@@ -28,9 +28,10 @@ use narad_io::{align_down, Storage};
 
 use super::cache::CachedFrame;
 use super::envelope::{encode_envelope, envelope_len, KEY_BYTES_MAX};
+#[cfg(not(feature = "broken-log-unmasked"))]
+use super::frame::{encode_frame, mask_word};
 use super::frame::{
-    encode_frame, push_record, seal_uncompressed_frame, Codec, FrameSpec, FRAME_HEADER_BYTES,
-    RECORD_LEN_BYTES,
+    push_record, Codec, FrameSpec, FRAME_HEADER_BYTES, MASK_WORD_BYTES, RECORD_LEN_BYTES,
 };
 use super::{LogError, PartitionLog, RecordRef, RECORD_BYTES_MAX};
 use crate::ids::Offset;
@@ -66,12 +67,13 @@ pub struct CommitIo {
 }
 
 /// The most bytes one record can add to a commit as written: its length prefix
-/// and envelope, and a frame header in case it opens a frame of its own (a frame
-/// holds at least one record, and compression never makes one larger). Records
+/// and envelope, and a frame header and mask word in case it opens a frame of its
+/// own (a frame holds at least one record, and compression never makes one
+/// larger). Records
 /// whose bounds sum to at most `commit_bytes_max` always fit one commit, so a
 /// caller can cut a run of any size into commits the log takes.
 pub fn commit_bytes_bound(key: Option<&[u8]>, payload_len: usize) -> usize {
-    FRAME_HEADER_BYTES + RECORD_LEN_BYTES + envelope_len(key, payload_len)
+    FRAME_HEADER_BYTES + MASK_WORD_BYTES + RECORD_LEN_BYTES + envelope_len(key, payload_len)
 }
 
 impl<S: Storage> PartitionLog<S> {
@@ -168,27 +170,23 @@ impl<S: Storage> PartitionLog<S> {
             |r: &RecordRef<'_>| RECORD_LEN_BYTES + envelope_len(r.key, r.payload.len());
         let largest = records.iter().map(record_bytes).max().unwrap_or(0);
         let mut left: usize = records.iter().map(record_bytes).sum();
-        // A frame is built where it will be written: room for its header, then
-        // the records area, sized up front (a frame ends at the record that takes
-        // its area to the target).
-        let fresh = |left: usize| {
-            let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + left.min(target + largest));
-            frame.resize(FRAME_HEADER_BYTES, 0);
-            frame
-        };
+        // A records area is built once, sized up front (a frame ends at the record
+        // that takes its area to the target); it stays in memory for the cache
+        // while the frame carries it masked.
+        let fresh = |left: usize| Vec::with_capacity(left.min(target + largest));
         let mut frames: Vec<EncodedFrame> = Vec::new();
-        let mut frame = fresh(left);
+        let mut building = fresh(left);
         let mut base = start;
         let mut count = 0u32;
         for (i, record) in records.iter().enumerate() {
             let len = envelope_len(record.key, record.payload.len());
-            push_record(&mut frame, len, |out| {
+            push_record(&mut building, len, |out| {
                 encode_envelope(out, record.key, commit_ms, record.payload)
             });
             left -= RECORD_LEN_BYTES + len;
             count += 1;
             let last = i + 1 == records.len();
-            if frame.len() - FRAME_HEADER_BYTES >= target || last {
+            if building.len() >= target || last {
                 let spec = FrameSpec {
                     base_offset: base,
                     record_count: count,
@@ -196,21 +194,13 @@ impl<S: Storage> PartitionLog<S> {
                     first_of_commit: frames.is_empty(),
                     last_of_commit: last,
                 };
-                let built =
-                    std::mem::replace(&mut frame, if last { Vec::new() } else { fresh(left) });
-                let (bytes, area) = match codec {
-                    Codec::None => {
-                        let mut built = built;
-                        seal_uncompressed_frame(spec, &mut built);
-                        let bytes = Bytes::from(built);
-                        let area = bytes.slice(FRAME_HEADER_BYTES..);
-                        (bytes, area)
-                    }
-                    Codec::Zstd => {
-                        let area = Bytes::from(built).slice(FRAME_HEADER_BYTES..);
-                        (Bytes::from(encode_frame(spec, &area, level)), area)
-                    }
-                };
+                let area =
+                    std::mem::replace(&mut building, if last { Vec::new() } else { fresh(left) });
+                #[cfg(not(feature = "broken-log-unmasked"))]
+                let bytes = Bytes::from(encode_frame(spec, &area, level, mask_word()));
+                #[cfg(feature = "broken-log-unmasked")]
+                let bytes = Bytes::from(super::frame::encode_unmasked_frame(spec, &area, level));
+                let area = Bytes::from(area);
                 let encoded = EncodedFrame {
                     base,
                     count,

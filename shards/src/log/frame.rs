@@ -13,6 +13,13 @@
 //! - The CRC covers every header byte after the magic and before the CRC field, and
 //!   the stored payload, so a frame that passes [`check_frame`] has trustworthy
 //!   lengths, flags, count and base offset.
+//! - Frames of version 2 (written today) store their payload XORed with a random
+//!   mask word that leads the stored bytes. Recovery and the read resync search
+//!   damaged bytes for the next valid frame; a producer that could lay out a
+//!   valid frame inside its own payload would have that search take its bytes
+//!   for the log's (any offsets, any commit time). Masked, a payload reaches the
+//!   disk as bytes nobody chose. The CRC covers the masked bytes, so frames are
+//!   checked without unmasking. Version 1 (unmasked) is still read.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -23,8 +30,14 @@ use crate::ids::Offset;
 /// bad magic, which the scanners take as "end of data".
 pub const FRAME_MAGIC: u16 = 0xCAFE;
 
-/// The version byte every frame written today carries.
-pub const FRAME_VERSION: u8 = 1;
+/// The version byte every frame written today carries: the payload is masked.
+pub const FRAME_VERSION: u8 = 2;
+
+/// The version of frames written before masking; still read.
+pub const FRAME_VERSION_UNMASKED: u8 = 1;
+
+/// Bytes of the mask word that leads a version 2 frame's stored payload.
+pub const MASK_WORD_BYTES: usize = 8;
 
 /// Header length: magic 2, version 1, flags 1, count 4, base 8, uncompressed 4,
 /// stored 4, crc 4.
@@ -119,8 +132,11 @@ pub struct FrameHeader {
     pub base_offset: Offset,
     /// Length of the records area.
     pub uncompressed_bytes: u32,
-    /// Length of the payload as stored after the header.
+    /// Length of the payload as stored after the header (the mask word
+    /// included, when masked).
     pub stored_bytes: u32,
+    /// Version 2: the stored payload is a mask word, then the payload masked.
+    pub masked: bool,
     /// The checksum field.
     pub crc: u32,
 }
@@ -152,44 +168,99 @@ pub struct FrameSpec {
     pub last_of_commit: bool,
 }
 
-/// Encodes one frame around a records area (`[len u32][envelope]` repeated).
-/// Returns the frame and the codec really used: zstd is dropped for a frame it
+/// Encodes one frame (version 2) around a records area (`[len u32][envelope]`
+/// repeated), its payload masked with `mask_word` (which must not be 0: draw it
+/// at random for each frame, [`mask_word`]). zstd is dropped for a frame it
 /// does not shrink, so incompressible payloads cost no decompression on reads.
-pub fn encode_frame(spec: FrameSpec, records_area: &[u8], zstd_level: i32) -> Vec<u8> {
+pub fn encode_frame(
+    spec: FrameSpec,
+    records_area: &[u8],
+    zstd_level: i32,
+    mask_word: u64,
+) -> Vec<u8> {
+    assert_ne!(mask_word, 0, "a zero mask leaves the payload as it came");
+    let (codec, compressed) = compress(spec, records_area, zstd_level);
+    let payload = compressed.as_deref().unwrap_or(records_area);
+    let stored_len = MASK_WORD_BYTES + payload.len();
+    let mut out = vec![0u8; FRAME_HEADER_BYTES + stored_len];
+    let stored = &mut out[FRAME_HEADER_BYTES..];
+    stored[..MASK_WORD_BYTES].copy_from_slice(&mask_word.to_le_bytes());
+    copy_masked(&mut stored[MASK_WORD_BYTES..], payload, mask_word);
+    let header = frame_header(spec, codec, FRAME_VERSION, records_area.len(), stored);
+    out[..FRAME_HEADER_BYTES].copy_from_slice(&header);
+    out
+}
+
+/// Encodes one frame of version 1 (unmasked), as written before masking: for
+/// tests that check old logs still read.
+pub fn encode_unmasked_frame(spec: FrameSpec, records_area: &[u8], zstd_level: i32) -> Vec<u8> {
+    let (codec, compressed) = compress(spec, records_area, zstd_level);
+    let stored = compressed.as_deref().unwrap_or(records_area);
+    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + stored.len());
+    out.extend_from_slice(&frame_header(
+        spec,
+        codec,
+        FRAME_VERSION_UNMASKED,
+        records_area.len(),
+        stored,
+    ));
+    out.extend_from_slice(stored);
+    out
+}
+
+/// A fresh random mask word (never 0).
+pub fn mask_word() -> u64 {
+    loop {
+        let word = rand::random::<u64>();
+        if word != 0 {
+            return word;
+        }
+    }
+}
+
+/// The codec a frame is stored with, and the compressed bytes when it is zstd.
+fn compress(spec: FrameSpec, records_area: &[u8], zstd_level: i32) -> (Codec, Option<Vec<u8>>) {
     assert!(spec.record_count > 0, "a frame holds at least one record");
-    assert!(records_area.len() + FRAME_HEADER_BYTES <= FRAME_BYTES_MAX);
+    assert!(records_area.len() + FRAME_HEADER_BYTES + MASK_WORD_BYTES <= FRAME_BYTES_MAX);
     let compressed = match spec.codec {
         Codec::Zstd => zstd::bulk::compress(records_area, zstd_level)
             .ok()
             .filter(|c| c.len() < records_area.len()),
         Codec::None => None,
     };
-    let (codec, stored) = match &compressed {
-        Some(c) => (Codec::Zstd, c.as_slice()),
-        None => (Codec::None, records_area),
-    };
-    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + stored.len());
-    out.extend_from_slice(&frame_header(spec, codec, records_area.len(), stored));
-    out.extend_from_slice(stored);
-    out
+    match compressed {
+        Some(c) => (Codec::Zstd, Some(c)),
+        None => (Codec::None, None),
+    }
 }
 
-/// Seals a frame stored uncompressed that was built in place: `frame` holds
-/// [`FRAME_HEADER_BYTES`] of room followed by the records area, and the header
-/// is written into that room. The same bytes as [`encode_frame`] with
-/// [`Codec::None`], without copying the area.
-pub fn seal_uncompressed_frame(spec: FrameSpec, frame: &mut [u8]) {
-    let (header, area) = frame.split_at_mut(FRAME_HEADER_BYTES);
-    assert!(spec.record_count > 0, "a frame holds at least one record");
-    assert!(area.len() + FRAME_HEADER_BYTES <= FRAME_BYTES_MAX);
-    header.copy_from_slice(&frame_header(spec, Codec::None, area.len(), area));
+/// `out = from ^ mask`, the mask being `word`'s little-endian bytes repeated.
+fn copy_masked(out: &mut [u8], from: &[u8], word: u64) {
+    assert_eq!(out.len(), from.len());
+    let mut outs = out.chunks_exact_mut(8);
+    let mut ins = from.chunks_exact(8);
+    for (o, i) in (&mut outs).zip(&mut ins) {
+        let v = u64::from_le_bytes(i.try_into().expect("8 bytes")) ^ word;
+        o.copy_from_slice(&v.to_le_bytes());
+    }
+    let pattern = word.to_le_bytes();
+    for (j, (o, i)) in outs
+        .into_remainder()
+        .iter_mut()
+        .zip(ins.remainder())
+        .enumerate()
+    {
+        *o = i ^ pattern[j];
+    }
 }
 
 /// The header of a frame whose records area of `area_len` bytes is stored as
-/// `stored` (the area itself, or its compression by `codec`).
+/// `stored` (the area itself, or its compression by `codec`; after the mask word
+/// and masked, for version 2).
 fn frame_header(
     spec: FrameSpec,
     codec: Codec,
+    version: u8,
     area_len: usize,
     stored: &[u8],
 ) -> [u8; FRAME_HEADER_BYTES] {
@@ -202,7 +273,7 @@ fn frame_header(
     }
     let mut header = [0u8; FRAME_HEADER_BYTES];
     header[..2].copy_from_slice(&FRAME_MAGIC.to_be_bytes());
-    header[2] = FRAME_VERSION;
+    header[2] = version;
     header[3] = flags;
     header[4..8].copy_from_slice(&spec.record_count.to_be_bytes());
     header[8..16].copy_from_slice(&spec.base_offset.0.to_be_bytes());
@@ -234,9 +305,11 @@ pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
     if u16::from_be_bytes([bytes[0], bytes[1]]) != FRAME_MAGIC {
         return Err(FrameError::BadMagic);
     }
-    if bytes[2] != FRAME_VERSION {
-        return Err(FrameError::BadVersion(bytes[2]));
-    }
+    let masked = match bytes[2] {
+        FRAME_VERSION => true,
+        FRAME_VERSION_UNMASKED => false,
+        other => return Err(FrameError::BadVersion(other)),
+    };
     let flags = bytes[3];
     let codec = match flags & FLAG_CODEC_MASK {
         0 => Codec::None,
@@ -255,7 +328,10 @@ pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
         uncompressed_bytes: be_u32(bytes, 16),
         stored_bytes: be_u32(bytes, 20),
         crc: be_u32(bytes, 24),
+        masked,
     };
+    // What the stored bytes hold besides the payload: the mask word.
+    let word_bytes = if masked { MASK_WORD_BYTES as u64 } else { 0 };
     let uncompressed = header.uncompressed_bytes as usize;
     let bounded = header.record_count > 0
         && header.frame_bytes() <= FRAME_BYTES_MAX
@@ -263,7 +339,9 @@ pub fn decode_header(bytes: &[u8]) -> Result<FrameHeader, FrameError> {
         // Every record takes at least its length prefix.
         && (header.record_count as usize) <= uncompressed / RECORD_LEN_BYTES
         && header.base_offset.0.checked_add(u64::from(header.record_count)).is_some()
-        && (codec == Codec::Zstd || header.stored_bytes == header.uncompressed_bytes);
+        && u64::from(header.stored_bytes) >= word_bytes
+        && (codec == Codec::Zstd
+            || u64::from(header.stored_bytes) == u64::from(header.uncompressed_bytes) + word_bytes);
     if !bounded {
         return Err(FrameError::BadLength);
     }
@@ -286,16 +364,26 @@ pub fn check_frame(bytes: &[u8]) -> Result<(FrameHeader, &[u8]), FrameError> {
     Ok((header, stored))
 }
 
-/// The records area of a checked frame: the stored bytes themselves when they are
-/// not compressed (no copy), else decompressed.
+/// The records area of a checked frame: unmasked (version 2), decompressed
+/// when stored so; the stored bytes themselves (no copy) only for an
+/// uncompressed version 1 frame.
 pub fn records_area<'a>(
     header: &FrameHeader,
     stored: &'a [u8],
 ) -> Result<Cow<'a, [u8]>, FrameError> {
+    let payload: Cow<'a, [u8]> = if header.masked {
+        let (word, masked) = stored.split_at(MASK_WORD_BYTES);
+        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        let mut plain = vec![0u8; masked.len()];
+        copy_masked(&mut plain, masked, word);
+        Cow::Owned(plain)
+    } else {
+        Cow::Borrowed(stored)
+    };
     let area = match header.codec {
-        Codec::None => Cow::Borrowed(stored),
+        Codec::None => payload,
         Codec::Zstd => Cow::Owned(
-            zstd::bulk::decompress(stored, header.uncompressed_bytes as usize)
+            zstd::bulk::decompress(&payload, header.uncompressed_bytes as usize)
                 .map_err(|_| FrameError::BadPayload)?,
         ),
     };
@@ -377,8 +465,69 @@ mod tests {
         area
     }
 
-    /// A fixture of the version-1 layout: a change to the encoder that alters the
+    /// A fixture of the version-2 layout: a change to the encoder that alters the
     /// bytes on disk must fail here, not in production.
+    #[test]
+    fn frame_fixture_v2() {
+        let area = area_of(&[b"ab".to_vec()]);
+        let spec = FrameSpec {
+            base_offset: Offset(7),
+            record_count: 1,
+            codec: Codec::None,
+            first_of_commit: true,
+            last_of_commit: true,
+        };
+        let frame = encode_frame(spec, &area, 3, 0x0807_0605_0403_0201);
+        let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+        let header = concat!(
+            "cafe",
+            "02",
+            "c0",
+            "00000001",
+            "0000000000000007",
+            "00000006",
+            "0000000e"
+        );
+        assert!(hex.starts_with(header), "{hex}");
+        // The word (little-endian), then 00 00 00 02 61 62 masked by 01..06.
+        assert!(hex.ends_with("0102030405060708010203066464"), "{hex}");
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&frame[2..24]), &frame[28..]);
+        assert_eq!(be_u32(&frame, 24), crc);
+    }
+
+    /// A record whose payload is itself a valid frame: on the disk it is not one.
+    /// Unmasked (version 1) it is, and a search of damaged bytes would take it.
+    #[test]
+    fn a_frame_laid_out_in_a_payload_is_no_frame_on_disk() {
+        let inner_spec = FrameSpec {
+            base_offset: Offset(1 << 62),
+            record_count: 1,
+            codec: Codec::None,
+            first_of_commit: true,
+            last_of_commit: true,
+        };
+        let forged = encode_unmasked_frame(inner_spec, &area_of(&[b"forged".to_vec()]), 1);
+        let spec = FrameSpec {
+            base_offset: Offset(0),
+            ..inner_spec
+        };
+        let area = area_of(std::slice::from_ref(&forged));
+        let found = |frame: &[u8]| {
+            (1..frame.len())
+                .filter(|&at| check_frame(&frame[at..]).is_ok())
+                .count()
+        };
+        assert_eq!(
+            found(&encode_unmasked_frame(spec, &area, 1)),
+            1,
+            "the test can see it"
+        );
+        for _ in 0..100 {
+            assert_eq!(found(&encode_frame(spec, &area, 1, mask_word())), 0);
+        }
+    }
+
+    /// Frames of version 1 (unmasked) still read.
     #[test]
     fn frame_fixture_v1() {
         let area = area_of(&[b"ab".to_vec()]);
@@ -389,7 +538,7 @@ mod tests {
             first_of_commit: true,
             last_of_commit: true,
         };
-        let frame = encode_frame(spec, &area, 3);
+        let frame = encode_unmasked_frame(spec, &area, 3);
         let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
         let header = concat!(
             "cafe",
@@ -404,6 +553,9 @@ mod tests {
         assert!(hex.ends_with("000000026162"), "{hex}");
         let crc = crc32c::crc32c_append(crc32c::crc32c(&frame[2..24]), &frame[28..]);
         assert_eq!(be_u32(&frame, 24), crc);
+        let (header, stored) = check_frame(&frame).unwrap();
+        assert!(!header.masked);
+        assert_eq!(&records_area(&header, stored).unwrap()[..], &area[..]);
     }
 
     proptest! {
@@ -414,6 +566,8 @@ mod tests {
             zstd in any::<bool>(),
             first in any::<bool>(),
             last in any::<bool>(),
+            unmasked in any::<bool>(),
+            word in any::<u64>(),
         ) {
             let area = area_of(&records);
             let spec = FrameSpec {
@@ -423,15 +577,13 @@ mod tests {
                 first_of_commit: first,
                 last_of_commit: last,
             };
-            let frame = encode_frame(spec, &area, 1);
-            if !zstd {
-                // Built in place, the frame is byte for byte the encoded one.
-                let mut in_place = vec![0xA5u8; FRAME_HEADER_BYTES];
-                in_place.extend_from_slice(&area);
-                seal_uncompressed_frame(spec, &mut in_place);
-                prop_assert_eq!(&in_place, &frame);
-            }
+            let frame = if unmasked {
+                encode_unmasked_frame(spec, &area, 1)
+            } else {
+                encode_frame(spec, &area, 1, word.max(1))
+            };
             let (header, stored) = check_frame(&frame).unwrap();
+            prop_assert_eq!(header.masked, !unmasked);
             prop_assert_eq!(header.base_offset, Offset(base));
             prop_assert_eq!(header.record_count, records.len() as u32);
             prop_assert_eq!(header.first_of_commit, first);
@@ -458,7 +610,7 @@ mod tests {
                 first_of_commit: true,
                 last_of_commit: true,
             };
-            let mut frame = encode_frame(spec, &area, 1);
+            let mut frame = encode_frame(spec, &area, 1, mask_word());
             let bit = bit.index(frame.len() * 8);
             frame[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(check_frame(&frame).is_err());

@@ -222,7 +222,7 @@ pub fn frame_commit_ms(bytes: &[u8]) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::super::envelope::{encode_envelope, envelope_len};
-    use super::super::frame::{encode_frame, push_record, Codec, FrameSpec};
+    use super::super::frame::{encode_frame, mask_word, push_record, Codec, FrameSpec};
     use super::*;
 
     /// A commit of `frames` one-record frames starting at `base`.
@@ -241,7 +241,7 @@ mod tests {
                 first_of_commit: i == 0,
                 last_of_commit: i + 1 == frames,
             };
-            out.extend(encode_frame(spec, &area, 1));
+            out.extend(encode_frame(spec, &area, 1, mask_word()));
         }
         out
     }

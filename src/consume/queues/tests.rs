@@ -135,8 +135,12 @@ fn a_take_dropped_during_a_read_releases_what_it_held() {
 }
 
 /// Every record of partition 0 of the topic in the log files under `path`
-/// whose payload is `byte` repeated gets one byte of its payload flipped.
+/// whose payload starts with `byte` repeated gets one byte of its frame's
+/// stored payload flipped. Frames are found by walking the segment files,
+/// since payloads reach the disk masked.
 fn corrupt_payload(path: &std::path::Path, byte: u8) {
+    use narad_shards::log::frame::{check_frame, decode_header, records_area};
+
     let run = vec![byte; 3_000];
     let mut found = 0;
     let mut stack = vec![path.to_path_buf()];
@@ -147,15 +151,27 @@ fn corrupt_payload(path: &std::path::Path, byte: u8) {
                 stack.push(entry);
                 continue;
             }
-            let mut bytes = std::fs::read(&entry).unwrap();
-            if let Some(at) = bytes.windows(run.len()).position(|w| w == run.as_slice()) {
-                bytes[at + 1_500] ^= 0x40;
-                std::fs::write(&entry, &bytes).unwrap();
-                found += 1;
+            if entry.extension().is_none_or(|e| e != "log") {
+                continue;
             }
+            let mut bytes = std::fs::read(&entry).unwrap();
+            let mut at = 0;
+            // Frames corrupted before are passed over by their (intact) header.
+            while let Ok(header) = decode_header(&bytes[at..]) {
+                let len = header.frame_bytes();
+                if let Ok((header, stored)) = check_frame(&bytes[at..]) {
+                    let area = records_area(&header, stored).unwrap();
+                    if area.windows(run.len()).any(|w| w == run.as_slice()) {
+                        bytes[at + len / 2] ^= 0x40;
+                        found += 1;
+                    }
+                }
+                at += len;
+            }
+            std::fs::write(&entry, &bytes).unwrap();
         }
     }
-    assert_eq!(found, 1, "payload {byte} found in {found} files");
+    assert_eq!(found, 1, "payload {byte} found in {found} frames");
 }
 
 /// A take that spends all its attempts skipping corrupt records comes back
