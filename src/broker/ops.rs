@@ -45,14 +45,15 @@ pub enum Op {
         reply: oneshot::Sender<Vec<Result<PartitionStats, ReadError>>>,
     },
     /// Take up to `max` records of the topic's partitions here (or of `partition`
-    /// only), for a probe, a claim after a notification (`claim`), or a pinned
-    /// long-poll (`wait`, zero for none). A reply nobody receives is released.
+    /// only), for a probe, a claim after a notification (`claim`: the claiming
+    /// shard), or a pinned long-poll (`wait`, zero for none). A reply nobody
+    /// receives is released.
     Consume {
         topic: Arc<str>,
         incarnation: IncarnationId,
         partition: Option<PartitionId>,
         max: usize,
-        claim: bool,
+        claim: Option<usize>,
         wait: Duration,
         reply: oneshot::Sender<Result<Vec<Delivered>, ConsumeError>>,
     },
@@ -69,10 +70,11 @@ pub enum Op {
         incarnation: IncarnationId,
         owner: usize,
     },
-    /// A notified shard had nobody left to take the record.
+    /// Notified shard `from` had nobody left to take the record.
     Pass {
         topic: Arc<str>,
         incarnation: IncarnationId,
+        from: usize,
     },
     /// Records a consumer on another shard could not take: release them.
     Release {
@@ -141,8 +143,12 @@ pub fn serve_consume_op(shard: &std::rc::Rc<super::Shard>, op: Op) {
             incarnation,
             owner,
         } => shard.waiters.notified(incarnation, &topic, owner),
-        Op::Pass { topic, incarnation } => {
-            shard.queues.retire_notification(incarnation);
+        Op::Pass {
+            topic,
+            incarnation,
+            from,
+        } => {
+            shard.queues.retire_notification(incarnation, from);
             shard.waiters.kick(incarnation, &topic);
         }
         Op::Release {

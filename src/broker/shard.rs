@@ -256,6 +256,29 @@ impl Shard {
         all
     }
 
+    /// [`Shard::queues_release`] that never waits: records of this shard's own
+    /// partitions go back now, the others in a task of their own, so a caller
+    /// that goes away (a consume whose client hung up) cannot leave them leased.
+    pub fn queues_release_detached(
+        self: &Rc<Self>,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        delivered: Vec<crate::consume::Delivered>,
+    ) {
+        let (here, elsewhere): (Vec<_>, Vec<_>) = delivered
+            .into_iter()
+            .partition(|d| self.owner_of(incarnation, d.partition) == self.index);
+        if !here.is_empty() {
+            self.queues.release_delivered(incarnation, topic, &here);
+        }
+        if !elsewhere.is_empty() {
+            let (shard, topic) = (self.clone(), topic.clone());
+            narad_io::rt::spawn_local(async move {
+                shard.queues_release(incarnation, &topic, elsewhere).await;
+            });
+        }
+    }
+
     /// Gives leased records nobody will receive back to their owners.
     pub async fn queues_release(
         &self,

@@ -68,7 +68,7 @@ pub async fn consume(
         incarnation: record.id,
         partition: Some(partition),
         max: request.max,
-        claim: false,
+        claim: None,
         wait: request.wait,
         reply,
     };
@@ -101,7 +101,7 @@ async fn consume_queue(
     }
     let remote = shard.remote_owners(record);
     for &owner in &remote {
-        match probe(shard, owner, topic, record.id, request.max, false).await {
+        match probe(shard, owner, topic, record.id, request.max, None).await {
             Ok(got) if !got.is_empty() => return Ok(got),
             Ok(_) => {}
             Err(ConsumeError::NotFound) => return Err(ConsumeError::NotFound),
@@ -211,7 +211,7 @@ async fn probe(
     topic: &Arc<str>,
     incarnation: IncarnationId,
     max: usize,
-    claim: bool,
+    claim: Option<usize>,
 ) -> Result<Vec<Delivered>, ConsumeError> {
     let op = |reply| Op::Consume {
         topic: topic.clone(),
@@ -255,11 +255,11 @@ pub async fn serve_consume_op(
     incarnation: IncarnationId,
     partition: Option<PartitionId>,
     request: ConsumeRequest,
-    claim: bool,
+    claim: Option<usize>,
     mut reply: futures_channel::oneshot::Sender<Result<Vec<Delivered>, ConsumeError>>,
 ) {
-    if claim {
-        shard.queues.retire_notification(incarnation);
+    if let Some(from) = claim {
+        shard.queues.retire_notification(incarnation, from);
     }
     let Some(record) = shard.live_topic(&topic, incarnation) else {
         let _ = reply.send(Err(ConsumeError::NotFound));
@@ -367,6 +367,9 @@ async fn serve_fifo(
             }
             Ok(_) => {
                 shard.waiters.push_front(record.id, topic, pinned, waiter);
+                // The keeper may have stopped while this consumer was off the
+                // FIFO, finding nobody parked: its tokens elsewhere need it.
+                ensure_keeper(shard);
                 return;
             }
             // The topic was deleted while this consumer was off the FIFO, so
@@ -378,6 +381,7 @@ async fn serve_fifo(
             Err(e) => {
                 tracing::warn!(topic = %topic, error = ?e, "the pump could not take records");
                 shard.waiters.push_front(record.id, topic, pinned, waiter);
+                ensure_keeper(shard);
                 retry_later(shard, record.id, topic);
                 return;
             }
@@ -409,10 +413,24 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
         owner,
     } = n;
     let Some(waiter) = shard.waiters.pop_live(incarnation, None) else {
-        shard.send(owner, Op::Pass { topic, incarnation }).await;
+        let from = shard.index;
+        let op = Op::Pass {
+            topic,
+            incarnation,
+            from,
+        };
+        shard.send(owner, op).await;
         return;
     };
-    let claimed = probe(&shard, owner, &topic, incarnation, waiter.max, true).await;
+    let claimed = probe(
+        &shard,
+        owner,
+        &topic,
+        incarnation,
+        waiter.max,
+        Some(shard.index),
+    )
+    .await;
     // A claim that failed on the owner (its partition could not be read) leaves
     // the renewal to the keeper: renewing at once would draw the same
     // notification straight back and spin both shards while the fault lasts.

@@ -546,8 +546,10 @@ impl Queues {
     }
 
     /// A notified shard claimed or passed: its promise is retired.
-    pub fn retire_notification(&self, incarnation: IncarnationId) {
-        self.tokens.borrow_mut().retire_notification(incarnation);
+    pub fn retire_notification(&self, incarnation: IncarnationId, from: usize) {
+        self.tokens
+            .borrow_mut()
+            .retire_notification(incarnation, from);
     }
 
     /// Forgets a deleted incarnation's consumer state.

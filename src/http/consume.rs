@@ -219,7 +219,7 @@ pub async fn consume<B>(
             // What the reply leaves out goes back before it is written, so the
             // next consume takes it at once; only what it carries is counted.
             if !left_out.is_empty() {
-                shard.queues_release(record.id, &name, left_out).await;
+                shard.queues_release_detached(record.id, &name, left_out);
             }
             json_body(body)
         }

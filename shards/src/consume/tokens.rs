@@ -41,8 +41,9 @@ fn ms(d: Duration) -> u64 {
 struct TopicTokens {
     /// (requesting shard, expiry in ms), oldest registration first.
     held: Vec<(usize, u64)>,
-    /// Deadlines (ms) of notifications sent and not yet claimed or passed.
-    outstanding: Vec<u64>,
+    /// (notified shard, deadline in ms) of notifications sent and not yet
+    /// claimed or passed, oldest first.
+    outstanding: Vec<(usize, u64)>,
 }
 
 /// The delivery tokens of one owner shard, per topic incarnation. See the module doc.
@@ -79,7 +80,7 @@ impl Tokens {
     /// Notifications of the topic sent and neither claimed, passed nor lapsed.
     pub fn outstanding(&self, incarnation: IncarnationId, now_ms: u64) -> u64 {
         self.topics.get(&incarnation).map_or(0, |t| {
-            t.outstanding.iter().filter(|&&d| d > now_ms).count() as u64
+            t.outstanding.iter().filter(|&&(_, d)| d > now_ms).count() as u64
         })
     }
 
@@ -90,7 +91,7 @@ impl Tokens {
             return Vec::new();
         };
         entry.held.retain(|&(_, until)| until > now_ms);
-        entry.outstanding.retain(|&deadline| deadline > now_ms);
+        entry.outstanding.retain(|&(_, deadline)| deadline > now_ms);
         let promised = entry.outstanding.len() as u64;
         let mut spare = available.saturating_sub(promised);
         let mut notify = Vec::new();
@@ -99,7 +100,7 @@ impl Tokens {
             let (shard, _) = entry.held.remove(0);
             entry
                 .outstanding
-                .push(now_ms.saturating_add(ms(CLAIM_DEADLINE)));
+                .push((shard, now_ms.saturating_add(ms(CLAIM_DEADLINE))));
             notify.push(shard);
             spare -= 1;
         }
@@ -110,11 +111,13 @@ impl Tokens {
         notify
     }
 
-    /// A notified shard claimed or passed: its promise (the oldest) is retired.
-    pub fn retire_notification(&mut self, incarnation: IncarnationId) {
+    /// Shard `from` claimed or passed: its oldest promise is retired. A claim
+    /// that comes after its promise lapsed retires nothing, so the promise made
+    /// in its place to another shard still counts.
+    pub fn retire_notification(&mut self, incarnation: IncarnationId, from: usize) {
         if let Some(entry) = self.topics.get_mut(&incarnation) {
-            if !entry.outstanding.is_empty() {
-                entry.outstanding.remove(0);
+            if let Some(at) = entry.outstanding.iter().position(|&(s, _)| s == from) {
+                entry.outstanding.remove(at);
             }
         }
     }
@@ -143,7 +146,7 @@ mod tests {
         // Still one record: promised already.
         assert!(tokens.spend(T, 1, 1_010).is_empty());
         // A pass retires the promise; the record goes to the next holder.
-        tokens.retire_notification(T);
+        tokens.retire_notification(T, 1);
         assert_eq!(tokens.spend(T, 1, 1_020), vec![2]);
         assert!(!tokens.has_tokens(T, 1_020), "tokens are single use");
     }
@@ -159,6 +162,26 @@ mod tests {
         // Shard 2's token lapsed at 1.1 s.
         assert!(tokens.spend(T, 1, lapsed).is_empty());
         assert!(!tokens.has_tokens(T, lapsed));
+    }
+
+    #[test]
+    fn a_late_claim_retires_its_own_promise_not_the_one_made_in_its_place() {
+        let mut tokens = Tokens::default();
+        let ttl = Duration::from_secs(5);
+        for shard in [1, 2, 3] {
+            tokens.register(T, shard, ttl, 1_000);
+        }
+        assert_eq!(tokens.spend(T, 1, 1_000), vec![1]);
+        // Shard 1's promise lapses; the record is promised to shard 2.
+        let lapsed = 1_000 + ms(CLAIM_DEADLINE);
+        assert_eq!(tokens.spend(T, 1, lapsed), vec![2]);
+        // Shard 1's claim arrives late: shard 2's promise still stands, so the
+        // record is not promised a third time.
+        tokens.retire_notification(T, 1);
+        assert_eq!(tokens.outstanding(T, lapsed + 1), 1);
+        assert!(tokens.spend(T, 1, lapsed + 1).is_empty());
+        tokens.retire_notification(T, 2);
+        assert_eq!(tokens.spend(T, 1, lapsed + 2), vec![3]);
     }
 
     #[test]

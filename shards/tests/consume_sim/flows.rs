@@ -150,7 +150,7 @@ impl Sim {
                 self.wake_pump(to);
             }
             Msg::Pass { topic } => {
-                self.retire_promise(to, topic);
+                self.retire_promise(to, topic, from);
                 self.wake(to, topic);
             }
             Msg::Release { topic, records } => self.release_delivered(to, topic, &records),
@@ -172,7 +172,7 @@ impl Sim {
         asker: Asker,
     ) {
         if claim {
-            self.retire_promise(s, t);
+            self.retire_promise(s, t, from);
         }
         match partition {
             Some(p) => {

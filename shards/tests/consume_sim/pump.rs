@@ -58,7 +58,7 @@ impl Sim {
         }
         let available = self.available_loaded(s, t);
         let ledger = self.ledger.entry((s, t)).or_default();
-        ledger.retain(|&deadline| deadline > now);
+        ledger.retain(|&(_, deadline)| deadline > now);
         let promised = ledger.len() as u64;
         let notify = self.shards[s].tokens.spend(id, available, now);
         if notify.len() as u64 > available.saturating_sub(promised) {
@@ -68,7 +68,10 @@ impl Sim {
         }
         for to in notify {
             let deadline = now + ms(CLAIM_DEADLINE);
-            self.ledger.entry((s, t)).or_default().push_back(deadline);
+            self.ledger
+                .entry((s, t))
+                .or_default()
+                .push_back((to, deadline));
             self.count("notifications");
             self.note(format!("{s} notifies {to} for t{t}"));
             self.send(s, to, Msg::Notify { topic: t, owner: s });

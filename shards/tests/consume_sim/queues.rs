@@ -118,11 +118,14 @@ impl Sim {
         self.wake(s, t);
     }
 
-    pub(crate) fn retire_promise(&mut self, owner: usize, t: usize) {
+    /// Shard `from` claimed or passed on `owner`: its own oldest promise goes.
+    pub(crate) fn retire_promise(&mut self, owner: usize, t: usize, from: usize) {
         let id = self.topics[t].id;
-        self.shards[owner].tokens.retire_notification(id);
+        self.shards[owner].tokens.retire_notification(id, from);
         if let Some(ledger) = self.ledger.get_mut(&(owner, t)) {
-            ledger.pop_front();
+            if let Some(at) = ledger.iter().position(|&(s, _)| s == from) {
+                ledger.remove(at);
+            }
         }
     }
 

@@ -232,8 +232,9 @@ pub(crate) struct Sim {
     pub(crate) next_held: u64,
     pub(crate) delivered: BTreeSet<Lease>,
     pub(crate) acked: BTreeSet<(usize, PartitionId, Offset)>,
-    /// Promises per (owner shard, topic): deadlines of notifications not retired.
-    pub(crate) ledger: BTreeMap<(usize, usize), VecDeque<u64>>,
+    /// Promises per (owner shard, topic): (notified shard, deadline) of
+    /// notifications not retired.
+    pub(crate) ledger: BTreeMap<(usize, usize), VecDeque<(usize, u64)>>,
     /// Since when records were available without a break, per (owner, topic) and
     /// per (topic, partition).
     pub(crate) avail_since: BTreeMap<(usize, usize), u64>,
