@@ -626,6 +626,34 @@ fn an_unreadable_oldest_segment_is_judged_by_the_records_after_it() {
 }
 
 #[test]
+fn a_log_whose_last_sealed_segment_cannot_be_read_still_opens() {
+    block_on(async {
+        let disk = SimDisk::new(47, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 3, 1_000).await;
+        assert!(log.maybe_roll(2_000).await.unwrap());
+        log.close().await.unwrap();
+        // The active segment is empty; the sealed one and its index fail reads.
+        let index = format!("{DIR}/{:020}.index", 0);
+        disk.set_unreadable(&index, true);
+        disk.set_unreadable(&segment_path(0), true);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .expect("the log opens");
+        assert_eq!(log.high_watermark(), Offset(3));
+        assert!(log.read(Offset(0), 3, 1 << 20).await.is_err());
+        commit(&mut log, 2, 3_000).await;
+        // The medium recovers: every record reads.
+        disk.set_unreadable(&index, false);
+        disk.set_unreadable(&segment_path(0), false);
+        assert_records(&read_all(&mut log, 0).await, 0..5);
+        log.close().await.unwrap();
+    });
+}
+
+#[test]
 fn a_gap_after_a_roll_takes_the_last_commit_time_for_retention() {
     block_on(async {
         let disk = SimDisk::new(43, SimFaults::default());

@@ -392,8 +392,16 @@ impl<S: Storage> PartitionLog<S> {
         if log.active.first_commit_ms.is_none() && !log.sealed.is_empty() {
             // The active segment is empty: the newest commit time is the last
             // sealed segment's, which keeps commit times monotonic across restarts.
+            // A segment that cannot be read (nor its index) must not keep the log
+            // from opening for good: commit times then go on from the clock, and
+            // reads of that segment report it.
             let last = log.sealed.len() - 1;
-            log.last_commit_ms = log.sealed_index(last).await?.max_commit_ms;
+            match log.sealed_index(last).await {
+                Ok(index) => log.last_commit_ms = index.max_commit_ms,
+                Err(e) => {
+                    tracing::error!(dir = %log.dir, base = log.sealed[last].base.0, error = %e, "partition log cannot read its last sealed segment; commit times go on from the clock");
+                }
+            }
         }
         for gap in &log.gaps {
             tracing::warn!(dir = %log.dir, start = gap.start.0, end = gap.end.0, "partition log has a corrupt gap (bit rot); its records are unreadable");
