@@ -28,7 +28,7 @@
 
 mod poller;
 mod storage;
-pub use poller::{poll_once, run_poller, Behind, POLL_INTERVAL};
+pub use poller::{clear_queue_gauges, poll_once, run_poller, Behind, POLL_INTERVAL};
 pub use storage::StorageMetrics;
 
 use std::cell::RefCell;

@@ -587,6 +587,44 @@ fn topic_size_data_dir_size_and_the_oldest_unacked_age_are_polled() {
 }
 
 #[test]
+fn queue_gauges_of_a_deleted_topic_go_back_to_zero() {
+    let node = Node::start_shards(2, &[("NARAD_DEBUG_METRICS_POLL_MS", "100")]);
+    let mut client = node.client();
+    let body = json!({ "name": "gone", "partitions": 3 }).to_string();
+    assert_eq!(post_topic(&mut client, &body).status, 201);
+    for p in 0..3 {
+        produce_ok(&mut client, "gone", &format!("partition={p}"), b"record");
+    }
+    wait_for_total(&mut client, "gone", 3, 3, Duration::from_secs(20));
+    // One record of each partition leased and kept: in flight, lagging, aging.
+    for p in 0..3 {
+        let path = format!("/v1/topics/gone/consume?partition={p}&wait=2s");
+        let response = client.request("GET", &path, &[], "").unwrap();
+        assert_eq!(response.status, 200, "{response:?}");
+    }
+    let topic = "topic=\"gone\"";
+    let gauges = |samples: &BTreeMap<String, f64>| {
+        [
+            "narad_inflight_size",
+            "narad_consumer_lag_messages",
+            "narad_oldest_unconsumed_message_age_seconds",
+        ]
+        .map(|name| sum(samples, name, &[topic]))
+    };
+    wait_until(Duration::from_secs(10), "the queue gauges set", || {
+        let [in_flight, lag, age] = gauges(&scrape(&mut client));
+        (in_flight == 3.0 && lag == 3.0 && age > 0.0).then_some(())
+    });
+    let deleted = client
+        .request("DELETE", "/v1/topics/gone", &[], "")
+        .unwrap();
+    assert_eq!(deleted.status, 204);
+    // Several polls later, nothing is left of them.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(gauges(&scrape(&mut client)), [0.0; 3]);
+}
+
+#[test]
 fn the_age_poll_lets_a_lagging_partition_close_when_idle() {
     // Logs idle for 300 ms close at the reaper's next check (every 100 ms); the
     // gauges are polled every 50 ms.

@@ -554,9 +554,12 @@ impl Queues {
 
     /// Forgets a deleted incarnation's consumer state.
     pub fn drop_incarnation(&self, incarnation: IncarnationId) {
-        self.parts
-            .borrow_mut()
-            .retain(|(id, _), _| *id != incarnation);
+        self.parts.borrow_mut().retain(|&(id, partition), queue| {
+            if id == incarnation {
+                crate::metrics::clear_queue_gauges(&queue.borrow().topic, partition);
+            }
+            id != incarnation
+        });
         self.tokens.borrow_mut().drop_incarnation(incarnation);
         self.settled_changed
             .borrow_mut()

@@ -170,9 +170,11 @@ pub async fn consume<B>(
         series: shard.traffic.topic(topic, record.id),
         started: Instant::now(),
         outcome: None,
+        failed: false,
     };
     let no_wait = wait.is_zero();
     let result = flow::consume(shard, &name, record, consume_request).await;
+    watch.failed = result.is_err();
     let response = match result {
         Err(ConsumeError::NotFound) => not_found(topic),
         Err(ConsumeError::Failed(why)) => {
@@ -292,10 +294,16 @@ struct WaitWatch {
     series: Rc<TopicSeries>,
     started: Instant,
     outcome: Option<WaitOutcome>,
+    /// The consume failed (404, 500): it ended neither way the reference's
+    /// outcomes name, and is not observed (the request counters have it).
+    failed: bool,
 }
 
 impl Drop for WaitWatch {
     fn drop(&mut self) {
+        if self.failed {
+            return;
+        }
         let outcome = self.outcome.unwrap_or(WaitOutcome::Cancelled);
         self.series
             .waited(outcome, self.started.elapsed().as_secs_f64());

@@ -109,6 +109,11 @@ async fn set_oldest_unconsumed_ages(
                 record.commit_time_ms
             }
         };
+        // The topic may have been deleted while an earlier peek waited: its
+        // gauges were cleared then, and stay so.
+        if shard.queues.loaded(key).is_none() {
+            continue;
+        }
         let age_ms = narad_io::rt::unix_ms().saturating_sub(commit_time_ms);
         ::metrics::gauge!(
             "narad_oldest_unconsumed_message_age_seconds",
@@ -295,4 +300,24 @@ pub fn poll_once(shard: &crate::broker::Shard) -> Vec<Behind> {
                 .absolute(table.corrupt_skipped_total());
         });
     behind
+}
+
+/// Sets a partition's queue gauges back to 0 when its topic is deleted here:
+/// the poller sets them only for partitions still loaded, so they would keep
+/// their last values for good, and a topic made again under the name (whose
+/// partition may land on another shard) would show them added to its own.
+pub fn clear_queue_gauges(topic: &str, partition: PartitionId) {
+    let labels = [
+        ("topic", topic.to_string()),
+        ("partition", partition.0.to_string()),
+    ];
+    for name in [
+        "narad_inflight_size",
+        "narad_acked_ahead_size",
+        "narad_consumer_lag_messages",
+        "narad_oldest_unconsumed_message_age_seconds",
+        "narad_consumer_dropped_messages",
+    ] {
+        ::metrics::gauge!(name, &labels).set(0.0);
+    }
 }
