@@ -136,6 +136,26 @@ pub fn debug_panic_at_start(shard: usize) {
     let _ = shard;
 }
 
+/// The debug hook `NARAD_DEBUG_RECOVERY_DELAY_MS=<shard>:<ms>` (debug builds
+/// only): that shard waits this long before it recovers its storage, so tests
+/// can see a node whose shards are not all recovered yet.
+pub async fn debug_recovery_delay(shard: usize) {
+    #[cfg(debug_assertions)]
+    {
+        let hook = std::env::var("NARAD_DEBUG_RECOVERY_DELAY_MS").ok();
+        let delay = hook.as_deref().and_then(|hook| {
+            let (which, ms) = hook.split_once(':')?;
+            (which.parse::<usize>().ok()? == shard).then_some(ms.parse::<u64>().ok()?)
+        });
+        if let Some(ms) = delay {
+            tracing::warn!(shard, ms, "debug hook: this shard's recovery waits");
+            narad_io::rt::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = shard;
+}
+
 /// The debug hook at a produce: panics if it names `topic`.
 pub fn debug_panic_on_produce(topic: &str) {
     #[cfg(debug_assertions)]

@@ -154,6 +154,8 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let mut stops = Vec::with_capacity(shards);
     let mut threads = Vec::with_capacity(shards);
     for (shard, socket) in sockets.into_iter().enumerate() {
+        let mesh_end = mesh.next().expect("one mesh end per shard");
+        let departure = mesh_end.departure();
         let (stop_tx, stop_rx) = narad_io::net::stop_channel()
             .map_err(|e| format!("cannot create the stop socket of shard {shard}: {e}"))?;
         stops.push(stop_tx);
@@ -168,7 +170,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             settings: settings.clone(),
             stop: stop_rx,
             events: events_tx.clone(),
-            mesh: mesh.next().expect("one mesh end per shard"),
+            mesh: mesh_end,
             published: control.published.clone(),
             dispatching: dispatching.clone(),
             control: control.client.clone(),
@@ -190,6 +192,9 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         let thread = std::thread::Builder::new()
             .name(format!("shard-{shard}"))
             .spawn(move || {
+                // Marks this shard gone from the mesh when the thread ends, by
+                // return or by unwinding: sends to it then fail at once.
+                let _departure = departure;
                 let run = std::panic::AssertUnwindSafe(|| {
                     narad_io::rt::run_local(Some(cpu), run_shard(start))
                 });
@@ -348,6 +353,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         None => storage.clone(),
     };
     crate::lifecycle::debug_panic_at_start(index);
+    crate::lifecycle::debug_recovery_delay(index).await;
     let dir = format!("ingress/shard-{index}");
     let opened = Wal::open(wal_storage, &dir, wal_config.clone()).await;
     let wal = match opened {

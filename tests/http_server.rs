@@ -289,3 +289,46 @@ fn a_client_that_reads_slowly_is_cut_off_after_the_write_timeout() {
         200
     );
 }
+
+/// A node serves no broker route until every shard has recovered: a shard that
+/// recovered early would make its requests wait on the others for as long as
+/// their recovery takes. Health answers all along; readiness once all are done.
+#[test]
+fn no_shard_serves_the_api_before_every_shard_has_recovered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = Node::spawn(
+        dir.path(),
+        2,
+        &[("NARAD_DEBUG_RECOVERY_DELAY_MS", "1:3000")],
+    );
+    let line = node.wait_for_log("listening");
+    let addr: std::net::SocketAddr = line
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("addr="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    node.wait_for_log("ingress WAL recovered");
+    // Shard 0 has recovered, shard 1 waits: connections land on both.
+    for _ in 0..8 {
+        let mut client = Client::connect(addr).unwrap();
+        let health = client.request("GET", "/healthz", &[], "").unwrap();
+        assert_eq!(health.status, 200);
+        let listed = client.request("GET", "/v1/topics", &[], "").unwrap();
+        assert_eq!(listed.status, 503, "{listed:?}");
+        let ready = client.request("GET", "/readyz", &[], "").unwrap();
+        assert_eq!(ready.status, 503, "{ready:?}");
+    }
+    common::wait_until(Duration::from_secs(20), "the node ready", || {
+        let mut client = Client::connect(addr).ok()?;
+        let ready = client.request("GET", "/readyz", &[], "").ok()?;
+        (ready.status == 200).then_some(())
+    });
+    for _ in 0..8 {
+        let mut client = Client::connect(addr).unwrap();
+        assert_eq!(
+            client.request("GET", "/v1/topics", &[], "").unwrap().status,
+            200
+        );
+    }
+}

@@ -11,12 +11,26 @@
 //! channel waits. Messages are the caller's typed ops; heavy traffic batches many
 //! records into one message, so one hop costs one ring slot, not one per record.
 //!
+//! A shard whose thread ended (it stopped, or panicked) is marked gone through
+//! its [`Departure`]. A send to it then fails at once, and one waiting for room
+//! gives up within [`GONE_POLL`]: nothing would ever drain its channel again, and
+//! glommio's wait for room does not notice a receiver that went away (it wakes on
+//! every turn of the reactor instead, so a node stopping after a shard's panic
+//! would spin on it forever).
+//!
 //! Which cores: every end is moved to its shard's thread and connected there; after
 //! that nothing here is shared but the rings themselves.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use glommio::channels::shared_channel::{
     self, ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
 };
+
+/// How often a send waiting for room checks whether its receiver is gone.
+pub const GONE_POLL: Duration = Duration::from_millis(10);
 
 /// One shard's unconnected ends, built by [`full_mesh`]; `Send`, so the main thread
 /// can move it to the shard's thread.
@@ -24,12 +38,27 @@ pub struct MeshEnd<T: Send + 'static> {
     me: usize,
     senders: Vec<Option<SharedSender<T>>>,
     receivers: Vec<Option<SharedReceiver<T>>>,
+    gone: Arc<[AtomicBool]>,
 }
 
 /// One shard's connected ends.
 pub struct MeshLink<T: Send + 'static> {
     me: usize,
     senders: Vec<Option<ConnectedSender<T>>>,
+    gone: Arc<[AtomicBool]>,
+}
+
+/// Marks its shard gone from the mesh when dropped: keep it in the shard's
+/// thread, so that both its return and its unwinding mark it.
+pub struct Departure {
+    shard: usize,
+    gone: Arc<[AtomicBool]>,
+}
+
+impl Drop for Departure {
+    fn drop(&mut self) {
+        self.gone[self.shard].store(true, Ordering::Release);
+    }
 }
 
 /// Why a message did not leave.
@@ -39,17 +68,22 @@ pub enum SendError<T> {
     BadTarget(T),
     /// The receiving shard has stopped.
     Closed(T),
+    /// The receiving shard went away while the send waited for room; the
+    /// message was dropped with the wait.
+    Gone,
 }
 
 /// Builds the channels of a full mesh of `shards` shards, `capacity` messages each;
 /// element `i` belongs to shard `i`.
 pub fn full_mesh<T: Send + 'static>(shards: usize, capacity: usize) -> Vec<MeshEnd<T>> {
     assert!(shards > 0 && capacity > 0);
+    let gone: Arc<[AtomicBool]> = (0..shards).map(|_| AtomicBool::new(false)).collect();
     let mut ends: Vec<MeshEnd<T>> = (0..shards)
         .map(|me| MeshEnd {
             me,
             senders: (0..shards).map(|_| None).collect(),
             receivers: (0..shards).map(|_| None).collect(),
+            gone: gone.clone(),
         })
         .collect();
     for from in 0..shards {
@@ -73,6 +107,14 @@ impl<T: Send + 'static> MeshEnd<T> {
     /// Shards in the mesh, this one included.
     pub fn shards(&self) -> usize {
         self.senders.len()
+    }
+
+    /// The handle that marks this end's shard gone when dropped.
+    pub fn departure(&self) -> Departure {
+        Departure {
+            shard: self.me,
+            gone: self.gone.clone(),
+        }
     }
 
     /// Connects the ends on the calling shard's executor. Returns the senders and one
@@ -106,6 +148,7 @@ impl<T: Send + 'static> MeshEnd<T> {
             MeshLink {
                 me: self.me,
                 senders: connected,
+                gone: self.gone,
             },
             inboxes,
         )
@@ -123,19 +166,37 @@ impl<T: Send + 'static> MeshLink<T> {
         self.senders.len()
     }
 
-    /// Sends `message` to shard `to`, waiting while its channel is full.
+    /// Whether shard `to` is gone (see the module docs).
+    pub fn is_gone(&self, to: usize) -> bool {
+        self.gone.get(to).is_some_and(|g| g.load(Ordering::Acquire))
+    }
+
+    /// Sends `message` to shard `to`, waiting while its channel is full, unless
+    /// that shard is gone (see the module docs).
     pub async fn send(&self, to: usize, message: T) -> Result<(), SendError<T>> {
-        match self.senders.get(to) {
-            Some(Some(sender)) => sender.send(message).await.map_err(|e| match e {
-                glommio::GlommioError::Closed(glommio::ResourceType::Channel(m)) => {
-                    SendError::Closed(m)
+        let Some(Some(sender)) = self.senders.get(to) else {
+            return Err(SendError::BadTarget(message));
+        };
+        if self.is_gone(to) {
+            return Err(SendError::Closed(message));
+        }
+        let sent = async { Some(sender.send(message).await) };
+        let watch = async {
+            loop {
+                crate::rt::sleep(GONE_POLL).await;
+                if self.is_gone(to) {
+                    return None;
                 }
-                glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(m)) => {
-                    SendError::Closed(m)
-                }
-                other => panic!("unexpected channel error: {other:?}"),
-            }),
-            _ => Err(SendError::BadTarget(message)),
+            }
+        };
+        match futures_lite::future::or(sent, watch).await {
+            Some(Ok(())) => Ok(()),
+            Some(Err(glommio::GlommioError::Closed(glommio::ResourceType::Channel(m))))
+            | Some(Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(m)))) => {
+                Err(SendError::Closed(m))
+            }
+            Some(Err(other)) => panic!("unexpected channel error: {other:?}"),
+            None => Err(SendError::Gone),
         }
     }
 }
@@ -186,5 +247,52 @@ mod tests {
         for thread in threads {
             thread.join().unwrap();
         }
+    }
+
+    /// A send waiting for room in the channel of a shard that went away gives up
+    /// once it is marked gone, and later sends to it fail at once; before, the
+    /// wait never ended.
+    #[test]
+    fn a_send_to_a_gone_shard_gives_up() {
+        let ends = full_mesh::<u32>(2, 2);
+        let mut ends = ends.into_iter();
+        let (sender_end, idle_end) = (ends.next().unwrap(), ends.next().unwrap());
+        let departure = idle_end.departure();
+        let (connected_tx, connected_rx) = std::sync::mpsc::channel();
+        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+        // Shard 1 connects, never reads, and leaves when told.
+        let idle = std::thread::spawn(move || {
+            crate::rt::run_local(None, async move {
+                let (_link, _receivers) = idle_end.connect().await;
+                connected_tx.send(()).unwrap();
+                leave_rx.recv().unwrap();
+                drop(departure);
+            })
+        });
+        crate::rt::run_local(None, async move {
+            let (link, _receivers) = sender_end.connect().await;
+            connected_rx.recv().unwrap();
+            link.send(1, 1).await.unwrap();
+            link.send(1, 2).await.unwrap();
+            // Full: this send waits for room nobody will make.
+            let waiting = link.send(1, 3);
+            futures_lite::pin!(waiting);
+            assert!(futures_lite::future::poll_once(waiting.as_mut())
+                .await
+                .is_none());
+            leave_tx.send(()).unwrap();
+            let bounded = futures_lite::future::or(async { Some(waiting.await) }, async {
+                crate::rt::sleep(Duration::from_secs(5)).await;
+                None
+            });
+            let outcome = bounded.await;
+            assert!(
+                matches!(outcome, Some(Err(SendError::Gone))),
+                "still waiting after 5 s: {}",
+                outcome.is_none()
+            );
+            assert!(matches!(link.send(1, 4).await, Err(SendError::Closed(4))));
+        });
+        idle.join().unwrap();
     }
 }

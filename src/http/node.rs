@@ -219,7 +219,14 @@ impl NodeState {
     }
 
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !self.is_draining()
+        self.has_recovered() && !self.is_draining()
+    }
+
+    /// Every shard has recovered its storage (whether or not the node stops
+    /// since). Until then a shard that recovered early must not serve: its
+    /// requests would wait on peers still recovering, for as long as that takes.
+    pub fn has_recovered(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
     }
 
     /// The node is stopping: every request is answered 503 from now on.

@@ -254,11 +254,14 @@ impl Routes {
             Endpoint::Metrics => return metrics_text(),
             _ => {}
         }
-        let Some(shard) = self.api.broker.borrow().clone() else {
-            return response::error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not ready: storage recovery in progress",
-            );
+        let shard = match self.api.broker.borrow().clone() {
+            Some(shard) if self.api.node.has_recovered() => shard,
+            _ => {
+                return response::error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not ready: storage recovery in progress",
+                )
+            }
         };
         let api = &self.api;
         let topic = topic.unwrap_or_default();
