@@ -46,10 +46,11 @@ use ::metrics::{
 };
 
 /// Upper bounds of the histogram buckets, in seconds (latencies from 100 µs to
-/// 10 s).
-pub const BUCKETS_SECONDS: [f64; 16] = [
+/// a minute: a long-poll that waits out a 10 s wait lands past 10 s, and
+/// `http.max_consume_wait` may be raised).
+pub const BUCKETS_SECONDS: [f64; 19] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-    5.0, 10.0,
+    5.0, 10.0, 15.0, 30.0, 60.0,
 ];
 
 /// Gauges that read as the largest value any thread set rather than the sum.
@@ -124,13 +125,14 @@ impl GaugeFn for GaugeCell {
     }
 }
 
+/// The count is the buckets' total, read at the scrape, so `_count` always
+/// equals the `+Inf` bucket however the scrape interleaves with recording.
 #[repr(align(64))]
 #[derive(Default)]
 struct HistogramCell {
     /// Observations at or below each bound; the last slot is `+Inf`.
     buckets: [AtomicU64; BUCKETS_SECONDS.len() + 1],
     sum: GaugeCell,
-    count: AtomicU64,
 }
 
 impl HistogramFn for HistogramCell {
@@ -141,7 +143,6 @@ impl HistogramFn for HistogramCell {
             .unwrap_or(BUCKETS_SECONDS.len());
         self.buckets[slot].fetch_add(1, Ordering::Relaxed);
         self.sum.increment(value);
-        self.count.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -152,11 +153,13 @@ enum Cell {
     Histogram(Arc<HistogramCell>),
 }
 
-/// Every cell of every thread, and the descriptions.
+/// Every cell of every thread, and the descriptions. Entries are shared, so a
+/// scrape copies the list under the lock (pointers only) and does the rest
+/// without it: a shard registering a series never waits for a scrape.
 #[derive(Default)]
 struct Registry {
-    cells: Vec<(Key, Cell)>,
-    help: HashMap<String, String>,
+    cells: Vec<Arc<(Key, Cell)>>,
+    help: Arc<HashMap<String, String>>,
 }
 
 thread_local! {
@@ -187,24 +190,25 @@ impl ShardedRecorder {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .cells
-            .push((key.clone(), cell.clone()));
+            .push(Arc::new((key.clone(), cell.clone())));
         LOCAL.with(|local| local.borrow_mut().insert(local_key, cell.clone()));
         cell
     }
 
     fn describe(&self, key: KeyName, description: SharedString) {
-        self.registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .help
-            .insert(key.as_str().to_string(), description.to_string());
+        let mut registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::make_mut(&mut registry.help).insert(key.as_str().to_string(), description.to_string());
     }
 
     /// The Prometheus text exposition of every series, summed over threads.
     pub fn render(&self) -> String {
-        let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let (cells, help) = {
+            let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+            (registry.cells.clone(), registry.help.clone())
+        };
         let mut series: BTreeMap<String, BTreeMap<String, Sum>> = BTreeMap::new();
-        for (key, cell) in &registry.cells {
+        for entry in &cells {
+            let (key, cell) = &**entry;
             let labels = render_labels(key);
             let merge = Merge::of(key.name());
             let entry = series
@@ -216,7 +220,7 @@ impl ShardedRecorder {
         }
         let mut out = String::with_capacity(4096);
         for (name, by_labels) in &series {
-            if let Some(help) = registry.help.get(name) {
+            if let Some(help) = help.get(name) {
                 let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
             }
             let kind = by_labels.values().next().map_or("untyped", Sum::kind);
@@ -236,7 +240,6 @@ enum Sum {
     Histogram {
         buckets: [u64; BUCKETS_SECONDS.len() + 1],
         sum: f64,
-        count: u64,
     },
 }
 
@@ -251,7 +254,6 @@ impl Sum {
             Cell::Histogram(_) => Sum::Histogram {
                 buckets: [0; BUCKETS_SECONDS.len() + 1],
                 sum: 0.0,
-                count: 0,
             },
         }
     }
@@ -274,19 +276,11 @@ impl Sum {
                 Merge::Max => *total = total.max(g.get()),
                 Merge::Min => *total = total.min(g.get()),
             },
-            (
-                Sum::Histogram {
-                    buckets,
-                    sum,
-                    count,
-                },
-                Cell::Histogram(h),
-            ) => {
+            (Sum::Histogram { buckets, sum }, Cell::Histogram(h)) => {
                 for (total, bucket) in buckets.iter_mut().zip(&h.buckets) {
                     *total += bucket.load(Ordering::Relaxed);
                 }
                 *sum += h.sum.get();
-                *count += h.count.load(Ordering::Relaxed);
             }
             // A name registered as two kinds: the first kind wins.
             _ => {}
@@ -307,13 +301,9 @@ impl Sum {
                 let _ = writeln!(out, "{name}{} {v}", braced(""));
             }
             Sum::Gauge(v) => {
-                let _ = writeln!(out, "{name}{} {v}", braced(""));
+                let _ = writeln!(out, "{name}{} {}", braced(""), float_text(*v));
             }
-            Sum::Histogram {
-                buckets,
-                sum,
-                count,
-            } => {
+            Sum::Histogram { buckets, sum } => {
                 let mut cumulative = 0;
                 for (i, bound) in BUCKETS_SECONDS.iter().enumerate() {
                     cumulative += buckets[i];
@@ -322,8 +312,8 @@ impl Sum {
                 }
                 cumulative += buckets[BUCKETS_SECONDS.len()];
                 let _ = writeln!(out, "{name}_bucket{} {cumulative}", braced("le=\"+Inf\""));
-                let _ = writeln!(out, "{name}_sum{} {sum}", braced(""));
-                let _ = writeln!(out, "{name}_count{} {count}", braced(""));
+                let _ = writeln!(out, "{name}_sum{} {}", braced(""), float_text(*sum));
+                let _ = writeln!(out, "{name}_count{} {cumulative}", braced(""));
             }
         }
     }
@@ -565,6 +555,37 @@ fn describe_storage() {
         "narad_idle_logs_evicted_total",
         "Partition logs closed after going unused for storage.idle_log_eviction_ms."
     );
+    describe_gauge!(
+        "narad_data_dir_low",
+        "1 while the data directory's free space is below the disk guard's floor (produces answered 503)."
+    );
+    describe_counter!(
+        "narad_cold_retention_swept_total",
+        "Segments the cold retention walk (over closed logs) deleted."
+    );
+    describe_gauge!(
+        "narad_orphan_topic_dirs",
+        "Topic data directories under topics/ that no live topic owns."
+    );
+    describe_gauge!(
+        "narad_quarantined_copies",
+        "Entries set aside under quarantine/ (never deleted by the node)."
+    );
+    describe_gauge!("narad_quarantined_bytes", "Bytes held under quarantine/.");
+    describe_gauge!(
+        "narad_poller_last_success_timestamp_seconds",
+        "Unix time of each background loop's last successful run (the shard furthest behind)."
+    );
+}
+
+/// A sample value as the text format writes it: `+Inf`, `-Inf` and `NaN`
+/// rather than Rust's `inf`.
+fn float_text(v: f64) -> String {
+    if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_string()
+    } else {
+        v.to_string()
+    }
 }
 
 /// One partition's traffic counters.
@@ -773,6 +794,50 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("narad_h_seconds_count 4\n"), "{text}");
+        // 20 s is past 10 s, not past the buckets.
+        assert!(
+            text.contains("narad_h_seconds_bucket{le=\"15\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("narad_h_seconds_bucket{le=\"30\"} 4\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn infinities_are_written_as_the_text_format_spells_them() {
+        let recorder = ShardedRecorder::default();
+        ::metrics::with_local_recorder(&recorder, || {
+            ::metrics::gauge!("narad_up").set(f64::INFINITY);
+            ::metrics::gauge!("narad_down").set(f64::NEG_INFINITY);
+        });
+        let text = recorder.render();
+        assert!(text.contains("narad_up +Inf\n"), "{text}");
+        assert!(text.contains("narad_down -Inf\n"), "{text}");
+    }
+
+    #[test]
+    fn the_housekeeping_series_are_described() {
+        let recorder = ShardedRecorder::default();
+        let names = [
+            "narad_data_dir_low",
+            "narad_orphan_topic_dirs",
+            "narad_quarantined_copies",
+            "narad_quarantined_bytes",
+            "narad_poller_last_success_timestamp_seconds",
+        ];
+        ::metrics::with_local_recorder(&recorder, || {
+            describe_all();
+            for name in names {
+                ::metrics::gauge!(name).set(1.0);
+            }
+            ::metrics::counter!("narad_cold_retention_swept_total").increment(1);
+        });
+        let text = recorder.render();
+        for name in names.iter().chain(&["narad_cold_retention_swept_total"]) {
+            assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");
+        }
     }
 
     #[test]

@@ -344,6 +344,8 @@ impl<S: Storage> Owner<S> {
     pub(super) async fn put_back(&self, slot: &Slot<S>, log: PartitionLog<S>) {
         if log.is_poisoned() {
             tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned (a failed fdatasync or roll); it will be reopened");
+            metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "fsync_poisoned")
+                .increment(1);
             slot.retry_open_at
                 .set(Some(Instant::now() + self.reopen_backoff));
             slot.cache.borrow_mut().take();

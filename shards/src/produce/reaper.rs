@@ -270,7 +270,19 @@ async fn enforce<S: Storage>(
     };
     match log.enforce_retention_of(now_ms, retention_ms).await {
         Ok(outcome) => (outcome, roll_failure),
-        Err(e) => (RetentionOutcome::default(), roll_failure.or(Some(e))),
+        Err(e) => {
+            if matches!(
+                e,
+                LogError::Io {
+                    op: "remove segment",
+                    ..
+                }
+            ) {
+                metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "retention_unlink")
+                    .increment(1);
+            }
+            (RetentionOutcome::default(), roll_failure.or(Some(e)))
+        }
     }
 }
 
