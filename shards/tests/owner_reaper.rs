@@ -22,7 +22,7 @@ use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::{LogConfig, ReadItem};
 use narad_shards::produce::reaper::{self, ColdWalk, ReaperConfig};
 use narad_shards::produce::{
-    partition_dir, OwnedPartition, OwnedRecord, Owner, ReadError, Retention,
+    partition_dir, CommitError, OwnedPartition, OwnedRecord, Owner, ReadError, Retention,
 };
 
 const TOPIC: &str = "orders";
@@ -513,5 +513,35 @@ fn the_reaper_task_trims_on_its_cadence_and_stops_with_the_owner() {
         owner.close_all().await;
         assert!(task.await.is_some(), "the reaper ran to its end");
         assert!(started.elapsed() < Duration::from_secs(5));
+    });
+}
+
+/// Once the owner has closed its logs for the stop, a commit or read that still
+/// arrives (another shard's dispatcher, a forwarded consume) is refused rather
+/// than opening a log the stop would leave mid-write.
+#[test]
+fn an_owner_closed_for_the_stop_refuses_commits_and_reads() {
+    let disk = SimDisk::new(9, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::from_ms(0)));
+        let owner = owner_on(disk.clone(), &retention);
+        commit(&owner, 0, &batch("before", 3)).await;
+        owner.close_all().await;
+        assert_eq!(owner.open_log_count(), 0);
+        let (reply, answer) = oneshot::channel();
+        let records = vec![OwnedRecord {
+            key: None,
+            payload: b"late".to_vec().into(),
+        }];
+        owner.commit(topic(), ID, PartitionId(0), records, reply);
+        assert!(matches!(
+            answer.await.expect("the owner answers"),
+            Err(CommitError::Failed(_))
+        ));
+        assert!(matches!(
+            read_from(&owner, 0, 0).await,
+            Err(ReadError::Failed(_))
+        ));
+        assert_eq!(owner.open_log_count(), 0, "no log was opened again");
     });
 }

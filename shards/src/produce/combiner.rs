@@ -219,6 +219,12 @@ impl<S: Storage> Owner<S> {
         records: Vec<OwnedRecord>,
         reply: oneshot::Sender<CommitReply>,
     ) {
+        if self.closing.get() {
+            // After `close_all`, a commit would reopen a log the stop then
+            // leaves mid-write; its records stay in their WAL for the restart.
+            let _ = reply.send(Err(CommitError::Failed("the owner is stopping".into())));
+            return;
+        }
         if !self.is_live(&topic, incarnation, partition) {
             let _ = reply.send(Err(CommitError::IncarnationMismatch));
             return;
@@ -394,6 +400,9 @@ impl<S: Storage> Owner<S> {
         partition: PartitionId,
         f: impl AsyncFnOnce(&mut PartitionLog<S>) -> Result<T, ReadError>,
     ) -> Result<T, ReadError> {
+        if self.closing.get() {
+            return Err(ReadError::Failed("the owner is stopping".into()));
+        }
         if !self.is_live(topic, incarnation, partition) {
             return Err(ReadError::NotFound);
         }
