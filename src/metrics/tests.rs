@@ -1,0 +1,131 @@
+//! Tests of the recorder: merging over threads, the text format, descriptions.
+
+use super::*;
+
+#[test]
+fn a_flag_gauge_reads_the_largest_value_of_any_thread_and_a_timestamp_the_smallest() {
+    let recorder = ShardedRecorder::default();
+    for (failed, success) in [(1.0, 300.0), (0.0, 200.0), (1.0, 400.0)] {
+        let recorder = recorder.clone();
+        std::thread::spawn(move || {
+            ::metrics::with_local_recorder(&recorder, || {
+                ::metrics::gauge!("narad_ingress_wal_failed").set(failed);
+                ::metrics::gauge!("narad_ingress_dispatch_backlog_records").set(5.0);
+                ::metrics::gauge!("narad_poller_last_success_timestamp_seconds", "loop" => "x")
+                    .set(success);
+            });
+        })
+        .join()
+        .unwrap();
+    }
+    let text = recorder.render();
+    assert!(text.contains("narad_ingress_wal_failed 1\n"), "{text}");
+    assert!(
+        text.contains("narad_poller_last_success_timestamp_seconds{loop=\"x\"} 200\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("narad_ingress_dispatch_backlog_records 15\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn series_are_summed_over_threads_and_rendered_as_prometheus_text() {
+    let recorder = ShardedRecorder::default();
+    let record = |n: u64| {
+        let recorder = recorder.clone();
+        std::thread::spawn(move || {
+            ::metrics::with_local_recorder(&recorder, || {
+                ::metrics::counter!("narad_x_total", "topic" => "a\"b").increment(n);
+                ::metrics::gauge!("narad_g").set(n as f64);
+                ::metrics::histogram!("narad_h_seconds").record(0.003);
+                ::metrics::histogram!("narad_h_seconds").record(20.0);
+            });
+        })
+        .join()
+        .unwrap();
+    };
+    record(2);
+    record(5);
+    let text = recorder.render();
+    assert!(text.contains("# TYPE narad_x_total counter\n"), "{text}");
+    assert!(
+        text.contains("narad_x_total{topic=\"a\\\"b\"} 7\n"),
+        "{text}"
+    );
+    assert!(text.contains("narad_g 7\n"), "{text}");
+    assert!(
+        text.contains("narad_h_seconds_bucket{le=\"0.0025\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("narad_h_seconds_bucket{le=\"0.005\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("narad_h_seconds_bucket{le=\"10\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("narad_h_seconds_bucket{le=\"+Inf\"} 4\n"),
+        "{text}"
+    );
+    assert!(text.contains("narad_h_seconds_count 4\n"), "{text}");
+    // 20 s is past 10 s, not past the buckets.
+    assert!(
+        text.contains("narad_h_seconds_bucket{le=\"15\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("narad_h_seconds_bucket{le=\"30\"} 4\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn infinities_are_written_as_the_text_format_spells_them() {
+    let recorder = ShardedRecorder::default();
+    ::metrics::with_local_recorder(&recorder, || {
+        ::metrics::gauge!("narad_up").set(f64::INFINITY);
+        ::metrics::gauge!("narad_down").set(f64::NEG_INFINITY);
+    });
+    let text = recorder.render();
+    assert!(text.contains("narad_up +Inf\n"), "{text}");
+    assert!(text.contains("narad_down -Inf\n"), "{text}");
+}
+
+#[test]
+fn the_housekeeping_series_are_described() {
+    let recorder = ShardedRecorder::default();
+    let names = [
+        "narad_data_dir_low",
+        "narad_orphan_topic_dirs",
+        "narad_quarantined_copies",
+        "narad_quarantined_bytes",
+        "narad_poller_last_success_timestamp_seconds",
+    ];
+    ::metrics::with_local_recorder(&recorder, || {
+        describe_all();
+        for name in names {
+            ::metrics::gauge!(name).set(1.0);
+        }
+        ::metrics::counter!("narad_cold_retention_swept_total").increment(1);
+    });
+    let text = recorder.render();
+    for name in names.iter().chain(&["narad_cold_retention_swept_total"]) {
+        assert!(text.contains(&format!("# HELP {name} ")), "{name}: {text}");
+    }
+}
+
+#[test]
+fn one_thread_reuses_its_cell() {
+    let recorder = ShardedRecorder::default();
+    ::metrics::with_local_recorder(&recorder, || {
+        for _ in 0..3 {
+            ::metrics::counter!("narad_once_total").increment(1);
+        }
+    });
+    assert_eq!(recorder.registry.lock().unwrap().cells.len(), 1);
+    assert!(recorder.render().contains("narad_once_total 3\n"));
+}
