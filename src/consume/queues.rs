@@ -297,6 +297,15 @@ impl Queues {
                     }
                     ReadItem::Corrupt(range) => {
                         let count = part.table.skip_corrupt(range.clone());
+                        // Counted as it happens: a total the poller read from the
+                        // table would start again at 0 for a topic made again
+                        // under the name, which a counter cannot show.
+                        ::metrics::counter!(
+                            "narad_consumer_corrupt_skipped_total",
+                            "topic" => topic.to_string(),
+                            "partition" => partition.0.to_string()
+                        )
+                        .increment(count);
                         tracing::error!(topic = %topic, partition = partition.0, from = range.start.0, to = range.end.0, count, "skipping unreadable records (corrupt on disk)");
                         self.note_settled((record.id, partition));
                         skipped = true;

@@ -296,8 +296,6 @@ pub fn poll_once(shard: &crate::broker::Shard) -> Vec<Behind> {
             }
             ::metrics::gauge!("narad_consumer_dropped_messages", &labels)
                 .set(table.dropped_total() as f64);
-            ::metrics::counter!("narad_consumer_corrupt_skipped_total", &labels)
-                .absolute(table.corrupt_skipped_total());
         });
     behind
 }

@@ -216,12 +216,21 @@ fn a_take_that_only_skips_corrupt_records_wakes_the_consumers() {
             corrupt_payload(&path, b'a' + 2 * i + 1);
         }
         let wakes_before = wakes.get();
+        let recorder = crate::metrics::ShardedRecorder::default();
+        let recording = ::metrics::set_default_local_recorder(&recorder);
 
         let got = queues
             .take(&topic, &record, &partitions, 1, 1 << 20)
             .await
             .unwrap();
         assert!(got.is_empty(), "each attempt met a corrupt run");
+        drop(recording);
+        let text = recorder.render();
+        let skipped = text
+            .lines()
+            .find(|l| l.starts_with("narad_consumer_corrupt_skipped_total{"))
+            .unwrap_or_else(|| panic!("no corrupt-skip series: {text}"));
+        assert!(skipped.ends_with(&format!(" {runs}")), "{skipped}");
         assert_eq!(
             wakes.get(),
             wakes_before + 1,
