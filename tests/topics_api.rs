@@ -473,6 +473,7 @@ fn delete_removes_the_topic_and_a_recreated_one_starts_empty() {
         ("PATCH", "/v1/topics/jobs"),
         ("GET", "/v1/topics/jobs/consume?partition=0&offset=0"),
         ("DELETE", "/v1/topics/never-was"),
+        ("DELETE", "/v1/topics/no%20such%20name"),
     ] {
         let response = node.client().request(method, path, &JSON, "{}").unwrap();
         assert_eq!(response.status, 404, "{method} {path}: {response:?}");

@@ -207,8 +207,10 @@ where
 }
 
 pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
-    if let Err(e) = meta::validate_topic_name(topic) {
-        return meta_error(&e);
+    // The reference's delete has no 400: a name no topic can have is not found,
+    // as for produce and consume.
+    if meta::validate_topic_name(topic).is_err() {
+        return not_found(topic);
     }
     let snapshot = shard.meta.snapshot();
     let Some(current) = snapshot.topics.get(topic).cloned() else {
