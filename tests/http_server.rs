@@ -299,7 +299,7 @@ fn no_shard_serves_the_api_before_every_shard_has_recovered() {
     let mut node = Node::spawn(
         dir.path(),
         2,
-        &[("NARAD_DEBUG_RECOVERY_DELAY_MS", "1:3000")],
+        &[("NARAD_DEBUG_RECOVERY_DELAY_MS", "1:6000")],
     );
     let line = node.wait_for_log("listening");
     let addr: std::net::SocketAddr = line

@@ -218,8 +218,10 @@ pub async fn consume<B>(
                 );
                 (body, rest)
             };
-            // What the reply leaves out goes back before it is written, so the
-            // next consume takes it at once; only what it carries is counted.
+            // What the reply leaves out goes back: this shard's own records
+            // before the reply is written, so the next consume takes them at
+            // once; other shards' in a task of their own, which a client that
+            // hangs up cannot stop. Only what the reply carries is counted.
             if !left_out.is_empty() {
                 shard.queues_release_detached(record.id, &name, left_out);
             }

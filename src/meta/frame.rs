@@ -170,9 +170,18 @@ pub(super) fn encode_snapshot(state: &MetaState) -> Vec<u8> {
 }
 
 /// Whether `file` is a snapshot frame of a format this version does not know
-/// (written by a newer version), as opposed to a damaged one.
+/// (written by a newer version), as opposed to a damaged one: a higher format
+/// byte, with a length and body checksum that hold. The format byte is outside
+/// the checksum, so damage to it alone cannot be told from a newer version's
+/// file, and is refused as one (the safe side: a fallback could roll back).
 pub(super) fn snapshot_format_is_newer(file: &[u8]) -> bool {
-    file.len() > 4 && file[..4] == SNAPSHOT_MAGIC && file[4] > FORMAT
+    if file.len() < SNAPSHOT_HEADER_BYTES || file[..4] != SNAPSHOT_MAGIC || file[4] <= FORMAT {
+        return false;
+    }
+    let body_len = u32::from_be_bytes(file[5..9].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_be_bytes(file[9..13].try_into().expect("4 bytes"));
+    let body = &file[SNAPSHOT_HEADER_BYTES..];
+    body.len() == body_len && crc32c::crc32c(body) == crc
 }
 
 /// The state a snapshot file holds, or why the file is not a sound snapshot. Every

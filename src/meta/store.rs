@@ -10,8 +10,8 @@
 //!   as `snapshot`, so a snapshot lost to the medium (unreadable, damaged, or gone
 //!   while the log still follows it) costs nothing: recovery falls back to them,
 //!   says so at warning level, and writes `snapshot` again.
-//! - `snapshot.tmp`, `commands.log.tmp`, `*.prev.tmp`: a snapshot being taken;
-//!   removed at open.
+//! - `snapshot.tmp`, `commands.log.tmp`, `commands.log.prev.tmp`: a snapshot
+//!   being taken; removed at open.
 //!
 //! Recovery loads the snapshot, then replays the log's entries above its version.
 //! Only the log's last entry can be torn by a crash, since every append is synced
@@ -42,7 +42,6 @@ const LOG_TMP_FILE: &str = "commands.log.tmp";
 const SNAPSHOT_FILE: &str = "snapshot";
 const SNAPSHOT_TMP_FILE: &str = "snapshot.tmp";
 const SNAPSHOT_PREV_FILE: &str = "snapshot.prev";
-const SNAPSHOT_PREV_TMP_FILE: &str = "snapshot.prev.tmp";
 const LOG_PREV_FILE: &str = "commands.log.prev";
 const LOG_PREV_TMP_FILE: &str = "commands.log.prev.tmp";
 
@@ -69,12 +68,7 @@ impl MetaStore {
     /// Opens (or creates) the store in `dir` and recovers the state it holds.
     pub fn open(dir: &Path) -> Result<(MetaStore, MetaState), MetaError> {
         create_dir(dir)?;
-        for stale in [
-            SNAPSHOT_TMP_FILE,
-            LOG_TMP_FILE,
-            SNAPSHOT_PREV_TMP_FILE,
-            LOG_PREV_TMP_FILE,
-        ] {
+        for stale in [SNAPSHOT_TMP_FILE, LOG_TMP_FILE, LOG_PREV_TMP_FILE] {
             let path = dir.join(stale);
             match fs::remove_file(&path) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
@@ -157,9 +151,10 @@ impl MetaStore {
     /// files that recover to `state`, from `snapshot` and from the fallback:
     ///
     /// 1. `snapshot.tmp` written and synced: not yet read by recovery.
-    /// 2. the old `snapshot` linked as `snapshot.prev`: the fallback is the old
-    ///    snapshot, the older `commands.log.prev` (all at or below its version)
-    ///    and `commands.log`.
+    /// 2. the old `snapshot` renamed to `snapshot.prev` (renamed, not linked: one
+    ///    file under both names would be one copy, not two): `snapshot` is
+    ///    missing, so recovery takes the fallback, the old snapshot, the older
+    ///    `commands.log.prev` (all at or below its version) and `commands.log`.
     /// 3. `snapshot.tmp` renamed over `snapshot`, directory synced: recovery loads
     ///    it and skips the old log's entries, which are all at or below its version.
     /// 4. `commands.log` linked as `commands.log.prev`, directory synced.
@@ -183,11 +178,7 @@ impl MetaStore {
         let log_path = dir.join(LOG_FILE);
         write_synced(&snapshot_tmp, &encode_snapshot(state))?;
         if snapshot.exists() {
-            keep_as(
-                &snapshot,
-                &dir.join(SNAPSHOT_PREV_TMP_FILE),
-                &dir.join(SNAPSHOT_PREV_FILE),
-            )?;
+            rename(&snapshot, &dir.join(SNAPSHOT_PREV_FILE))?;
         }
         rename(&snapshot_tmp, &snapshot)?;
         sync_dir()?;
@@ -241,26 +232,32 @@ impl MetaStore {
 /// the empty state when there has never been a snapshot.
 ///
 /// The fallback is taken only when `snapshot` is unreadable, damaged, or missing
-/// while `commands.log.prev` shows one was taken; never for a snapshot of a format
-/// this version does not know, which a newer version wrote and which an older
-/// fallback would silently roll back.
+/// while `snapshot.prev` or `commands.log.prev` shows one was taken; never for a
+/// snapshot of a format this version does not know, which a newer version wrote
+/// and which an older fallback would silently roll back.
 fn recover_snapshot(dir: &Path) -> Result<MetaState, MetaError> {
     let path = dir.join(SNAPSHOT_FILE);
+    let snapshot_prev = dir.join(SNAPSHOT_PREV_FILE);
     let log_prev = dir.join(LOG_PREV_FILE);
+    let taken_before = snapshot_prev.exists() || log_prev.exists();
     let why = match read_snapshot(&path) {
         Ok(Some(state)) => return Ok(state),
-        Ok(None) if !log_prev.exists() => return Ok(MetaState::default()),
+        Ok(None) if !taken_before => return Ok(MetaState::default()),
         Ok(None) => MetaError::Io(format!("metadata snapshot {} is missing", path.display())),
         Err(SnapshotError::Newer(e)) => return Err(e),
-        Err(SnapshotError::Damaged(e)) if !log_prev.exists() => return Err(e),
+        Err(SnapshotError::Damaged(e)) if !taken_before => return Err(e),
         Err(SnapshotError::Damaged(e)) => e,
     };
     let fallback = || -> Result<MetaState, MetaError> {
-        let mut state = match read_snapshot(&dir.join(SNAPSHOT_PREV_FILE)) {
+        let mut state = match read_snapshot(&snapshot_prev) {
             Ok(state) => state.unwrap_or_default(),
             Err(SnapshotError::Newer(e) | SnapshotError::Damaged(e)) => return Err(e),
         };
-        replay_log(&log_prev, &mut state)?;
+        // Absent only when a store that kept no fallback log (an older
+        // version's) stopped inside its first snapshot taken by this one.
+        if log_prev.exists() {
+            replay_log(&log_prev, &mut state)?;
+        }
         Ok(state)
     };
     let state = fallback().map_err(|e| {

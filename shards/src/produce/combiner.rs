@@ -28,9 +28,10 @@
 //! A poisoned log (a failed fdatasync, or a failed roll or repair) refuses commits
 //! until it is reopened; the owner reopens it on the next cycle at most once a
 //! second. Recovery keeps every complete commit whose frames verify, including
-//! one whose fdatasync or read-back failed: its producers were told it failed,
-//! retry, and the records are then there twice (at least once, never lost);
-//! recovery cuts only a torn tail.
+//! one whose fdatasync or read-back failed (unless the repair of the block it
+//! shared with the commit before it erased its start): its producers were told
+//! it failed, retry, and the records are then there twice (at least once, never
+//! lost); recovery cuts only a torn tail.
 //!
 //! Storage events (a commit's device time, a log's shape after an open, a commit
 //! or the reaper) go to the [`StorageObserver`] set with [`Owner::set_observer`],

@@ -195,9 +195,15 @@ impl<S: Storage> WalReader<S> {
             }
             sh.segments[index - 1]
         };
-        let current = self.segment.as_ref().map(|s| (s.first, s.seq));
-        if let Some((open_first, open_seq)) = current {
-            if open_first == first && open_seq <= seq {
+        if let Some(open) = self.segment.as_mut() {
+            if open.first == first && open.seq <= seq {
+                // A seek forward (a rescan pass that ended early) jumps to the
+                // nearest mark rather than walking every frame up to it.
+                let mark = self.wal.inner.shared.borrow().mark_before(first, seq);
+                if let Some(mark) = mark.filter(|m| m.seq > open.seq) {
+                    open.pos = mark.pos;
+                    open.seq = mark.seq;
+                }
                 return Ok(());
             }
         }

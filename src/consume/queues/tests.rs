@@ -283,9 +283,10 @@ fn a_failed_read_gives_its_reservations_back_without_a_wake() {
             .await
             .unwrap();
         queues.release_delivered(ID, &topic, &got);
-        // The log is closed, and its directory can no longer be opened: every
-        // read now fails (until the directory comes back).
-        queues.owner.close_all().await;
+        // The log is closed as idle, and its directory can no longer be opened:
+        // every read now fails (until the directory comes back).
+        let later = std::time::Instant::now() + Duration::from_secs(3600);
+        assert_eq!(queues.owner.evict_idle(later, Duration::ZERO).await, 2);
         let mut dirs = vec![];
         let mut stack = vec![path.clone()];
         while let Some(dir) = stack.pop() {
