@@ -346,7 +346,15 @@ impl Shard {
 
 /// Serves the ops one peer shard sends, until that peer stops.
 pub async fn receive_loop(shard: Rc<Shard>, receiver: ConnectedReceiver<Op>) {
+    let mut served = 0u32;
     while let Some(op) = receiver.recv().await {
+        // A receive from a channel that is never empty never waits: a peer
+        // that keeps it full must not keep this shard's other tasks from
+        // running past their time slice.
+        served = served.wrapping_add(1);
+        if served % 32 == 0 {
+            narad_io::rt::yield_now().await;
+        }
         match op {
             Op::Commit {
                 topic,
