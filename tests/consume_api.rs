@@ -220,6 +220,41 @@ fn head_checks_a_consume_but_never_leases() {
 }
 
 #[test]
+fn raising_a_topics_caps_serves_the_consumers_parked_at_them() {
+    let node = Node::start_shards(2, &[]);
+    let mut client = node.client();
+    create(
+        &mut client,
+        "capped",
+        json!({ "max_in_flight_per_partition": 1 }),
+    );
+    produce_ok(&mut client, "capped", "partition=0", b"one");
+    produce_ok(&mut client, "capped", "partition=0", b"two");
+    wait_for_total(&mut client, "capped", 3, 2, Duration::from_secs(20));
+    assert_eq!(consume(&mut client, "capped", "").status, 200);
+    // At its cap with a record waiting: a second consumer parks.
+    let mut parked = node.client();
+    let waiting = std::thread::spawn(move || {
+        let started = Instant::now();
+        let got = consume(&mut parked, "capped", "wait=8s");
+        (got.status, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let raised = client
+        .request(
+            "PATCH",
+            "/v1/topics/capped",
+            &JSON,
+            r#"{"max_in_flight_per_partition":2}"#,
+        )
+        .unwrap();
+    assert_eq!(raised.status, 200, "{raised:?}");
+    let (status, waited) = waiting.join().unwrap();
+    assert_eq!(status, 200, "the parked consumer got nothing in {waited:?}");
+    assert!(waited < Duration::from_secs(4), "served after {waited:?}");
+}
+
+#[test]
 fn batch_consume_and_batch_ack_answer_per_message() {
     let node = Node::start(&[]);
     let mut client = node.client();

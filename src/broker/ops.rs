@@ -76,6 +76,12 @@ pub enum Op {
         incarnation: IncarnationId,
         from: usize,
     },
+    /// The topic changed (its caps were altered): serve its parked consumers
+    /// again.
+    Kick {
+        topic: Arc<str>,
+        incarnation: IncarnationId,
+    },
     /// Records a consumer on another shard could not take: release them.
     Release {
         topic: Arc<str>,
@@ -151,6 +157,7 @@ pub fn serve_consume_op(shard: &std::rc::Rc<super::Shard>, op: Op) {
             shard.queues.retire_notification(incarnation, from);
             shard.waiters.kick(incarnation, &topic);
         }
+        Op::Kick { topic, incarnation } => shard.waiters.kick(incarnation, &topic),
         Op::Release {
             topic,
             incarnation,

@@ -337,6 +337,19 @@ impl Shard {
         }
     }
 
+    /// Has every shard serve the topic's parked consumers again (its caps
+    /// changed: a consumer turned away at the old ones may take records now).
+    pub async fn kick_everywhere(&self, topic: &Arc<str>, incarnation: IncarnationId) {
+        self.waiters.kick(incarnation, topic);
+        for shard in (0..self.shards).filter(|&s| s != self.index) {
+            let op = Op::Kick {
+                topic: topic.clone(),
+                incarnation,
+            };
+            self.send(shard, op).await;
+        }
+    }
+
     /// Sends an op; a stopped peer drops it, which its caller sees as a failure.
     pub async fn send(&self, to: usize, op: Op) {
         // A failed send drops the op and its reply sender with it.

@@ -199,6 +199,8 @@ where
     match shard.control.propose(command).await {
         Ok(Applied::Altered { new, .. }) => {
             tracing::info!(topic, "topic altered");
+            // Raised caps let consumers parked at the old ones take records.
+            shard.kick_everywhere(&Arc::from(topic), new.id).await;
             response::json(StatusCode::OK, &meta::topic_json(&new))
         }
         Ok(other) => unexpected(&other),
