@@ -478,21 +478,19 @@ mod tests {
             last_of_commit: true,
         };
         let frame = encode_frame(spec, &area, 3, 0x0807_0605_0403_0201);
-        let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
-        let header = concat!(
-            "cafe",
-            "02",
-            "c0",
-            "00000001",
-            "0000000000000007",
-            "00000006",
-            "0000000e"
-        );
-        assert!(hex.starts_with(header), "{hex}");
         // The word (little-endian), then 00 00 00 02 61 62 masked by 01..06.
-        assert!(hex.ends_with("0102030405060708010203066464"), "{hex}");
+        check_fixture(&frame, "02", "0000000e", "0102030405060708010203066464");
+    }
+
+    /// Checks a one-record frame of base 7, first and last of its commit,
+    /// against its expected version, stored length and stored bytes (hex).
+    fn check_fixture(frame: &[u8], version: &str, stored_len: &str, stored: &str) {
+        let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+        let header = format!("cafe{version}c000000001000000000000000700000006{stored_len}");
+        assert!(hex.starts_with(&header), "{hex}");
+        assert!(hex.ends_with(stored), "{hex}");
         let crc = crc32c::crc32c_append(crc32c::crc32c(&frame[2..24]), &frame[28..]);
-        assert_eq!(be_u32(&frame, 24), crc);
+        assert_eq!(be_u32(frame, 24), crc);
     }
 
     /// A record whose payload is itself a valid frame: on the disk it is not one.
@@ -539,20 +537,7 @@ mod tests {
             last_of_commit: true,
         };
         let frame = encode_unmasked_frame(spec, &area, 3);
-        let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
-        let header = concat!(
-            "cafe",
-            "01",
-            "c0",
-            "00000001",
-            "0000000000000007",
-            "00000006",
-            "00000006"
-        );
-        assert!(hex.starts_with(header), "{hex}");
-        assert!(hex.ends_with("000000026162"), "{hex}");
-        let crc = crc32c::crc32c_append(crc32c::crc32c(&frame[2..24]), &frame[28..]);
-        assert_eq!(be_u32(&frame, 24), crc);
+        check_fixture(&frame, "01", "00000006", "000000026162");
         let (header, stored) = check_frame(&frame).unwrap();
         assert!(!header.masked);
         assert_eq!(&records_area(&header, stored).unwrap()[..], &area[..]);
