@@ -316,6 +316,7 @@ fn no_shard_serves_the_api_before_every_shard_has_recovered() {
         assert_eq!(health.status, 200);
         let listed = client.request("GET", "/v1/topics", &[], "").unwrap();
         assert_eq!(listed.status, 503, "{listed:?}");
+        assert_eq!(listed.header("retry-after"), Some("1"), "{listed:?}");
         let ready = client.request("GET", "/readyz", &[], "").unwrap();
         assert_eq!(ready.status, 503, "{ready:?}");
     }

@@ -73,6 +73,19 @@ pub fn draining() -> Response<Body> {
     response
 }
 
+/// 503 while the node recovers its storage: the client should retry in a second
+/// (the connection stays open).
+pub fn recovering() -> Response<Body> {
+    let mut response = error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not ready: storage recovery in progress",
+    );
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
 fn with_type(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {
     let mut response = Response::new(Full::new(body));
     *response.status_mut() = status;

@@ -256,12 +256,7 @@ impl Routes {
         }
         let shard = match self.api.broker.borrow().clone() {
             Some(shard) if self.api.node.has_recovered() => shard,
-            _ => {
-                return response::error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not ready: storage recovery in progress",
-                )
-            }
+            _ => return response::recovering(),
         };
         let api = &self.api;
         let topic = topic.unwrap_or_default();
