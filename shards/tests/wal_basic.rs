@@ -645,3 +645,43 @@ fn disk_names_contain(disk: &SimDisk, name: &str) -> bool {
         .iter()
         .any(|n| n == name)
 }
+
+/// A reader sent forward (a dispatcher's rescan pass that ended early) reads on
+/// from exactly where it was sent, within a segment (through the nearest
+/// position mark) and into the next ones, with nothing kept in memory.
+#[test]
+fn a_reader_sent_forward_reads_on_from_there() {
+    let disk = SimDisk::new(12, SimFaults::default());
+    run_local(None, async move {
+        let config = WalConfig {
+            reader_cache_bytes_max: 0,
+            ..small_config(false)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        for id in 0..300u64 {
+            wal.append(&record(&payload_for(id, 500), None))
+                .await
+                .unwrap();
+        }
+        assert!(wal.segment_count() > 1, "the records span segments");
+        let mut reader = wal.reader(Seq(0));
+        assert_eq!(read_one(&mut reader).await, vec![(0, 0)]);
+        for target in [37u64, 38, 150, 151, 299] {
+            reader.seek(Seq(target));
+            assert_eq!(read_one(&mut reader).await, vec![(target, target)]);
+        }
+        wal.close().await;
+    });
+}
+
+/// The next record `reader` reads: (seq, payload id).
+async fn read_one(reader: &mut narad_shards::wal::WalReader<SimDisk>) -> Vec<(u64, u64)> {
+    let mut got = Vec::new();
+    reader
+        .read(1, |seq, rec| {
+            got.push((seq.0, check_payload(&rec.payload_vec())))
+        })
+        .await
+        .unwrap();
+    got
+}
