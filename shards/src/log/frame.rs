@@ -469,7 +469,15 @@ mod tests {
     /// bytes on disk must fail here, not in production.
     #[test]
     fn frame_fixture_v2() {
-        let area = area_of(&[b"ab".to_vec()]);
+        let (spec, area) = fixture();
+        let frame = encode_frame(spec, &area, 3, 0x0807_0605_0403_0201);
+        // The word (little-endian), then 00 00 00 02 61 62 masked by 01..06.
+        check_fixture(&frame, "02", "0000000e", "0102030405060708010203066464");
+    }
+
+    /// The fixtures' frame: one record `ab` at offset 7, first and last of its
+    /// commit, stored as is.
+    fn fixture() -> (FrameSpec, Vec<u8>) {
         let spec = FrameSpec {
             base_offset: Offset(7),
             record_count: 1,
@@ -477,9 +485,7 @@ mod tests {
             first_of_commit: true,
             last_of_commit: true,
         };
-        let frame = encode_frame(spec, &area, 3, 0x0807_0605_0403_0201);
-        // The word (little-endian), then 00 00 00 02 61 62 masked by 01..06.
-        check_fixture(&frame, "02", "0000000e", "0102030405060708010203066464");
+        (spec, area_of(&[b"ab".to_vec()]))
     }
 
     /// Checks a one-record frame of base 7, first and last of its commit,
@@ -528,14 +534,7 @@ mod tests {
     /// Frames of version 1 (unmasked) still read.
     #[test]
     fn frame_fixture_v1() {
-        let area = area_of(&[b"ab".to_vec()]);
-        let spec = FrameSpec {
-            base_offset: Offset(7),
-            record_count: 1,
-            codec: Codec::None,
-            first_of_commit: true,
-            last_of_commit: true,
-        };
+        let (spec, area) = fixture();
         let frame = encode_unmasked_frame(spec, &area, 3);
         check_fixture(&frame, "01", "00000006", "000000026162");
         let (header, stored) = check_frame(&frame).unwrap();
