@@ -122,6 +122,18 @@ impl<F: BlockFile> AppendFile<F> {
     /// padding are laid out straight in the device's buffer: each byte is
     /// copied once.
     pub async fn append(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        self.append_as(parts, Durability::Later).await
+    }
+
+    /// [`AppendFile::append`] that returns only once the appended bytes are
+    /// durable, each device write an `O_DSYNC` one
+    /// ([`BlockFile::write_durable_with`]): a commit in one device round trip
+    /// instead of two. Earlier appends not yet synced are not made durable by it.
+    pub async fn append_durable(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        self.append_as(parts, Durability::Now).await
+    }
+
+    async fn append_as(&mut self, parts: &[&[u8]], durability: Durability) -> io::Result<()> {
         let added: usize = parts.iter().map(|p| p.len()).sum();
         if added == 0 {
             return Ok(());
@@ -133,7 +145,7 @@ impl<F: BlockFile> AppendFile<F> {
             parts,
         };
         let padded_len = align_up(end - start) as usize;
-        let result = write_pieces(&self.file, start, padded_len, &data).await;
+        let result = write_pieces(&self.file, start, padded_len, &data, durability).await;
         if result.is_ok() {
             let new_tail_start = (align_down(end) - start) as usize;
             let mut tail = std::mem::take(&mut self.scratch);
@@ -165,6 +177,7 @@ impl<F: BlockFile> AppendFile<F> {
             start,
             align_up(self.tail.len() as u64) as usize,
             &data,
+            Durability::Later,
         )
         .await?;
         self.device_bytes_written += align_up(self.tail.len() as u64);
@@ -196,6 +209,15 @@ impl<F: BlockFile> AppendFile<F> {
         self.tail.clear();
         self.tail.extend_from_slice(&mark.tail);
     }
+}
+
+/// Whether an append's device writes are durable when they return.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Durability {
+    /// Plain writes, durable after a later sync.
+    Later,
+    /// `O_DSYNC` writes.
+    Now,
 }
 
 /// A write at least this large goes to the device as several concurrent writes.
@@ -243,10 +265,21 @@ async fn write_pieces<F: BlockFile>(
     pos: u64,
     len: usize,
     data: &Concat<'_>,
+    durability: Durability,
 ) -> io::Result<()> {
+    let write = async |at: usize, to: usize| {
+        let fill = |out: &mut [u8]| data.copy_to(at, out);
+        match durability {
+            Durability::Later => file.write_with(pos + at as u64, to - at, fill).await,
+            Durability::Now => {
+                file.write_durable_with(pos + at as u64, to - at, fill)
+                    .await
+            }
+        }
+    };
     let count = (len / PIECE_BYTES_MIN).clamp(1, PIECES_MAX);
     if count == 1 {
-        return file.write_with(pos, len, |out| data.copy_to(0, out)).await;
+        return write(0, len).await;
     }
     let piece_bytes = align_up(len.div_ceil(count) as u64) as usize;
     let piece = |i: usize| {
@@ -256,8 +289,7 @@ async fn write_pieces<F: BlockFile>(
             if from == to {
                 return Ok(());
             }
-            file.write_with(pos + from as u64, to - from, |out| data.copy_to(from, out))
-                .await
+            write(from, to).await
         }
     };
     let ((a, b), (c, d)) = zip(zip(piece(0), piece(1)), zip(piece(2), piece(3))).await;

@@ -24,7 +24,7 @@
 //! durable structure's writes while the rest of the node runs on the real disk.
 //! Without a budget a write costs one `Option` check.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -88,6 +88,11 @@ impl DmaStorage {
 #[derive(Debug)]
 pub struct DmaBlockFile {
     file: DmaFile,
+    /// The same file opened again with `O_DSYNC`, on its first durable write:
+    /// glommio takes no per-write flags, so `RWF_DSYNC` is had through a second
+    /// descriptor. `Err` once opening it failed: durable writes then fall back
+    /// to a write and an `fdatasync`.
+    durable: OnceCell<Result<DmaFile, ()>>,
     /// The budget of the storage that opened it, if any.
     write_budget_left_bytes: Option<Rc<Cell<u64>>>,
 }
@@ -96,6 +101,67 @@ impl DmaBlockFile {
     /// The raw file descriptor, for benchmarks that count syscalls.
     pub fn inner(&self) -> &DmaFile {
         &self.file
+    }
+
+    /// Whether durable writes go out through an `O_DSYNC` descriptor (rather
+    /// than falling back to a write and an `fdatasync`).
+    pub fn has_durable_descriptor(&self) -> bool {
+        matches!(self.durable.get(), Some(Ok(_)))
+    }
+
+    /// Takes `len` bytes from the write budget, or fails as a full disk would.
+    /// Charged before the write is issued, so that writes in flight at once on
+    /// this thread cannot together overrun the budget.
+    fn charge(&self, len: usize) -> io::Result<()> {
+        if let Some(left) = &self.write_budget_left_bytes {
+            if len as u64 > left.get() {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            left.set(left.get() - len as u64);
+        }
+        Ok(())
+    }
+
+    /// The `O_DSYNC` descriptor, opened on first use through `/proc/self/fd`
+    /// (the file may have been renamed since it was opened). `None` if that
+    /// cannot be opened here.
+    async fn durable_file(&self) -> Option<&DmaFile> {
+        if self.durable.get().is_none() {
+            use std::os::fd::AsRawFd;
+            let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_DSYNC)
+                .dma_open(&path)
+                .await;
+            let opened = opened.map_err(|e| {
+                tracing::warn!(error = %e, "cannot open a file again with O_DSYNC; durable writes fall back to write and fdatasync");
+            });
+            if let Err(Ok(lost)) = self.durable.set(opened) {
+                // Another write of this file opened it first.
+                let _ = lost.close().await;
+            }
+        }
+        self.durable.get().and_then(|d| d.as_ref().ok())
+    }
+
+    async fn write_on(
+        file: &DmaFile,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()> {
+        let mut buf = file.alloc_dma_buffer(len);
+        fill(buf.as_bytes_mut());
+        let written = file.write_at(buf, pos).await?;
+        if written != len {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write: {written} of {len} bytes"),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -115,24 +181,29 @@ impl BlockFile for DmaBlockFile {
         if len == 0 {
             return Ok(());
         }
-        if let Some(left) = &self.write_budget_left_bytes {
-            // Charged before the write is issued, so that writes in flight at once
-            // on this thread cannot together overrun the budget.
-            if len as u64 > left.get() {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        self.charge(len)?;
+        Self::write_on(&self.file, pos, len, fill).await
+    }
+
+    async fn write_durable_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()> {
+        assert!(is_aligned(pos) && is_aligned(len as u64));
+        if len == 0 {
+            return Ok(());
+        }
+        self.charge(len)?;
+        match self.durable_file().await {
+            Some(durable) => Self::write_on(durable, pos, len, fill).await,
+            None => {
+                Self::write_on(&self.file, pos, len, fill).await?;
+                self.file.fdatasync().await?;
+                Ok(())
             }
-            left.set(left.get() - len as u64);
         }
-        let mut buf = self.file.alloc_dma_buffer(len);
-        fill(buf.as_bytes_mut());
-        let written = self.file.write_at(buf, pos).await?;
-        if written != len {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short write: {written} of {len} bytes"),
-            ));
-        }
-        Ok(())
     }
 
     async fn read_with<R>(
@@ -176,7 +247,12 @@ impl BlockFile for DmaBlockFile {
     }
 
     async fn close(self) -> io::Result<()> {
+        let durable = match self.durable.into_inner() {
+            Some(Ok(durable)) => durable.close().await,
+            _ => Ok(()),
+        };
         self.file.close().await?;
+        durable?;
         Ok(())
     }
 }
@@ -273,6 +349,7 @@ impl Storage for DmaStorage {
         }
         Ok(DmaBlockFile {
             file,
+            durable: OnceCell::new(),
             write_budget_left_bytes: self.write_budget_left_bytes.clone(),
         })
     }

@@ -9,6 +9,10 @@
 //!   of the 512-byte sectors written since the last completed sync, so a hole of
 //!   zeros or stale bytes may sit in front of bytes that did survive.
 //! - A failed `sync_data` says nothing about which of those writes survived.
+//! - [`BlockFile::write_durable_with`] is a write and a sync in one device
+//!   request (`O_DSYNC`): when it returns, its own bytes are durable, and
+//!   nothing is said of other writes not yet synced (a device with FUA writes
+//!   just these bytes through its cache).
 //! - Directory operations ([`Storage::open`] with [`OpenMode::CreateOrOpen`],
 //!   [`Storage::rename`], [`Storage::remove`]) sync the directory before they
 //!   return: a file that was created is still there after a crash, and a rename is
@@ -41,6 +45,18 @@ pub trait BlockFile {
     /// set every byte): `write_at` of those bytes without first building them in
     /// a buffer of the caller's. Both aligned; durable like `write_at`.
     async fn write_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()>;
+
+    /// [`BlockFile::write_with`] that returns only once these bytes, and the file
+    /// size that reaches them, are durable: one `O_DSYNC` write instead of a
+    /// write and an `fdatasync`, so one device round trip. Other writes not yet
+    /// synced are not made durable by it. If it fails, which of its sectors
+    /// survive is unknown, as after a failed `sync_data`.
+    async fn write_durable_with(
         &self,
         pos: u64,
         len: usize,
@@ -89,6 +105,15 @@ impl<F: BlockFile> BlockFile for std::rc::Rc<F> {
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()> {
         (**self).write_with(pos, len, fill).await
+    }
+
+    async fn write_durable_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()> {
+        (**self).write_durable_with(pos, len, fill).await
     }
 
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {

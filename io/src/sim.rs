@@ -12,8 +12,9 @@
 //! [`Storage`](crate::file::Storage) contract says.
 //!
 //! Faults, all drawn from the one seed so a failing test replays exactly:
-//! - `fdatasync` fails with `EIO` ([`SimFaults::sync_eio_ppm`], or
-//!   [`SimDisk::fail_next_syncs`]); the writes it covered stay unsynced.
+//! - `fdatasync`, or the sync half of a durable write, fails with `EIO`
+//!   ([`SimFaults::sync_eio_ppm`], or [`SimDisk::fail_next_syncs`]); each
+//!   sector it covered is then durable, still pending, or lost.
 //! - writes fail with `ENOSPC` once the disk's capacity is used
 //!   ([`SimDisk::set_capacity`]); nothing of a refused write is applied.
 //! - reads flip one bit of the returned bytes ([`SimFaults::read_flip_ppm`],
@@ -57,6 +58,9 @@ pub struct SimStats {
     pub syncs: u64,
     /// Calls to `write_at` that were applied.
     pub writes: u64,
+    /// Writes that were durable when they returned (`write_durable_with`); each
+    /// is also one of `writes`.
+    pub durable_writes: u64,
     /// Bytes handed to `write_at` (what the device would write).
     pub bytes_written: u64,
     /// Bytes read through `read_at`.
@@ -374,6 +378,88 @@ async fn yield_once() {
     .await
 }
 
+impl SimFile {
+    /// A sync of the dirty sectors in `sectors` (sector numbers): `sync_data`
+    /// covers them all, a durable write just its own. Issued now, it covers the
+    /// writes that returned before now, and no others.
+    async fn sync_sectors(&self, sectors: std::ops::Range<u64>) -> io::Result<()> {
+        let covered: Vec<(u64, Vec<u8>)> = {
+            let mut guard = self.disk.inner.borrow_mut();
+            let inner = &mut *guard;
+            SimDisk::check_handle(inner, self.generation)?;
+            SimDisk::tick(inner)?;
+            let data = &inner.inodes[&self.inode];
+            data.dirty_sectors
+                .range(sectors.clone())
+                .map(|&s| (s, sector_bytes(&data.current, s).to_vec()))
+                .collect()
+        };
+        // In flight: other tasks run, and may write (even over covered sectors).
+        yield_once().await;
+        let mut guard = self.disk.inner.borrow_mut();
+        let inner = &mut *guard;
+        SimDisk::check_handle(inner, self.generation)?;
+        let spontaneous = inner.faults.sync_eio_ppm > 0
+            && inner.rng.random_range(0..1_000_000) < inner.faults.sync_eio_ppm;
+        if inner.fail_next_syncs > 0 || spontaneous {
+            inner.fail_next_syncs = inner.fail_next_syncs.saturating_sub(1);
+            // What a failed flush leaves is unknown, sector by sector: some made it
+            // to stable media, some still sit in the device's cache (a later flush
+            // may persist them), and some the device dropped, so reads return the
+            // old bytes. With O_DIRECT there is no page cache that could keep
+            // serving bytes the device no longer has, so reads always show what the
+            // device holds.
+            let Inner { rng, inodes, .. } = inner;
+            let data = inodes.get_mut(&self.inode).expect("open inode exists");
+            let dirty: Vec<u64> = data.dirty_sectors.range(sectors).copied().collect();
+            for s in dirty {
+                let start = (s as usize * SECTOR_BYTES).min(data.current.len());
+                let end = (start + SECTOR_BYTES).min(data.current.len());
+                match rng.random_range(0..3) {
+                    0 => {
+                        if data.durable.len() < end {
+                            data.durable.resize(end, 0);
+                        }
+                        data.durable[start..end].copy_from_slice(&data.current[start..end]);
+                        data.dirty_sectors.remove(&s);
+                    }
+                    1 => {}
+                    _ => {
+                        for i in start..end {
+                            data.current[i] = data.durable.get(i).copied().unwrap_or(0);
+                        }
+                        data.dirty_sectors.remove(&s);
+                    }
+                }
+            }
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        let data = inner
+            .inodes
+            .get_mut(&self.inode)
+            .expect("open inode exists");
+        // Copy only what changed since the last sync: segments are large and
+        // syncs frequent, and a whole-file copy per sync dominates test time.
+        // A covered sector written again while the sync ran stays dirty: its
+        // newer bytes are not durable, though the covered ones are.
+        for (s, bytes) in covered {
+            let start = s as usize * SECTOR_BYTES;
+            if data.durable.len() < start + bytes.len() {
+                data.durable.resize(start + bytes.len(), 0);
+            }
+            data.durable[start..start + bytes.len()].copy_from_slice(&bytes);
+            if sector_bytes(&data.current, s) == &bytes[..] {
+                data.dirty_sectors.remove(&s);
+            }
+        }
+        if data.dirty_sectors.is_empty() {
+            data.durable.resize(data.current.len(), 0);
+            data.length_dirty = false;
+        }
+        Ok(())
+    }
+}
+
 impl BlockFile for SimFile {
     async fn write_at(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
         assert!(is_aligned(pos) && is_aligned(bytes.len() as u64));
@@ -428,6 +514,23 @@ impl BlockFile for SimFile {
         self.write_at(pos, &data).await
     }
 
+    /// The write, then a sync of just its sectors that is in flight for one turn
+    /// of the executor like `sync_data`: a crash before it completes leaves any
+    /// subset of them, and `EIO` from it leaves each one's fate unknown.
+    async fn write_durable_with(
+        &self,
+        pos: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()> {
+        self.write_with(pos, len, fill).await?;
+        let sector = SECTOR_BYTES as u64;
+        self.sync_sectors(pos / sector..(pos + len as u64).div_ceil(sector))
+            .await?;
+        self.disk.inner.borrow_mut().stats.durable_writes += 1;
+        Ok(())
+    }
+
     async fn read_with<R>(
         &self,
         pos: u64,
@@ -478,81 +581,8 @@ impl BlockFile for SimFile {
     }
 
     async fn sync_data(&self) -> io::Result<()> {
-        // Issued: it covers the writes that returned before now, and no others.
-        let covered: Vec<(u64, Vec<u8>)> = {
-            let mut guard = self.disk.inner.borrow_mut();
-            let inner = &mut *guard;
-            SimDisk::check_handle(inner, self.generation)?;
-            SimDisk::tick(inner)?;
-            let data = &inner.inodes[&self.inode];
-            data.dirty_sectors
-                .iter()
-                .map(|&s| (s, sector_bytes(&data.current, s).to_vec()))
-                .collect()
-        };
-        // In flight: other tasks run, and may write (even over covered sectors).
-        yield_once().await;
-        let mut guard = self.disk.inner.borrow_mut();
-        let inner = &mut *guard;
-        SimDisk::check_handle(inner, self.generation)?;
-        let spontaneous = inner.faults.sync_eio_ppm > 0
-            && inner.rng.random_range(0..1_000_000) < inner.faults.sync_eio_ppm;
-        if inner.fail_next_syncs > 0 || spontaneous {
-            inner.fail_next_syncs = inner.fail_next_syncs.saturating_sub(1);
-            // What a failed flush leaves is unknown, sector by sector: some made it
-            // to stable media, some still sit in the device's cache (a later flush
-            // may persist them), and some the device dropped, so reads return the
-            // old bytes. With O_DIRECT there is no page cache that could keep
-            // serving bytes the device no longer has, so reads always show what the
-            // device holds.
-            let Inner { rng, inodes, .. } = inner;
-            let data = inodes.get_mut(&self.inode).expect("open inode exists");
-            let dirty: Vec<u64> = data.dirty_sectors.iter().copied().collect();
-            for s in dirty {
-                let start = (s as usize * SECTOR_BYTES).min(data.current.len());
-                let end = (start + SECTOR_BYTES).min(data.current.len());
-                match rng.random_range(0..3) {
-                    0 => {
-                        if data.durable.len() < end {
-                            data.durable.resize(end, 0);
-                        }
-                        data.durable[start..end].copy_from_slice(&data.current[start..end]);
-                        data.dirty_sectors.remove(&s);
-                    }
-                    1 => {}
-                    _ => {
-                        for i in start..end {
-                            data.current[i] = data.durable.get(i).copied().unwrap_or(0);
-                        }
-                        data.dirty_sectors.remove(&s);
-                    }
-                }
-            }
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        let data = inner
-            .inodes
-            .get_mut(&self.inode)
-            .expect("open inode exists");
-        // Copy only what changed since the last sync: segments are large and
-        // syncs frequent, and a whole-file copy per sync dominates test time.
-        // A covered sector written again while the sync ran stays dirty: its
-        // newer bytes are not durable, though the covered ones are.
-        for (s, bytes) in covered {
-            let start = s as usize * SECTOR_BYTES;
-            if data.durable.len() < start + bytes.len() {
-                data.durable.resize(start + bytes.len(), 0);
-            }
-            data.durable[start..start + bytes.len()].copy_from_slice(&bytes);
-            if sector_bytes(&data.current, s) == &bytes[..] {
-                data.dirty_sectors.remove(&s);
-            }
-        }
-        if data.dirty_sectors.is_empty() {
-            data.durable.resize(data.current.len(), 0);
-            data.length_dirty = false;
-        }
-        inner.stats.syncs += 1;
+        self.sync_sectors(0..u64::MAX).await?;
+        self.disk.inner.borrow_mut().stats.syncs += 1;
         Ok(())
     }
 

@@ -173,6 +173,29 @@ async fn write_budget_refuses_the_crossing_write(storage: DmaStorage) -> io::Res
     Ok(())
 }
 
+/// Durable appends go out through the file's `O_DSYNC` descriptor, which is
+/// opened through the first one, so a file renamed after it was opened still
+/// gets its own bytes.
+async fn durable_appends_after_a_rename(storage: DmaStorage) -> io::Result<()> {
+    let mut file = AppendFile::open_at(storage.open("a", OpenMode::CreateOrOpen).await?, 0).await?;
+    file.append_durable(&[b"first "]).await?;
+    assert!(
+        file.file().has_durable_descriptor(),
+        "O_DSYNC descriptor in use"
+    );
+    storage.rename("a", "b").await?;
+    let large = vec![7u8; 1 << 20];
+    file.append_durable(&[b"second ", &large]).await?;
+    file.into_file().close().await?;
+    let reopened = storage.open("b", OpenMode::Existing).await?;
+    let mut expected = b"first second ".to_vec();
+    expected.extend_from_slice(&large);
+    assert_eq!(read_exact_at(&reopened, 0, expected.len()).await?, expected);
+    reopened.close().await?;
+    assert!(storage.list("").await?.iter().all(|name| name != "a"));
+    Ok(())
+}
+
 fn temp_root() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("create a temporary directory")
 }
@@ -211,4 +234,11 @@ fn dma_write_budget_refuses_the_write_that_crosses_it() {
     let root = temp_root();
     let storage = DmaStorage::new(root.path());
     rt::run_local(None, write_budget_refuses_the_crossing_write(storage)).expect("real disk I/O");
+}
+
+#[test]
+fn dma_durable_appends_reach_a_renamed_file() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    rt::run_local(None, durable_appends_after_a_rename(storage)).expect("real disk I/O");
 }

@@ -232,6 +232,71 @@ fn a_failed_sync_returns_eio_and_leaves_writes_unsynced() {
     );
 }
 
+/// A durable write is durable when it returns, and only it: a plain write
+/// before it, not yet synced, still tears or vanishes in a crash, as it would on
+/// a device that writes the durable one through with FUA.
+#[test]
+fn a_durable_write_survives_a_crash_and_syncs_nothing_else() {
+    let plain = pattern(BLOCK_BYTES, 11);
+    let durable = pattern(2 * BLOCK_BYTES, 12);
+    let mut plain_lost = 0;
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            file.write_at(0, &plain).await.unwrap();
+            file.write_durable_with(BLOCK_BYTES as u64, durable.len(), |out| {
+                out.copy_from_slice(&durable)
+            })
+            .await
+            .unwrap();
+            assert_eq!(disk.stats().durable_writes, 1);
+            assert_eq!(disk.stats().syncs, 0, "a durable write is no fdatasync");
+            disk.crash();
+            disk.reboot();
+            let after = padded(&disk.contents("f").unwrap(), 3 * BLOCK_BYTES);
+            assert_eq!(&after[BLOCK_BYTES..], &durable[..], "seed {seed}");
+            if after[..BLOCK_BYTES] != plain[..] {
+                plain_lost += 1;
+            }
+        });
+    }
+    assert!(
+        plain_lost > 0,
+        "a durable write made an earlier one durable"
+    );
+}
+
+/// A durable write whose sync half fails leaves each of its sectors durable,
+/// pending or lost, as a failed `fdatasync` does.
+#[test]
+fn a_failed_durable_write_returns_eio_and_may_lose_its_sectors() {
+    let block = pattern(BLOCK_BYTES, 13);
+    let (mut lost, mut kept) = (0, 0);
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            disk.fail_next_syncs(1);
+            let err = file
+                .write_durable_with(0, BLOCK_BYTES, |out| out.copy_from_slice(&block))
+                .await
+                .unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EIO), "seed {seed}");
+            assert_eq!(disk.stats().durable_writes, 0);
+            disk.crash();
+            disk.reboot();
+            if padded(&disk.contents("f").unwrap(), BLOCK_BYTES) == block {
+                kept += 1;
+            } else {
+                lost += 1;
+            }
+        });
+    }
+    assert!(lost > 0, "a failed durable write always survived");
+    assert!(kept > 0, "a failed durable write never survived");
+}
+
 #[test]
 fn only_the_requested_number_of_syncs_fail() {
     block_on(async {

@@ -6,17 +6,18 @@
 //! 1. encode the records into frames (first/last-of-commit flags, contiguous
 //!    offsets from the high watermark, commit time never going backwards);
 //! 2. roll first if the commit would overflow the segment or the segment is old;
-//! 3. prepare zeroed space, then append every frame in one device write;
-//! 4. fdatasync;
+//! 3. prepare zeroed space;
+//! 4. append every frame in one durable (`O_DSYNC`) device write: the write and
+//!    its sync in one round trip;
 //! 5. read the just-written bytes back from the device (O_DIRECT in production,
 //!    so it is the disk that answers, not a cache) and verify each frame's CRC,
 //!    offsets and flags, and that the bytes are the ones written;
 //! 6. advance the high watermark, index the frames and cache them.
 //!
-//! A failure in 3 or 5 rewinds the appender to the mark taken before 3: the next
-//! commit overwrites whatever reached the disk above the high watermark, so a retry
-//! succeeds. A failure in 4 also poisons the log: after a failed fdatasync the
-//! kernel may have dropped dirty pages, so the file's content is unknown until a
+//! A failure in 3 or 5, or a write in 4 refused for space, rewinds the appender
+//! to the mark taken before 3: the next commit overwrites whatever reached the
+//! disk above the high watermark, so a retry succeeds. Any other failure in 4
+//! also poisons the log: a failed sync leaves the file's content unknown until a
 //! reopen scans it. Invariant: the high watermark moves only at the end of step 6.
 
 use std::ops::Range;
@@ -58,9 +59,9 @@ impl EncodedFrame {
 /// log recording metrics itself, so the log stays free of any metrics registry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CommitIo {
-    /// Step 3: preparing zeroed space (when due) and appending the frames.
+    /// Step 3: preparing zeroed space (when due).
     pub write: Duration,
-    /// Step 4: the fdatasync.
+    /// Step 4: the durable write of the frames (write and sync).
     pub sync: Duration,
     /// Bytes of frames the commit wrote (headers included, padding not).
     pub bytes: u64,
@@ -227,15 +228,14 @@ impl<S: Storage> PartitionLog<S> {
         let write_start = Instant::now();
         self.prepare_active(mark.len() + commit_bytes).await?;
         let parts: Vec<&[u8]> = frames.iter().map(|f| &f.bytes[..]).collect();
-        self.active
-            .file
-            .append(&parts)
-            .await
-            .map_err(super::io_err("append frames"))?;
         let sync_start = Instant::now();
-        if let Err(e) = self.active.file.sync().await {
+        if let Err(e) = self.active.file.append_durable(&parts).await {
+            if e.kind() == std::io::ErrorKind::StorageFull {
+                // Refused before anything was written: the caller rewinds.
+                return Err(super::io_err("append frames")(e));
+            }
             self.poisoned = true;
-            tracing::error!(dir = %self.dir, error = %e, "partition log fdatasync failed; log poisoned until reopened");
+            tracing::error!(dir = %self.dir, error = %e, "partition log durable write failed; log poisoned until reopened");
             return Err(LogError::SyncFailed(e));
         }
         let io = CommitIo {
