@@ -4,13 +4,17 @@
 //! segment: it owns the [`AppendFile`] outright, so no state around the device
 //! write is shared with appenders except the staging buffers.
 //!
-//! The pipeline. A written batch is synced while the next batch, if one is staged
-//! by then, is written: at most one sync and one write are in flight, the write
-//! is issued only after the previous write completed (both rewrite the partial
-//! block between them), and a batch is released only by a sync issued after its
-//! own write completed. So at most two write runs are ever unsynced at once, which
-//! is what the torn window of recovery allows for. A batch that starts a segment
-//! waits for the sync in flight: the old segment is sealed only whole.
+//! The pipeline. A batch that fits one write run, taken when nothing is in
+//! flight, goes out as one durable (`O_DSYNC`) write: write and sync in one
+//! device round trip, and the batch staged meanwhile goes next. Other batches
+//! (several runs, or a segment roll) are written and then synced while the next
+//! batch, if one is staged by then, is written: at most one sync and one write
+//! are in flight, the write is issued only after the previous write completed
+//! (both rewrite the partial block between them), and a batch is released only
+//! by a sync issued after its own write completed. So at most two write runs are
+//! ever unsynced at once, which is what the torn window of recovery allows for.
+//! A batch that starts a segment waits for the sync in flight: the old segment
+//! is sealed only whole.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -262,6 +266,18 @@ pub(super) async fn flush_loop<S: Storage>(
                 let Some(job) = take_job(&wal).await else {
                     break;
                 };
+                if job.roll_points.is_empty() && job.buf.len() <= WRITE_RUN_BYTES_MAX {
+                    // Nothing in flight and one run: write it durably, in one
+                    // round trip rather than a write and a sync.
+                    let result = writer.write_runs(&job.buf, Durability::Now).await;
+                    if result.is_ok() {
+                        wal.inner.shared.borrow_mut().stats.syncs += 1;
+                    }
+                    if finish(&wal, job, result, writer.device_bytes()) {
+                        continue;
+                    }
+                    break;
+                }
                 if let Err(e) = writer.write_job(&job).await {
                     finish(&wal, job, Err(e), writer.device_bytes());
                     break;
@@ -439,6 +455,15 @@ fn wake_all<S: Storage>(wal: &Wal<S>) {
     }
 }
 
+/// Whether the last run [`Writer::write_runs`] writes is durable when it returns.
+#[derive(Clone, Copy)]
+enum Durability {
+    /// Synced by the caller, beside the next write.
+    Later,
+    /// An `O_DSYNC` write.
+    Now,
+}
+
 struct Writer<S: Storage> {
     wal: Wal<S>,
     active: AppendFile<Rc<S::File>>,
@@ -463,7 +488,8 @@ impl<S: Storage> Writer<S> {
             .iter()
             .chain(std::iter::once(&job.buf.len()))
         {
-            self.write_runs(&job.buf[start..roll_at]).await?;
+            self.write_runs(&job.buf[start..roll_at], Durability::Later)
+                .await?;
             if roll_at < job.buf.len() {
                 let first = Seq(u64::from_be_bytes(
                     job.buf[roll_at + 8..roll_at + 16]
@@ -477,7 +503,10 @@ impl<S: Storage> Writer<S> {
         Ok(())
     }
 
-    async fn write_runs(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// Writes `bytes` in runs, each but the last synced before the next; the
+    /// last is durable when this returns only with [`Durability::Now`], which
+    /// takes one run at most.
+    async fn write_runs(&mut self, bytes: &[u8], durability: Durability) -> io::Result<()> {
         if bytes.len() >= FRAME_HEADER_BYTES {
             let seq = Seq(u64::from_be_bytes(
                 bytes[8..16].try_into().expect("8 bytes"),
@@ -506,7 +535,14 @@ impl<S: Storage> Writer<S> {
                 }
                 run_end += len;
             }
-            self.active.append(&[&bytes[run_start..run_end]]).await?;
+            let run = &bytes[run_start..run_end];
+            match durability {
+                Durability::Now => {
+                    assert_eq!(run.len(), bytes.len(), "a durable write is one run");
+                    self.active.append_durable(&[run]).await?;
+                }
+                Durability::Later => self.active.append(&[run]).await?,
+            }
             run_start = run_end;
         }
         Ok(())
