@@ -500,11 +500,11 @@ fn describe_storage() {
     use ::metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_histogram!(
         "narad_storage_fsync_duration_seconds",
-        "Partition log fdatasync time per commit."
+        "Partition log time per commit to make its frames durable (one O_DSYNC write: the write and its sync)."
     );
     describe_histogram!(
         "narad_storage_flush_duration_seconds",
-        "Partition log write time per commit (space preparation and append, before the fdatasync)."
+        "Partition log time per commit to prepare space before its durable write (zero when space was prepared ahead)."
     );
     describe_counter!(
         "narad_storage_flush_bytes_total",
