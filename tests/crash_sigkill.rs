@@ -166,7 +166,7 @@ fn sigkill_under_load_loses_no_acknowledged_record() {
         &lost[..lost.len().min(10)]
     );
     eprintln!(
-        "{} acknowledged records across 3 SIGKILLs, all recovered",
+        "{} acknowledged records across {KILL_CYCLES} SIGKILLs, all recovered",
         acked.len()
     );
 }

@@ -14,7 +14,10 @@ use narad_io::rt::{run_local, unix_ms};
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::{CommitIo, LogConfig, LogStats, RetentionOutcome};
-use narad_shards::produce::{CommitReply, OwnedRecord, Owner, PartitionObserver, StorageObserver};
+use narad_shards::produce::reaper::ColdWalk;
+use narad_shards::produce::{
+    CommitReply, OwnedPartition, OwnedRecord, Owner, PartitionObserver, Retention, StorageObserver,
+};
 
 const TOPIC: &str = "orders";
 const ID: IncarnationId = IncarnationId(0xbeef);
@@ -336,6 +339,68 @@ fn reads_report_whether_they_reached_the_device() {
             "one read, from the device: {fetched:?}"
         );
         assert_eq!(read().await, vec![0], "from the window it fetched");
+        owner.close_all().await;
+    });
+}
+
+/// After a restart no log is open, so no partition has reported its size; the
+/// cold walk opens each partition with records once, even one whose records are
+/// kept forever (which retention never visits), and only once.
+#[test]
+fn the_cold_walk_reports_the_size_of_partitions_unused_since_the_start() {
+    let disk = SimDisk::new(13, SimFaults::default());
+    run_local(None, async move {
+        let (owner, events) = owner_on(disk.clone());
+        commit(&owner, 0, 3).await.unwrap();
+        commit(&owner, 1, 5).await.unwrap();
+        let mut sizes = [0u64; 2];
+        for event in take(&events) {
+            if let Event::Committed {
+                partition,
+                size_bytes,
+                ..
+            } = event
+            {
+                sizes[partition as usize] = size_bytes;
+            }
+        }
+        owner.close_all().await;
+
+        let (owner, events) = owner_on(disk.clone());
+        owner.set_retention(Box::new(|_, _| Some(Retention::Forever)));
+        let owned: Vec<OwnedPartition> = (0..2)
+            .map(|p| OwnedPartition {
+                topic: Arc::from(TOPIC),
+                incarnation: ID,
+                partition: PartitionId(p),
+            })
+            .collect();
+        let mut walk = ColdWalk::default();
+        let totals = walk.step(&owner, owned.clone(), unix_ms()).await;
+        assert_eq!(totals.partitions_reaped, 0, "nothing is reaped forever");
+        let mut seen = take(&events);
+        seen.sort_by_key(|e| format!("{e:?}"));
+        assert_eq!(
+            seen,
+            [
+                Event::Reshaped {
+                    partition: 0,
+                    size_bytes: sizes[0],
+                    segments: 1
+                },
+                Event::Reshaped {
+                    partition: 1,
+                    size_bytes: sizes[1],
+                    segments: 1
+                },
+                Event::Tracked(0),
+                Event::Tracked(1),
+            ]
+        );
+        assert!(sizes.iter().all(|&s| s > 0));
+        assert_eq!(owner.open_log_count(), 0, "measured logs are closed again");
+        walk.step(&owner, owned, unix_ms()).await;
+        assert_eq!(take(&events), [], "each partition is measured once");
         owner.close_all().await;
     });
 }

@@ -38,7 +38,7 @@
 //! through a per-partition observer kept in the slot.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -117,6 +117,9 @@ pub struct Owner<S: Storage> {
     pub(super) observer: RefCell<Option<Rc<dyn StorageObserver>>>,
     /// Logs open now, in a slot or taken out by a task using them.
     open_logs: Cell<usize>,
+    /// Partitions whose log was opened since this owner started, so whose
+    /// shape the observer was told: the cold walk opens the others once.
+    measured: RefCell<HashSet<SlotKey>>,
 }
 
 impl<S: Storage> Owner<S> {
@@ -143,6 +146,7 @@ impl<S: Storage> Owner<S> {
             reaper_wake: Notify::default(),
             observer: RefCell::new(None),
             open_logs: Cell::new(0),
+            measured: RefCell::new(HashSet::new()),
         })
     }
 
@@ -379,6 +383,9 @@ impl<S: Storage> Owner<S> {
                 slot.retry_open_at.set(None);
                 *slot.cache.borrow_mut() = Some(log.shared_cache());
                 self.open_logs.set(self.open_logs.get() + 1);
+                self.measured
+                    .borrow_mut()
+                    .insert((slot.incarnation, slot.partition));
                 if let Some(observer) = &slot.observer {
                     observer.reshaped(&log.stats());
                 }
@@ -548,8 +555,16 @@ impl<S: Storage> Owner<S> {
         });
     }
 
+    /// Whether the partition's log was opened since this owner started.
+    pub(super) fn was_measured(&self, incarnation: IncarnationId, partition: PartitionId) -> bool {
+        self.measured.borrow().contains(&(incarnation, partition))
+    }
+
     /// Closes every log of `incarnation`; later commits to it are refused.
     pub async fn purge(&self, incarnation: IncarnationId) {
+        self.measured
+            .borrow_mut()
+            .retain(|&(id, _)| id != incarnation);
         let retired: Vec<Rc<Slot<S>>> = {
             let mut slots = self.slots.borrow_mut();
             let keys: Vec<SlotKey> = slots

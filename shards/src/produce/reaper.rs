@@ -19,7 +19,10 @@
 //! - Every `cold_walk_interval` (`storage.cold_retention_walk_ms`, 5 min), and once
 //!   at the first check after start, the partitions this shard owns whose log is
 //!   not open ([`OwnedPartitions`]) get the same retention: each is opened, reaped
-//!   and closed.
+//!   and closed. The same walk opens and closes once each partition with records
+//!   whose log no one opened since the start, whatever its retention, so that
+//!   its size reaches the observer (the `narad_partition_size_bytes` and
+//!   `narad_topic_bytes` gauges) without waiting for a produce or a consume.
 //!
 //! Why records live between one and two retention periods: retention deletes whole
 //! segments, a segment goes when its newest record is too old, and the reaper seals
@@ -225,7 +228,10 @@ impl ColdWalk {
             }
             let retention =
                 owner.retention_now(&candidate.topic, candidate.incarnation, candidate.partition);
-            if !matches!(retention, Some(Retention::Age(_))) {
+            let reap = matches!(retention, Some(Retention::Age(_)));
+            let measure = retention.is_some()
+                && !owner.was_measured(candidate.incarnation, candidate.partition);
+            if !reap && !measure {
                 continue;
             }
             listings += 1;
@@ -234,9 +240,13 @@ impl ColdWalk {
             }
             opens += 1;
             let slot = owner.slot(&candidate.topic, candidate.incarnation, candidate.partition);
-            owner
-                .reap_slot(&slot, now_ms, Visit::Cold, &mut totals)
-                .await;
+            if reap {
+                owner
+                    .reap_slot(&slot, now_ms, Visit::Cold, &mut totals)
+                    .await;
+            } else {
+                owner.measure_slot(&slot).await;
+            }
         }
         owner.forget_unused();
         assert!(opens <= COLD_WALK_OPENS_MAX && listings <= COLD_WALK_LISTINGS_MAX);
@@ -393,6 +403,26 @@ impl<S: Storage> Owner<S> {
             }
             self.note_log_closed();
         }
+    }
+
+    /// Opens a closed log and closes it again, so that its observer learns its
+    /// shape (the size gauges of a partition no one used since the start).
+    async fn measure_slot(&self, slot: &Slot<S>) {
+        let _guard = slot.lock.lock().await;
+        if slot.retired.get() || self.closing.get() || slot.log.borrow().is_some() {
+            return;
+        }
+        let Ok(log) = self.open_log(slot).await else {
+            return;
+        };
+        if log.is_poisoned() {
+            self.put_back(slot, log).await;
+            return;
+        }
+        if let Err(e) = log.close().await {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a log after measuring it failed");
+        }
+        self.note_log_closed();
     }
 
     /// Closes the logs no commit or read used for `idle`; returns how many.
