@@ -295,7 +295,10 @@ impl Dispatcher {
             return;
         }
         if self.skipped_total > 0 {
-            let stop = self.reader_pos;
+            // A rescan pass can fall behind the checkpoint (the records it has
+            // yet to read again were committed meanwhile): everything below the
+            // checkpoint is done, so the next pass need not start lower.
+            let stop = self.reader_pos.max(self.progress.checkpoint());
             self.rescan_from = Some(self.rescan_from.map_or(stop, |s| s.min(stop)));
         }
         self.reader_pos = self.frontier;
