@@ -55,6 +55,10 @@ fn run_and_kill(dir: &Path, id_base: u64, run_for: Duration) -> Vec<u64> {
                 &id_base.to_string(),
                 "--segment-bytes",
                 "1048576",
+                // Partition 0 commits slowly, so the other partitions' commits
+                // overtake its records at every moment.
+                "--slow-commit-ms",
+                "20",
             ])
             .stdout(Stdio::piped())
             .stderr(stderr)
