@@ -70,9 +70,9 @@ const MESH_CHANNEL_CAPACITY: usize = 1_024;
 const RETENTION_CHECK_INTERVAL_MS: u64 = 60_000;
 
 /// Descriptors the broker wants beyond its connections: segment files of open
-/// partition logs, WAL segments, the metadata log, the runtime's rings and
-/// eventfds.
-const OPEN_FILES_MARGIN: u64 = 1024;
+/// partition logs (an active segment twice: its `O_DSYNC` descriptor too), WAL
+/// segments, the metadata log, the runtime's rings and eventfds.
+const OPEN_FILES_MARGIN: u64 = 2048;
 
 /// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
 /// process may run on.

@@ -129,6 +129,11 @@ impl<F: BlockFile> AppendFile<F> {
     /// durable, each device write an `O_DSYNC` one
     /// ([`BlockFile::write_durable_with`]): a commit in one device round trip
     /// instead of two. Earlier appends not yet synced are not made durable by it.
+    /// An error of kind [`io::ErrorKind::StorageFull`] means every device write
+    /// that failed was refused before it was issued (the others are durable), so
+    /// the bytes before the append are as they were; after any other error the
+    /// blocks the append covered, the rewritten partial block among them, are
+    /// unknown.
     pub async fn append_durable(&mut self, parts: &[&[u8]]) -> io::Result<()> {
         self.append_as(parts, Durability::Now).await
     }
@@ -293,7 +298,11 @@ async fn write_pieces<F: BlockFile>(
         }
     };
     let ((a, b), (c, d)) = zip(zip(piece(0), piece(1)), zip(piece(2), piece(3))).await;
-    a.and(b).and(c).and(d)
+    // A refusal for space leaves what its piece covered untouched; any other
+    // failure leaves its piece unknown, which is what the caller must hear.
+    let mut failures: Vec<io::Error> = [a, b, c, d].into_iter().filter_map(Result::err).collect();
+    failures.sort_by_key(|e| e.kind() == io::ErrorKind::StorageFull);
+    failures.into_iter().next().map_or(Ok(()), Err)
 }
 
 /// Reads `len` bytes at the unaligned position `pos`, with aligned device reads.
@@ -306,4 +315,86 @@ pub async fn read_exact_at<F: BlockFile>(file: &F, pos: u64, len: usize) -> io::
     buf.drain(..skip);
     buf.truncate(len);
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file whose durable writes fail: refused for space at the first piece's
+    /// position, with `EIO` everywhere else.
+    struct FailingFile {
+        refused_at: u64,
+    }
+
+    impl BlockFile for FailingFile {
+        async fn write_at(&self, _: u64, _: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+
+        async fn write_with(&self, _: u64, _: usize, _: impl FnOnce(&mut [u8])) -> io::Result<()> {
+            Ok(())
+        }
+
+        async fn write_durable_with(
+            &self,
+            pos: u64,
+            _: usize,
+            _: impl FnOnce(&mut [u8]),
+        ) -> io::Result<()> {
+            if pos == self.refused_at {
+                Err(io::Error::from_raw_os_error(libc::ENOSPC))
+            } else {
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+        }
+
+        async fn read_at(&self, _: u64, buf: &mut [u8]) -> io::Result<usize> {
+            buf.fill(0);
+            Ok(0)
+        }
+
+        async fn read_with<R>(
+            &self,
+            _: u64,
+            len: usize,
+            inspect: impl FnOnce(&[u8]) -> R,
+        ) -> io::Result<R> {
+            Ok(inspect(&vec![0; len]))
+        }
+
+        async fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+
+        async fn size(&self) -> io::Result<u64> {
+            Ok(0)
+        }
+
+        async fn truncate(&self, _: u64) -> io::Result<()> {
+            Ok(())
+        }
+
+        async fn close(self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A large durable append goes out in pieces; one refused for space and one
+    /// failed otherwise is reported as the other failure, since that piece's
+    /// blocks are unknown and a caller hearing "refused" would trust them.
+    #[test]
+    fn a_durable_append_reports_an_unknown_piece_before_a_refused_one() {
+        futures_lite::future::block_on(async {
+            let mut file = AppendFile::open_at(FailingFile { refused_at: 0 }, 0)
+                .await
+                .unwrap();
+            let err = file
+                .append_durable(&[&vec![1u8; 4 * PIECE_BYTES_MIN]])
+                .await
+                .unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+            assert_eq!(file.len(), 0);
+        });
+    }
 }

@@ -196,14 +196,23 @@ impl BlockFile for DmaBlockFile {
             return Ok(());
         }
         self.charge(len)?;
-        match self.durable_file().await {
+        let issued = match self.durable_file().await {
             Some(durable) => Self::write_on(durable, pos, len, fill).await,
             None => {
+                // A plain write refused for space was refused whole: its error
+                // stays what it is. Only the sync's errors are ambiguous.
                 Self::write_on(&self.file, pos, len, fill).await?;
-                self.file.fdatasync().await?;
-                Ok(())
+                self.file.fdatasync().await.map_err(io::Error::from)
             }
-        }
+        };
+        // The kernel may report a full disk after the write went out (the sync
+        // half, or a file system that allocates late): not a clean refusal.
+        issued.map_err(|e| match e.kind() {
+            io::ErrorKind::StorageFull => io::Error::other(format!(
+                "durable write of {len} bytes at {pos} failed after it was issued: {e}"
+            )),
+            _ => e,
+        })
     }
 
     async fn read_with<R>(

@@ -55,7 +55,10 @@ pub trait BlockFile {
     /// size that reaches them, are durable: one `O_DSYNC` write instead of a
     /// write and an `fdatasync`, so one device round trip. Other writes not yet
     /// synced are not made durable by it. If it fails, which of its sectors
-    /// survive is unknown, as after a failed `sync_data`.
+    /// survive is unknown, as after a failed `sync_data`, with one exception:
+    /// an error of kind [`io::ErrorKind::StorageFull`] means the write was
+    /// refused before any byte of it was issued. (A device that reports a full
+    /// disk once the write was issued gives an error of another kind.)
     async fn write_durable_with(
         &self,
         pos: u64,

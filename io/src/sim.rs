@@ -45,7 +45,8 @@ use crate::{align_up, is_aligned, BLOCK_BYTES};
 /// Probabilities of spontaneous faults, in parts per million of operations.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SimFaults {
-    /// Chance that one `sync_data` fails with `EIO`.
+    /// Chance that one `sync_data`, or the sync half of one durable write, fails
+    /// with `EIO`.
     pub sync_eio_ppm: u32,
     /// Chance that one read returns a flipped bit.
     pub read_flip_ppm: u32,

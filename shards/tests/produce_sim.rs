@@ -171,6 +171,7 @@ fn wal_config() -> WalConfig {
         spare_segments_max: 2,
         rotate_dispatched_bytes_min: 16 << 10,
         reader_cache_bytes_max: 64 << 10,
+        durable_writes: true,
     }
 }
 

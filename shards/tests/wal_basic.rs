@@ -92,7 +92,7 @@ async fn burst<S: Storage>(wal: &Wal<S>, ids: std::ops::Range<u64>) -> Vec<Resul
 /// A burst of appends far past the flush target goes out as a pipeline of
 /// batches, each released by its own sync, and reads back whole.
 async fn burst_round_trip<S: Storage>(storage: S) {
-    let config = small_config(true);
+    let config = pipeline_config(true);
     assert_eq!(config.flush_bytes_target, 8 << 10);
     let wal = Wal::open(storage, "wal", config).await.unwrap();
     let before = wal.stats();
@@ -123,6 +123,36 @@ fn a_burst_is_flushed_as_a_pipeline_of_batches() {
     run_local(None, burst_round_trip(DmaStorage::new(dir.path())));
 }
 
+/// With nothing in flight, a batch that fits one write run is one durable
+/// write: no `fdatasync` beside it. With durable writes off, the same append is
+/// a write and an `fdatasync`.
+#[test]
+fn a_lone_batch_is_one_durable_write() {
+    for durable in [true, false] {
+        let disk = SimDisk::new(23, SimFaults::default());
+        run_local(None, async move {
+            let config = WalConfig {
+                durable_writes: durable,
+                ..small_config(false)
+            };
+            let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+            let before = disk.stats();
+            wal.append(&record(&payload_for(1, 1000), None))
+                .await
+                .unwrap();
+            let after = disk.stats();
+            let durable_writes = after.durable_writes - before.durable_writes;
+            let syncs = after.syncs - before.syncs;
+            assert_eq!(
+                (durable_writes, syncs),
+                (u64::from(durable), u64::from(!durable))
+            );
+            assert_eq!(wal.stats().syncs, 1, "either counts as the flush's sync");
+            wal.close().await;
+        });
+    }
+}
+
 /// The batch written while an earlier batch's sync runs is released only by a
 /// sync of its own: when the earlier sync fails, every append of the burst
 /// fails with the latch, and none of them is acknowledged.
@@ -131,7 +161,7 @@ fn a_failed_sync_fails_the_batch_written_beside_it() {
     let disk = SimDisk::new(22, SimFaults::default());
     run_local(None, async move {
         // No segment preparation: its sync must not be the one that fails.
-        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+        let wal = Wal::open(disk.clone(), "wal", pipeline_config(false))
             .await
             .unwrap();
         disk.fail_next_syncs(1);

@@ -54,6 +54,8 @@ fn config(rng: &mut ChaCha8Rng) -> WalConfig {
     config.checkpoint_sync_delay = Duration::from_millis(rng.random_range(0..3));
     config.rotate_dispatched_bytes_min = 8 << 10;
     config.flush_bytes_target = [2 << 10, 8 << 10, 1 << 20][rng.random_range(0..3)];
+    // Half the lives flush every batch through the write-then-sync pipeline.
+    config.durable_writes = rng.random_bool(0.5);
     config
 }
 

@@ -231,7 +231,8 @@ impl<S: Storage> PartitionLog<S> {
         let sync_start = Instant::now();
         if let Err(e) = self.active.file.append_durable(&parts).await {
             if e.kind() == std::io::ErrorKind::StorageFull {
-                // Refused before anything was written: the caller rewinds.
+                // Refused for space before it went out: the blocks of earlier
+                // commits are untouched, and the caller rewinds.
                 return Err(super::io_err("append frames")(e));
             }
             self.poisoned = true;

@@ -9,8 +9,9 @@
 //! - `mod.rs` (here): configuration, errors, the public types, open, close, stats.
 //! - [`frame`]: the CRC-framed batch of records, its encoder and decoders.
 //! - [`envelope`]: one record's bytes inside a frame (key, commit time, payload).
-//! - `commit.rs`: [`PartitionLog::commit_durable`]: append, fdatasync, read back
-//!   from the device, verify, advance the high watermark; failure handling.
+//! - `commit.rs`: [`PartitionLog::commit_durable`]: one durable (`O_DSYNC`)
+//!   append, read back from the device, verify, advance the high watermark;
+//!   failure handling.
 //! - `read.rs`: [`PartitionLog::read`]: cache first, then the index, then frames.
 //! - `segment.rs`: segment files, opening and recovery, preparation, roll,
 //!   retention, lazy loading of sealed segments' indexes.
@@ -22,11 +23,12 @@
 //! Invariants (asserted in release builds where a break would lose or corrupt data):
 //! - Offsets are dense: a commit of n records takes exactly `[hwm, hwm + n)`.
 //! - The high watermark only moves forward, and only after the frames holding the
-//!   records were fsynced, read back from the device and verified.
+//!   records were made durable, read back from the device and verified.
 //! - Nothing at or above the high watermark is ever returned by a read.
 //! - Commit times never go backwards along the partition.
-//! - After a failed fdatasync the log refuses every commit until it is reopened:
-//!   the kernel may have dropped the dirty pages, so what is on disk is unknown.
+//! - After a failed sync (an `fdatasync`, or a durable write failing other than by
+//!   a refusal for space) the log refuses every commit until it is reopened: what
+//!   is on disk is unknown until a reopen scans it.
 
 pub mod cache;
 mod commit;

@@ -5,18 +5,19 @@
 //! `<20-digit base offset>.log` (frames; the last one by name is active) and
 //! `<20-digit base offset>.index` (a sealed segment's sparse index).
 //!
-//! Preparation. O_DIRECT appends that grow the file make every fdatasync commit a
-//! size change through the file system journal, and pre-zeroing a whole 64 MiB
+//! Preparation. O_DIRECT appends that grow the file make every durable write
+//! commit a size change through the file system journal, and pre-zeroing a whole 64 MiB
 //! segment per partition is out of the question with thousands of partitions per
 //! node (and would double the disk they take). So the active segment is grown by
 //! *writing zeros* (allocated blocks, not unwritten extents, which measured ~2x
 //! slower) in chunks of `prep_chunk_bytes` (1 MiB) ahead of the write position.
 //! Once a commit leaves less than a chunk prepared past its end, the next chunk's
 //! zeros are handed to the device and left in flight while the following
-//! commits use the space already prepared, so a commit stays one write, one
-//! fdatasync and one read-back; only the first commit of a segment, or one that
-//! outruns the prepared space, waits for zeros. Only about one commit per chunk
-//! pays a size change in its fdatasync; the cost is at most one chunk of extra disk per
+//! commits use the space already prepared, so a commit stays one durable write
+//! and one read-back; only the first commit of a segment, or one that outruns
+//! the prepared space, waits for zeros. Only about one commit per chunk pays a
+//! size change in its durable write (the zeros are never synced on their own: a
+//! durable write inside them makes the size that reaches it durable); the cost is at most one chunk of extra disk per
 //! partition and one extra write of zeros per byte appended (sequential, and
 //! coalesced into one 1 MiB write). A zeroed region reads as a bad magic, which
 //! every scanner takes as the end of the data. Sealing trims the file to its data,

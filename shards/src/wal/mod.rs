@@ -89,6 +89,12 @@ pub struct WalConfig {
     /// dispatcher that keeps up never reads the device (O_DIRECT has no page
     /// cache). A reader that falls further behind reads from disk.
     pub reader_cache_bytes_max: usize,
+    /// A batch of one write run, taken with nothing in flight, goes out as one
+    /// durable (`O_DSYNC`) write. Off, every batch is written and then synced,
+    /// the sync beside the next batch's write: the pipeline that batches too
+    /// large for one run always take. Tests turn it off to reach the pipeline
+    /// with small batches.
+    pub durable_writes: bool,
 }
 
 impl Default for WalConfig {
@@ -102,6 +108,7 @@ impl Default for WalConfig {
             spare_segments_max: 2,
             rotate_dispatched_bytes_min: 1 << 20,
             reader_cache_bytes_max: 8 << 20,
+            durable_writes: true,
         }
     }
 }
@@ -150,7 +157,8 @@ pub struct WalStats {
     pub records: u64,
     /// Flushes (group commits) that completed.
     pub flushes: u64,
-    /// `fdatasync`s of segment files.
+    /// Syncs of segment files: `fdatasync`s, and durable (`O_DSYNC`) writes,
+    /// each of which carries its own.
     pub syncs: u64,
     /// Frame bytes staged.
     pub frame_bytes: u64,

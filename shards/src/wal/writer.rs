@@ -266,7 +266,10 @@ pub(super) async fn flush_loop<S: Storage>(
                 let Some(job) = take_job(&wal).await else {
                     break;
                 };
-                if job.roll_points.is_empty() && job.buf.len() <= WRITE_RUN_BYTES_MAX {
+                if wal.inner.config.durable_writes
+                    && job.roll_points.is_empty()
+                    && job.buf.len() <= WRITE_RUN_BYTES_MAX
+                {
                     // Nothing in flight and one run: write it durably, in one
                     // round trip rather than a write and a sync.
                     let result = writer.write_runs(&job.buf, Durability::Now).await;

@@ -35,6 +35,17 @@ pub fn small_config(prealloc: bool) -> WalConfig {
         spare_segments_max: 2,
         rotate_dispatched_bytes_min: 16 << 10,
         reader_cache_bytes_max: 64 << 10,
+        durable_writes: true,
+    }
+}
+
+/// [`small_config`] whose every batch is written and then synced beside the
+/// next one's write: the pipeline, which with durable writes only batches too
+/// large for one write run (or that roll a segment) take.
+pub fn pipeline_config(prealloc: bool) -> WalConfig {
+    WalConfig {
+        durable_writes: false,
+        ..small_config(prealloc)
     }
 }
 
