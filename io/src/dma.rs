@@ -109,17 +109,22 @@ impl DmaBlockFile {
         matches!(self.durable.get(), Some(Ok(_)))
     }
 
-    /// Takes `len` bytes from the write budget, or fails as a full disk would.
-    /// Charged before the write is issued, so that writes in flight at once on
-    /// this thread cannot together overrun the budget.
-    fn charge(&self, len: usize) -> io::Result<()> {
+    /// Checks a write's alignment and takes its `len` bytes from the write
+    /// budget, or fails as a full disk would; `false` for an empty write, which
+    /// goes nowhere. Charged before the write is issued, so that writes in
+    /// flight at once on this thread cannot together overrun the budget.
+    fn admit(&self, pos: u64, len: usize) -> io::Result<bool> {
+        assert!(is_aligned(pos) && is_aligned(len as u64));
+        if len == 0 {
+            return Ok(false);
+        }
         if let Some(left) = &self.write_budget_left_bytes {
             if len as u64 > left.get() {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
             left.set(left.get() - len as u64);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// The `O_DSYNC` descriptor, opened on first use through `/proc/self/fd`
@@ -177,11 +182,9 @@ impl BlockFile for DmaBlockFile {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()> {
-        assert!(is_aligned(pos) && is_aligned(len as u64));
-        if len == 0 {
+        if !self.admit(pos, len)? {
             return Ok(());
         }
-        self.charge(len)?;
         Self::write_on(&self.file, pos, len, fill).await
     }
 
@@ -191,11 +194,9 @@ impl BlockFile for DmaBlockFile {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()> {
-        assert!(is_aligned(pos) && is_aligned(len as u64));
-        if len == 0 {
+        if !self.admit(pos, len)? {
             return Ok(());
         }
-        self.charge(len)?;
         let issued = match self.durable_file().await {
             Some(durable) => Self::write_on(durable, pos, len, fill).await,
             None => {
