@@ -98,6 +98,8 @@ struct Inner {
     flip_at: Option<(u64, u64, u8, usize)>,
     /// The next write covering (inode, byte) stores that bit flipped.
     flip_write_at: Option<(u64, u64, u8)>,
+    /// Every write stays in flight for one turn of the executor.
+    slow_writes: bool,
     capacity_bytes: Option<u64>,
     /// Inodes whose reads fail with `EIO`.
     unreadable: BTreeSet<u64>,
@@ -145,6 +147,7 @@ impl SimDisk {
                 flip_next_reads: 0,
                 flip_at: None,
                 flip_write_at: None,
+                slow_writes: false,
                 unreadable: BTreeSet::new(),
                 capacity_bytes: None,
                 stats: SimStats::default(),
@@ -260,6 +263,14 @@ impl SimDisk {
         let mut inner = self.inner.borrow_mut();
         let inode = inner.names[path];
         inner.flip_write_at = Some((inode, pos, bit % 8));
+    }
+
+    /// Every write from now on stays in flight for one turn of the executor
+    /// before it returns (applied when issued, as a device may), so other
+    /// tasks run while it is out: as on a real disk, where a write is a round
+    /// trip. Off by default, writes return at once.
+    pub fn set_slow_writes(&self, slow: bool) {
+        self.inner.borrow_mut().slow_writes = slow;
     }
 
     /// The bytes all files occupy now (what [`SimDisk::set_capacity`] limits).
@@ -380,6 +391,47 @@ async fn yield_once() {
 }
 
 impl SimFile {
+    /// Applies a write at once; returns whether it stays in flight for a turn.
+    fn apply_write(&self, pos: u64, bytes: &[u8]) -> io::Result<bool> {
+        assert!(is_aligned(pos) && is_aligned(bytes.len() as u64));
+        let mut guard = self.disk.inner.borrow_mut();
+        let inner = &mut *guard;
+        SimDisk::check_handle(inner, self.generation)?;
+        SimDisk::tick(inner)?;
+        let end = pos as usize + bytes.len();
+        let old_len = inner.inodes[&self.inode].current.len();
+        if end > old_len {
+            if let Some(capacity) = inner.capacity_bytes {
+                let grow = align_up(end as u64) - align_up(old_len as u64);
+                if SimDisk::used_bytes(inner) + grow > capacity {
+                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+                }
+            }
+        }
+        let data = inner
+            .inodes
+            .get_mut(&self.inode)
+            .expect("open inode exists");
+        if data.current.len() < end {
+            data.current.resize(end, 0);
+            data.length_dirty = true;
+        }
+        data.current[pos as usize..end].copy_from_slice(bytes);
+        if let Some((inode, at, bit)) = inner.flip_write_at {
+            if inode == self.inode && (pos..end as u64).contains(&at) {
+                data.current[at as usize] ^= 1 << bit;
+                inner.flip_write_at = None;
+            }
+        }
+        let sector = SECTOR_BYTES as u64;
+        for s in pos / sector..(end as u64).div_ceil(sector) {
+            data.dirty_sectors.insert(s);
+        }
+        inner.stats.writes += 1;
+        inner.stats.bytes_written += bytes.len() as u64;
+        Ok(inner.slow_writes)
+    }
+
     /// A sync of the dirty sectors in `sectors` (sector numbers): `sync_data`
     /// covers them all, a durable write just its own. Issued now, it covers the
     /// writes that returned before now, and no others.
@@ -463,42 +515,10 @@ impl SimFile {
 
 impl BlockFile for SimFile {
     async fn write_at(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
-        assert!(is_aligned(pos) && is_aligned(bytes.len() as u64));
-        let mut guard = self.disk.inner.borrow_mut();
-        let inner = &mut *guard;
-        SimDisk::check_handle(inner, self.generation)?;
-        SimDisk::tick(inner)?;
-        let end = pos as usize + bytes.len();
-        let old_len = inner.inodes[&self.inode].current.len();
-        if end > old_len {
-            if let Some(capacity) = inner.capacity_bytes {
-                let grow = align_up(end as u64) - align_up(old_len as u64);
-                if SimDisk::used_bytes(inner) + grow > capacity {
-                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-                }
-            }
+        if self.apply_write(pos, bytes)? {
+            yield_once().await;
+            SimDisk::check_handle(&self.disk.inner.borrow(), self.generation)?;
         }
-        let data = inner
-            .inodes
-            .get_mut(&self.inode)
-            .expect("open inode exists");
-        if data.current.len() < end {
-            data.current.resize(end, 0);
-            data.length_dirty = true;
-        }
-        data.current[pos as usize..end].copy_from_slice(bytes);
-        if let Some((inode, at, bit)) = inner.flip_write_at {
-            if inode == self.inode && (pos..end as u64).contains(&at) {
-                data.current[at as usize] ^= 1 << bit;
-                inner.flip_write_at = None;
-            }
-        }
-        let sector = SECTOR_BYTES as u64;
-        for s in pos / sector..(end as u64).div_ceil(sector) {
-            data.dirty_sectors.insert(s);
-        }
-        inner.stats.writes += 1;
-        inner.stats.bytes_written += bytes.len() as u64;
         Ok(())
     }
 

@@ -53,7 +53,7 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
         tracing::error!(error = %e, "ingress WAL: compaction failed");
     }
     loop {
-        let (wanted, written, synced, closing) = {
+        let (wanted, mut written, synced, closing) = {
             let sh = wal.inner.shared.borrow();
             (
                 sh.checkpoint_wanted,
@@ -75,8 +75,13 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
                 continue;
             }
             wal.inner.shared.borrow_mut().checkpoint_written = wanted;
-            sync_due.get_or_insert_with(|| Instant::now() + delay);
-            continue;
+            written = wanted;
+            // A dispatcher that moves the checkpoint during every store must not
+            // hold the sync off: once it is due, it comes before the next store.
+            let due = *sync_due.get_or_insert_with(|| Instant::now() + delay);
+            if !closing && Instant::now() < due {
+                continue;
+            }
         }
         if written > synced {
             let due = *sync_due.get_or_insert_with(|| Instant::now() + delay);
@@ -87,6 +92,9 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
             }
             if let Err(e) = file.sync().await {
                 tracing::error!(error = %e, "ingress WAL: cannot sync the dispatch checkpoint");
+                // A failed sync may have dropped the stored value from the
+                // device: store it again before the next sync vouches for it.
+                wal.inner.shared.borrow_mut().checkpoint_written = synced;
                 if closing {
                     break;
                 }
