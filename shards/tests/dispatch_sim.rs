@@ -666,7 +666,10 @@ fn extract<T>(items: &mut Vec<T>, due: impl Fn(&T) -> bool) -> Vec<T> {
 /// Seeds that once found a bug, run before the random ones.
 /// - 175200564716: a rescan pass that fell behind the checkpoint ended with its
 ///   stop below it, and the next rescan asserted.
-const REGRESSION_SEEDS: &[u64] = &[175_200_564_716];
+/// - 719748452315: a rescan pass stayed behind the checkpoint, where the WAL may
+///   be compacted away (a read there fails for good); the invariant check
+///   ("the reader is behind the checkpoint") catches it.
+const REGRESSION_SEEDS: &[u64] = &[175_200_564_716, 719_748_452_315];
 
 #[test]
 fn dispatcher_survives_faults_and_crashes() {

@@ -352,6 +352,13 @@ impl Dispatcher {
         if let Some(from) = self.rescan_from.as_mut() {
             *from = (*from).max(checkpoint);
         }
+        // A rescan pass can be left behind the checkpoint. Below it everything
+        // is done, and once the checkpoint is synced the segments there may be
+        // compacted away: a read from there would fail for good. Move up to it.
+        if self.reader_pos < checkpoint {
+            self.reader_pos = checkpoint;
+            self.seek_after_read = true;
+        }
         if checkpoint > self.checkpoint_stored {
             self.checkpoint_stored = checkpoint;
             self.actions.push_back(Action::StoreCheckpoint(checkpoint));
@@ -529,6 +536,10 @@ impl Dispatcher {
             "done + held + skipped"
         );
         assert!(self.reader_pos <= self.frontier);
+        assert!(
+            self.reader_pos >= checkpoint,
+            "the reader is behind the checkpoint"
+        );
         if let Some(from) = self.rescan_from {
             assert!(from >= checkpoint);
         }
