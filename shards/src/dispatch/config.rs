@@ -137,6 +137,7 @@ impl DispatchConfig {
         assert!(self.failure_backoff < self.reroute_after);
         assert!(self.linger_max < self.hung_after);
         assert!(self.remote_commit_bytes_max >= 1);
+        assert!(!self.owner_lookup_interval.is_zero());
     }
 
     /// The window for `destinations_active` destinations: the per-destination
