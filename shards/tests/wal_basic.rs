@@ -10,6 +10,7 @@ use narad_io::rt::run_local;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
 use narad_shards::ids::Seq;
+use narad_shards::wal::checkpoint::CheckpointFile;
 use narad_shards::wal::{Wal, WalConfig, WalError};
 use wal_common::*;
 
@@ -387,6 +388,41 @@ fn compaction_recycles_segments_and_bounds_disk_use() {
             .unwrap();
         assert_eq!(wal.checkpoint(), Seq(next_id));
         assert!(read_all(&wal, wal.checkpoint()).await.is_empty());
+        wal.close().await;
+    });
+}
+
+/// A checkpoint past the end of the WAL means synced bytes were lost (the
+/// device broke its promise), and recovery lowers it to the end: sequence
+/// numbers already used may be written again. Recycled files may hold frames
+/// with such numbers, so recovery drops them rather than recycle them.
+#[test]
+fn a_checkpoint_past_the_end_drops_the_recycled_files() {
+    let disk = SimDisk::new(4, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        append_and_dispatch_rounds(&wal, 6, |_| {}).await;
+        let end = wal.durable_next();
+        wal.close().await;
+        let recycled = |files: &[String]| {
+            files
+                .iter()
+                .filter(|f| f.starts_with("spare-") || f.ends_with(".prep"))
+                .count()
+        };
+        let files = disk.list("wal").await.unwrap();
+        assert!(recycled(&files) > 0, "nothing to recycle: {files:?}");
+        let (checkpoint, _) = CheckpointFile::open(&disk, "wal").await.unwrap();
+        checkpoint.store(Seq(end.0 + 1000)).await.unwrap();
+        checkpoint.sync().await.unwrap();
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        assert_eq!(wal.checkpoint(), end, "lowered to the end");
+        let files = disk.list("wal").await.unwrap();
+        assert_eq!(recycled(&files), 0, "{files:?}");
         wal.close().await;
     });
 }

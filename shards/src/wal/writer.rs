@@ -157,6 +157,16 @@ pub(super) async fn recover<S: Storage>(
             durable_end = end.next_seq.0,
             "ingress dispatch checkpoint is past the end of the WAL; using the end"
         );
+        // Bytes the checkpoint vouched for are gone, so sequence numbers the
+        // recycled files may hold could be written again: drop them rather
+        // than recycle them, as when no segment survives.
+        for spare in spares.drain(..) {
+            storage.remove(&spare).await?;
+        }
+        if prep_ready {
+            storage.remove(&join(dir, PREP_FILE)).await?;
+            prep_ready = false;
+        }
         end.next_seq
     } else {
         checkpoint
