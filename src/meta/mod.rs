@@ -41,6 +41,6 @@ pub use request::{
 };
 pub use state::{
     Applied, Command, MetaError, MetaState, TopicChanges, TopicRecord, CHANGED_SINCE_READ,
-    LIST_LIMIT_MAX,
+    LIST_LIMIT_MAX, TOPICS_MAX,
 };
 pub use store::{MetaStore, SNAPSHOT_EVERY_ENTRIES};

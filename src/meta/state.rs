@@ -30,6 +30,12 @@ pub const LIST_LIMIT_MAX: usize = 1000;
 /// (or otherwise replaced) after the request read it, in the reference's words.
 pub const CHANGED_SINCE_READ: &str = "topic changed since it was read";
 
+/// Topics the metadata holds at most. Every command copies the state and every
+/// snapshot writes it whole (one topic is a few hundred bytes of it), so the
+/// cap keeps a snapshot far below its format's limit and a create from making
+/// the control plane fail: past it a create is refused with 409.
+pub const TOPICS_MAX: usize = 100_000;
+
 /// One topic's configuration, as created and altered by [`Command`]s.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 // Unknown fields are refused on decode: a record written by a newer version and read
@@ -163,6 +169,11 @@ impl MetaState {
             Command::CreateTopic(record) => {
                 check_record(record)?;
                 self.check_name_free(&record.name)?;
+                if self.topics.len() >= TOPICS_MAX {
+                    return Err(MetaError::Conflict(format!(
+                        "topic limit reached: at most {TOPICS_MAX} topics; delete one first"
+                    )));
+                }
                 Ok(Applied::Created(Arc::new(record.clone())))
             }
             Command::AlterTopic { name, id, changes } => {

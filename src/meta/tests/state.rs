@@ -290,3 +290,22 @@ fn errors_map_to_the_reference_statuses() {
         assert_eq!(error.to_string(), error.message());
     }
 }
+
+/// The topic cap: a create past it is refused (and changes nothing), a delete
+/// makes room again.
+#[test]
+fn creates_stop_at_the_topic_cap() {
+    let mut state = MetaState::default();
+    for i in 0..TOPICS_MAX {
+        let applied = Applied::Created(Arc::new(record(&format!("t{i}"), i as u128 + 1)));
+        state.install(&applied);
+    }
+    assert_refused_unchanged(
+        &mut state,
+        create("one-more", u128::MAX),
+        409,
+        &["topic limit"],
+    );
+    state.apply(&delete("t0", 1)).unwrap();
+    state.apply(&create("one-more", u128::MAX)).unwrap();
+}
