@@ -125,7 +125,12 @@ pub struct Control {
 
 impl Control {
     /// Opens (and so recovers) the store in `dir` and starts the control thread.
-    pub fn start(dir: PathBuf) -> Result<Control, String> {
+    /// `on_panic` runs on that thread if it panics: the node can no longer
+    /// create, alter or delete a topic, and must not go on as if healthy.
+    pub fn start(
+        dir: PathBuf,
+        on_panic: impl FnOnce() + Send + 'static,
+    ) -> Result<Control, String> {
         let (mut store, state) = MetaStore::open(&dir)
             .map_err(|e| format!("cannot open the metadata store in {}: {e}", dir.display()))?;
         tracing::info!(
@@ -141,12 +146,19 @@ impl Control {
             std::thread::Builder::new()
                 .name("control".into())
                 .spawn(move || {
-                    while let Ok(Request::Propose(command, reply)) = rx.recv() {
-                        let outcome = store.propose(&mut state, command);
-                        if outcome.is_ok() {
-                            published.publish(state.clone());
+                    let serve = std::panic::AssertUnwindSafe(|| {
+                        while let Ok(Request::Propose(command, reply)) = rx.recv() {
+                            crate::lifecycle::debug_panic_on_propose(&command);
+                            let outcome = store.propose(&mut state, command);
+                            if outcome.is_ok() {
+                                published.publish(state.clone());
+                            }
+                            let _ = reply.send(outcome);
                         }
-                        let _ = reply.send(outcome);
+                    });
+                    if let Err(panic) = std::panic::catch_unwind(serve) {
+                        on_panic();
+                        std::panic::resume_unwind(panic);
                     }
                 })
                 .map_err(|e| format!("cannot start the control thread: {e}"))?
@@ -158,11 +170,12 @@ impl Control {
         })
     }
 
-    /// Stops the control thread; later proposals fail.
-    pub fn stop(mut self) {
+    /// Stops the control thread; later proposals fail. Returns whether the
+    /// thread had panicked.
+    pub fn stop(mut self) -> bool {
         let _ = self.client.requests.send(Request::Stop);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.thread
+            .take()
+            .is_some_and(|thread| thread.join().is_err())
     }
 }

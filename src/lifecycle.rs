@@ -19,7 +19,9 @@
 //! panics the shard that accepts a produce to that topic, for the tests of the
 //! above; `NARAD_DEBUG_PANIC=delete:<topic>` panics the shard that deletes that
 //! topic once the delete is applied and before its data is set aside, for the
-//! test of an interrupted delete. Release binaries never read it.
+//! test of an interrupted delete; `NARAD_DEBUG_PANIC=create:<topic>` panics the
+//! control thread when a create of that topic is proposed, which stops the node
+//! like a shard's panic. Release binaries never read it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
@@ -33,6 +35,9 @@ pub enum NodeEvent {
     Signal(&'static str),
     /// A shard's thread panicked; it serves nothing any more.
     Panicked { shard: usize },
+    /// The control thread panicked: topics can no longer be created, altered
+    /// or deleted.
+    ControlPanicked,
 }
 
 /// The shards whose dispatchers may still commit to owners.
@@ -164,6 +169,19 @@ pub fn debug_panic_on_produce(topic: &str) {
     }
     #[cfg(not(debug_assertions))]
     let _ = topic;
+}
+
+/// The debug hook in the control thread, before a proposed create is logged:
+/// panics if `create:<topic>` names the topic created.
+pub fn debug_panic_on_propose(command: &crate::meta::Command) {
+    #[cfg(debug_assertions)]
+    if let crate::meta::Command::CreateTopic(record) = command {
+        if debug_panic().and_then(|hook| hook.strip_prefix("create:")) == Some(&*record.name) {
+            panic!("NARAD_DEBUG_PANIC: a create of {:?}", record.name);
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = command;
 }
 
 /// The debug hook in a delete, between the applied delete and setting its data

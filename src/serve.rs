@@ -133,7 +133,12 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let (events_tx, events) = std::sync::mpsc::channel();
     lifecycle::watch_stop_signals(events_tx.clone())
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
-    let control = Control::start(data_dir.join("metastore"))?;
+    let control = {
+        let events = events_tx.clone();
+        Control::start(data_dir.join("metastore"), move || {
+            let _ = events.send(NodeEvent::ControlPanicked);
+        })?
+    };
     crate::broker::layout::remove_orphans(&data_dir, &control.published);
     let leftovers = crate::broker::layout::leftover_wals(&data_dir, shards);
     let dispatching = Arc::new(Dispatching::new(shards));
@@ -251,6 +256,13 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
                 );
                 break;
             }
+            Ok(NodeEvent::ControlPanicked) => {
+                node.start_draining();
+                tracing::error!(
+                    "the control plane panicked: topics can no longer change; stopping the node"
+                );
+                break;
+            }
             // The signal thread holds a sender for as long as the process runs.
             Err(_) => unreachable!("the signal thread never ends"),
         }
@@ -264,7 +276,9 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             Err(_) => failures.push(format!("shard {shard} panicked")),
         }
     }
-    control.stop();
+    if control.stop() {
+        failures.push("the control plane panicked".to_string());
+    }
     if failures.is_empty() {
         tracing::info!("stopped");
         Ok(())

@@ -70,6 +70,31 @@ fn a_shard_that_panics_while_serving_stops_the_node_and_loses_no_acknowledged_re
     );
 }
 
+/// The control thread (the metadata's single writer) that panics stops the
+/// node too: without it no topic can be created, altered or deleted, and a
+/// node left "ready" would answer every such request 500 for good.
+#[test]
+fn a_control_plane_that_panics_stops_the_node() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let mut node = Node::start_in(&data, 1, &[("NARAD_DEBUG_PANIC", "create:boom")]);
+    let mut client = node.client();
+    create_topic(&mut client, "kept");
+    let answer = post_topic(&mut client, r#"{"name":"boom"}"#);
+    assert_eq!(answer.status, 500, "{answer:?}");
+    let status = node.wait_for_exit(STOP_MAX);
+    assert!(!status.success(), "exit status {status:?}");
+    node.wait_for_log("the control plane panicked");
+    drop(node);
+
+    let node = Node::start_in(&data, 1, &[]);
+    let mut client = node.client();
+    let kept = client.request("GET", "/v1/topics/kept", &[], "").unwrap();
+    assert_eq!(kept.status, 200, "{kept:?}");
+    let boom = client.request("GET", "/v1/topics/boom", &[], "").unwrap();
+    assert_eq!(boom.status, 404, "the create never applied: {boom:?}");
+}
+
 #[test]
 fn a_delete_cut_short_after_it_applied_is_finished_at_the_next_start() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
