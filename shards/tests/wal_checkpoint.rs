@@ -1,0 +1,90 @@
+//! The ingress WAL's dispatch checkpoint under load and faults: a checkpoint
+//! the dispatcher moves during every store is still synced once due, and a
+//! failed sync has the value stored again before a retry vouches for it.
+
+mod wal_common;
+
+use std::time::Duration;
+
+use narad_io::rt::run_local;
+use narad_io::sim::{SimDisk, SimFaults};
+use narad_shards::ids::Seq;
+use narad_shards::wal::{Wal, WalConfig};
+use wal_common::*;
+
+/// A dispatcher that moves the checkpoint during every store of it (commits
+/// landing faster than one device write) must not keep the checkpoint from
+/// being synced: compaction waits for that sync, so the WAL would grow without
+/// bound. Writes here take a turn of the executor, and the task below moves the
+/// checkpoint on every turn.
+#[test]
+fn a_checkpoint_moved_during_every_store_is_still_synced() {
+    let disk = SimDisk::new(24, SimFaults::default());
+    run_local(None, async move {
+        let config = WalConfig {
+            checkpoint_sync_delay: Duration::from_millis(1),
+            ..small_config(false)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let payload = payload_for(1, 16);
+        let records: Vec<_> = (0..1000).map(|_| record(&payload, None)).collect();
+        for _ in 0..100 {
+            wal.append_many(&records).await.unwrap();
+        }
+        disk.set_slow_writes(true);
+        let end = wal.durable_next();
+        let started = std::time::Instant::now();
+        let mut next = 1;
+        while wal.synced_checkpoint() == Seq(0) && next < end.0 {
+            wal.store_checkpoint(Seq(next));
+            next += 1;
+            futures_lite::future::yield_now().await;
+        }
+        assert!(
+            wal.synced_checkpoint() > Seq(0),
+            "no sync in {:?} of {} stores",
+            started.elapsed(),
+            next
+        );
+        wal.close().await;
+    });
+}
+
+/// A checkpoint sync that fails may have dropped the stored value from the
+/// device (reads then show the old one). The retry must store it again before
+/// its sync vouches for it: else compaction trusts a checkpoint a power loss
+/// takes back. The seed is one whose failed sync drops the sector.
+#[test]
+fn a_failed_checkpoint_sync_stores_the_value_again_before_the_retry() {
+    let disk = SimDisk::new(SEED_DROPPING_A_FAILED_SYNC, SimFaults::default());
+    let disk2 = disk.clone();
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        let payload = payload_for(1, 16);
+        let records: Vec<_> = (0..100).map(|_| record(&payload, None)).collect();
+        wal.append_many(&records).await.unwrap();
+        let head = |disk: &SimDisk| disk.contents("wal/checkpoint").unwrap()[..32].to_vec();
+        let stored_before = head(&disk);
+        disk.fail_next_syncs(1);
+        wal.store_checkpoint(Seq(60));
+        // The failed sync, then the retry a second later.
+        let started = std::time::Instant::now();
+        while wal.synced_checkpoint() < Seq(60) {
+            assert!(started.elapsed() < Duration::from_secs(10), "never synced");
+            narad_io::rt::sleep(Duration::from_millis(5)).await;
+        }
+        assert_ne!(head(&disk), stored_before, "the device holds the new value");
+        disk.crash();
+    });
+    disk2.reboot();
+    run_local(None, async move {
+        let wal = Wal::open(disk2, "wal", small_config(false)).await.unwrap();
+        assert_eq!(wal.checkpoint(), Seq(60), "the synced checkpoint survived");
+        wal.close().await;
+    });
+}
+
+/// A seed of [`SimDisk`] whose first failed sync drops the sector it covered.
+const SEED_DROPPING_A_FAILED_SYNC: u64 = 26;
