@@ -76,6 +76,7 @@ fn consume_and_ack_refuse_bad_input_with_the_reference_statuses() {
     assert!(bad(&mut client, "max=101").contains("max"));
     assert!(bad(&mut client, "wait=soon").contains("wait"));
     assert!(bad(&mut client, "wait=1s&wait=2s").contains("more than once"));
+    assert!(bad(&mut client, "partition=0&offset=0&wait=soon").contains("wait"));
     let no_client = client
         .request("GET", "/v1/topics/errs/consume?max=2", &[], "")
         .unwrap();
@@ -96,6 +97,10 @@ fn consume_and_ack_refuse_bad_input_with_the_reference_statuses() {
         waited >= Duration::from_millis(900) && waited < Duration::from_secs(5),
         "{waited:?}"
     );
+    // Replay never waits, but reports the clamp as any consume does.
+    let replay = consume(&mut client, "errs", "partition=0&offset=0&wait=1h");
+    assert_eq!(replay.status, 204, "{replay:?}");
+    assert_eq!(replay.header("x-narad-wait-clamped"), Some("1s"));
 
     // Acks: malformed 400, unknown lease 410, unknown topic 404, bad extend 400.
     for (handle, status) in [("x", 400), ("1:2", 400), ("0:0:1", 410), ("9:0:1", 410)] {
@@ -115,6 +120,20 @@ fn consume_and_ack_refuse_bad_input_with_the_reference_statuses() {
         .request("POST", "/v1/topics/errs/ack", &JSON, body)
         .unwrap();
     assert_eq!(response.status, 400, "{response:?}");
+    // The body cap is the reference's 1 MiB: a padded body under it is parsed.
+    let padded = format!(
+        r#"{{"receipt_handles":["0:0:1"]{}}}"#,
+        " ".repeat(200 << 10)
+    );
+    let response = client
+        .request("POST", "/v1/topics/errs/ack", &JSON, padded)
+        .unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    let huge = format!(r#"{{"receipt_handles":["0:0:1"]{}}}"#, " ".repeat(1 << 20));
+    let response = client
+        .request("POST", "/v1/topics/errs/ack", &JSON, huge)
+        .unwrap();
+    assert_eq!(response.status, 413, "{response:?}");
     let unknown = client
         .request(
             "POST",

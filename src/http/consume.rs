@@ -36,8 +36,8 @@ use crate::metrics::{TopicSeries, WaitOutcome};
 /// Encoded records one batch reply carries at most; the rest are released.
 const BATCH_REPLY_BYTES_MAX: usize = 8 << 20;
 
-/// Largest batch ack body.
-const ACK_BODY_BYTES_MAX: usize = 64 << 10;
+/// Largest batch ack body: the reference's common body cap.
+const ACK_BODY_BYTES_MAX: usize = 1 << 20;
 
 /// Handles one batch ack carries at most.
 const ACK_HANDLES_MAX: usize = 100;
@@ -116,23 +116,8 @@ pub async fn consume<B>(
             ));
         }
     }
-    if let Some(offset) = query.offset {
-        if query.max.is_some() {
-            return bad_request("max cannot be combined with offset");
-        }
-        let Some(p) = query.partition else {
-            return bad_request("offset needs partition");
-        };
-        return super::replay::replay(shard, topic, record, PartitionId(p as u32), offset).await;
-    }
-    if let Some(max) = query.max {
-        if !(1..=BATCH_RECORDS_MAX as u64).contains(&max) {
-            return bad_request(&format!("max must be 1 to {BATCH_RECORDS_MAX}"));
-        }
-        if !request.headers().contains_key(CLIENT_HEADER) {
-            return bad_request("max needs the X-Narad-Client header");
-        }
-    }
+    // Checked before replay too, which never waits: a bad `wait` is a 400 on
+    // every consume, and a clamped one is reported on every consume.
     let mut clamped = None;
     let wait = match query.wait.as_deref() {
         None | Some("") => Duration::ZERO,
@@ -145,6 +130,25 @@ pub async fn consume<B>(
             Err(e) => return bad_request(&format!("invalid wait {text:?}: {e}")),
         },
     };
+    if let Some(offset) = query.offset {
+        if query.max.is_some() {
+            return bad_request("max cannot be combined with offset");
+        }
+        let Some(p) = query.partition else {
+            return bad_request("offset needs partition");
+        };
+        let reply =
+            super::replay::replay(shard, topic, record, PartitionId(p as u32), offset).await;
+        return with_clamped(reply, clamped);
+    }
+    if let Some(max) = query.max {
+        if !(1..=BATCH_RECORDS_MAX as u64).contains(&max) {
+            return bad_request(&format!("max must be 1 to {BATCH_RECORDS_MAX}"));
+        }
+        if !request.headers().contains_key(CLIENT_HEADER) {
+            return bad_request("max needs the X-Narad-Client header");
+        }
+    }
     if request.method() == Method::HEAD {
         // A HEAD is checked like a GET but never leases: its receipt handle would
         // go nowhere and the record would stay hidden for a visibility timeout.
@@ -272,6 +276,12 @@ fn batch_body(
     body.extend_from_slice(b"{\"messages\":[");
     let mut left_out = Vec::new();
     for (i, d) in got.into_iter().enumerate() {
+        // Past the first record that does not fit, none goes: the reply carries
+        // records in the order taken, without a gap.
+        if !left_out.is_empty() {
+            left_out.push(d);
+            continue;
+        }
         let before = body.len();
         if i > 0 {
             body.push(b',');
@@ -551,6 +561,33 @@ mod tests {
         for bad in ["yes", "2", "TRUE", "no"] {
             assert!(parse_extend(Some(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_batch_reply_stops_at_the_first_record_past_its_bound() {
+        let delivered = |offset: u64, size: usize| Delivered {
+            partition: PartitionId(0),
+            nonce: 1,
+            record: narad_shards::log::Record {
+                offset: narad_shards::ids::Offset(offset),
+                key: None,
+                commit_time_ms: 0,
+                payload: Bytes::from(vec![b'a'; size]),
+            },
+        };
+        let topic: Arc<str> = "t".into();
+        let mut carried = Vec::new();
+        let got = vec![
+            delivered(0, 3 << 20),
+            delivered(1, 6 << 20),
+            delivered(2, 10),
+        ];
+        let (body, left_out) = batch_body(&topic, got, |d| carried.push(d.record.offset.0));
+        assert_eq!(carried, vec![0]);
+        let left: Vec<u64> = left_out.iter().map(|d| d.record.offset.0).collect();
+        assert_eq!(left, vec![1, 2]);
+        let reply: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(reply["messages"].as_array().unwrap().len(), 1);
     }
 
     #[test]
