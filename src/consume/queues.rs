@@ -589,13 +589,18 @@ impl Queues {
     }
 }
 
-/// Releases the leases of `reserved` still held; returns how many were.
+/// Releases the leases of `reserved` still held; returns how many records that
+/// and the expiry purge it starts with made free again. The purge is counted
+/// (a nack would run it anyway, silently): a lease that lapsed meanwhile is a
+/// record someone parked may take, and nobody else would wake them for it.
 fn release(table: &mut InFlight, reserved: &[(Offset, u64)]) -> usize {
     let now = now_ms();
-    reserved
-        .iter()
-        .filter(|&&(offset, nonce)| table.nack(offset, nonce, now).is_ok())
-        .count()
+    let lapsed = table.purge_expired(now);
+    lapsed
+        + reserved
+            .iter()
+            .filter(|&&(offset, nonce)| table.nack(offset, nonce, now).is_ok())
+            .count()
 }
 
 /// Offsets reserved for a read in progress: released if the read's caller goes

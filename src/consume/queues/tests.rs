@@ -414,3 +414,41 @@ fn a_trailing_offset_file_is_levelled_after_the_load() {
         assert_eq!(queues.take_settled_changed(), vec![(ID, PartitionId(0))]);
     });
 }
+
+/// A release counts the leases its expiry purge freed: a lease that lapsed
+/// while a read was in flight is a record someone parked may take now, and the
+/// purge inside the release would otherwise free it without anyone told.
+#[test]
+fn a_release_counts_the_leases_that_lapsed_meanwhile() {
+    let mut table = InFlight::new(Offset(0), []);
+    let caps = Caps {
+        in_flight_max: 10,
+        acked_ahead_max: 10,
+    };
+    let held = table.reserve(now_ms(), Offset(2), &caps, 60_000, 2);
+    assert!(
+        matches!(
+            held,
+            Reserve::Reserved {
+                offset: Offset(0),
+                ..
+            }
+        ),
+        "{held:?}"
+    );
+    let lapsed = table.reserve(now_ms(), Offset(2), &caps, 1, 1);
+    assert!(
+        matches!(
+            lapsed,
+            Reserve::Reserved {
+                offset: Offset(1),
+                ..
+            }
+        ),
+        "{lapsed:?}"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(release(&mut table, &[]), 1, "the lapsed lease");
+    assert_eq!(release(&mut table, &[(Offset(0), 2)]), 1, "the held one");
+    assert_eq!(table.in_flight(), 0);
+}
