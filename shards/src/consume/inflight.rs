@@ -395,6 +395,14 @@ impl InFlight {
             .is_some_and(|lease| lease.nonce == nonce && lease.expiry_ms > now_ms)
     }
 
+    /// Does (offset, nonce) still hold its lease entry, lapsed or not? A lapsed
+    /// lease nobody has purged yet was not given to anyone else.
+    pub fn holds(&self, offset: Offset, nonce: u64) -> bool {
+        self.leases
+            .get(&offset)
+            .is_some_and(|lease| lease.nonce == nonce)
+    }
+
     /// Checks every invariant in O(n); for tests and simulations.
     pub fn assert_invariants(&self) {
         let (frontier, next_fresh) = (self.frontier, self.next_fresh);

@@ -452,3 +452,36 @@ fn a_release_counts_the_leases_that_lapsed_meanwhile() {
     assert_eq!(release(&mut table, &[(Offset(0), 2)]), 1, "the held one");
     assert_eq!(table.in_flight(), 0);
 }
+
+/// With a visibility timeout of one millisecond, a record whose read outlasted
+/// its lease is still handed out (its ack would be 410), not dropped: dropping
+/// it left such a topic's records undeliverable whenever a read crossed a
+/// millisecond tick.
+#[test]
+fn a_lease_that_lapses_during_its_read_is_still_delivered() {
+    run_with_records(|queues, _wakes| async move {
+        let topic: Arc<str> = Arc::from("t");
+        let record = TopicRecord {
+            visibility_timeout_ms: 1,
+            ..topic_record()
+        };
+        let partition = [PartitionId(0)];
+        let mut take = Box::pin(queues.take(&topic, &record, &partition, 1, 1 << 20));
+        let mut reading = false;
+        for _ in 0..10_000 {
+            if let Some(got) = futures_lite::future::poll_once(take.as_mut()).await {
+                panic!("the take finished before it was caught reading: {got:?}");
+            }
+            if in_flight(&queues, 0) > 0 {
+                reading = true;
+                break;
+            }
+            narad_io::rt::sleep(Duration::from_micros(100)).await;
+        }
+        assert!(reading, "the take never reserved");
+        // The lease lapses while the read is in flight.
+        std::thread::sleep(Duration::from_millis(3));
+        let got = take.await.unwrap();
+        assert_eq!(got.len(), 1, "the record was dropped");
+    });
+}
