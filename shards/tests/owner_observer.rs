@@ -404,3 +404,49 @@ fn the_cold_walk_reports_the_size_of_partitions_unused_since_the_start() {
         owner.close_all().await;
     });
 }
+
+/// A topic deleted while the cold walk lists one of its partitions: the walk
+/// neither opens the log (which would recreate a directory the delete set
+/// aside) nor registers the partition with the observer again.
+#[test]
+fn the_cold_walk_leaves_a_partition_deleted_while_it_was_listed() {
+    let disk = SimDisk::new(17, SimFaults::default());
+    run_local(None, async move {
+        let (owner, _) = owner_on(disk.clone());
+        commit(&owner, 0, 3).await.unwrap();
+        owner.close_all().await;
+
+        // Live when the walk picks the partition, deleted by the time its
+        // listing is done.
+        let asked = Rc::new(std::cell::Cell::new(0));
+        let live = {
+            let asked = asked.clone();
+            Box::new(move |_: &str, _: IncarnationId, _: PartitionId| {
+                asked.set(asked.get() + 1);
+                asked.get() == 1
+            })
+        };
+        let config = LogConfig {
+            retention_ms: HOUR_MS,
+            ..LogConfig::default()
+        };
+        let owner = Owner::with_reopen_backoff(disk.clone(), config, live, Duration::ZERO);
+        let recorder = Recorder::default();
+        let events = recorder.events.clone();
+        owner.set_observer(Rc::new(recorder));
+        owner.set_retention(Box::new(|_, _| Some(Retention::Forever)));
+        let owned = vec![OwnedPartition {
+            topic: Arc::from(TOPIC),
+            incarnation: ID,
+            partition: PartitionId(0),
+        }];
+        ColdWalk::default().step(&owner, owned, unix_ms()).await;
+        assert_eq!(take(&events), [], "nothing opened or registered");
+        assert!(
+            asked.get() >= 2,
+            "liveness is asked again after the listing"
+        );
+        assert_eq!(owner.open_log_count(), 0);
+        owner.close_all().await;
+    });
+}

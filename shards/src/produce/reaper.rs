@@ -238,6 +238,12 @@ impl ColdWalk {
             if !owner.worth_a_cold_visit(candidate).await {
                 continue;
             }
+            // The topic may have been deleted while the directory was listed:
+            // its purge found no slot, and a slot made now would open (and so
+            // recreate) a directory already set aside.
+            if !owner.is_live(&candidate.topic, candidate.incarnation, candidate.partition) {
+                continue;
+            }
             opens += 1;
             let slot = owner.slot(&candidate.topic, candidate.incarnation, candidate.partition);
             if reap {
@@ -409,7 +415,11 @@ impl<S: Storage> Owner<S> {
     /// shape (the size gauges of a partition no one used since the start).
     async fn measure_slot(&self, slot: &Slot<S>) {
         let _guard = slot.lock.lock().await;
-        if slot.retired.get() || self.closing.get() || slot.log.borrow().is_some() {
+        if slot.retired.get()
+            || self.closing.get()
+            || slot.log.borrow().is_some()
+            || !self.is_live(&slot.topic, slot.incarnation, slot.partition)
+        {
             return;
         }
         let Ok(log) = self.open_log(slot).await else {
