@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use glommio::io::{DmaFile, OpenOptions};
 
-use crate::file::{BlockFile, OpenMode, Storage, BLOCK_BYTES};
+use crate::file::{join, BlockFile, OpenMode, Storage, BLOCK_BYTES};
 use crate::is_aligned;
 
 /// Files below a root directory on a real file system.
@@ -378,6 +378,35 @@ impl Storage for DmaStorage {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    async fn remove_in(&self, dir: &str, names: &[String]) -> (usize, io::Result<()>) {
+        let mut removed = 0;
+        let mut outcome = Ok(());
+        for name in names {
+            match glommio::io::remove(self.path(&join(dir, name)))
+                .await
+                .map_err(io::Error::from)
+            {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => removed += 1,
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        if removed > 0 {
+            let synced = async {
+                let dir = glommio::io::Directory::open(self.path(dir)).await?;
+                dir.sync().await?;
+                dir.close().await?;
+                Ok::<(), io::Error>(())
+            }
+            .await;
+            outcome = outcome.and(synced);
+        }
+        (removed, outcome)
     }
 
     async fn create_dir_all(&self, path: &str) -> io::Result<()> {

@@ -179,6 +179,13 @@ pub trait Storage: Clone + 'static {
     /// Removes a file and syncs its directory. A missing file is not an error.
     async fn remove(&self, path: &str) -> io::Result<()>;
 
+    /// Removes the files `names` of `dir` in order, then syncs `dir` once: a
+    /// batch of deletions for one directory sync. A missing file is not an
+    /// error; the first file that cannot be removed stops the batch. Returns how
+    /// many were removed (or found missing) and the outcome: after a failed sync
+    /// every one of them is gone from the directory, maybe not durably.
+    async fn remove_in(&self, dir: &str, names: &[String]) -> (usize, io::Result<()>);
+
     /// Creates a directory and its parents, syncing each parent it changed.
     async fn create_dir_all(&self, path: &str) -> io::Result<()>;
 

@@ -91,6 +91,7 @@ struct Inner {
     fail_create_of: Option<String>,
     fail_rename_of: Option<String>,
     fail_remove_of: Option<String>,
+    fail_dir_sync_of: Option<String>,
     flip_next_reads: u32,
     /// (inode, byte position, bit, longest read): the next read of that inode
     /// covering the position, and asking for at most that many bytes, returns the
@@ -144,6 +145,7 @@ impl SimDisk {
                 fail_create_of: None,
                 fail_rename_of: None,
                 fail_remove_of: None,
+                fail_dir_sync_of: None,
                 flip_next_reads: 0,
                 flip_at: None,
                 flip_write_at: None,
@@ -220,6 +222,12 @@ impl SimDisk {
     /// The next remove of `path` fails with `EIO` and leaves the file in place.
     pub fn fail_next_remove_of(&self, path: &str) {
         self.inner.borrow_mut().fail_remove_of = Some(path.to_string());
+    }
+
+    /// The next batch removal in `dir` ([`Storage::remove_in`]) removes its
+    /// files and then fails with `EIO`, as a real one whose directory sync failed.
+    pub fn fail_next_dir_sync_of(&self, dir: &str) {
+        self.inner.borrow_mut().fail_dir_sync_of = Some(dir.to_string());
     }
 
     /// Every read of `path` fails with `EIO` (`true`) until set back.
@@ -704,6 +712,25 @@ impl Storage for SimDisk {
         }
         inner.names.remove(path);
         Ok(())
+    }
+
+    async fn remove_in(&self, dir: &str, names: &[String]) -> (usize, io::Result<()>) {
+        let mut removed = 0;
+        for name in names {
+            if let Err(e) = self.remove(&crate::file::join(dir, name)).await {
+                return (removed, Err(e));
+            }
+            removed += 1;
+        }
+        let mut inner = self.inner.borrow_mut();
+        if inner.crashed {
+            return (removed, Err(crashed_error()));
+        }
+        if removed > 0 && inner.fail_dir_sync_of.as_deref() == Some(dir) {
+            inner.fail_dir_sync_of = None;
+            return (removed, Err(io::Error::from_raw_os_error(libc::EIO)));
+        }
+        (removed, Ok(()))
     }
 
     async fn create_dir_all(&self, path: &str) -> io::Result<()> {

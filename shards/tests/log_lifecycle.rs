@@ -685,3 +685,41 @@ fn a_gap_after_a_roll_takes_the_last_commit_time_for_retention() {
         log.close().await.unwrap();
     });
 }
+
+/// Retention deletes its segments in one batch with one directory sync. A
+/// sync that fails leaves them out of the log all the same (they are gone
+/// from the directory): a read below the new oldest offset is aged out, not a
+/// failed open of a missing file, and the run still reports the failure.
+#[test]
+fn a_failed_directory_sync_after_retention_leaves_the_segments_deleted() {
+    block_on(async {
+        let disk = SimDisk::new(43, SimFaults::default());
+        let mut log = three_segments(&disk).await;
+        disk.fail_next_dir_sync_of(DIR);
+        assert!(log.enforce_retention(1_000_000).await.is_err());
+        assert_eq!(log.oldest_offset(), Offset(7));
+        let aged = log.read(Offset(0), 10, 1 << 20).await;
+        assert!(
+            matches!(
+                aged,
+                Err(LogError::AgedOut {
+                    oldest: Offset(7),
+                    ..
+                })
+            ),
+            "{aged:?}"
+        );
+        let names = disk.list(DIR).await.unwrap();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with(&format!("{:020}", 0))
+                    || n.starts_with(&format!("{:020}", 3))),
+            "segments and indexes are gone: {names:?}"
+        );
+        assert_records(&read_all(&mut log, 7).await, 7..9);
+        let again = log.enforce_retention(1_000_000).await.unwrap();
+        assert_eq!(again.segments_deleted, 0);
+        log.close().await.unwrap();
+    });
+}

@@ -547,67 +547,77 @@ impl<S: Storage> PartitionLog<S> {
         result.map(|()| outcome)
     }
 
-    /// The deletions of one retention run, counted in `outcome` as they happen.
+    /// The deletions of one retention run, counted in `outcome`: the oldest
+    /// sealed segments whose records are all past `retention_ms`, at most
+    /// [`RETENTION_SEGMENTS_PER_RUN_MAX`], in one batch with one directory sync
+    /// (a sync per file would hold the partition's commits for a hundred syncs).
     async fn delete_aged(
         &mut self,
         now_ms: u64,
         retention_ms: u64,
         outcome: &mut RetentionOutcome,
     ) -> Result<(), LogError> {
-        for _ in 0..RETENTION_SEGMENTS_PER_RUN_MAX {
-            if self.sealed.is_empty() {
-                break;
-            }
-            let newest_ms = match self.sealed_index(0).await {
+        let mut due = 0;
+        while due < self.sealed.len().min(RETENTION_SEGMENTS_PER_RUN_MAX) {
+            let newest_ms = match self.sealed_index(due).await {
                 Ok(index) => index.max_commit_ms,
                 // An unreadable segment must not hold retention back for good
                 // (the disk would fill behind it): commit times never go back,
                 // so whatever comes after it bounds its newest record.
-                Err(e) => match self.newest_bound_after_first().await {
+                Err(e) => match self.newest_bound_after(due).await {
                     Some(bound) => {
-                        tracing::warn!(dir = %self.dir, base = self.sealed[0].base.0, error = %e, "partition log cannot read its oldest segment; retention judges it by the records after it");
+                        tracing::warn!(dir = %self.dir, base = self.sealed[due].base.0, error = %e, "partition log cannot read a sealed segment; retention judges it by the records after it");
                         bound
                     }
-                    None => return Err(e),
+                    None if due == 0 => return Err(e),
+                    None => break,
                 },
             };
             if now_ms.saturating_sub(newest_ms) < retention_ms {
                 break;
             }
-            let segment = self.sealed.front().expect("checked non-empty");
-            let base = segment.base;
-            if self.sealed_file.as_ref().is_some_and(|(b, _)| *b == base) {
+            due += 1;
+        }
+        if due == 0 {
+            return Ok(());
+        }
+        let bases: Vec<Offset> = self.sealed.iter().take(due).map(|s| s.base).collect();
+        if let Some((base, _)) = &self.sealed_file {
+            if bases.contains(base) {
                 if let Some((_, file)) = self.sealed_file.take() {
                     file.close().await.map_err(io_err("close sealed segment"))?;
                 }
             }
-            // The segment first, then its index: a crash in between leaves an
-            // orphan index, which open removes.
-            let log_path = join(&self.dir, &segment_file_name(base));
-            self.storage
-                .remove(&log_path)
-                .await
-                .map_err(io_err("remove segment"))?;
-            // Gone from the disk, so gone from the log, whatever happens next.
-            let removed = self.sealed.pop_front().expect("checked non-empty");
+        }
+        // Every segment first, then their indexes: a crash or a failure in
+        // between leaves orphan indexes, which open removes.
+        let names: Vec<String> = bases
+            .iter()
+            .map(|&base| segment_file_name(base))
+            .chain(bases.iter().map(|&base| index_file_name(base)))
+            .collect();
+        let (removed, result) = self.storage.remove_in(&self.dir, &names).await;
+        // Gone from the directory, so gone from the log, whatever happens next:
+        // a read below the new oldest offset is aged out, not a failed open.
+        for _ in 0..removed.min(due) {
+            let removed = self
+                .sealed
+                .pop_front()
+                .expect("removed segments were sealed");
             outcome.segments_deleted += 1;
             outcome.bytes_deleted += removed.data_bytes;
             outcome.records_deleted += removed.end.0 - removed.base.0;
             self.sealed_bytes -= removed.data_bytes;
-            let index_path = join(&self.dir, &index_file_name(base));
-            if let Err(e) = self.storage.remove(&index_path).await {
-                tracing::warn!(dir = %self.dir, base = base.0, error = %e, "partition log could not remove a deleted segment's index; the next open does");
-            }
         }
-        Ok(())
+        result.map_err(io_err("remove aged segments"))
     }
 
-    /// A commit time no record of the oldest sealed segment is newer than: the
-    /// newest of the next sealed segment, else the first of the active one;
-    /// `None` when neither can be read or the active segment has no record.
-    async fn newest_bound_after_first(&mut self) -> Option<u64> {
-        let bound = if self.sealed.len() > 1 {
-            self.sealed_index(1).await.ok().map(|i| i.max_commit_ms)
+    /// A commit time no record of sealed segment `i` is newer than: the newest
+    /// of the next sealed segment, else the first of the active one; `None`
+    /// when neither can be read or the active segment has no record.
+    async fn newest_bound_after(&mut self, i: usize) -> Option<u64> {
+        let bound = if self.sealed.len() > i + 1 {
+            self.sealed_index(i + 1).await.ok().map(|i| i.max_commit_ms)
         } else {
             self.active.first_commit_ms
         };
