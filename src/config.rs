@@ -300,8 +300,7 @@ impl Config {
             self.http.addr = addr.clone();
         }
         if let Some(port) = flags.port {
-            let host = self.http.addr.rsplit_once(':').map_or("", |(host, _)| host);
-            self.http.addr = format!("{host}:{port}");
+            self.http.addr = with_port(&self.http.addr, port);
         }
         if let Some(dir) = &flags.data_dir {
             self.storage.data_dir = dir.clone();
@@ -398,6 +397,13 @@ impl Config {
         ] {
             check_range(name, value, 1, u64::MAX)?;
         }
+        // No directive at all would be a filter that lets nothing through.
+        if self.log.level.split(',').all(|d| d.trim().is_empty()) {
+            return Err(
+                "log.level is empty: name a level (error, warn, info, debug, trace or off)"
+                    .to_string(),
+            );
+        }
         tracing_subscriber::EnvFilter::try_new(&self.log.level)
             .map_err(|e| format!("log.level `{}`: {e}", self.log.level))?;
         // A bare word that is no level parses as a target at trace, which would
@@ -463,6 +469,19 @@ impl Config {
     pub fn listen_addr(&self) -> Result<std::net::SocketAddr, String> {
         resolve_listen_addr(&self.http.addr).map_err(|e| format!("http.addr: {e}"))
     }
+}
+
+/// `addr` with its port replaced by `port`: the host of `host:port`, `:port`,
+/// `[v6]:port`, a bare host or a bare IPv6 address is kept (a bare host must
+/// not turn into `:port`, which listens on every interface).
+fn with_port(addr: &str, port: u16) -> String {
+    let host = match addr.rsplit_once(':') {
+        None => addr.to_string(),
+        Some((host, _)) if !host.contains(':') || host.ends_with(']') => host.to_string(),
+        // More than one colon and no brackets: a bare IPv6 address.
+        Some(_) => format!("[{addr}]"),
+    };
+    format!("{host}:{port}")
 }
 
 /// Resolves `host:port` or `:port`.

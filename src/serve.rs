@@ -69,6 +69,9 @@ const MESH_CHANNEL_CAPACITY: usize = 1_024;
 /// The reference's internal `storage.retention_check_interval_ms`.
 const RETENTION_CHECK_INTERVAL_MS: u64 = 60_000;
 
+/// Locked memory the runtime's io_uring rings need at least (it refuses below).
+const MEMLOCK_BYTES_MIN: u64 = 512 << 10;
+
 /// Descriptors the broker wants beyond its connections: segment files of open
 /// partition logs (an active segment twice: its `O_DSYNC` descriptor too), WAL
 /// segments, the metadata log, the runtime's rings and eventfds.
@@ -108,11 +111,12 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     // Before any shard records: handles taken earlier would count into nothing.
     crate::metrics::install();
     let memlock_bytes = narad_io::rt::raise_memlock_limit();
-    if memlock_bytes < 512 << 10 {
-        tracing::warn!(
-            memlock_bytes,
-            "RLIMIT_MEMLOCK is below 512 KiB: io_uring may fail to start; raise it (systemd: LimitMEMLOCK=infinity)"
-        );
+    if memlock_bytes < MEMLOCK_BYTES_MIN {
+        // The runtime refuses to start its io_uring rings below this: every
+        // shard would fail, after the control plane had started.
+        return Err(format!(
+            "RLIMIT_MEMLOCK is {memlock_bytes} bytes even raised to its hard limit; io_uring needs at least 512 KiB of locked memory: raise the hard limit (ulimit -l 512 or more; systemd: LimitMEMLOCK=infinity)"
+        ));
     }
     // Connections, segment files, WAL segments and the runtime's own: the
     // connection cap plus a margin for the rest.
@@ -129,6 +133,13 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let (sockets, addr) = narad_io::net::bind_reuseport_group(requested, shards)
         .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
     tracing::info!(%addr, shards, "listening");
+    // On stdout too, whatever the log level: with `--port 0` this is the only
+    // place the chosen port is told.
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "narad listening on http://{addr}").and_then(|()| out.flush());
+    }
     lifecycle::block_stop_signals();
     let (events_tx, events) = std::sync::mpsc::channel();
     lifecycle::watch_stop_signals(events_tx.clone())

@@ -186,3 +186,113 @@ fn serve_refuses_an_environment_value_that_is_not_text() {
         "{message}"
     );
 }
+
+/// Under a locked-memory limit io_uring cannot start with, the broker refuses
+/// with one actionable line before anything starts, rather than letting every
+/// shard panic.
+#[test]
+fn serve_refuses_to_start_when_locked_memory_is_too_low() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut command = narad(&["serve", "--dev", "--port", "0"], dir.path());
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 64 << 10,
+                rlim_max: 64 << 10,
+            };
+            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = KillOnDrop(
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "still running after 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1), "{status}");
+    let mut message = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut message).unwrap();
+    assert!(
+        message.contains("RLIMIT_MEMLOCK") && message.contains("LimitMEMLOCK"),
+        "{message}"
+    );
+    assert!(!message.contains("panicked"), "{message}");
+    assert!(
+        !dir.path().join("metastore").exists(),
+        "nothing started: {:?}",
+        std::fs::read_dir(dir.path()).unwrap().collect::<Vec<_>>()
+    );
+}
+
+/// The address a `--port 0` broker chose is printed on stdout whatever the log
+/// level, and it answers there.
+#[test]
+fn serve_prints_the_address_it_listens_on_at_any_log_level() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut child = KillOnDrop(
+        narad(
+            &[
+                "serve",
+                "--dev",
+                "--port",
+                "0",
+                "--shards",
+                "1",
+                "--log-level",
+                "error",
+            ],
+            dir.path(),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("narad listening on http://")
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    assert_ne!(addr.port(), 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        use std::io::{Read, Write};
+        if let Ok(mut stream) = std::net::TcpStream::connect(addr) {
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            let mut reply = String::new();
+            let _ = stream.read_to_string(&mut reply);
+            if reply.starts_with("HTTP/1.1 200") {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "no answer at {addr}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

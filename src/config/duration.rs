@@ -66,6 +66,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .ok_or_else(|| bad("too large"))?;
         rest = tail;
     }
+    // Go's durations are i64 nanoseconds (about 292 years): past that is an
+    // error there, and here a deadline that far out would overflow a clock.
+    if total_nanos > i64::MAX as u128 {
+        return Err(bad("too large (at most 2562047h47m16.854775807s)"));
+    }
     let secs = u64::try_from(total_nanos / 1_000_000_000).map_err(|_| bad("too large"))?;
     Ok(Duration::new(secs, (total_nanos % 1_000_000_000) as u32))
 }
@@ -79,6 +84,18 @@ mod tests {
         let huge = "340282366920938463463374607431768211.9us";
         let error = parse_duration(huge).unwrap_err();
         assert!(error.contains("too large"), "{error}");
+    }
+
+    #[test]
+    fn durations_past_gos_range_are_refused() {
+        assert_eq!(
+            parse_duration("2562047h47m16.854775807s").unwrap(),
+            Duration::new(9_223_372_036, 854_775_807)
+        );
+        for huge in ["2562047h47m16.854775808s", "3000000000000000h"] {
+            let error = parse_duration(huge).unwrap_err();
+            assert!(error.contains("too large"), "{huge}: {error}");
+        }
     }
 
     #[test]

@@ -65,6 +65,21 @@ fn each_layer_overrides_the_one_below() {
     let config = Config::load(&flags, &env).unwrap();
     assert_eq!(config.http.addr, "127.0.0.1:3000");
     assert_eq!(config.log.level, "warn");
+    // A host without a port keeps its host: never `:port` (every interface).
+    for (addr, want) in [
+        ("10.0.0.5", "10.0.0.5:3000"),
+        (":7942", ":3000"),
+        ("[::1]:7942", "[::1]:3000"),
+        ("::1", "[::1]:3000"),
+        ("localhost", "localhost:3000"),
+    ] {
+        let env = env_of(&[("NARAD_HTTP_ADDR", addr)]);
+        assert_eq!(
+            Config::load(&flags, &env).unwrap().http.addr,
+            want,
+            "{addr}"
+        );
+    }
     flags.addr = Some("127.0.0.2:4000".to_string());
     flags.port = None;
     assert_eq!(
@@ -217,6 +232,12 @@ fn validation_explains_what_is_wrong() {
             "topic.default_partitions must be between 3 and 108",
         ),
         (&[("NARAD_LOG_LEVEL", "warnig")], "`warnig` is not a level"),
+        (&[("NARAD_LOG_LEVEL", "")], "log.level is empty"),
+        (&[("NARAD_LOG_LEVEL", " , ")], "log.level is empty"),
+        (
+            &[("NARAD_HTTP_READ_TIMEOUT", "3000000000000000h")],
+            "too large",
+        ),
         (
             &[("NARAD_CLUSTER_PEERS", "10.0.0.2:7943")],
             "NARAD_CLUSTER_PEERS is set, but this version does not support",
