@@ -136,8 +136,18 @@ impl Link {
         }
     }
 
-    /// The open connection, opening a new one if the last one was dropped.
+    /// The open connection, opening a new one if the last one was dropped, was
+    /// ended by the server (`Connection: close`), or sat idle long enough that
+    /// the server may have closed it: a request written to a connection the
+    /// server has closed fails without having been read.
     pub async fn get(&mut self, server: &Server) -> Opened<'_> {
+        if self
+            .conn
+            .as_ref()
+            .is_some_and(|c| c.ended.is_some() || c.idle_since.elapsed() >= IDLE_REOPEN_AFTER)
+        {
+            self.conn = None;
+        }
         if self.conn.is_none() {
             match Conn::open(server).await {
                 Ok(fresh) => {
@@ -166,6 +176,12 @@ impl Link {
 /// Why a request got no HTTP answer.
 pub type TransportError = String;
 
+/// A connection idle this long is opened anew before its next request: the
+/// broker closes connections that send nothing for `http.read_timeout` (10 s
+/// by default), so an open-loop worker at a low rate would otherwise write
+/// into closed connections.
+const IDLE_REOPEN_AFTER: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// One keep-alive HTTP/1.1 connection.
 pub struct Conn {
     stream: super::evloop::Stream,
@@ -174,6 +190,8 @@ pub struct Conn {
     reader: ResponseReader,
     /// Set once no request may follow: why.
     ended: Option<&'static str>,
+    /// When the last exchange ended (or the connection opened).
+    idle_since: std::time::Instant,
     /// [`Server::timeout`].
     timeout: std::time::Duration,
 }
@@ -196,6 +214,7 @@ impl Conn {
             tx: Vec::with_capacity(1024),
             reader: ResponseReader::new(),
             ended: None,
+            idle_since: std::time::Instant::now(),
             timeout: server.timeout,
         })
     }
@@ -249,6 +268,7 @@ impl Conn {
             )))
         };
         let result = futures_lite::future::or(self.write_and_read(request, sink), timed_out).await;
+        self.idle_since = std::time::Instant::now();
         match &result {
             Ok(response) if response.close => {
                 self.ended = Some("the server ended the connection (Connection: close)")
@@ -454,12 +474,14 @@ pub async fn create_topic(
     server: &Server,
     topic: &str,
     partitions: u32,
+    existing_ok: bool,
 ) -> Result<(), String> {
     let body = serde_json::json!({"name": topic, "partitions": partitions}).to_string();
     let template = RequestTemplate::new(Method::Post, "/v1/topics", server, "application/json");
     let (status, text) = conn.send_collect(template.build(body.as_bytes())).await?;
     match status {
-        201 | 409 => Ok(()),
+        201 => Ok(()),
+        409 if existing_ok => Ok(()),
         _ => Err(format!("cannot create topic {topic:?}: {status} {text}")),
     }
 }
@@ -680,6 +702,28 @@ mod tests {
             requests[1].starts_with("POST /q?x=1 HTTP/1.1\r\n"),
             "{requests:?}"
         );
+    }
+
+    #[test]
+    fn a_link_never_hands_out_a_connection_the_server_ended() {
+        let (server, handle) = serve_canned(vec![
+            b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n",
+        ]);
+        let template = RequestTemplate::new(Method::Post, "/p", &server, "text/plain");
+        let outcome = super::super::evloop::run(None, async move {
+            let mut link = Link::new(Conn::open(&server).await.unwrap());
+            let Opened::Ready(conn) = link.get(&server).await else {
+                panic!("the first connection is ready");
+            };
+            let status = conn.send(template.build(b"abc")).await;
+            // The listener is gone with its one connection: the link must try
+            // to open a new one, not hand back the ended one.
+            handle.join().unwrap();
+            let again = matches!(link.get(&server).await, Opened::Retry);
+            (status, again)
+        })
+        .unwrap();
+        assert_eq!(outcome, (Ok(204), true));
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub const CONSUME_MAX_RECORDS: u32 = 100;
 pub const DURATION_MAX: Duration = Duration::from_secs(24 * 3600);
 /// The highest open-loop rate, in records per second.
 pub const RATE_MAX: f64 = 1e8;
+/// The lowest open-loop rate, in records per second.
+pub const RATE_MIN: f64 = 1e-3;
 /// How long a run on a fresh topic lasts unless told otherwise.
 pub const FRESH_TOPIC_DURATION: Duration = Duration::from_secs(10);
 /// Records a counted run sends unless told otherwise (the reference's default).
@@ -350,8 +352,8 @@ impl Settings {
             }
         }
         if let Some(rate) = self.rate {
-            if !(rate.is_finite() && rate > 0.0 && rate <= RATE_MAX) {
-                return Err(format!("--rate must be above 0 and at most {RATE_MAX}"));
+            if !(rate.is_finite() && (RATE_MIN..=RATE_MAX).contains(&rate)) {
+                return Err(format!("--rate must be {RATE_MIN} to {RATE_MAX}"));
             }
         }
         Ok(())
@@ -608,7 +610,8 @@ pub(super) mod tests {
     #[test]
     fn conflicts_and_ranges_are_refused_with_the_flag_named() {
         type Change = fn(&mut Config);
-        let cases: [(Change, &str); 13] = [
+        let cases: [(Change, &str); 14] = [
+            (|c| c.rate = Some(1e-17), "--rate must be 0.001 to"),
             (
                 |c| {
                     c.consume = true;

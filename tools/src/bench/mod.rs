@@ -309,6 +309,13 @@ fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
                 v.unknown_records
             ));
         }
+        if v.untracked_records > 0 {
+            return Err(format!(
+                "{} records past the first {} ids were not verified: --verify tracks that many, shorten the run",
+                v.untracked_records,
+                stamp::LEDGER_IDS_MAX
+            ));
+        }
     }
     Ok(())
 }
@@ -385,7 +392,10 @@ async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
     if s.mode.uses_topic() {
         let mut setup = Conn::open(&s.server).await?;
         if s.create {
-            client::create_topic(&mut setup, &s.server, &s.topic, s.partitions).await?;
+            // A fresh topic must be new: the run deletes it afterwards.
+            let existing_ok = !s.fresh_topic;
+            client::create_topic(&mut setup, &s.server, &s.topic, s.partitions, existing_ok)
+                .await?;
         } else {
             client::check_topic(&mut setup, &s.server, &s.topic).await?;
         }

@@ -175,11 +175,15 @@ const CONSUMED_MAX: u8 = 63;
 /// Every record id of this run: whether its produce was acknowledged, and how
 /// many times it was consumed.
 pub struct Ledger {
-    /// One byte per id below `LEDGER_IDS_MAX`.
+    /// One byte per id below `cap`.
     ids: Vec<u8>,
+    /// Ids tracked: [`LEDGER_IDS_MAX`] but in tests.
+    cap: u64,
     /// The next id to hand out.
     next_id: u64,
     produced_ok_records: u64,
+    /// Ids below `cap` produced OK.
+    tracked_ok_records: u64,
     /// Ids produced OK and consumed at least once.
     consumed_ok_records: u64,
     /// Acknowledged consumes of an id already consumed.
@@ -201,10 +205,16 @@ pub struct Verdict {
 
 impl Ledger {
     pub fn new() -> Ledger {
+        Ledger::tracking(LEDGER_IDS_MAX)
+    }
+
+    fn tracking(cap: u64) -> Ledger {
         Ledger {
             ids: Vec::new(),
+            cap,
             next_id: 0,
             produced_ok_records: 0,
+            tracked_ok_records: 0,
             consumed_ok_records: 0,
             duplicate_records: 0,
             unknown_records: 0,
@@ -216,7 +226,7 @@ impl Ledger {
         assert!(records > 0);
         let first = self.next_id;
         self.next_id += records;
-        let tracked = self.next_id.min(LEDGER_IDS_MAX) as usize;
+        let tracked = self.next_id.min(self.cap) as usize;
         if tracked > self.ids.len() {
             self.ids.resize(tracked, 0);
         }
@@ -226,12 +236,15 @@ impl Ledger {
     /// The produce of ids `first..first + records` was answered.
     pub fn produced(&mut self, first: u64, records: u64, ok: bool) {
         assert!(first + records <= self.next_id, "ids are claimed first");
-        for id in first..(first + records).min(LEDGER_IDS_MAX) {
+        for id in first..(first + records).min(self.cap) {
             let entry = &mut self.ids[id as usize];
             assert_eq!(*entry & OUTCOME_MASK, 0, "one produce outcome per id");
             *entry |= if ok { PRODUCED_OK } else { PRODUCED_FAILED };
-            if ok && *entry >= CONSUMED_ONE {
-                self.consumed_ok_records += 1;
+            if ok {
+                self.tracked_ok_records += 1;
+                if *entry >= CONSUMED_ONE {
+                    self.consumed_ok_records += 1;
+                }
             }
         }
         if ok {
@@ -261,9 +274,8 @@ impl Ledger {
 
     /// Produced OK and not consumed yet.
     pub fn outstanding_records(&self) -> u64 {
-        let tracked = self.produced_ok_records.min(LEDGER_IDS_MAX);
-        assert!(self.consumed_ok_records <= tracked);
-        tracked - self.consumed_ok_records
+        assert!(self.consumed_ok_records <= self.tracked_ok_records);
+        self.tracked_ok_records - self.consumed_ok_records
     }
 
     pub fn duplicate_records(&self) -> u64 {
@@ -282,7 +294,7 @@ impl Ledger {
             missing_records: missing,
             duplicate_records: self.duplicate_records,
             unknown_records: self.unknown_records,
-            untracked_records: self.next_id.saturating_sub(LEDGER_IDS_MAX),
+            untracked_records: self.next_id.saturating_sub(self.cap),
         }
     }
 }
@@ -367,5 +379,22 @@ mod tests {
                 untracked_records: 0,
             }
         );
+    }
+
+    #[test]
+    fn ids_past_the_tracked_range_are_counted_and_failures_below_it_kept_apart() {
+        let mut ledger = Ledger::tracking(4);
+        let first = ledger.claim(3);
+        ledger.produced(first, 3, true);
+        let failed = ledger.claim(1);
+        ledger.produced(failed, 1, false);
+        let past = ledger.claim(2);
+        ledger.produced(past, 2, true);
+        for id in 0..3 {
+            ledger.consumed(id);
+        }
+        assert_eq!(ledger.outstanding_records(), 0);
+        let verdict = ledger.verdict();
+        assert_eq!((verdict.missing_records, verdict.untracked_records), (0, 2));
     }
 }

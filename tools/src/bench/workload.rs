@@ -203,8 +203,11 @@ impl Schedule {
                 }
                 (total - sent).min(self.batch_records)
             }
+            // An open loop the server cannot keep up with falls behind its
+            // schedule: it stops at the end all the same, not when the
+            // requests due before it have all been sent.
             Stop::At(end) => {
-                if due.unwrap_or(now) >= end {
+                if due.unwrap_or(now) >= end || now >= end {
                     return None;
                 }
                 self.batch_records
@@ -446,5 +449,15 @@ mod tests {
         );
         schedule.abandon();
         assert!(schedule.claim(start).is_none());
+    }
+
+    #[test]
+    fn an_open_loop_behind_its_schedule_still_ends_at_its_end() {
+        let start = Instant::now();
+        let end = start + Duration::from_millis(35);
+        let schedule = Schedule::new(Stop::At(end), 1, Some(Duration::from_millis(10)), start);
+        assert!(schedule.claim(start).is_some());
+        // The requests due at 10, 20 and 30 ms are still unsent at the end.
+        assert!(schedule.claim(end).is_none());
     }
 }
