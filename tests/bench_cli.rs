@@ -476,10 +476,12 @@ fn only_a_202_counts_as_an_acknowledged_produce() {
 #[test]
 fn an_interrupted_run_reports_and_deletes_its_fresh_topic() {
     let node = Node::start(&[]);
-    // No topic: a flow on a fresh one, which the run must delete however it ends.
+    // No topic: a flow on a fresh one, which the run must delete however it
+    // ends; counted, so that the interrupt cuts the count short (a counted run
+    // once panicked there and left the topic behind).
     let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
         .args(["bench", "-s", &format!("http://{}", node.addr)])
-        .args(["--duration", "60", "--workers", "4"])
+        .args(["--count", "100000000", "--workers", "4"])
         .env_remove("NARAD_ADDR")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
