@@ -465,7 +465,8 @@ impl Config {
         Ok(())
     }
 
-    /// The socket address `http.addr` names (`:port` means every IPv4 interface).
+    /// The socket address `http.addr` names (`:port` means every interface,
+    /// IPv6 and IPv4: `[::]:port`, dual-stack where the host has IPv6).
     pub fn listen_addr(&self) -> Result<std::net::SocketAddr, String> {
         resolve_listen_addr(&self.http.addr).map_err(|e| format!("http.addr: {e}"))
     }
@@ -488,7 +489,7 @@ fn with_port(addr: &str, port: u16) -> String {
 pub fn resolve_listen_addr(addr: &str) -> Result<std::net::SocketAddr, String> {
     use std::net::ToSocketAddrs;
     let full = match addr.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
+        Some(port) => format!("[::]:{port}"),
         None => addr.to_string(),
     };
     full.to_socket_addrs()

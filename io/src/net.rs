@@ -57,6 +57,26 @@ pub fn bind_reuseport_group(
     count: usize,
 ) -> io::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
     assert!(count > 0, "a node has at least one shard");
+    match bind_group(addr, count) {
+        // Every interface, on a host without IPv6: every IPv4 one.
+        Err(e)
+            if addr.ip() == std::net::Ipv6Addr::UNSPECIFIED
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL)
+                ) =>
+        {
+            let v4 = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), addr.port());
+            bind_group(v4, count)
+        }
+        other => other,
+    }
+}
+
+fn bind_group(
+    addr: SocketAddr,
+    count: usize,
+) -> io::Result<(Vec<std::net::TcpListener>, SocketAddr)> {
     let bound = {
         let probe = new_socket(addr)?;
         // Only a listener of our own after a restart (TIME_WAIT) may be reused.
@@ -77,7 +97,12 @@ pub fn bind_reuseport_group(
 
 fn new_socket(addr: SocketAddr) -> io::Result<socket2::Socket> {
     let domain = socket2::Domain::for_address(addr);
-    socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
+    let socket = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    if addr.ip() == std::net::Ipv6Addr::UNSPECIFIED {
+        // `[::]` takes IPv4 connections too, whatever the host's default.
+        socket.set_only_v6(false)?;
+    }
+    Ok(socket)
 }
 
 fn bind_reuseport(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
@@ -450,6 +475,24 @@ mod bind_tests {
         drop(first);
         let (again, same) = bind_reuseport_group(addr, 1).unwrap();
         assert_eq!((again.len(), same), (1, addr));
+    }
+
+    /// Every interface is IPv6 and IPv4 at once (as the reference's `:port`),
+    /// or IPv4 alone on a host without IPv6.
+    #[test]
+    fn every_interface_takes_ipv4_and_ipv6_connections() {
+        let any: SocketAddr = "[::]:0".parse().unwrap();
+        let (listeners, addr) = bind_reuseport_group(any, 1).unwrap();
+        let v4 = SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), addr.port());
+        std::net::TcpStream::connect(v4).expect("an IPv4 connection");
+        if addr.is_ipv6() {
+            let v6 = SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), addr.port());
+            // A host may have IPv6 sockets but no ::1 (loopback without IPv6).
+            if std::net::TcpListener::bind("[::1]:0").is_ok() {
+                std::net::TcpStream::connect(v6).expect("an IPv6 connection");
+            }
+        }
+        drop(listeners);
     }
 }
 

@@ -36,10 +36,7 @@ fn defaults_follow_the_reference() {
     assert!(config.storage.ingress_wal_prealloc);
     assert!(config.security.enabled);
     assert_eq!(config.log.format, LogFormat::Json);
-    assert_eq!(
-        config.listen_addr().unwrap(),
-        "0.0.0.0:7942".parse().unwrap()
-    );
+    assert_eq!(config.listen_addr().unwrap(), "[::]:7942".parse().unwrap());
 }
 
 #[test]
