@@ -21,7 +21,9 @@
 //! topic once the delete is applied and before its data is set aside, for the
 //! test of an interrupted delete; `NARAD_DEBUG_PANIC=create:<topic>` panics the
 //! control thread when a create of that topic is proposed, which stops the node
-//! like a shard's panic. Release binaries never read it.
+//! like a shard's panic; `NARAD_DEBUG_PANIC=retention:<topic>` panics the reaper
+//! whenever it asks for that topic's retention, for the test of its restarts.
+//! Release binaries never read it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
@@ -182,6 +184,16 @@ pub fn debug_panic_on_propose(command: &crate::meta::Command) {
     }
     #[cfg(not(debug_assertions))]
     let _ = command;
+}
+
+/// The debug hook in the reaper's retention lookup: panics if it names `topic`.
+pub fn debug_panic_on_retention(topic: &str) {
+    #[cfg(debug_assertions)]
+    if debug_panic().and_then(|hook| hook.strip_prefix("retention:")) == Some(topic) {
+        panic!("NARAD_DEBUG_PANIC: the retention of {topic:?}");
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = topic;
 }
 
 /// The debug hook in a delete, between the applied delete and setting its data

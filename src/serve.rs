@@ -485,10 +485,10 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         committer,
     ));
     let pump = narad_io::rt::spawn_local(crate::consume::flow::run_pump(shard.clone()));
-    let reaper = narad_io::rt::spawn_local(reaper::run(
+    let reaper = narad_io::rt::spawn_local(supervise_reaper(
         owner.clone(),
         retention.reaper.clone(),
-        owned_partitions(&shard),
+        shard.clone(),
     ));
     narad_io::rt::spawn_local(crate::consume::flow::run_purger(shard.clone()));
     for (_, receiver) in receivers {
@@ -651,6 +651,7 @@ impl RetentionSettings {
     fn retention_of(&self, meta: Rc<MetaView>) -> narad_shards::produce::RetentionOf {
         let retention_override = self.retention_override;
         Box::new(move |topic: &str, id| {
+            crate::lifecycle::debug_panic_on_retention(topic);
             let snapshot = meta.snapshot();
             let record = snapshot.topics.get(topic).filter(|t| t.id == id)?;
             Some(
@@ -660,6 +661,33 @@ impl RetentionSettings {
                 },
             )
         })
+    }
+}
+
+/// How long a reaper that panicked waits before it starts again.
+const REAPER_RESTART_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs the shard's reaper, and starts it again after a panic (counted in
+/// `narad_reaper_restarts`), as the reference does: housekeeping that failed on
+/// one partition must not stop the node, nor retention on every other one.
+async fn supervise_reaper(
+    owner: Rc<narad_shards::produce::Owner<DmaStorage>>,
+    config: ReaperConfig,
+    shard: Rc<Shard>,
+) {
+    loop {
+        let run = reaper::run(owner.clone(), config.clone(), owned_partitions(&shard));
+        let outcome =
+            futures_lite::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run)).await;
+        if outcome.is_ok() || owner.is_closing() {
+            return;
+        }
+        ::metrics::counter!("narad_reaper_restarts").increment(1);
+        tracing::error!(
+            shard = shard.index,
+            "the retention reaper panicked; it starts again in a second"
+        );
+        narad_io::rt::sleep(REAPER_RESTART_AFTER).await;
     }
 }
 

@@ -146,3 +146,41 @@ fn a_shard_that_fails_before_it_reports_stops_the_node() {
     assert!(!status.success(), "exit status {status:?}");
     node.wait_for_log("NARAD_DEBUG_METRICS_POLL_MS");
 }
+
+/// A reaper that panics does not stop the node: it starts again (counted in
+/// `narad_reaper_restarts`) while the shard goes on serving.
+#[test]
+fn a_reaper_that_panics_starts_again_and_the_node_serves_on() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let env = [
+        ("NARAD_DEBUG_PANIC", "retention:doomed"),
+        ("NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS", "100"),
+    ];
+    let mut node = Node::start_in(&data, 1, &env);
+    let mut client = node.client();
+    create_topic(&mut client, "doomed");
+    produce_ok(&mut client, "doomed", "", b"first");
+    let restarts = |client: &mut Client| -> f64 {
+        let response = client.request("GET", "/metrics", &[], "").unwrap();
+        assert_eq!(response.status, 200);
+        response
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix("narad_reaper_restarts "))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    };
+    wait_until(STOP_MAX, "the reaper restarted twice", || {
+        (restarts(&mut client) >= 2.0).then_some(())
+    });
+    node.wait_for_log("the retention reaper panicked");
+    produce_ok(&mut client, "doomed", "", b"second");
+    let health = client.request("GET", "/healthz", &[], "").unwrap();
+    assert_eq!(health.status, 200, "{health:?}");
+    assert_eq!(
+        replay_all(&mut client, "doomed", 0).len()
+            + replay_all(&mut client, "doomed", 1).len()
+            + replay_all(&mut client, "doomed", 2).len(),
+        2
+    );
+}

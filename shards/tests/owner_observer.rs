@@ -450,3 +450,47 @@ fn the_cold_walk_leaves_a_partition_deleted_while_it_was_listed() {
         owner.close_all().await;
     });
 }
+
+/// A panic while the cold walk visits one partition skips that partition (a
+/// failure of the walk) and the walk goes on to the next.
+#[test]
+fn a_panic_on_one_partition_skips_it_and_the_cold_walk_goes_on() {
+    let disk = SimDisk::new(19, SimFaults::default());
+    run_local(None, async move {
+        let (owner, _) = owner_on(disk.clone());
+        commit(&owner, 0, 3).await.unwrap();
+        commit(&owner, 1, 3).await.unwrap();
+        owner.close_all().await;
+
+        let (owner, events) = owner_on(disk.clone());
+        // Partition 0's retention is asked once to choose it, and panics when
+        // its visit asks again; partition 1 is kept forever.
+        let asked = Rc::new(std::cell::Cell::new(0));
+        let retention = {
+            let asked = asked.clone();
+            move |_: &str, _: IncarnationId| {
+                asked.set(asked.get() + 1);
+                if asked.get() == 2 {
+                    panic!("a retention lookup that panics");
+                }
+                Some(Retention::Age(Duration::from_secs(3600)))
+            }
+        };
+        owner.set_retention(Box::new(retention));
+        let owned: Vec<OwnedPartition> = (0..2)
+            .map(|p| OwnedPartition {
+                topic: Arc::from(TOPIC),
+                incarnation: ID,
+                partition: PartitionId(p),
+            })
+            .collect();
+        let totals = ColdWalk::default().step(&owner, owned, unix_ms()).await;
+        assert_eq!(totals.failures, 1, "{totals:?}");
+        assert_eq!(
+            totals.partitions_reaped, 1,
+            "the other partition: {totals:?}"
+        );
+        assert!(take(&events).contains(&Event::Tracked(1)));
+        owner.close_all().await;
+    });
+}

@@ -246,12 +246,23 @@ impl ColdWalk {
             }
             opens += 1;
             let slot = owner.slot(&candidate.topic, candidate.incarnation, candidate.partition);
-            if reap {
-                owner
-                    .reap_slot(&slot, now_ms, Visit::Cold, &mut totals)
-                    .await;
-            } else {
-                owner.measure_slot(&slot).await;
+            // A panic on one partition skips it (counted, as the reference's
+            // `cold_retention_panics_total`) rather than end the walk.
+            let visit = async {
+                if reap {
+                    owner
+                        .reap_slot(&slot, now_ms, Visit::Cold, &mut totals)
+                        .await;
+                } else {
+                    owner.measure_slot(&slot).await;
+                }
+            };
+            let visited =
+                futures_lite::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(visit)).await;
+            if visited.is_err() {
+                metrics::counter!("narad_cold_retention_panics_total").increment(1);
+                tracing::error!(topic = %candidate.topic, partition = candidate.partition.0, "the cold retention walk panicked on a partition; skipped");
+                totals.failures += 1;
             }
         }
         owner.forget_unused();
@@ -323,6 +334,11 @@ impl<S: Storage> Owner<S> {
             Some(retention_of) => retention_of(topic, incarnation),
             None => Some(Retention::from_ms(self.config.retention_ms)),
         }
+    }
+
+    /// Whether the owner is closing (the node stops).
+    pub fn is_closing(&self) -> bool {
+        self.closing.get()
     }
 
     /// Whether the partition's log is open (or in use right now).
