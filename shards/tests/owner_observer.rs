@@ -132,9 +132,17 @@ impl PartitionObserver for PartitionRecorder {
 }
 
 fn owner_on(disk: SimDisk) -> (Rc<Owner<SimDisk>>, Log) {
-    let live = Box::new(|topic: &str, id: IncarnationId, p: PartitionId| {
-        topic == TOPIC && id == ID && p.0 < 2
-    });
+    let live =
+        |topic: &str, id: IncarnationId, p: PartitionId| topic == TOPIC && id == ID && p.0 < 2;
+    owner_with_liveness(disk, live)
+}
+
+/// [`owner_on`] that asks `live` which partitions are live.
+fn owner_with_liveness(
+    disk: SimDisk,
+    live: impl Fn(&str, IncarnationId, PartitionId) -> bool + 'static,
+) -> (Rc<Owner<SimDisk>>, Log) {
+    let live = Box::new(live);
     let config = LogConfig {
         retention_ms: HOUR_MS,
         ..LogConfig::default()
@@ -144,6 +152,17 @@ fn owner_on(disk: SimDisk) -> (Rc<Owner<SimDisk>>, Log) {
     let events = recorder.events.clone();
     owner.set_observer(Rc::new(recorder));
     (owner, events)
+}
+
+/// The topic's partitions `0..count`, as the cold walk is given them.
+fn owned_partitions(count: u32) -> Vec<OwnedPartition> {
+    (0..count)
+        .map(|p| OwnedPartition {
+            topic: Arc::from(TOPIC),
+            incarnation: ID,
+            partition: PartitionId(p),
+        })
+        .collect()
 }
 
 async fn commit(owner: &Rc<Owner<SimDisk>>, partition: u32, n: usize) -> CommitReply {
@@ -368,13 +387,7 @@ fn the_cold_walk_reports_the_size_of_partitions_unused_since_the_start() {
 
         let (owner, events) = owner_on(disk.clone());
         owner.set_retention(Box::new(|_, _| Some(Retention::Forever)));
-        let owned: Vec<OwnedPartition> = (0..2)
-            .map(|p| OwnedPartition {
-                topic: Arc::from(TOPIC),
-                incarnation: ID,
-                partition: PartitionId(p),
-            })
-            .collect();
+        let owned = owned_partitions(2);
         let mut walk = ColdWalk::default();
         let totals = walk.step(&owner, owned.clone(), unix_ms()).await;
         assert_eq!(totals.partitions_reaped, 0, "nothing is reaped forever");
@@ -421,25 +434,14 @@ fn the_cold_walk_leaves_a_partition_deleted_while_it_was_listed() {
         let asked = Rc::new(std::cell::Cell::new(0));
         let live = {
             let asked = asked.clone();
-            Box::new(move |_: &str, _: IncarnationId, _: PartitionId| {
+            move |_: &str, _: IncarnationId, _: PartitionId| {
                 asked.set(asked.get() + 1);
                 asked.get() == 1
-            })
+            }
         };
-        let config = LogConfig {
-            retention_ms: HOUR_MS,
-            ..LogConfig::default()
-        };
-        let owner = Owner::with_reopen_backoff(disk.clone(), config, live, Duration::ZERO);
-        let recorder = Recorder::default();
-        let events = recorder.events.clone();
-        owner.set_observer(Rc::new(recorder));
+        let (owner, events) = owner_with_liveness(disk.clone(), live);
         owner.set_retention(Box::new(|_, _| Some(Retention::Forever)));
-        let owned = vec![OwnedPartition {
-            topic: Arc::from(TOPIC),
-            incarnation: ID,
-            partition: PartitionId(0),
-        }];
+        let owned = owned_partitions(1);
         ColdWalk::default().step(&owner, owned, unix_ms()).await;
         assert_eq!(take(&events), [], "nothing opened or registered");
         assert!(
@@ -477,13 +479,7 @@ fn a_panic_on_one_partition_skips_it_and_the_cold_walk_goes_on() {
             }
         };
         owner.set_retention(Box::new(retention));
-        let owned: Vec<OwnedPartition> = (0..2)
-            .map(|p| OwnedPartition {
-                topic: Arc::from(TOPIC),
-                incarnation: ID,
-                partition: PartitionId(p),
-            })
-            .collect();
+        let owned = owned_partitions(2);
         let totals = ColdWalk::default().step(&owner, owned, unix_ms()).await;
         assert_eq!(totals.failures, 1, "{totals:?}");
         assert_eq!(
