@@ -125,22 +125,28 @@ fn wait_for_stop_signal() -> &'static str {
     }
 }
 
-/// The debug hook's setting; `None` when unset, and always in release builds.
-#[cfg(debug_assertions)]
-fn debug_panic() -> Option<&'static str> {
-    static HOOK: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    HOOK.get_or_init(|| std::env::var("NARAD_DEBUG_PANIC").ok())
-        .as_deref()
+/// Whether `NARAD_DEBUG_PANIC` is `<kind>:<name>`; never in release builds.
+fn debug_panic_names(kind: &str, name: &str) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        static HOOK: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let hook = HOOK.get_or_init(|| std::env::var("NARAD_DEBUG_PANIC").ok());
+        hook.as_deref()
+            .and_then(|hook| hook.split_once(':'))
+            .is_some_and(|(k, n)| k == kind && n == name)
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = (kind, name);
+        false
+    }
 }
 
 /// The debug hook at a shard's start: panics if it names `shard`.
 pub fn debug_panic_at_start(shard: usize) {
-    #[cfg(debug_assertions)]
-    if debug_panic().and_then(|hook| hook.strip_prefix("start:")) == Some(&shard.to_string()) {
+    if debug_panic_names("start", &shard.to_string()) {
         panic!("NARAD_DEBUG_PANIC: shard {shard} panics at its start");
     }
-    #[cfg(not(debug_assertions))]
-    let _ = shard;
 }
 
 /// The debug hook `NARAD_DEBUG_RECOVERY_DELAY_MS=<shard>:<ms>` (debug builds
@@ -165,44 +171,32 @@ pub async fn debug_recovery_delay(shard: usize) {
 
 /// The debug hook at a produce: panics if it names `topic`.
 pub fn debug_panic_on_produce(topic: &str) {
-    #[cfg(debug_assertions)]
-    if debug_panic().and_then(|hook| hook.strip_prefix("produce:")) == Some(topic) {
+    if debug_panic_names("produce", topic) {
         panic!("NARAD_DEBUG_PANIC: a produce to {topic:?}");
     }
-    #[cfg(not(debug_assertions))]
-    let _ = topic;
 }
 
 /// The debug hook in the control thread, before a proposed create is logged:
 /// panics if `create:<topic>` names the topic created.
 pub fn debug_panic_on_propose(command: &crate::meta::Command) {
-    #[cfg(debug_assertions)]
     if let crate::meta::Command::CreateTopic(record) = command {
-        if debug_panic().and_then(|hook| hook.strip_prefix("create:")) == Some(&*record.name) {
+        if debug_panic_names("create", &record.name) {
             panic!("NARAD_DEBUG_PANIC: a create of {:?}", record.name);
         }
     }
-    #[cfg(not(debug_assertions))]
-    let _ = command;
 }
 
 /// The debug hook in the reaper's retention lookup: panics if it names `topic`.
 pub fn debug_panic_on_retention(topic: &str) {
-    #[cfg(debug_assertions)]
-    if debug_panic().and_then(|hook| hook.strip_prefix("retention:")) == Some(topic) {
+    if debug_panic_names("retention", topic) {
         panic!("NARAD_DEBUG_PANIC: the retention of {topic:?}");
     }
-    #[cfg(not(debug_assertions))]
-    let _ = topic;
 }
 
 /// The debug hook in a delete, between the applied delete and setting its data
 /// aside: panics if it names `topic`.
 pub fn debug_panic_on_delete(topic: &str) {
-    #[cfg(debug_assertions)]
-    if debug_panic().and_then(|hook| hook.strip_prefix("delete:")) == Some(topic) {
+    if debug_panic_names("delete", topic) {
         panic!("NARAD_DEBUG_PANIC: a delete of {topic:?}");
     }
-    #[cfg(not(debug_assertions))]
-    let _ = topic;
 }
