@@ -283,6 +283,50 @@ fn a_flow_run_consumes_every_record_it_produced() {
     assert_eq!(names, ["flow"]);
 }
 
+/// The figures of a run's `--json` file.
+fn json_summary(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_counted_consume_run_acks_exactly_its_count() {
+    let node = Node::start(&[]);
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let json = dir.path().join("run.json");
+    let json_arg = json.to_str().unwrap();
+    let produced = bench(
+        &node,
+        &[
+            "cc",
+            "--create",
+            "--partitions",
+            "3",
+            "--count",
+            "60",
+            "--size",
+            "50",
+        ],
+    );
+    assert!(produced.status.success(), "{:#?}", stderr_lines(&produced));
+    await_committed(&node, "cc", 60);
+
+    // Eight consumers asking for up to 7 each: the last claims ask for less.
+    let args = ["cc", "--mode", "consume", "--workers", "8", "--max", "7"];
+    let counted = bench(
+        &node,
+        &[&args[..], &["--count", "25", "--json", json_arg]].concat(),
+    );
+    assert!(counted.status.success(), "{:#?}", stderr_lines(&counted));
+    let summary = json_summary(&json);
+    assert_eq!(summary["consumed"], 25, "{summary}");
+
+    // What the counted run left is all still there.
+    let rest = bench(&node, &[&args[..], &["--json", json_arg]].concat());
+    assert!(rest.status.success(), "{:#?}", stderr_lines(&rest));
+    let summary = json_summary(&json);
+    assert_eq!(summary["consumed"], 35, "{summary}");
+}
+
 /// The broker's count of `GET /healthz` answered 200, from `/metrics`. The
 /// node is up, so this asks at once rather than through `served_client`,
 /// whose own `/healthz` probe would count.

@@ -47,8 +47,15 @@ pub struct ConsumePlan {
     ack_single: RequestTemplate,
     ack_batch: RequestTemplate,
     ack_path: String,
+    /// The consume path without its query, for a request that asks for fewer
+    /// than `max` messages.
+    consume_path: String,
     /// Messages per consume request; above 1, batch consume and batch ack.
     pub max: u32,
+    /// In a counted run, the messages no consumer has claimed yet: a consume
+    /// asks for at most these, and gives back what it did not get acked, so
+    /// the run acks no more messages than it was told to. `None`: uncounted.
+    quota: Option<Cell<u64>>,
     /// This run's tag, and the payload size of its records (flow mode).
     pub own_run: Option<(u32, usize)>,
     pub ledger: Rc<RefCell<Ledger>>,
@@ -78,6 +85,7 @@ impl ConsumePlan {
         };
         let consume =
             RequestTemplate::get(&client::topic_path(topic, &query), &server).with_client_header();
+        let consume_path = client::topic_path(topic, "/consume");
         let ack_path = client::topic_path(topic, "/ack");
         let ack_single = RequestTemplate::new(Method::Post, &ack_path, &server, "application/json")
             .with_client_header();
@@ -88,13 +96,41 @@ impl ConsumePlan {
             ack_single,
             ack_batch,
             ack_path,
+            consume_path,
             max,
+            quota: None,
             own_run,
             ledger,
             stop: Cell::new(false),
             abandoned: Cell::new(false),
             last_progress: Cell::new(Instant::now()),
             live,
+        }
+    }
+
+    /// Makes the run ack at most `records` messages.
+    pub fn with_quota(mut self, records: u64) -> ConsumePlan {
+        self.quota = Some(Cell::new(records));
+        self
+    }
+
+    /// Claims the messages the next consume asks for: `max`, or fewer near the
+    /// end of a counted run (0 while the rest is claimed by others).
+    fn claim(&self) -> u32 {
+        match &self.quota {
+            None => self.max,
+            Some(quota) => {
+                let claimed = quota.get().min(u64::from(self.max));
+                quota.set(quota.get() - claimed);
+                claimed as u32
+            }
+        }
+    }
+
+    /// Gives back claimed messages that were not acked.
+    fn unclaim(&self, records: u64) {
+        if let Some(quota) = &self.quota {
+            quota.set(quota.get() + records);
         }
     }
 }
@@ -205,75 +241,121 @@ struct Pending {
 /// Consumes over `conn` until the plan says stop.
 pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
     let mut tally = ConsumeTally::new();
-    let mut link = Link::new(conn);
-    let mut reply = Vec::new();
-    let mut pending = Pending {
-        ids: Vec::with_capacity(plan.max as usize),
-        ack_query: String::new(),
-        ack_body: BytesMut::new(),
+    let mut cycle = Cycle {
+        link: Link::new(conn),
+        reply: Vec::new(),
+        pending: Pending {
+            ids: Vec::with_capacity(plan.max as usize),
+            ack_query: String::new(),
+            ack_body: BytesMut::new(),
+        },
+        target: String::new(),
     };
     while !plan.stop.get() {
-        let open = match link.get(&plan.server).await {
+        let want = plan.claim();
+        if want == 0 {
+            super::evloop::sleep(QUOTA_RECHECK).await;
+            continue;
+        }
+        let before = tally.consumed_records;
+        let go_on = cycle.run(&plan, want, &mut tally).await;
+        plan.unclaim(u64::from(want) - (tally.consumed_records - before));
+        if !go_on {
+            break;
+        }
+    }
+    tally
+}
+
+/// How often a consumer of a counted run whose rest is claimed by others
+/// looks whether some of it was given back.
+const QUOTA_RECHECK: Duration = Duration::from_millis(5);
+
+/// A consumer's connection and the buffers it reuses from cycle to cycle.
+struct Cycle {
+    link: Link,
+    reply: Vec<u8>,
+    pending: Pending,
+    /// The target of a consume that asks for fewer than the plan's `max`.
+    target: String,
+}
+
+impl Cycle {
+    /// One consume of up to `want` messages and the ack of what it returned.
+    /// False when the server cannot be reached.
+    async fn run(&mut self, plan: &ConsumePlan, want: u32, tally: &mut ConsumeTally) -> bool {
+        let open = match self.link.get(&plan.server).await {
             Opened::Ready(open) => open,
-            Opened::Retry => continue,
+            Opened::Retry => return true,
             Opened::GiveUp => {
                 plan.abandoned.set(true);
                 plan.stop.set(true);
-                break;
+                return false;
             }
         };
         let started = Instant::now();
-        let request = plan.consume.build(&[]);
-        let status = match open.send_into(request, &mut reply).await {
+        let request = if want == plan.max {
+            plan.consume.build(&[])
+        } else {
+            self.target.clear();
+            let _ = write!(
+                self.target,
+                "{}?max={want}&wait={CONSUME_WAIT}",
+                plan.consume_path
+            );
+            plan.consume.build_to(&self.target, &[])
+        };
+        let status = match open.send_into(request, &mut self.reply).await {
             Ok(status) => status,
             Err(_) => {
                 count(&plan.live, &mut tally.consume_errors, STATUS_TRANSPORT);
-                link.drop_conn();
-                continue;
+                self.link.drop_conn();
+                return true;
             }
         };
         match status {
             200 => {}
             204 => {
                 tally.empty_polls += 1;
-                continue;
+                return true;
             }
             other => {
                 count(&plan.live, &mut tally.consume_errors, other);
                 super::evloop::sleep(ERROR_BACKOFF).await;
-                continue;
+                return true;
             }
         }
-        if let Err(()) = take_reply(&plan, &reply, &mut pending, &mut tally) {
+        if let Err(()) = take_reply(plan, want, &self.reply, &mut self.pending, tally) {
             count(&plan.live, &mut tally.consume_errors, STATUS_UNREADABLE);
-            continue;
+            return true;
         }
-        if pending.ids.is_empty() {
-            continue;
+        if self.pending.ids.is_empty() {
+            return true;
         }
         // An ack that got no answer is sent again on a fresh connection (as
         // the reference client does, up to five times): given up, its records
         // would stay leased for the visibility timeout, past the drain.
-        let mut acked = ack(&plan, open, &mut reply, &mut pending, &mut tally, false).await;
+        let (reply, pending) = (&mut self.reply, &mut self.pending);
+        let mut acked = ack(plan, open, reply, pending, tally, false).await;
         for _ in 1..ACK_ATTEMPTS {
             if acked.is_ok() || plan.stop.get() {
                 break;
             }
-            link.drop_conn();
-            let Opened::Ready(fresh) = link.get(&plan.server).await else {
+            self.link.drop_conn();
+            let Opened::Ready(fresh) = self.link.get(&plan.server).await else {
                 continue;
             };
-            acked = ack(&plan, fresh, &mut reply, &mut pending, &mut tally, true).await;
+            acked = ack(plan, fresh, reply, pending, tally, true).await;
         }
         if acked.is_err() {
-            link.drop_conn();
-            continue;
+            self.link.drop_conn();
+            return true;
         }
         let now = Instant::now();
         let cycle_us = u64::try_from(now.duration_since(started).as_micros()).unwrap_or(u64::MAX);
         tally.cycle_latencies_us.saturating_record(cycle_us.max(1));
+        true
     }
-    tally
 }
 
 /// Times an ack is sent before its records are left to their lease.
@@ -285,10 +367,12 @@ fn count(live: &Live, errors: &mut BTreeMap<u16, u64>, status: u16) {
     live.consume_failed();
 }
 
-/// Reads a consume reply: checks each payload, records its end-to-end
-/// latency, and prepares the ack of every message in `pending`.
+/// Reads a consume reply of at most `want` messages: checks each payload,
+/// records its end-to-end latency, and prepares the ack of every message in
+/// `pending`.
 fn take_reply(
     plan: &ConsumePlan,
+    want: u32,
     reply: &[u8],
     pending: &mut Pending,
     tally: &mut ConsumeTally,
@@ -344,7 +428,7 @@ fn take_reply(
         return Ok(());
     }
     let batch: Batch = serde_json::from_slice(reply).map_err(|_| ())?;
-    if batch.messages.len() > plan.max as usize {
+    if batch.messages.len() > want as usize {
         return Err(());
     }
     pending.ack_body.put_slice(b"{\"receipt_handles\":[");
@@ -501,11 +585,11 @@ mod tests {
         let mut tally = ConsumeTally::new();
         let mut pending = pending();
         let reply = message(&own_payload(3), "0:1:77");
-        take_reply(&plan, reply.as_bytes(), &mut pending, &mut tally).unwrap();
+        take_reply(&plan, plan.max, reply.as_bytes(), &mut pending, &mut tally).unwrap();
         assert_eq!(pending.ids, [Some(3)]);
         assert_eq!(pending.ack_query, "/v1/topics/t/ack?receipt_handle=0:1:77");
         assert_eq!(tally.e2e_latencies_us.len(), 1);
-        assert!(take_reply(&plan, b"{}", &mut pending, &mut tally).is_err());
+        assert!(take_reply(&plan, plan.max, b"{}", &mut pending, &mut tally).is_err());
     }
 
     #[test]
@@ -520,7 +604,7 @@ mod tests {
             message(r#""plain text""#, "1:3:4"),
             message(&damaged, "1:4:5"),
         );
-        take_reply(&plan, reply.as_bytes(), &mut pending, &mut tally).unwrap();
+        take_reply(&plan, plan.max, reply.as_bytes(), &mut pending, &mut tally).unwrap();
         assert_eq!(pending.ids, [Some(9), None, None]);
         assert_eq!(
             &pending.ack_body[..],
@@ -528,5 +612,32 @@ mod tests {
         );
         assert_eq!(tally.received_records, 3);
         assert_eq!((tally.foreign_records, tally.damaged_records), (1, 1));
+    }
+
+    #[test]
+    fn a_counted_run_claims_no_more_than_its_quota() {
+        let plan = plan(10).with_quota(23);
+        assert_eq!([plan.claim(), plan.claim(), plan.claim()], [10, 10, 3]);
+        assert_eq!(plan.claim(), 0);
+        plan.unclaim(2);
+        assert_eq!([plan.claim(), plan.claim()], [2, 0]);
+        // Uncounted, every consume asks for the plan's max.
+        let uncounted = self::plan(10);
+        assert_eq!([uncounted.claim(), uncounted.claim()], [10, 10]);
+    }
+
+    #[test]
+    fn a_batch_reply_longer_than_asked_for_is_refused() {
+        let plan = plan(10);
+        let mut tally = ConsumeTally::new();
+        let mut pending = pending();
+        let reply = format!(
+            r#"{{"messages":[{},{}]}}"#,
+            message(&own_payload(1), "1:2:3"),
+            message(&own_payload(2), "1:3:4"),
+        );
+        assert!(take_reply(&plan, 1, reply.as_bytes(), &mut pending, &mut tally).is_err());
+        take_reply(&plan, 2, reply.as_bytes(), &mut pending, &mut tally).unwrap();
+        assert_eq!(pending.ids, [Some(1), Some(2)]);
     }
 }

@@ -35,7 +35,10 @@ pub(super) async fn run_pools(
             live.clone(),
         );
         plan.last_progress.set(start);
-        Rc::new(plan)
+        match (s.mode, s.length) {
+            (Mode::Consume, Length::Records(records)) => Rc::new(plan.with_quota(records)),
+            _ => Rc::new(plan),
+        }
     });
     let consumers: Vec<_> = match &consume_plan {
         Some(plan) => consumer_conns
