@@ -14,12 +14,12 @@ use narad_shards::ids::{IncarnationId, PartitionId};
 use narad_shards::produce::{CommitReply, DispatchEnv, OwnedRecord};
 
 use super::Shard;
-use crate::meta::MetaState;
+use crate::control::Snapshot;
 
 /// The cluster as one node's metadata snapshot sees it: every owner is a shard of
 /// this node, alive.
 pub struct NodeCluster {
-    snapshot: Rc<MetaState>,
+    snapshot: Snapshot,
     shards: usize,
 }
 
