@@ -275,6 +275,44 @@ pub struct BatchPermit {
     bytes: u64,
 }
 
+impl BatchPermit {
+    /// The bytes this permit holds.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Holds `more` bytes besides, or false when the budget cannot take them.
+    /// A request that is alone in the budget may always grow (as
+    /// [`NodeState::try_reserve_batch_bytes`] lets a lone body in).
+    pub fn try_grow(&mut self, more: u64) -> bool {
+        let (own, max) = (self.bytes, self.node.batch_bytes_max);
+        let grown =
+            self.node
+                .batch_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                    (held == own || held.saturating_add(more) <= max).then_some(held + more)
+                });
+        if grown.is_ok() {
+            self.bytes += more;
+        }
+        grown.is_ok()
+    }
+
+    /// Holds exactly `bytes`: growing (see [`BatchPermit::try_grow`]) or
+    /// giving back what is no longer held.
+    pub fn try_resize(&mut self, bytes: u64) -> bool {
+        match bytes.checked_sub(self.bytes) {
+            Some(more) => more == 0 || self.try_grow(more),
+            None => {
+                let less = self.bytes - bytes;
+                self.node.batch_bytes.fetch_sub(less, Ordering::AcqRel);
+                self.bytes = bytes;
+                true
+            }
+        }
+    }
+}
+
 impl Drop for BatchPermit {
     fn drop(&mut self) {
         self.node
@@ -366,6 +404,25 @@ mod tests {
         drop(a);
         assert_eq!(node.open_connections(), 1);
         assert!(node.try_open_connection().is_some());
+    }
+
+    #[test]
+    fn a_batch_permit_grows_within_the_budget_or_alone_and_gives_back_what_it_sheds() {
+        let node = Arc::new(NodeState::new(1).with_batch_bytes_max(100));
+        let mut a = node.try_reserve_batch_bytes(0).unwrap();
+        // Alone, it may grow past the budget.
+        assert!(a.try_grow(150));
+        assert!(node.try_reserve_batch_bytes(0).is_none(), "over full");
+        assert!(a.try_resize(60));
+        let mut b = node.try_reserve_batch_bytes(0).unwrap();
+        assert!(b.try_grow(40) && !b.try_grow(1));
+        // Not alone, a permit grows only within the budget.
+        assert!(!a.try_resize(61));
+        assert_eq!((a.bytes(), b.bytes()), (60, 40));
+        drop(b);
+        assert!(a.try_resize(500));
+        drop(a);
+        assert_eq!(node.batch_bytes.load(Ordering::Acquire), 0);
     }
 
     #[test]

@@ -182,7 +182,14 @@ where
         .headers()
         .get(CONTENT_ENCODING)
         .map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
-    // Reserve the body's room in the node's budget before reading it.
+    // An encoding this server cannot decode is refused before the body is read.
+    if let Err(refusal) = produce_input::batch::check_content_encoding(encoding.as_deref()) {
+        return response::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, &refusal.message);
+    }
+    // The body's room in the node's budget: a declared length is reserved
+    // before the body is read (so a body that cannot fit is refused before it
+    // is sent); an undeclared one is counted as it arrives, so a client that
+    // streams slowly, or not at all, holds only what it sent.
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
@@ -191,20 +198,21 @@ where
     if declared.is_some_and(|n| n > BATCH_BODY_BYTES_MAX as u64) {
         return response::error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
     }
-    let reserve = declared.unwrap_or(BATCH_BODY_BYTES_MAX as u64);
-    let Some(_permit) = api.node.try_reserve_batch_bytes(reserve) else {
+    let Some(mut permit) = api.node.try_reserve_batch_bytes(declared.unwrap_or(0)) else {
         return batch_budget_full();
     };
     let identity = super::identity_of(&request);
-    let body: Bytes = match read_body(
+    let read = response::read_body_admitting(
         request.into_body(),
         BATCH_BODY_BYTES_MAX,
         api.body_read_timeout,
+        |piece| declared.is_some() || permit.try_grow(piece as u64),
     )
-    .await
-    {
+    .await;
+    let body: Bytes = match read {
         Ok(body) => body,
-        Err(refusal) => return refusal.into_response(),
+        Err(Some(refusal)) => return refusal.into_response(),
+        Err(None) => return batch_budget_full(),
     };
     // As for a single produce: the topic as it is once the body is in.
     let snapshot = shard.meta.snapshot();
@@ -219,19 +227,15 @@ where
         }
     };
     drop(body);
-    // A compressed body decodes to more than it reserved: the records held until
-    // they are durable count in the budget too.
+    // From here the budget holds the records, kept until they are durable: a
+    // compressed body decodes to more than it took.
     let decoded: u64 = records
         .iter()
         .map(|r| (r.payload.len() + r.key.as_ref().map_or(0, Vec::len)) as u64)
         .sum();
-    let _decoded_permit = match decoded.checked_sub(reserve) {
-        Some(more) if more > 0 => match api.node.try_reserve_batch_bytes(more) {
-            Some(permit) => Some(permit),
-            None => return batch_budget_full(),
-        },
-        _ => None,
-    };
+    if !permit.try_resize(decoded) {
+        return batch_budget_full();
+    }
     let Some(_permit) = api.node.try_begin_produce(identity, records.len() as u64) else {
         return produce_cap_full();
     };

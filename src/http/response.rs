@@ -11,7 +11,7 @@
 //! Which cores: every shard, on every request; nothing here keeps state.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Method, Response, StatusCode};
 
@@ -149,32 +149,87 @@ where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let collect = async { Some(Limited::new(body, limit_bytes).collect().await) };
+    read_body_admitting(body, limit_bytes, timeout, |_| true)
+        .await
+        .map_err(|stop| stop.expect("every frame is admitted"))
+}
+
+/// [`read_body`], asking `admit` before keeping each piece of the body (its
+/// length): `Err(None)` when `admit` said no, which stops the read at once.
+/// A handler uses it to count a body whose length was not declared in a
+/// budget as it arrives, rather than reserving the largest body up front.
+///
+/// A body that came in one piece is kept as it came; one that came in pieces
+/// is joined into one buffer sized by its declared length, so a body is held
+/// once, not once in pieces and once joined.
+pub async fn read_body_admitting<B>(
+    body: B,
+    limit_bytes: usize,
+    timeout: std::time::Duration,
+    mut admit: impl FnMut(usize) -> bool,
+) -> Result<Bytes, Option<Refusal>>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    const TOO_LARGE: Refusal = Refusal {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        message: "request body too large",
+    };
+    let declared = body.size_hint().exact();
+    let read = async {
+        let mut body = std::pin::pin!(body);
+        let mut first: Option<Bytes> = None;
+        let mut joined = bytes::BytesMut::new();
+        let mut len = 0usize;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                return Err(Some(Refusal {
+                    status: StatusCode::BAD_REQUEST,
+                    message: "cannot read the request body",
+                }));
+            };
+            // Trailers carry nothing a handler reads.
+            let Ok(mut data) = frame.into_data() else {
+                continue;
+            };
+            // Free for `Bytes` (hyper's), a copy for other bodies.
+            let remaining = bytes::Buf::remaining(&data);
+            let data = bytes::Buf::copy_to_bytes(&mut data, remaining);
+            if data.is_empty() {
+                continue;
+            }
+            len += data.len();
+            if len > limit_bytes {
+                return Err(Some(TOO_LARGE));
+            }
+            if !admit(data.len()) {
+                return Err(None);
+            }
+            match first.take() {
+                None if joined.is_empty() => first = Some(data),
+                held => {
+                    if let Some(held) = held {
+                        let room = declared.map_or(len, |n| n as usize).clamp(len, limit_bytes);
+                        joined.reserve(room);
+                        joined.extend_from_slice(&held);
+                    }
+                    joined.extend_from_slice(&data);
+                }
+            }
+        }
+        Ok(first.unwrap_or_else(|| joined.freeze()))
+    };
     let deadline = async {
         narad_io::rt::sleep(timeout).await;
-        None
-    };
-    let Some(collected) = futures_lite::future::or(collect, deadline).await else {
-        return Err(Refusal {
+        Err(Some(Refusal {
             status: StatusCode::REQUEST_TIMEOUT,
             message: "request body not received within http.read_timeout",
-        });
+        }))
     };
-    match collected {
-        Ok(collected) => {
-            let bytes = collected.to_bytes();
-            assert!(bytes.len() <= limit_bytes);
-            Ok(bytes)
-        }
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(Refusal {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            message: "request body too large",
-        }),
-        Err(_) => Err(Refusal {
-            status: StatusCode::BAD_REQUEST,
-            message: "cannot read the request body",
-        }),
-    }
+    let bytes = futures_lite::future::or(read, deadline).await?;
+    assert!(bytes.len() <= limit_bytes);
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -231,6 +286,58 @@ mod tests {
                 read(17).await.unwrap_err().status,
                 StatusCode::PAYLOAD_TOO_LARGE
             );
+        });
+    }
+
+    /// A body that arrives in the given pieces.
+    struct Pieces(std::collections::VecDeque<Bytes>);
+
+    impl hyper::body::Body for Pieces {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+            std::task::Poll::Ready(self.0.pop_front().map(|b| Ok(hyper::body::Frame::data(b))))
+        }
+    }
+
+    #[test]
+    fn a_body_is_joined_from_its_pieces_each_admitted_first() {
+        narad_io::rt::run_local(None, async {
+            let second = std::time::Duration::from_secs(1);
+            let pieces = |parts: &[&'static [u8]]| {
+                Pieces(parts.iter().map(|p| Bytes::from_static(p)).collect())
+            };
+            let mut seen = Vec::new();
+            let whole = read_body_admitting(pieces(&[b"ab", b"", b"cde"]), 8, second, |n| {
+                seen.push(n);
+                true
+            })
+            .await
+            .unwrap();
+            assert_eq!((&whole[..], &seen[..]), (&b"abcde"[..], &[2, 3][..]));
+            // One piece is kept as it came, not copied.
+            let one = Bytes::from_static(b"xyz");
+            let kept = read_body_admitting(Pieces([one.clone()].into()), 8, second, |_| true)
+                .await
+                .unwrap();
+            assert_eq!(kept.as_ptr(), one.as_ptr());
+            // A piece not admitted stops the read; one past the cap is 413.
+            let mut admitted = 0;
+            let stopped = read_body_admitting(pieces(&[b"ab", b"cd", b"ef"]), 8, second, |_| {
+                admitted += 1;
+                admitted < 2
+            })
+            .await;
+            assert!(matches!(stopped, Err(None)));
+            let capped = read_body_admitting(pieces(&[b"abcd", b"efghi"]), 8, second, |_| true)
+                .await
+                .unwrap_err()
+                .unwrap();
+            assert_eq!(capped.status, StatusCode::PAYLOAD_TOO_LARGE);
         });
     }
 

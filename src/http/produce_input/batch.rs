@@ -71,6 +71,14 @@ pub struct BatchRefusal {
     pub message: String,
 }
 
+/// Refuses (415) a `Content-Encoding` this server cannot decode, so that a
+/// handler can answer before reading the body.
+pub fn check_content_encoding(content_encoding: Option<&str>) -> Result<(), BatchRefusal> {
+    content::content_encoding(content_encoding)
+        .map(|_| ())
+        .map_err(content_refusal)
+}
+
 /// Decodes and checks a whole batch for a topic of `partitions` partitions.
 /// `content_encoding` is the request's `Content-Encoding` header, if any.
 pub fn decode_batch(
