@@ -142,6 +142,46 @@ fn a_client_that_never_finishes_its_body_is_answered_408_after_the_read_timeout(
     assert!(rest.contains("http.read_timeout"), "{rest}");
 }
 
+/// A request answered before its body was read (413 past the cap, 415 for an
+/// encoding the server cannot decode) reaches a client that is still sending
+/// the body: the server reads and drops the rest before it closes, rather than
+/// close with bytes unread, which resets the connection under the answer.
+#[test]
+fn a_client_still_sending_its_body_reads_the_early_answer() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create_topic(&mut client, "early");
+    // Whether a reset comes before the answer is read depends on timing:
+    // several rounds make a server that does not linger fail.
+    for _ in 0..10 {
+        let mut client = node.client();
+        let too_large = client
+            .request(
+                "POST",
+                "/v1/topics/early/produce",
+                &[("content-type", "application/octet-stream")],
+                vec![b'x'; 3 << 20],
+            )
+            .expect("the whole body is sent and the answer read");
+        assert_eq!(too_large.status, 413, "{too_large:?}");
+        assert!(client.is_closed_by_server());
+
+        let mut client = node.client();
+        let unsupported = client
+            .request(
+                "POST",
+                "/v1/topics/early/produce/batch",
+                &[
+                    ("content-type", "application/json"),
+                    ("content-encoding", "br"),
+                ],
+                vec![b' '; 3 << 20],
+            )
+            .expect("the whole body is sent and the answer read");
+        assert_eq!(unsupported.status, 415, "{unsupported:?}");
+    }
+}
+
 #[test]
 fn connections_over_the_node_limit_are_answered_503_and_closed() {
     let node = Node::start(&[("NARAD_HTTP_MAX_CONNECTIONS", "2")]);

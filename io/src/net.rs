@@ -181,6 +181,18 @@ pub struct Stream {
     response_write_max: Option<Duration>,
     /// When the bytes written since the peer last sent anything began.
     writing_since: Option<Instant>,
+    /// See [`Stream::linger_on_close`]; `None`: a drop closes at once.
+    linger: Option<Linger>,
+    /// The peer closed its side (a read saw the end) or the socket failed:
+    /// nothing more will come to read, so a close need not linger.
+    peer_done: bool,
+}
+
+/// How long, and for how many bytes, a closed stream keeps reading.
+#[derive(Clone, Copy, Debug)]
+pub struct Linger {
+    pub within: Duration,
+    pub bytes_max: usize,
 }
 
 impl Stream {
@@ -193,7 +205,32 @@ impl Stream {
             write_stall: None,
             response_write_max: None,
             writing_since: None,
+            linger: None,
+            peer_done: false,
         })
+    }
+
+    /// Makes a drop of this stream a lingering close when the peer may still be
+    /// sending: the write side is shut (the peer reads the whole answer, then
+    /// the end), and a task on this shard reads and discards what still comes
+    /// until the peer closes, `linger.within` passes or `linger.bytes_max`
+    /// bytes came. Closed at once instead, a socket with unread bytes, or one
+    /// that receives more, answers with a reset, and a client still sending a
+    /// body (one answered early: 413, 415, 503) would see the reset instead of
+    /// the answer. Call on the shard's executor; the drop spawns there.
+    pub fn linger_on_close(&mut self, linger: Linger) {
+        self.linger = Some(linger);
+    }
+
+    /// Closes the stream lingering as [`Stream::linger_on_close`] describes,
+    /// on this task: returns once the socket is closed.
+    pub async fn close_lingering(mut self, linger: Linger) {
+        self.linger = None;
+        let socket = self.socket.try_clone();
+        drop(self);
+        if let Ok(socket) = socket {
+            linger_then_close(socket, linger).await;
+        }
     }
 
     /// Bounds the time spent writing one response, from its first byte: a write
@@ -238,11 +275,20 @@ impl Stream {
         cx: &mut Context<'_>,
         buf: &mut [MaybeUninit<u8>],
     ) -> Poll<io::Result<usize>> {
-        let filled =
-            ready!(self
-                .registration
-                .source()
-                .poll_recv_uninit(self.socket.as_raw_fd(), cx, buf))?;
+        let filled = match ready!(self.registration.source().poll_recv_uninit(
+            self.socket.as_raw_fd(),
+            cx,
+            buf
+        )) {
+            Ok(filled) => filled,
+            Err(e) => {
+                self.peer_done = true;
+                return Poll::Ready(Err(e));
+            }
+        };
+        if filled == 0 && !buf.is_empty() {
+            self.peer_done = true;
+        }
         if filled > 0 {
             // The peer sent something: the next write starts a response.
             self.writing_since = None;
@@ -294,6 +340,42 @@ impl Stream {
             _ => Poll::Ready(Ok(())),
         }
     }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let Some(linger) = self.linger.filter(|_| !self.peer_done) else {
+            return;
+        };
+        // The socket lives on in a second descriptor; this one closes with
+        // its registration as usual.
+        if let Ok(socket) = self.socket.try_clone() {
+            crate::rt::spawn_local(linger_then_close(socket, linger));
+        }
+    }
+}
+
+/// Shuts the write side of `socket`, then reads and discards until the peer
+/// closes or `linger` runs out; the socket closes when this returns.
+async fn linger_then_close(socket: OwnedFd, linger: Linger) {
+    let _ = socket2::SockRef::from(&socket).shutdown(std::net::Shutdown::Write);
+    let Ok(registration) = Registration::new(socket.as_raw_fd()) else {
+        return;
+    };
+    let discard = async {
+        let mut buf = [0u8; 16 << 10];
+        let mut read_bytes = 0;
+        while read_bytes < linger.bytes_max {
+            let fd = socket.as_raw_fd();
+            match poll_fn(|cx| registration.source().poll_recv(fd, cx, &mut buf)).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read_bytes += n,
+            }
+        }
+    };
+    futures_lite::future::or(discard, glommio::timer::sleep(linger.within)).await;
+    // Deregistered before the socket closes.
+    drop(registration);
 }
 
 impl hyper::rt::Read for Stream {

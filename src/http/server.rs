@@ -32,9 +32,9 @@ use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use futures_lite::future::or;
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::io::AsyncWriteExt;
 use hyper::server::conn::http1;
-use narad_io::net::{Listener, ShardTimer, Stream};
+use narad_io::net::{Linger, Listener, ShardTimer, Stream};
 
 use super::node::{ConnectionPermit, NodeState};
 use super::routes::Routes;
@@ -51,8 +51,18 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 const OVERFLOW_ANSWERS_MAX: usize = 64;
 /// How long, and how many bytes, an over-limit connection is read after its 503 so
 /// that closing it does not reset the connection before the client reads the answer.
-const OVERFLOW_LINGER: Duration = Duration::from_millis(500);
-const OVERFLOW_LINGER_BYTES_MAX: usize = 64 << 10;
+const OVERFLOW_LINGER: Linger = Linger {
+    within: Duration::from_millis(500),
+    bytes_max: 64 << 10,
+};
+/// The same for a connection the server closes while its client may still be
+/// sending (a request answered before its body was read: 413, 415, a 503 while
+/// draining): a few times the single produce's 1 MiB cap, within the half
+/// second other servers wait before they close.
+const CLOSE_LINGER: Linger = Linger {
+    within: Duration::from_millis(500),
+    bytes_max: 4 << 20,
+};
 /// After the grace, how long to wait for dropped connections to finish unwinding.
 const CLOSE_WAIT_MAX: Duration = Duration::from_secs(1);
 /// hyper buffers at least this much per connection whatever the header limit.
@@ -296,6 +306,7 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
     // response, so a client reading a byte now and then cannot keep a slot.
     let _ = stream.set_write_timeout(shared.write_timeout);
     stream.set_response_write_max(shared.write_timeout);
+    stream.linger_on_close(CLOSE_LINGER);
     let requests_seen = Rc::new(Cell::new(0u64));
     let peer = stream.peer_addr().ok().map(|a| super::ClientAddr(a.ip()));
     let service = {
@@ -367,19 +378,9 @@ async fn answer_overflow(shared: Rc<Shared>, mut stream: Stream) {
          retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
-    let _ = stream.set_write_timeout(OVERFLOW_LINGER);
-    if stream.write_all(answer.as_bytes()).await.is_ok() && stream.close().await.is_ok() {
-        let discard = async {
-            let mut buf = [0u8; 4096];
-            let mut read_bytes = 0;
-            while read_bytes < OVERFLOW_LINGER_BYTES_MAX {
-                match stream.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => read_bytes += n,
-                }
-            }
-        };
-        or(discard, narad_io::rt::sleep(OVERFLOW_LINGER)).await;
+    let _ = stream.set_write_timeout(OVERFLOW_LINGER.within);
+    if stream.write_all(answer.as_bytes()).await.is_ok() {
+        stream.close_lingering(OVERFLOW_LINGER).await;
     }
     tracing::debug!(
         shard = shared.shard,
