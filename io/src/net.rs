@@ -158,12 +158,31 @@ impl Listener {
                 io::ErrorKind::WouldBlock => source.read_found_nothing(cx),
                 // The connection was reset before we took it: take the next.
                 io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => {}
+                _ if is_connection_error(&e) => {}
                 _ => return Poll::Ready(Err(e)),
             }
         })
         .await?;
         Stream::new(fd)
     }
+}
+
+/// An error `accept` passes on from one pending connection, which accept(2)
+/// says to retry like `EAGAIN`: it says nothing about the listening socket.
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ENETDOWN
+                | libc::EPROTO
+                | libc::ENOPROTOOPT
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EHOSTUNREACH
+                | libc::EOPNOTSUPP
+                | libc::ENETUNREACH
+        )
+    )
 }
 
 /// An accepted TCP connection, owned by the shard that accepted it. Its readiness
@@ -589,6 +608,16 @@ mod stream_tests {
         let loopback: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let (mut sockets, addr) = bind_reuseport_group(loopback, 1).unwrap();
         (Listener::adopt(sockets.pop().unwrap()).unwrap(), addr)
+    }
+
+    #[test]
+    fn errors_of_one_pending_connection_do_not_stop_accepting() {
+        for errno in [libc::EPROTO, libc::ENETUNREACH, libc::EHOSTUNREACH] {
+            assert!(is_connection_error(&io::Error::from_raw_os_error(errno)));
+        }
+        for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS] {
+            assert!(!is_connection_error(&io::Error::from_raw_os_error(errno)));
+        }
     }
 
     #[test]

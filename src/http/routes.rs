@@ -332,16 +332,23 @@ fn status_label(status: StatusCode) -> &'static str {
         202 => "202",
         204 => "204",
         400 => "400",
+        401 => "401",
+        403 => "403",
         404 => "404",
         405 => "405",
+        408 => "408",
         409 => "409",
         410 => "410",
         413 => "413",
         415 => "415",
+        422 => "422",
         429 => "429",
         431 => "431",
         500 => "500",
+        501 => "501",
+        502 => "502",
         503 => "503",
+        504 => "504",
         _ => "other",
     }
 }
@@ -376,6 +383,18 @@ mod tests {
             .unwrap()
             .to_bytes();
         (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[test]
+    fn every_status_the_api_answers_is_its_own_label() {
+        for code in [
+            200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 409, 410, 413, 415, 422, 429, 431,
+            500, 501, 502, 503, 504,
+        ] {
+            let status = StatusCode::from_u16(code).unwrap();
+            assert_eq!(status_label(status), code.to_string());
+        }
+        assert_eq!(status_label(StatusCode::IM_A_TEAPOT), "other");
     }
 
     #[test]

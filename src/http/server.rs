@@ -233,10 +233,15 @@ impl Shared {
 
 async fn accept_loop(shared: Rc<Shared>, listener: Listener) {
     loop {
-        let accepted = or(async { Some(listener.accept().await) }, async {
-            shared.until(ACCEPTOR_ID, Phase::Draining).await;
-            None
-        })
+        // The stop is looked at first: connections that keep arriving must not
+        // keep a stopping shard accepting.
+        let accepted = or(
+            async {
+                shared.until(ACCEPTOR_ID, Phase::Draining).await;
+                None
+            },
+            async { Some(listener.accept().await) },
+        )
         .await;
         match accepted {
             None => break,
