@@ -28,7 +28,9 @@
 
 mod poller;
 mod storage;
-pub use poller::{clear_queue_gauges, poll_once, run_poller, Behind, POLL_INTERVAL};
+pub use poller::{
+    clear_queue_gauges, poll_once, run_poller, Behind, POLL_INTERVAL, QUEUE_LOADS_PER_POLL,
+};
 pub use storage::StorageMetrics;
 
 use std::cell::RefCell;

@@ -32,7 +32,9 @@
 //! `storage.retention_check_interval_ms`). The topic's `retention_ms` as the API
 //! shows it does not change. Release binaries never read these variables either.
 //! Likewise `NARAD_DEBUG_METRICS_POLL_MS=<ms>` refreshes the polled gauges that
-//! often instead of every 5 s.
+//! often instead of every 5 s, and `NARAD_DEBUG_METRICS_QUEUE_LOADS=<n>` has a
+//! poll load the consumer state of at most `n` untouched partitions instead of
+//! 64 (0: none, so that their logs stay closed).
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -478,7 +480,13 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
             crate::metrics::POLL_INTERVAL,
             std::time::Duration::from_millis,
         );
-    narad_io::rt::spawn_local(crate::metrics::run_poller(shard.clone(), metrics_poll));
+    let queue_loads = debug_env_u64("NARAD_DEBUG_METRICS_QUEUE_LOADS")?
+        .map_or(crate::metrics::QUEUE_LOADS_PER_POLL, |n| n as usize);
+    narad_io::rt::spawn_local(crate::metrics::run_poller(
+        shard.clone(),
+        metrics_poll,
+        queue_loads,
+    ));
     let committer = crate::consume::persist::committer_config(consumer_offset_interval, shards);
     let persister_task = narad_io::rt::spawn_local(crate::consume::persist::run_persister(
         shard.clone(),

@@ -624,6 +624,45 @@ fn queue_gauges_of_a_deleted_topic_go_back_to_zero() {
     assert_eq!(gauges(&scrape(&mut client)), [0.0; 3]);
 }
 
+/// After a restart, a backlog nobody consumes shows in the lag and age
+/// gauges: the poller loads the consumer state of partitions no consumer has
+/// touched.
+#[test]
+fn a_backlog_nobody_consumes_shows_its_lag_after_a_restart() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let env = [("NARAD_DEBUG_METRICS_POLL_MS", "100")];
+    let mut node = Node::start_in(&data, 2, &env);
+    let mut client = node.client();
+    let body = json!({ "name": "backlog", "partitions": 3 }).to_string();
+    assert_eq!(post_topic(&mut client, &body).status, 201);
+    for i in 0..7 {
+        produce_ok(&mut client, "backlog", "", format!("record {i}").as_bytes());
+    }
+    wait_for_total(&mut client, "backlog", 3, 7, Duration::from_secs(20));
+    node.sigterm();
+    assert!(node.wait_for_exit(Duration::from_secs(30)).success());
+    drop(node);
+
+    let node = Node::start_in(&data, 2, &env);
+    let mut client = node.client();
+    let topic = "topic=\"backlog\"";
+    wait_until(
+        Duration::from_secs(10),
+        "the lag of every partition",
+        || {
+            let samples = scrape(&mut client);
+            let lag = sum(&samples, "narad_consumer_lag_messages", &[topic]);
+            let age = sum(
+                &samples,
+                "narad_oldest_unconsumed_message_age_seconds",
+                &[topic],
+            );
+            (lag == 7.0 && age > 0.0).then_some(())
+        },
+    );
+}
+
 #[test]
 fn the_age_poll_lets_a_lagging_partition_close_when_idle() {
     // Logs idle for 300 ms close at the reaper's next check (every 100 ms); the
@@ -671,11 +710,14 @@ fn the_age_poll_lets_a_lagging_partition_close_when_idle() {
 fn housekeeping_series_count_the_cold_walk_quarantine_and_each_loops_last_success() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let data = dir.path().join("data");
-    // Finite retentions are 2 s; the reaper checks every 100 ms.
+    // Finite retentions are 2 s; the reaper checks every 100 ms. The gauge
+    // poller leaves the logs closed (it would open them to load their
+    // consumer state, and the hot retention check would then reap them).
     let env = [
         ("NARAD_DEBUG_RETENTION_MS_OVERRIDE", "2000"),
         ("NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS", "100"),
         ("NARAD_DEBUG_METRICS_POLL_MS", "100"),
+        ("NARAD_DEBUG_METRICS_QUEUE_LOADS", "0"),
     ];
     let mut node = Node::start_in(&data, 1, &env);
     let mut client = node.client();

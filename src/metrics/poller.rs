@@ -18,7 +18,13 @@ pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5)
 /// open logs, the consumer state of the partitions it has loaded and the age
 /// of their oldest unacked records, and the size of its topics. Shard 0 also
 /// starts the thread that measures the data directory.
-pub async fn run_poller(shard: Rc<crate::broker::Shard>, every: std::time::Duration) {
+/// `queue_loads` bounds the partitions a poll loads the consumer state of
+/// ([`QUEUE_LOADS_PER_POLL`] unless a test says otherwise).
+pub async fn run_poller(
+    shard: Rc<crate::broker::Shard>,
+    every: std::time::Duration,
+    queue_loads: usize,
+) {
     if shard.index == 0 {
         start_data_dir_walker(shard.data_dir.clone(), every, shard.meta.published());
         narad_io::rt::spawn_local(watch_disk(shard.clone(), every.min(DISK_CHECK_EVERY)));
@@ -27,8 +33,41 @@ pub async fn run_poller(shard: Rc<crate::broker::Shard>, every: std::time::Durat
     while !shard.stopping.get() {
         let behind = poll_once(&shard);
         set_oldest_unconsumed_ages(&shard, behind, &mut known).await;
+        load_unwatched_queues(&shard, queue_loads).await;
         narad_shards::produce::reaper::note_success("gauges");
         narad_io::rt::sleep(every).await;
+    }
+}
+
+/// Partitions whose consumer state a poll loads at most, so that a node with
+/// many partitions opens their logs over a few polls rather than all at once.
+pub const QUEUE_LOADS_PER_POLL: usize = 64;
+
+/// Loads the consumer state of up to `budget` partitions this shard owns that
+/// no consumer has touched since the node started, so that their lag and the
+/// age of their oldest record are exported too: an alert on a backlog nobody
+/// consumes must not stay silent because nobody consumes it. A loaded queue
+/// follows its partition's high watermark from then on with no further read
+/// (loading it opens the log once, to learn where it ends).
+async fn load_unwatched_queues(shard: &crate::broker::Shard, budget: usize) {
+    let snapshot = shard.meta.snapshot();
+    let mut left = budget;
+    for (name, record) in &snapshot.topics {
+        if left == 0 {
+            return;
+        }
+        let unloaded: Vec<PartitionId> = (0..record.partitions)
+            .map(PartitionId)
+            .filter(|&p| shard.owner_of(record.id, p) == shard.index)
+            .filter(|&p| shard.queues.loaded((record.id, p)).is_none())
+            .take(left)
+            .collect();
+        if unloaded.is_empty() {
+            continue;
+        }
+        left -= unloaded.len();
+        let topic: std::sync::Arc<str> = name.as_str().into();
+        shard.queues.load_all(&topic, record, &unloaded).await;
     }
 }
 
