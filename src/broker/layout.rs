@@ -83,6 +83,30 @@ pub fn unmark_deleting(data_dir: &Path, topic: &str, id: IncarnationId) {
     }
 }
 
+/// After a delete that lost to another delete of the same incarnation:
+/// removes the incarnation's directory if it holds nothing but the marker.
+/// The winner set the data aside before this delete marked it again, and
+/// that marker, left alone, would keep an empty directory (counted as an
+/// orphan) until the next start. A directory with data in it is the winner's,
+/// still to be set aside: its marker stays.
+pub fn drop_bare_marker(data_dir: &Path, topic: &str, id: IncarnationId) {
+    let root = data_dir.join(super::incarnation_dir(topic, id));
+    let only_marker = std::fs::read_dir(&root).is_ok_and(|entries| {
+        let names: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .collect();
+        names == [DELETING_MARKER]
+    });
+    if only_marker {
+        let _ = std::fs::remove_file(root.join(DELETING_MARKER));
+        if std::fs::remove_dir(&root).is_ok() {
+            if let Some(parent) = root.parent() {
+                let _ = sync_dir(parent);
+            }
+        }
+    }
+}
+
 /// Renames a deleted incarnation's directory out of the way (durably), then
 /// hands it to the background remover: it may hold gigabytes.
 pub fn set_aside(data_dir: &Path, topic: &str, id: IncarnationId) -> std::io::Result<()> {
@@ -313,7 +337,14 @@ mod tests {
 
         let root = incarnation(data, "doomed", &id.to_string(), false);
         mark_deleting(data, "doomed", id).unwrap();
+        // A delete that lost the race leaves the winner's marked data alone ...
+        drop_bare_marker(data, "doomed", id);
+        assert!(root.join(DELETING_MARKER).exists());
         set_aside(data, "doomed", id).unwrap();
+        // ... and takes away the directory its own marker made again.
+        mark_deleting(data, "doomed", id).unwrap();
+        drop_bare_marker(data, "doomed", id);
+        assert!(!root.exists());
         assert!(!root.exists());
         let aside = root.with_extension("deleted");
         for _ in 0..1000 {

@@ -262,7 +262,7 @@ pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
                 {
                     layout::unmark_deleting(&shard.data_dir, &topic, current.id)
                 }
-                _ => {}
+                _ => layout::drop_bare_marker(&shard.data_dir, &topic, current.id),
             }
             applied
         })
