@@ -1,16 +1,24 @@
 //! `narad inspect wal|log <dir>`: what is on disk, without changing it.
 //!
-//! Runs on one executor in the calling thread. It reads every segment of the
-//! directory through the same O_DIRECT storage the broker uses, with the broker's
-//! own decoders, and reports what recovery would find: the checkpoint, each
-//! segment's sequence range, where its valid frames end, and any corruption.
+//! Runs in the calling thread. It reads every segment of the directory with
+//! the broker's own decoders and reports what recovery would find: the
+//! checkpoint, each segment's sequence range, where its valid frames end, and
+//! any corruption.
+//!
+//! It reads through the page cache with files opened read-only
+//! ([`ReadOnlyFile`]), not through the broker's O_DIRECT storage: that storage
+//! opens files for writing and creates a probe file in the directory, so it
+//! cannot read a read-only mount or a copy owned by another user, and an
+//! inspector must not write where it looks. On a stopped node the page cache
+//! holds what the file system holds.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 
-use narad_io::dma::DmaStorage;
-use narad_io::file::OpenMode;
-use narad_io::{BlockFile, Storage};
+use futures_lite::future::block_on;
+use narad_io::BlockFile;
 use narad_shards::ids::{Offset, Seq};
 use narad_shards::log::recovery::scan_tail;
 use narad_shards::wal::checkpoint::{decode as decode_checkpoint, CHECKPOINT_FILE};
@@ -19,20 +27,102 @@ use narad_shards::wal::segment::{parse_segment_name, scan, ScanError, PREP_FILE,
 /// Index interval used only to drive the scan; the report does not use the index.
 const SCAN_INDEX_INTERVAL_BYTES: u64 = 1 << 20;
 
-/// Describes the ingress WAL in `dir`.
-pub fn inspect_wal(dir: &Path) -> Result<String, String> {
-    let storage = DmaStorage::new(dir);
-    narad_io::rt::run_local(None, async move { wal_report(storage).await })
+/// A file opened for reading only. Every write, sync or truncate is refused:
+/// nothing the inspector runs should try one.
+struct ReadOnlyFile(std::fs::File);
+
+fn read_only() -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, "the inspector only reads")
 }
 
-async fn wal_report(storage: DmaStorage) -> Result<String, String> {
-    let names = storage.list("").await.map_err(|e| e.to_string())?;
+impl ReadOnlyFile {
+    fn open(dir: &Path, name: &str) -> io::Result<ReadOnlyFile> {
+        std::fs::File::open(dir.join(name)).map(ReadOnlyFile)
+    }
+}
+
+impl BlockFile for ReadOnlyFile {
+    async fn write_at(&self, _: u64, _: &[u8]) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    async fn write_with(&self, _: u64, _: usize, _: impl FnOnce(&mut [u8])) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    async fn write_durable_with(
+        &self,
+        _: u64,
+        _: usize,
+        _: impl FnOnce(&mut [u8]),
+    ) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    /// Fills `buf` from `pos` up to the end of the file, zeroes the rest, and
+    /// returns how much came from the file, as the broker's storage does.
+    async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.0.read_at(&mut buf[filled..], pos + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf[filled..].fill(0);
+        Ok(filled)
+    }
+
+    async fn read_with<R>(
+        &self,
+        pos: u64,
+        len: usize,
+        inspect: impl FnOnce(&[u8]) -> R,
+    ) -> io::Result<R> {
+        let mut buf = vec![0u8; len];
+        self.read_at(pos, &mut buf).await?;
+        Ok(inspect(&buf))
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    async fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    async fn truncate(&self, _: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+
+    async fn close(self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The names of the files in `dir`.
+fn list(dir: &Path) -> Result<Vec<String>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Describes the ingress WAL in `dir`.
+pub fn inspect_wal(dir: &Path) -> Result<String, String> {
+    block_on(wal_report(dir.to_path_buf()))
+}
+
+async fn wal_report(dir: PathBuf) -> Result<String, String> {
+    let names = list(&dir)?;
     let mut out = String::new();
     let checkpoint = if names.iter().any(|n| n == CHECKPOINT_FILE) {
-        let file = storage
-            .open(CHECKPOINT_FILE, OpenMode::Existing)
-            .await
-            .map_err(|e| e.to_string())?;
+        let file = ReadOnlyFile::open(&dir, CHECKPOINT_FILE).map_err(|e| e.to_string())?;
         let mut block = vec![0u8; narad_io::BLOCK_BYTES];
         file.read_at(0, &mut block)
             .await
@@ -53,10 +143,7 @@ async fn wal_report(storage: DmaStorage) -> Result<String, String> {
     for (i, &first) in firsts.iter().enumerate() {
         let name = narad_shards::wal::segment::segment_name(first);
         let last_expected = firsts.get(i + 1).map(|next| Seq(next.0 - 1));
-        let file = storage
-            .open(&name, OpenMode::Existing)
-            .await
-            .map_err(|e| e.to_string())?;
+        let file = ReadOnlyFile::open(&dir, &name).map_err(|e| e.to_string())?;
         let size = file.size().await.map_err(|e| e.to_string())?;
         let line = match scan(&file, first, last_expected).await {
             Ok(end) => {
@@ -99,8 +186,7 @@ async fn wal_report(storage: DmaStorage) -> Result<String, String> {
 
 /// Describes the partition log in `dir`.
 pub fn inspect_log(dir: &Path) -> Result<String, String> {
-    let storage = DmaStorage::new(dir);
-    narad_io::rt::run_local(None, async move { log_report(storage).await })
+    block_on(log_report(dir.to_path_buf()))
 }
 
 fn parse_log_name(name: &str) -> Option<Offset> {
@@ -110,16 +196,13 @@ fn parse_log_name(name: &str) -> Option<Offset> {
         .flatten()
 }
 
-async fn log_report(storage: DmaStorage) -> Result<String, String> {
-    let names = storage.list("").await.map_err(|e| e.to_string())?;
+async fn log_report(dir: PathBuf) -> Result<String, String> {
+    let names = list(&dir)?;
     let mut out = String::new();
     let bases: Vec<Offset> = names.iter().filter_map(|n| parse_log_name(n)).collect();
     for base in &bases {
         let name = format!("{:020}.log", base.0);
-        let file = storage
-            .open(&name, OpenMode::Existing)
-            .await
-            .map_err(|e| e.to_string())?;
+        let file = ReadOnlyFile::open(&dir, &name).map_err(|e| e.to_string())?;
         let size = file.size().await.map_err(|e| e.to_string())?;
         let bytes = narad_io::append::read_exact_at(&file, 0, size as usize)
             .await
