@@ -65,7 +65,7 @@ pub struct HttpConfig {
     pub read_timeout: Duration,
     /// Longest a response write may make no progress.
     pub write_timeout: Duration,
-    /// Reference key, validated; idle connections are bounded by `read_timeout`.
+    /// How long a keep-alive connection may wait for its next request.
     pub idle_timeout: Duration,
     /// How long a stopping node lets in-flight requests finish.
     pub shutdown_grace: Duration,

@@ -102,6 +102,56 @@ fn a_client_that_trickles_its_headers_is_cut_off_after_the_read_timeout() {
     );
 }
 
+/// A keep-alive connection waits `http.idle_timeout` for its next request,
+/// not the read timeout; the head of that request, once begun, must still
+/// arrive within the read timeout.
+#[test]
+fn an_idle_connection_waits_the_idle_timeout_and_a_late_head_the_read_timeout() {
+    let node = Node::start(&[
+        ("NARAD_HTTP_READ_TIMEOUT", "1s"),
+        ("NARAD_HTTP_IDLE_TIMEOUT", "3s"),
+    ]);
+    let mut client = node.client();
+    assert_eq!(
+        client.request("GET", "/healthz", &[], "").unwrap().status,
+        200
+    );
+    // Idle past the read timeout, within the idle timeout: still served.
+    std::thread::sleep(Duration::from_millis(1_800));
+    assert_eq!(
+        client.request("GET", "/healthz", &[], "").unwrap().status,
+        200
+    );
+    // Idle past the idle timeout: closed by then.
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let _ = client.stream.read_to_end(&mut rest);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2_500) && waited < Duration::from_secs(8),
+        "closed after {waited:?}"
+    );
+    assert!(rest.is_empty(), "{}", String::from_utf8_lossy(&rest));
+
+    // A request begun after a short idle must finish its head within the
+    // read timeout of its first byte.
+    let mut client = node.client();
+    assert_eq!(
+        client.request("GET", "/healthz", &[], "").unwrap().status,
+        200
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    client
+        .stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n")
+        .unwrap();
+    let rest = rest_after_one_second_timeout(&mut client);
+    assert!(
+        rest.is_empty() || rest.starts_with("HTTP/1.1 408"),
+        "{rest}"
+    );
+}
+
 /// What the node sends before it closes the connection, which must happen
 /// after about the 1 s read timeout the test configured.
 fn rest_after_one_second_timeout(client: &mut Client) -> String {

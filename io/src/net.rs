@@ -200,11 +200,91 @@ pub struct Stream {
     response_write_max: Option<Duration>,
     /// When the bytes written since the peer last sent anything began.
     writing_since: Option<Instant>,
+    /// See [`Stream::set_read_limits`]; `None`: reads wait for ever.
+    read_limits: Option<ReadLimits>,
+    /// When the bytes of the request now arriving began, if one is.
+    request_started: Option<Instant>,
+    /// Fires at the read deadline it was made for.
+    read_timer: Option<(Instant, glommio::timer::Timer)>,
     /// See [`Stream::linger_on_close`]; `None`: a drop closes at once.
     linger: Option<Linger>,
     /// The peer closed its side (a read saw the end) or the socket failed:
     /// nothing more will come to read, so a close need not linger.
     peer_done: bool,
+}
+
+/// Where a connection's exchange stands, as its server tells the stream: a
+/// read waits within the limits of [`ReadLimits`] only between requests.
+#[derive(Clone, Copy, Debug)]
+pub enum Exchange {
+    /// No request is being served; the last one was answered at `since` (or
+    /// the connection was accepted then: `fresh`).
+    Idle { since: Instant, fresh: bool },
+    /// A request's head was read and it is being served: its body's reads,
+    /// and the wait of a long-poll, are bounded by the handler, not here.
+    Busy,
+}
+
+/// A connection's [`Exchange`], moved by its server and read by its stream.
+pub struct ExchangeCell {
+    now: Cell<Exchange>,
+    /// A read that found nothing while the connection was busy: it has no
+    /// deadline yet, and must be polled again once one starts (hyper does not
+    /// read again on its own after a read found nothing).
+    parked_read: Cell<Option<std::task::Waker>>,
+}
+
+impl ExchangeCell {
+    /// A connection just accepted.
+    pub fn fresh() -> ExchangeCell {
+        ExchangeCell {
+            now: Cell::new(Exchange::Idle {
+                since: Instant::now(),
+                fresh: true,
+            }),
+            parked_read: Cell::new(None),
+        }
+    }
+
+    /// A request's head was read: it is being served.
+    pub fn busy(&self) {
+        self.now.set(Exchange::Busy);
+    }
+
+    /// The request was answered: the wait for the next one starts.
+    pub fn answered(&self) {
+        self.now.set(Exchange::Idle {
+            since: Instant::now(),
+            fresh: false,
+        });
+        if let Some(waker) = self.parked_read.take() {
+            waker.wake();
+        }
+    }
+
+    pub fn get(&self) -> Exchange {
+        self.now.get()
+    }
+}
+
+impl std::fmt::Debug for ExchangeCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ExchangeCell")
+            .field(&self.now.get())
+            .finish()
+    }
+}
+
+/// The bounds on a server connection's reads between requests: the next
+/// request must begin within `idle` of the last answer, and its head must be
+/// read within `head` of its first byte (of the accept, for the first
+/// request). A read past either fails with `TimedOut`, which ends the
+/// connection.
+#[derive(Clone, Debug)]
+pub struct ReadLimits {
+    pub idle: Duration,
+    pub head: Duration,
+    pub exchange: std::rc::Rc<ExchangeCell>,
 }
 
 /// How long, and for how many bytes, a closed stream keeps reading.
@@ -224,9 +304,69 @@ impl Stream {
             write_stall: None,
             response_write_max: None,
             writing_since: None,
+            read_limits: None,
+            request_started: None,
+            read_timer: None,
             linger: None,
             peer_done: false,
         })
+    }
+
+    /// Bounds the waits between requests (see [`ReadLimits`]).
+    pub fn set_read_limits(&mut self, limits: ReadLimits) {
+        self.read_limits = Some(limits);
+    }
+
+    /// When a read that finds nothing must give up, if ever.
+    fn read_deadline(&self) -> Option<Instant> {
+        let limits = self.read_limits.as_ref()?;
+        match limits.exchange.get() {
+            Exchange::Busy => None,
+            Exchange::Idle { since, fresh: true } => Some(since + limits.head),
+            Exchange::Idle {
+                since,
+                fresh: false,
+            } => match self.request_started {
+                Some(started) if started >= since => Some(started + limits.head),
+                _ => Some(since + limits.idle),
+            },
+        }
+    }
+
+    /// Notes bytes that arrived between requests: the next request began.
+    fn note_request_bytes(&mut self) {
+        let Some(limits) = &self.read_limits else {
+            return;
+        };
+        if let Exchange::Idle { since, .. } = limits.exchange.get() {
+            if self.request_started.is_none_or(|started| started < since) {
+                self.request_started = Some(Instant::now());
+            }
+        }
+    }
+
+    /// Whether a read that found nothing has waited past its deadline; if not,
+    /// the read timer will wake the task at the deadline.
+    fn read_timed_out(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.read_deadline() else {
+            self.read_timer = None;
+            if let Some(limits) = &self.read_limits {
+                limits.exchange.parked_read.set(Some(cx.waker().clone()));
+            }
+            return false;
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        let timer = match &mut self.read_timer {
+            Some((at, timer)) if *at == deadline => timer,
+            slot => {
+                let timer = glommio::timer::Timer::new(deadline - now);
+                &mut slot.insert((deadline, timer)).1
+            }
+        };
+        Pin::new(timer).poll(cx).is_ready()
     }
 
     /// Makes a drop of this stream a lingering close when the peer may still be
@@ -294,17 +434,27 @@ impl Stream {
         cx: &mut Context<'_>,
         buf: &mut [MaybeUninit<u8>],
     ) -> Poll<io::Result<usize>> {
-        let filled = match ready!(self.registration.source().poll_recv_uninit(
-            self.socket.as_raw_fd(),
-            cx,
-            buf
-        )) {
-            Ok(filled) => filled,
-            Err(e) => {
+        let polled = self
+            .registration
+            .source()
+            .poll_recv_uninit(self.socket.as_raw_fd(), cx, buf);
+        let filled = match polled {
+            Poll::Ready(Ok(filled)) => filled,
+            Poll::Ready(Err(e)) => {
                 self.peer_done = true;
                 return Poll::Ready(Err(e));
             }
+            Poll::Pending if self.read_timed_out(cx) => {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "no request within the read limits",
+                )));
+            }
+            Poll::Pending => return Poll::Pending,
         };
+        if filled > 0 {
+            self.note_request_bytes();
+        }
         if filled == 0 && !buf.is_empty() {
             self.peer_done = true;
         }

@@ -34,7 +34,7 @@ use std::time::Duration;
 use futures_lite::future::or;
 use futures_lite::io::AsyncWriteExt;
 use hyper::server::conn::http1;
-use narad_io::net::{Linger, Listener, ShardTimer, Stream};
+use narad_io::net::{ExchangeCell, Linger, Listener, ReadLimits, ShardTimer, Stream};
 
 use super::node::{ConnectionPermit, NodeState};
 use super::routes::Routes;
@@ -78,6 +78,8 @@ const ACCEPTOR_ID: u64 = 0;
 #[derive(Clone, Debug)]
 pub struct HttpSettings {
     pub read_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
     pub write_timeout: Duration,
     pub shutdown_grace: Duration,
     pub max_header_bytes: usize,
@@ -89,6 +91,7 @@ impl From<&HttpConfig> for HttpSettings {
     fn from(http: &HttpConfig) -> Self {
         HttpSettings {
             read_timeout: http.read_timeout,
+            idle_timeout: http.idle_timeout,
             write_timeout: http.write_timeout,
             shutdown_grace: http.shutdown_grace,
             max_header_bytes: http.max_header_bytes,
@@ -115,6 +118,8 @@ struct Shared {
     node: Arc<NodeState>,
     routes: Rc<Routes>,
     builder: http1::Builder,
+    read_timeout: Duration,
+    idle_timeout: Duration,
     write_timeout: Duration,
     shutdown_grace: Duration,
     phase: Cell<Phase>,
@@ -140,8 +145,10 @@ impl ShardServer {
         builder
             .timer(ShardTimer)
             .keep_alive(true)
-            // Also bounds the wait for the next request on an idle connection.
-            .header_read_timeout(settings.read_timeout)
+            // hyper's header timer would start when it begins to wait for the
+            // next request, so an idle connection would be cut at the read
+            // timeout; the stream bounds both waits instead (`ReadLimits`).
+            .header_read_timeout(None)
             .max_header_size(settings.max_header_bytes)
             .max_buf_size(
                 (settings.max_header_bytes + BODY_READ_AHEAD_BYTES).max(HYPER_BUF_BYTES_MIN),
@@ -151,6 +158,8 @@ impl ShardServer {
             routes,
             node,
             builder,
+            read_timeout: settings.read_timeout,
+            idle_timeout: settings.idle_timeout,
             write_timeout: settings.write_timeout,
             shutdown_grace: settings.shutdown_grace,
             phase: Cell::new(Phase::Serving),
@@ -312,17 +321,31 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
     let _ = stream.set_write_timeout(shared.write_timeout);
     stream.set_response_write_max(shared.write_timeout);
     stream.linger_on_close(CLOSE_LINGER);
+    // `http.read_timeout` for the head of a request (from the accept for the
+    // first, from its first byte for later ones), `http.idle_timeout` for the
+    // wait between requests.
+    let exchange = Rc::new(ExchangeCell::fresh());
+    stream.set_read_limits(ReadLimits {
+        idle: shared.idle_timeout,
+        head: shared.read_timeout,
+        exchange: exchange.clone(),
+    });
     let requests_seen = Rc::new(Cell::new(0u64));
     let peer = stream.peer_addr().ok().map(|a| super::ClientAddr(a.ip()));
     let service = {
         let (routes, requests_seen) = (shared.routes.clone(), requests_seen.clone());
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             requests_seen.set(requests_seen.get() + 1);
+            exchange.busy();
             if let Some(peer) = peer {
                 request.extensions_mut().insert(peer);
             }
-            let routes = routes.clone();
-            async move { Ok::<_, Infallible>(routes.handle(request).await) }
+            let (routes, exchange) = (routes.clone(), exchange.clone());
+            async move {
+                let response = routes.handle(request).await;
+                exchange.answered();
+                Ok::<_, Infallible>(response)
+            }
         })
     };
     let connection = shared.builder.serve_connection(stream, service);
