@@ -204,6 +204,11 @@ impl Live {
         add(&self.consume_errors, 1);
     }
 
+    /// Consume and ack requests (and batch ack results) that failed so far.
+    pub fn consume_failures(&self) -> u64 {
+        self.consume_errors.get()
+    }
+
     /// Records consumed so far, by every consumer.
     pub fn consumed_records(&self) -> u64 {
         self.consumed_records.get()

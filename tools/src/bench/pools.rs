@@ -11,6 +11,12 @@ const DRAIN_IDLE: Duration = Duration::from_secs(2);
 /// ... or for at most this long, or twice the producing time if that is longer
 /// (consumers that fell behind get to finish the backlog they were measured on).
 const DRAIN_MAX: Duration = Duration::from_secs(30);
+/// ... but a `--verify` run that saw a consume or ack fail waits this long
+/// without progress while records are outstanding: the records of a failed
+/// exchange stay leased until their visibility timeout (30 s unless the topic
+/// says otherwise) and only then come back, and ending sooner would report
+/// them missing.
+const DRAIN_IDLE_AFTER_FAILURES: Duration = Duration::from_secs(35);
 /// How often the run checks whether the consumers are done.
 const CONTROL_TICK: Duration = Duration::from_millis(20);
 
@@ -152,13 +158,15 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
     loop {
         let now = Instant::now();
         let idle = now.saturating_duration_since(plan.last_progress.get().max(from));
+        let outstanding = plan.ledger.borrow().outstanding_records();
+        let idle_limit = drain_idle_limit(s.verify, plan.live.consume_failures(), outstanding);
         let done = plan.stop.get()
             || interrupted()
-            || idle >= DRAIN_IDLE
+            || idle >= idle_limit
             || match s.mode {
                 Mode::Flow => {
-                    plan.ledger.borrow().outstanding_records() == 0
-                        || now.saturating_duration_since(from) >= drain_max(s)
+                    outstanding == 0
+                        || now.saturating_duration_since(from) >= drain_max(s).max(idle_limit)
                 }
                 Mode::Consume => match s.length {
                     Length::Timed(d) => now.saturating_duration_since(start) >= d,
@@ -171,6 +179,17 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
             return;
         }
         evloop::sleep(CONTROL_TICK).await;
+    }
+}
+
+/// How long a drain may go without progress: [`DRAIN_IDLE`], or
+/// [`DRAIN_IDLE_AFTER_FAILURES`] for a `--verify` run in which an exchange
+/// failed while records are still outstanding.
+fn drain_idle_limit(verify: bool, failures: u64, outstanding: u64) -> Duration {
+    if verify && failures > 0 && outstanding > 0 {
+        DRAIN_IDLE_AFTER_FAILURES
+    } else {
+        DRAIN_IDLE
     }
 }
 
@@ -248,5 +267,20 @@ fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Pla
             _ => |status| status == 202,
         },
         live,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verify_run_with_failed_exchanges_waits_out_their_leases() {
+        assert_eq!(drain_idle_limit(true, 1, 5), DRAIN_IDLE_AFTER_FAILURES);
+        assert!(DRAIN_IDLE_AFTER_FAILURES > Duration::from_secs(30));
+        // Nothing failed, nothing outstanding, or not verifying: the short wait.
+        assert_eq!(drain_idle_limit(true, 0, 5), DRAIN_IDLE);
+        assert_eq!(drain_idle_limit(true, 1, 0), DRAIN_IDLE);
+        assert_eq!(drain_idle_limit(false, 1, 5), DRAIN_IDLE);
     }
 }
