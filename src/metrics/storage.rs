@@ -32,8 +32,11 @@ const STORAGE_TRACKED_MAX: usize = 65_536;
 /// One partition's storage series.
 pub struct PartitionStorageSeries {
     topic: Rc<str>,
+    partition: PartitionId,
     /// The log's size as last set, summed per topic by the poller.
     size: std::cell::Cell<u64>,
+    /// Its segments as last set.
+    segment_count: std::cell::Cell<u64>,
     fsync_seconds: Histogram,
     flush_seconds: Histogram,
     flush_bytes: Counter,
@@ -68,7 +71,9 @@ impl PartitionStorageSeries {
         };
         PartitionStorageSeries {
             topic: topic.into(),
+            partition,
             size: std::cell::Cell::new(0),
+            segment_count: std::cell::Cell::new(0),
             reads_from_memory: read_from("memory"),
             reads_from_device: read_from("device"),
             device_read_bytes: ::metrics::counter!(
@@ -100,6 +105,13 @@ impl PartitionStorageSeries {
         self.size_bytes.set(0.0);
         self.segments.set(0.0);
     }
+
+    /// Sets the gauges again from what this series last set: another
+    /// incarnation under the same labels on this shard shares the cells.
+    fn republish(&self) {
+        self.size_bytes.set(self.size.get() as f64);
+        self.segments.set(self.segment_count.get() as f64);
+    }
 }
 
 impl PartitionObserver for PartitionStorageSeries {
@@ -112,6 +124,7 @@ impl PartitionObserver for PartitionStorageSeries {
 
     fn reshaped(&self, stats: &LogStats) {
         self.size.set(stats.size_bytes);
+        self.segment_count.set(stats.segment_count as u64);
         self.size_bytes.set(stats.size_bytes as f64);
         self.segments.set(stats.segment_count as f64);
     }
@@ -189,12 +202,23 @@ impl StorageObserver for StorageMetrics {
         ::metrics::counter!("narad_idle_logs_evicted_total").increment(logs as u64);
     }
 
+    /// Zeroes the deleted incarnation's gauges. A topic made again under the
+    /// same name whose partition landed on this shard shares their cells (the
+    /// labels are the name and the partition), so its values are set again.
     fn purged(&self, incarnation: IncarnationId) {
-        self.tracked.borrow_mut().retain(|(id, _), series| {
+        let mut tracked = self.tracked.borrow_mut();
+        let mut zeroed = Vec::new();
+        tracked.retain(|(id, _), series| {
             if *id == incarnation {
                 series.zero_gauges();
+                zeroed.push((series.topic.clone(), series.partition));
             }
             *id != incarnation
         });
+        for series in tracked.values() {
+            if zeroed.contains(&(series.topic.clone(), series.partition)) {
+                series.republish();
+            }
+        }
     }
 }

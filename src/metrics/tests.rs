@@ -129,3 +129,44 @@ fn one_thread_reuses_its_cell() {
     assert_eq!(recorder.registry.lock().unwrap().cells.len(), 1);
     assert!(recorder.render().contains("narad_once_total 3\n"));
 }
+
+#[test]
+fn deleting_a_topic_keeps_the_sizes_of_its_namesake_on_the_same_shard() {
+    use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+    use narad_shards::log::LogStats;
+    use narad_shards::produce::StorageObserver;
+
+    let stats = |size_bytes: u64, segment_count: usize| LogStats {
+        oldest_offset: Offset(0),
+        next_offset: Offset(1),
+        segment_count,
+        size_bytes,
+        corrupt_gap_count: 0,
+        cache_bytes: 0,
+    };
+    let recorder = ShardedRecorder::default();
+    ::metrics::with_local_recorder(&recorder, || {
+        let storage = StorageMetrics::default();
+        let (old, new) = (IncarnationId(1), IncarnationId(2));
+        storage
+            .partition("t", old, PartitionId(0))
+            .reshaped(&stats(100, 3));
+        storage
+            .partition("t", old, PartitionId(1))
+            .reshaped(&stats(9, 1));
+        // Made again under the name, its partition 0 on this shard too.
+        storage
+            .partition("t", new, PartitionId(0))
+            .reshaped(&stats(7, 1));
+        storage.purged(old);
+    });
+    let text = recorder.render();
+    for line in [
+        "narad_partition_size_bytes{partition=\"0\",topic=\"t\"} 7\n",
+        "narad_segments{partition=\"0\",topic=\"t\"} 1\n",
+        // The new topic has no partition 1 here: the old one's is zero.
+        "narad_partition_size_bytes{partition=\"1\",topic=\"t\"} 0\n",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+}
