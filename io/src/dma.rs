@@ -455,11 +455,13 @@ impl Storage for DmaStorage {
     }
 }
 
-/// Name prefix of the short-lived files that settle glommio's iopoll probe.
+/// Name prefix of the files that settle glommio's iopoll probe.
 const IOPOLL_PROBE_PREFIX: &str = ".iopoll-probe";
+/// The probe file kept in a storage root (see [`settle_iopoll_probe`]).
+const IOPOLL_PROBE_FILE: &str = ".iopoll-probe";
 
-/// Probe files created by this process, so that shards probing the same directory
-/// at once never share (and truncate) one file.
+/// Probe files made by this process, so that shards probing the same directory
+/// at once never write one file.
 static IOPOLL_PROBE_FILES_CREATED: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
@@ -475,30 +477,42 @@ thread_local! {
 /// for one). glommio then caches "pollable" for the device and every
 /// later read on it fails with `EOPNOTSUPP`. A new segment is exactly such an empty
 /// file, so before the first open on a device this opens a synced one-block file
-/// instead, which lets the probe see the device's true answer; the file is removed
-/// right after. Files below `root` are assumed to live on `root`'s device.
+/// instead, which lets the probe see the device's true answer. Files below `root`
+/// are assumed to live on `root`'s device.
+///
+/// The file ([`IOPOLL_PROBE_FILE`]) stays in `root` from one start to the next:
+/// a node restarted on a full (or read-only) disk finds it and opens it without
+/// writing a byte, where having to write one first would stop every open, the
+/// recovery that could free space included. It is made under a name of its own
+/// and renamed into place whole, so shards probing at once never open a file
+/// another is still writing.
 async fn settle_iopoll_probe(root: &Path) -> io::Result<()> {
     let device = std::fs::metadata(root)?.dev();
     if IOPOLL_PROBED_DEVICES.with(|devices| devices.borrow().contains(&device)) {
         return Ok(());
     }
-    let serial = IOPOLL_PROBE_FILES_CREATED.fetch_add(1, Ordering::Relaxed);
-    let probe = root.join(format!(
-        "{IOPOLL_PROBE_PREFIX}.{}.{serial}",
-        std::process::id()
-    ));
-    let opened = async {
-        std::fs::write(&probe, [0u8; BLOCK_BYTES])?;
-        // Synced so that the block is allocated and written: a read of a delayed or
-        // unwritten extent would again be answered without the device.
-        std::fs::File::open(&probe)?.sync_data()?;
-        DmaFile::open(&probe).await?.close().await?;
-        io::Result::Ok(())
+    let probe = root.join(IOPOLL_PROBE_FILE);
+    let ready = std::fs::metadata(&probe).is_ok_and(|m| m.len() >= BLOCK_BYTES as u64);
+    if !ready {
+        let serial = IOPOLL_PROBE_FILES_CREATED.fetch_add(1, Ordering::Relaxed);
+        let making = root.join(format!(
+            "{IOPOLL_PROBE_PREFIX}.{}.{serial}",
+            std::process::id()
+        ));
+        let made = (|| {
+            std::fs::write(&making, [0u8; BLOCK_BYTES])?;
+            // Synced so that the block is allocated and written: a read of a
+            // delayed or unwritten extent would again be answered without the
+            // device.
+            std::fs::File::open(&making)?.sync_data()?;
+            std::fs::rename(&making, &probe)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_file(&making);
+        }
+        made?;
     }
-    .await;
-    let removed = std::fs::remove_file(&probe);
-    opened?;
-    removed?;
+    DmaFile::open(&probe).await?.close().await?;
     IOPOLL_PROBED_DEVICES.with(|devices| devices.borrow_mut().push(device));
     Ok(())
 }

@@ -222,11 +222,50 @@ fn dma_reads_work_when_the_first_file_opened_is_empty() {
     let root = temp_root();
     let storage = DmaStorage::new(root.path());
     rt::run_local(None, first_open_is_a_new_empty_file(storage)).expect("real disk I/O");
-    let names: Vec<_> = std::fs::read_dir(root.path())
+    let mut names: Vec<_> = std::fs::read_dir(root.path())
         .expect("read the temporary directory")
         .map(|entry| entry.expect("a directory entry").file_name())
         .collect();
-    assert_eq!(names, vec!["fresh"], "no probe file is left behind");
+    names.sort();
+    // The probe file stays (a later start opens it without writing); nothing
+    // else is left behind.
+    assert_eq!(names, vec![".iopoll-probe", "fresh"]);
+}
+
+#[test]
+fn a_later_start_probes_the_device_without_writing() {
+    let root = temp_root();
+    let first = DmaStorage::new(root.path());
+    rt::run_local(None, async move {
+        first
+            .open("kept", OpenMode::CreateOrOpen)
+            .await?
+            .close()
+            .await
+    })
+    .expect("real disk I/O");
+    let probe = root.path().join(".iopoll-probe");
+    let modified = |path: &std::path::Path| std::fs::metadata(path).unwrap().modified().unwrap();
+    let (root_before, probe_before) = (modified(root.path()), modified(&probe));
+    assert_eq!(std::fs::metadata(&probe).unwrap().len(), BLOCK_BYTES as u64);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // A new thread: its executor has probed nothing yet.
+    let path = root.path().to_path_buf();
+    std::thread::spawn(move || {
+        let later = DmaStorage::new(&path);
+        rt::run_local(None, async move {
+            later.open("kept", OpenMode::Existing).await?.close().await
+        })
+        .expect("real disk I/O");
+    })
+    .join()
+    .unwrap();
+    assert_eq!(
+        modified(root.path()),
+        root_before,
+        "a file was made or removed"
+    );
+    assert_eq!(modified(&probe), probe_before, "the probe file was written");
 }
 
 #[test]
