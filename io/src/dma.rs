@@ -74,6 +74,14 @@ impl DmaStorage {
         self.root.join(rel)
     }
 
+    /// [`Self::sync_parent`], and nothing when the parent is gone too.
+    async fn sync_parent_if_present(&self, rel: &str) -> io::Result<()> {
+        match self.sync_parent(rel).await {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            synced => synced,
+        }
+    }
+
     async fn sync_parent(&self, rel: &str) -> io::Result<()> {
         let full = self.path(rel);
         let parent = full.parent().unwrap_or(&full).to_path_buf();
@@ -247,8 +255,20 @@ impl BlockFile for DmaBlockFile {
         Ok(())
     }
 
+    /// The open file's size, by its descriptor (`fstat`, answered from the
+    /// inode without the device): glommio's `file_size` asks by path, which
+    /// after a rename or remove names another file or none.
     async fn size(&self) -> io::Result<u64> {
-        Ok(self.file.file_size().await?)
+        let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        // SAFETY: `stat` is valid for writes of a `struct stat`, which fstat
+        // fills on success; it is read only then.
+        let done = unsafe { libc::fstat(fd, stat.as_mut_ptr()) };
+        if done != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstat succeeded, so it initialised `stat`.
+        Ok(unsafe { stat.assume_init() }.st_size as u64)
     }
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
@@ -366,16 +386,25 @@ impl Storage for DmaStorage {
 
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         glommio::io::rename(self.path(from), self.path(to)).await?;
-        self.sync_parent(to).await
+        self.sync_parent(to).await?;
+        // Across directories the source's entry must be gone durably too.
+        if Path::new(from).parent() != Path::new(to).parent() {
+            self.sync_parent(from).await?;
+        }
+        Ok(())
     }
 
+    /// A file already gone still gets its directory synced: an earlier
+    /// attempt may have removed it and then failed that sync.
     async fn remove(&self, path: &str) -> io::Result<()> {
         match glommio::io::remove(self.path(path))
             .await
             .map_err(io::Error::from)
         {
             Ok(()) => self.sync_parent(path).await,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.sync_parent_if_present(path).await
+            }
             Err(e) => Err(e),
         }
     }
@@ -425,7 +454,10 @@ impl Storage for DmaStorage {
     async fn remove_dir_all(&self, path: &str) -> io::Result<()> {
         match std::fs::remove_dir_all(self.path(path)) {
             Ok(()) => self.sync_parent(path).await,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            // As for `remove`: the sync an earlier attempt failed.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.sync_parent_if_present(path).await
+            }
             Err(e) => Err(e),
         }
     }

@@ -281,3 +281,43 @@ fn dma_durable_appends_reach_a_renamed_file() {
     let storage = DmaStorage::new(root.path());
     rt::run_local(None, durable_appends_after_a_rename(storage)).expect("real disk I/O");
 }
+
+#[test]
+fn a_files_size_is_its_own_after_a_rename() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    rt::run_local(None, async move {
+        let moved = storage.open("a", OpenMode::CreateOrOpen).await?;
+        moved.write_at(0, &vec![1u8; 2 * BLOCK_BYTES]).await?;
+        storage.rename("a", "b").await?;
+        let other = storage.open("a", OpenMode::CreateOrOpen).await?;
+        other.write_at(0, &vec![2u8; BLOCK_BYTES]).await?;
+        assert_eq!(moved.size().await?, 2 * BLOCK_BYTES as u64);
+        assert_eq!(other.size().await?, BLOCK_BYTES as u64);
+        storage.remove("b").await?;
+        assert_eq!(moved.size().await?, 2 * BLOCK_BYTES as u64);
+        io::Result::Ok(())
+    })
+    .expect("real disk I/O");
+}
+
+#[test]
+fn removing_what_is_gone_is_not_an_error_and_renames_cross_directories() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    rt::run_local(None, async move {
+        // Gone already (its directory's sync is still made), or never there
+        // with its directory gone too.
+        storage.remove("missing").await?;
+        storage.remove("no-dir/missing").await?;
+        storage.remove_dir_all("no-dir").await?;
+        storage.create_dir_all("x").await?;
+        storage.create_dir_all("y").await?;
+        storage.open("x/f", OpenMode::CreateOrOpen).await?.close().await?;
+        storage.rename("x/f", "y/f").await?;
+        assert!(storage.list("x").await?.is_empty());
+        assert_eq!(storage.list("y").await?, ["f"]);
+        io::Result::Ok(())
+    })
+    .expect("real disk I/O");
+}
