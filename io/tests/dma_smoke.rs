@@ -313,7 +313,11 @@ fn removing_what_is_gone_is_not_an_error_and_renames_cross_directories() {
         storage.remove_dir_all("no-dir").await?;
         storage.create_dir_all("x").await?;
         storage.create_dir_all("y").await?;
-        storage.open("x/f", OpenMode::CreateOrOpen).await?.close().await?;
+        storage
+            .open("x/f", OpenMode::CreateOrOpen)
+            .await?
+            .close()
+            .await?;
         storage.rename("x/f", "y/f").await?;
         assert!(storage.list("x").await?.is_empty());
         assert_eq!(storage.list("y").await?, ["f"]);

@@ -11,7 +11,9 @@
 //!   message past the limit, so an oversized array is refused without being
 //!   held in memory.
 //! - `payload` is required. With `payload_encoding: "base64"` it must be a JSON
-//!   string of standard, padded base64, and its decoded bytes are the payload.
+//!   string of standard, padded base64, and its decoded bytes are the payload
+//!   (read as Go's standard decoder reads it: line breaks skipped, the unused
+//!   bits of the last symbol unchecked).
 //!   Without it, a JSON string's text (unescaped, UTF-8) is the payload, and any
 //!   other JSON value (object, array, number, boolean) is stored as its JSON
 //!   text, verbatim: the bytes between its first and last character exactly as
@@ -41,7 +43,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
-use base64::engine::general_purpose::STANDARD;
+use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
 use hyper::StatusCode;
 use serde::de::value::MapAccessDeserializer;
@@ -266,9 +268,7 @@ fn message_payload(raw: Option<&RawValue>, base64: bool) -> Result<Vec<u8>, Mess
     };
     let payload = if base64 {
         let text = json_string(raw).ok_or_else(|| bad("a base64 payload must be a JSON string"))?;
-        STANDARD
-            .decode(text.as_bytes())
-            .map_err(|e| bad(format!("payload is not valid base64: {e}")))?
+        decode_base64(&text).map_err(|e| bad(format!("payload is not valid base64: {e}")))?
     } else {
         match json_string(raw) {
             Some(text) => text.into_owned().into_bytes(),
@@ -290,13 +290,27 @@ fn message_payload(raw: Option<&RawValue>, base64: bool) -> Result<Vec<u8>, Mess
     Ok(payload)
 }
 
+/// Standard, padded base64 as the reference's decoder (Go's standard
+/// encoding) reads it, which its clients were written against: line breaks
+/// are skipped (MIME-wrapped text), and the unused low bits of the last
+/// symbol need not be zero.
+fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+    );
+    if text.bytes().any(|b| b == b'\r' || b == b'\n') {
+        let unwrapped: Vec<u8> = text.bytes().filter(|&b| b != b'\r' && b != b'\n').collect();
+        return LENIENT.decode(unwrapped);
+    }
+    LENIENT.decode(text)
+}
+
 /// A message's key: `None` when it is empty (no key).
 fn message_key(raw: &RawValue, base64: bool) -> Result<Option<Vec<u8>>, MessageRefusal> {
     let text = json_string(raw).ok_or_else(|| bad("key must be a JSON string"))?;
     let key = if base64 {
-        STANDARD
-            .decode(text.as_bytes())
-            .map_err(|e| bad(format!("key is not valid base64: {e}")))?
+        decode_base64(&text).map_err(|e| bad(format!("key is not valid base64: {e}")))?
     } else {
         text.into_owned().into_bytes()
     };

@@ -143,6 +143,17 @@ fn base64_payloads_are_decoded() {
     let bytes = [0u8, 159, 146, 150, 255];
     let message = json!({"payload": STANDARD.encode(bytes), "payload_encoding": "base64"});
     assert_eq!(record(&one(message)).payload, bytes);
+    // As Go's standard decoder reads it: line breaks skipped, the unused bits
+    // of the last symbol not checked.
+    for (text, expected) in [
+        ("QR==", &b"A"[..]),
+        ("QQ==", b"A"),
+        ("aGVs\r\nbG8=", b"hello"),
+        ("aGVs\nbG8=\n", b"hello"),
+    ] {
+        let message = json!({"payload": text, "payload_encoding": "base64"});
+        assert_eq!(record(&one(message)).payload, expected, "{text}");
+    }
     // An encoding of "" or null is no encoding.
     for encoding in [json!(""), json!(null)] {
         let message = json!({"payload": "aGk=", "payload_encoding": encoding});
