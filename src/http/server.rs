@@ -23,6 +23,7 @@
 //! that the node is full.
 
 use std::cell::{Cell, RefCell};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
@@ -224,7 +225,17 @@ impl Shared {
             if self.phase.get() >= phase {
                 return Poll::Ready(());
             }
-            self.waiters.borrow_mut().insert(id, cx.waker().clone());
+            // Polled on every wake of its connection: the waker is cloned
+            // only when it changed.
+            match self.waiters.borrow_mut().entry(id) {
+                Entry::Occupied(known) if known.get().will_wake(cx.waker()) => {}
+                Entry::Occupied(mut known) => {
+                    known.insert(cx.waker().clone());
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(cx.waker().clone());
+                }
+            }
             Poll::Pending
         })
     }
