@@ -251,7 +251,7 @@ impl Routes {
                 return response::json_static(StatusCode::OK, r#"{"status":"ok"}"#)
             }
             Endpoint::Readyz => return self.readyz(),
-            Endpoint::Metrics => return metrics_text(),
+            Endpoint::Metrics => return metrics_text().await,
             _ => {}
         }
         let shard = match self.api.broker.borrow().clone() {
@@ -301,9 +301,33 @@ impl Routes {
     }
 }
 
-/// `GET /metrics`: the Prometheus text exposition of the node.
-fn metrics_text() -> Response<Body> {
-    let text = crate::metrics::install().render();
+/// `GET /metrics`: the Prometheus text exposition of the node. It is
+/// rendered on a thread of its own: with many partitions a render takes long
+/// enough to stall every other request of the shard that serves the scrape.
+async fn metrics_text() -> Response<Body> {
+    let recorder = crate::metrics::install();
+    let (sender, rendered) = futures_channel::oneshot::channel();
+    let on_thread = {
+        let recorder = recorder.clone();
+        std::thread::Builder::new()
+            .name("metrics-render".into())
+            .spawn(move || {
+                let _ = sender.send(recorder.render());
+            })
+    };
+    let text = match on_thread {
+        Ok(_) => match rendered.await {
+            Ok(text) => text,
+            Err(_) => {
+                return response::error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "rendering the metrics failed",
+                )
+            }
+        },
+        // No thread to be had (a process at its limit): render here.
+        Err(_) => recorder.render(),
+    };
     let mut response = Response::new(Body::new(bytes::Bytes::from(text)));
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
