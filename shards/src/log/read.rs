@@ -116,6 +116,12 @@ impl Assembly {
         };
         let skip = (self.batch.next_offset.0.saturating_sub(base.0)) as usize;
         for (i, range) in ranges.enumerate().skip(skip) {
+            // A full batch takes nothing more: not even a record that does not
+            // decode, which would otherwise be dropped here and leave the next
+            // record out of line with the read.
+            if self.full() {
+                return;
+            }
             let offset = Offset(base.0 + i as u64);
             let envelope = area.slice(range);
             let Ok(view) = decode_envelope(&envelope) else {
@@ -410,4 +416,48 @@ async fn resync<F: BlockFile>(
         h.base_offset > expected && h.end_offset() <= end
     });
     Ok(found.map(|(at, h)| (pos + at as u64, h.base_offset)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::envelope::encode_envelope;
+
+    /// A records area of `envelopes`, each behind its big-endian length.
+    fn area(envelopes: &[Vec<u8>]) -> Bytes {
+        let mut out = Vec::new();
+        for envelope in envelopes {
+            out.extend_from_slice(&(envelope.len() as u32).to_be_bytes());
+            out.extend_from_slice(envelope);
+        }
+        Bytes::from(out)
+    }
+
+    fn envelope(payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_envelope(&mut out, None, 7, payload);
+        out
+    }
+
+    #[test]
+    fn a_full_read_stops_before_a_record_that_does_not_decode() {
+        // A frame that passed its checksum whose middle record does not decode.
+        let frame = area(&[envelope(b"k"), vec![0xFF, 0xFF], envelope(b"k+2")]);
+        for records_max in 1..=3 {
+            let mut read = Assembly::new(Offset(10), records_max, 1 << 20, Offset(13));
+            read.push_frame(Offset(10), 3, &frame);
+            let items = &read.batch.items;
+            assert!(matches!(&items[0], ReadItem::Record(r) if r.offset == Offset(10)));
+            if records_max >= 2 {
+                assert!(
+                    matches!(&items[1], ReadItem::Corrupt(r) if *r == (Offset(11)..Offset(12)))
+                );
+            }
+            if records_max == 3 {
+                assert!(matches!(&items[2], ReadItem::Record(r) if r.offset == Offset(12)));
+            }
+            assert_eq!(items.len(), records_max);
+            assert_eq!(read.batch.next_offset, Offset(10 + records_max as u64));
+        }
+    }
 }
