@@ -201,6 +201,12 @@ impl<S: Storage> PartitionLog<S> {
                 let bytes = Bytes::from(encode_frame(spec, &area, level, mask_word()));
                 #[cfg(feature = "broken-log-unmasked")]
                 let bytes = Bytes::from(super::frame::encode_unmasked_frame(spec, &area, level));
+                // The cache charges an area's length: room sized for the
+                // largest record of the commit, and left unused, goes back.
+                let mut area = area;
+                if area.capacity() > area.len() + area.len() / 4 {
+                    area.shrink_to_fit();
+                }
                 let area = Bytes::from(area);
                 let encoded = EncodedFrame {
                     base,
