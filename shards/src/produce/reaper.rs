@@ -474,6 +474,10 @@ impl<S: Storage> Owner<S> {
             let Some(log) = slot.log.borrow_mut().take() else {
                 continue;
             };
+            // Its cache goes with it (and gives back its share of the pool),
+            // as when a log closes any other way, even if something still
+            // holds the slot.
+            slot.cache.borrow_mut().take();
             if let Err(e) = log.close().await {
                 tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing an idle partition log failed");
             }
