@@ -17,7 +17,9 @@
 //!   frames go first, whichever partition holds them. So a burst on a few
 //!   partitions can use the whole pool (consumers that fall a second behind still
 //!   read from memory), while the shard's total stays at most the pool plus one
-//!   own budget per open log, however many partitions it owns.
+//!   own budget per open log, however many partitions it owns. (A log's read
+//!   window and last decoded frame, kept for reads from the device, are outside
+//!   both budgets: see `PartitionLog::read_window`.)
 //!
 //! The pool knows its members through weak references and is shared by the
 //! shard's caches only (an `Rc`), so no state crosses cores. A cache reclaims for
