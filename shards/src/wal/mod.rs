@@ -429,7 +429,7 @@ impl<S: Storage> Wal<S> {
         }
         let total_bytes: usize = records.iter().map(IngressRecord::frame_len).sum();
         self.wait_for_staging_room(total_bytes).await?;
-        let seqs = self.stage(records);
+        let seqs = self.stage(records, total_bytes);
         if seqs.is_empty() {
             return Ok(seqs);
         }
@@ -437,12 +437,14 @@ impl<S: Storage> Wal<S> {
         Ok(seqs)
     }
 
-    fn stage(&self, records: &[IngressRecord<'_>]) -> Range<Seq> {
+    fn stage(&self, records: &[IngressRecord<'_>], total_bytes: usize) -> Range<Seq> {
         let mut guard = self.inner.shared.borrow_mut();
         let sh = &mut *guard;
         if sh.staging.len() >= self.inner.config.flush_bytes_target {
             sh.seal(self.inner.config.flush_bytes_target);
         }
+        // One growth for the whole batch, not one per frame that overflows.
+        sh.staging.reserve(total_bytes);
         let first = sh.next_seq;
         for record in records {
             let frame_len = record.frame_len() as u64;
