@@ -465,6 +465,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         stopping: Cell::new(false),
         http_drained: Cell::new(false),
         stop_notify: Notify::default(),
+        drain_held_bytes: Rc::new(Cell::new(0)),
         queues,
         waiters,
         persister,

@@ -52,6 +52,10 @@ struct Env {
     stop: Notify,
     held_max: Cell<u64>,
     committed_bytes: Cell<u64>,
+    /// The count the shard's drain tasks share, if they share one, and the
+    /// most it read after any turn of this task.
+    drain_held: Option<Rc<Cell<u64>>>,
+    drain_held_max: Cell<u64>,
 }
 
 impl DispatchEnv for Env {
@@ -84,50 +88,93 @@ impl DispatchEnv for Env {
 
     fn held_bytes(&self, bytes: u64) {
         self.held_max.set(self.held_max.get().max(bytes));
+        if let Some(shared) = &self.drain_held {
+            self.drain_held_max
+                .set(self.drain_held_max.get().max(shared.get()));
+        }
+    }
+
+    fn drain_held_bytes(&self) -> Option<Rc<Cell<u64>>> {
+        self.drain_held.clone()
     }
 }
 
 /// Fills a WAL with large records, runs the dispatch task against owners that
 /// never answer, and returns the most buffer bytes its held records kept alive.
 fn held_max_with(config: DriverConfig) -> u64 {
+    run_tasks(config, &[Mode::Own], None)[0].held_max
+}
+
+/// What one task's environment saw.
+struct Seen {
+    held_max: u64,
+    drain_held_max: u64,
+    /// Payload bytes it sent to owners.
+    sent: u64,
+}
+
+/// Fills one WAL per task with large records and runs a dispatch task of each
+/// `mode` over them (each with an environment of its own, sharing
+/// `drain_held`) against owners that never answer; returns what each saw.
+fn run_tasks(config: DriverConfig, modes: &[Mode], drain_held: Option<Rc<Cell<u64>>>) -> Vec<Seen> {
+    let modes = modes.to_vec();
     run_local(None, async move {
         let disk = SimDisk::new(7, SimFaults::default());
-        let wal_config = WalConfig {
-            segment_bytes_max: 8 << 20,
-            ..WalConfig::default()
-        };
-        let wal = Wal::open(disk.clone(), "ingress/shard-0", wal_config)
-            .await
-            .unwrap();
-        let payload = vec![0x5a; PAYLOAD_BYTES];
-        for i in 0..RECORDS {
-            let record = IngressRecord {
-                topic: "big",
-                incarnation: INCARNATION,
-                partition: PartitionId(i as u32 % PARTITIONS),
-                accept_time_ms: 1,
-                key: None,
-                payload: &payload,
+        let mut envs = Vec::new();
+        let mut tasks = Vec::new();
+        for (i, mode) in modes.into_iter().enumerate() {
+            let env = Rc::new(Env {
+                drain_held: drain_held.clone(),
+                ..Env::default()
+            });
+            envs.push(env.clone());
+            let wal_config = WalConfig {
+                segment_bytes_max: 8 << 20,
+                ..WalConfig::default()
             };
-            wal.append(&record).await.unwrap();
+            let wal = Wal::open(disk.clone(), &format!("ingress/shard-{i}"), wal_config)
+                .await
+                .unwrap();
+            let payload = vec![0x5a; PAYLOAD_BYTES];
+            for i in 0..RECORDS {
+                let record = IngressRecord {
+                    topic: "big",
+                    incarnation: INCARNATION,
+                    partition: PartitionId(i as u32 % PARTITIONS),
+                    accept_time_ms: 1,
+                    key: None,
+                    payload: &payload,
+                };
+                wal.append(&record).await.unwrap();
+            }
+            tasks.push(glommio::spawn_local(driver::run(
+                env.clone(),
+                wal.clone(),
+                format!("memory-{i}"),
+                mode,
+                config.clone(),
+            )));
         }
-        let env = Rc::new(Env::default());
-        let task = glommio::spawn_local(driver::run(
-            env.clone(),
-            wal.clone(),
-            "memory".to_string(),
-            Mode::Own,
-            config,
-        ));
         narad_io::rt::sleep(Duration::from_millis(300)).await;
-        env.stopping.set(true);
-        env.stop.notify();
-        task.await;
+        for env in &envs {
+            env.stopping.set(true);
+            env.stop.notify();
+        }
+        for task in tasks {
+            task.await;
+        }
+        // (A drain that found the shared budget full may have sent nothing.)
         assert!(
-            env.committed_bytes.get() > 0,
+            envs.iter().any(|env| env.committed_bytes.get() > 0),
             "the owners were sent records"
         );
-        env.held_max.get()
+        envs.iter()
+            .map(|env| Seen {
+                held_max: env.held_max.get(),
+                drain_held_max: env.drain_held_max.get(),
+                sent: env.committed_bytes.get(),
+            })
+            .collect()
     })
 }
 
@@ -160,5 +207,42 @@ fn held_records_keep_a_bounded_number_of_bytes_alive() {
     assert!(
         unbounded > 2 * bound,
         "without the caps the run held only {unbounded} bytes: the test no longer tells"
+    );
+}
+
+/// Tasks draining leftover WALs on one shard share one budget: together they
+/// hold what one task may, while the shard's own WAL keeps a budget of its own.
+#[test]
+fn drains_of_leftover_wals_share_one_budget() {
+    let bound = (4 << 20) + (1 << 20) + 2 * (PAYLOAD_BYTES as u64) + (1 << 20);
+    let drains = [Mode::Drain, Mode::Drain, Mode::Drain];
+    let shared = run_tasks(config(), &drains, Some(Rc::new(Cell::new(0))));
+    let together = shared.iter().map(|s| s.drain_held_max).max().unwrap();
+    assert!(
+        together > 0 && together <= bound,
+        "three drains held {together} bytes together, bound {bound}"
+    );
+    // Counting alone, each fills a budget of its own: the test can tell.
+    let alone: u64 = run_tasks(config(), &drains, None)
+        .iter()
+        .map(|s| s.held_max)
+        .sum();
+    assert!(
+        alone > bound + bound / 2,
+        "alone, three drains held only {alone}"
+    );
+    // The own WAL's task fills its own budget beside drains that fill theirs.
+    let mixed = [Mode::Drain, Mode::Drain, Mode::Own];
+    let seen = run_tasks(config(), &mixed, Some(Rc::new(Cell::new(0))));
+    let drains_held = seen[0].drain_held_max.max(seen[1].drain_held_max);
+    assert!(
+        drains_held >= (4 << 20),
+        "the drains held only {drains_held} bytes"
+    );
+    assert!(
+        seen[2].held_max >= (4 << 20) && seen[2].sent > 0,
+        "the own task held {} bytes and sent {}",
+        seen[2].held_max,
+        seen[2].sent
     );
 }

@@ -79,4 +79,8 @@ impl DispatchEnv for ShardEnv {
     fn stop_notify(&self) -> &Notify {
         &self.0.stop_notify
     }
+
+    fn drain_held_bytes(&self) -> Option<Rc<std::cell::Cell<u64>>> {
+        Some(self.0.drain_held_bytes.clone())
+    }
 }

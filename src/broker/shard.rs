@@ -56,6 +56,9 @@ pub struct Shard {
     /// [`Shard::stop_notify`] wakes the tasks that watch it.
     pub http_drained: Cell<bool>,
     pub stop_notify: Notify,
+    /// Read-buffer bytes held by the tasks draining leftover WALs here,
+    /// together (see `DispatchEnv::drain_held_bytes`).
+    pub drain_held_bytes: Rc<Cell<u64>>,
     /// The consumer state of the partitions this shard owns.
     pub queues: Rc<Queues>,
     /// The consumers parked on this shard.

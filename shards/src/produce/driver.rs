@@ -103,6 +103,14 @@ pub trait DispatchEnv: 'static {
     fn stop_notify(&self) -> &Notify;
     /// After each turn: the bytes of read buffers the held records keep alive.
     fn held_bytes(&self, _bytes: u64) {}
+    /// The count of read-buffer bytes held by every task of this shard that
+    /// drains a leftover WAL, shared by them so that together they stay within
+    /// one [`DriverConfig::held_bytes_max`] (a node restarted with fewer shards
+    /// drains several at once); `None`: each counts alone. A shard's own WAL's
+    /// task always counts alone, so drains never hold back new records.
+    fn drain_held_bytes(&self) -> Option<Rc<std::cell::Cell<u64>>> {
+        None
+    }
 }
 
 /// A record read from the WAL in this round: where its key and payload sit in
@@ -182,7 +190,10 @@ pub async fn run<E: DispatchEnv, S: Storage>(
     let mut dispatcher = Dispatcher::new(config.dispatch.clone(), start, Instant::now());
     let mut reader: WalReader<S> = wal.reader(start);
     let mut held: HashMap<Seq, HeldBytes> = HashMap::new();
-    let held_bytes = Rc::new(std::cell::Cell::new(0u64));
+    let held_bytes = match (mode, env.drain_held_bytes()) {
+        (Mode::Drain, Some(shared)) => shared,
+        _ => Rc::new(std::cell::Cell::new(0u64)),
+    };
     let mut commits: HashMap<CommitId, Vec<Seq>> = HashMap::new();
     let outcomes = Rc::new(Outcomes::default());
     let mut stop_deadline: Option<Instant> = None;
