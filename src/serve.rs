@@ -483,11 +483,6 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         );
     let queue_loads = debug_env_u64("NARAD_DEBUG_METRICS_QUEUE_LOADS")?
         .map_or(crate::metrics::QUEUE_LOADS_PER_POLL, |n| n as usize);
-    narad_io::rt::spawn_local(crate::metrics::run_poller(
-        shard.clone(),
-        metrics_poll,
-        queue_loads,
-    ));
     let committer = crate::consume::persist::committer_config(consumer_offset_interval, shards);
     let persister_task = narad_io::rt::spawn_local(crate::consume::persist::run_persister(
         shard.clone(),
@@ -549,6 +544,13 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
             Err(e) => failed = Some(format!("opening leftover {old_dir}: {e}")),
         }
     }
+    // After the leftover WALs are registered: the first poll's dispatch
+    // backlog counts them (a 0 there says a downgrade is safe).
+    narad_io::rt::spawn_local(crate::metrics::run_poller(
+        shard.clone(),
+        metrics_poll,
+        queue_loads,
+    ));
     *api.broker.borrow_mut() = Some(shard.clone());
     let _ = events.send(NodeEvent::Started {
         shard: index,
