@@ -181,16 +181,11 @@ pub fn leftover_wals(data_dir: &Path, shards: usize) -> Vec<usize> {
     }
     let mut found: Vec<usize> = entries
         .iter()
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("shard-")?
-                .parse::<usize>()
-                .ok()
-        })
+        .filter_map(|e| shard_dir_index(e.file_name().to_str()?))
         .filter(|&i| i >= shards)
         .collect();
     found.sort_unstable();
+    found.dedup();
     if !found.is_empty() {
         tracing::info!(
             ?found,
@@ -199,6 +194,14 @@ pub fn leftover_wals(data_dir: &Path, shards: usize) -> Vec<usize> {
         );
     }
     found
+}
+
+/// The index `i` of a directory named exactly `shard-<i>` (as the WAL of shard
+/// `i` is named: no sign, no leading zero), so that the directory drained is
+/// the one found. Anything else in `ingress/` is not a WAL of this broker's.
+fn shard_dir_index(name: &str) -> Option<usize> {
+    let index: usize = name.strip_prefix("shard-")?.parse().ok()?;
+    (name == format!("shard-{index}")).then_some(index)
 }
 
 /// Moves aside topic data that no live topic owns. Interrupted removals of deleted
@@ -321,6 +324,25 @@ mod tests {
             .join("p00000")
             .join("segment");
         assert!(quarantined.exists());
+    }
+
+    #[test]
+    fn leftover_wals_are_the_shard_directories_past_the_shard_count() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ingress = tmp.path().join("ingress");
+        for name in [
+            "shard-0",
+            "shard-1",
+            "shard-3",
+            "shard-05",
+            "shard-+6",
+            "drained-shard-7",
+        ] {
+            std::fs::create_dir_all(ingress.join(name)).unwrap();
+        }
+        assert_eq!(leftover_wals(tmp.path(), 1), [1, 3]);
+        assert_eq!(leftover_wals(tmp.path(), 4), Vec::<usize>::new());
+        assert!(!ingress.join("drained-shard-7").exists());
     }
 
     #[test]
