@@ -198,11 +198,8 @@ pub struct Stream {
     /// The most time one response may take to write, from its first byte (see
     /// [`Stream::set_response_write_max`]); `None`: no bound.
     response_write_max: Option<Duration>,
-    /// When the bytes written since the peer last sent anything, or since the
-    /// server's last answer, began.
+    /// When the bytes written since the peer last sent anything began.
     writing_since: Option<Instant>,
-    /// The server's answer count when `writing_since` was last set.
-    answers_seen: u64,
     /// See [`Stream::set_read_limits`]; `None`: reads wait for ever.
     read_limits: Option<ReadLimits>,
     /// When the bytes of the request now arriving began, if one is.
@@ -231,8 +228,6 @@ pub enum Exchange {
 /// A connection's [`Exchange`], moved by its server and read by its stream.
 pub struct ExchangeCell {
     now: Cell<Exchange>,
-    /// Requests answered so far: each answer starts a response to write.
-    answers: Cell<u64>,
     /// A read that found nothing while the connection was busy: it has no
     /// deadline yet, and must be polled again once one starts (hyper does not
     /// read again on its own after a read found nothing).
@@ -247,7 +242,6 @@ impl ExchangeCell {
                 since: Instant::now(),
                 fresh: true,
             }),
-            answers: Cell::new(0),
             parked_read: Cell::new(None),
         }
     }
@@ -263,7 +257,6 @@ impl ExchangeCell {
             since: Instant::now(),
             fresh: false,
         });
-        self.answers.set(self.answers.get() + 1);
         if let Some(waker) = self.parked_read.take() {
             waker.wake();
         }
@@ -311,7 +304,6 @@ impl Stream {
             write_stall: None,
             response_write_max: None,
             writing_since: None,
-            answers_seen: 0,
             read_limits: None,
             request_started: None,
             read_timer: None,
@@ -404,8 +396,7 @@ impl Stream {
     /// after `max` fails with `TimedOut`. [`Stream::set_write_timeout`] bounds
     /// each stall, but a client that reads a byte now and then never stalls a
     /// write that long, and could hold the connection for hours. A response is
-    /// what is written between two reads that brought the peer's bytes, or, with
-    /// [`Stream::set_read_limits`], from one answer of the server to the next.
+    /// what is written between two reads that brought the peer's bytes.
     pub fn set_response_write_max(&mut self, max: Duration) {
         self.response_write_max = Some(max);
     }
@@ -475,15 +466,6 @@ impl Stream {
     }
 
     fn send_some(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        // A new answer starts a new response, even with no bytes from the peer
-        // between them (pipelined requests).
-        if let Some(limits) = &self.read_limits {
-            let answers = limits.exchange.answers.get();
-            if answers != self.answers_seen {
-                self.answers_seen = answers;
-                self.writing_since = None;
-            }
-        }
         if let Some(max) = self.response_write_max {
             let now = Instant::now();
             match self.writing_since {
@@ -786,36 +768,6 @@ mod stream_tests {
         for errno in [libc::EMFILE, libc::ENFILE, libc::ENOBUFS] {
             assert!(!is_connection_error(&io::Error::from_raw_os_error(errno)));
         }
-    }
-
-    #[test]
-    fn each_answer_starts_its_own_write_limit() {
-        crate::rt::run_local(None, async {
-            let (listener, addr) = listen();
-            let mut client = std::net::TcpStream::connect(addr).unwrap();
-            let mut stream = listener.accept().await.unwrap();
-            let exchange = std::rc::Rc::new(ExchangeCell::fresh());
-            stream.set_read_limits(ReadLimits {
-                idle: Duration::from_secs(10),
-                head: Duration::from_secs(10),
-                exchange: exchange.clone(),
-            });
-            stream.set_response_write_max(Duration::from_millis(100));
-            // Two pipelined answers, the second written long after the first
-            // began, with nothing from the peer between them.
-            exchange.answered();
-            stream.write_all(b"first").await.unwrap();
-            crate::rt::sleep(Duration::from_millis(200)).await;
-            exchange.answered();
-            stream.write_all(b"second").await.unwrap();
-            // Within one answer, the limit still holds.
-            crate::rt::sleep(Duration::from_millis(200)).await;
-            let late = stream.write_all(b"late").await.unwrap_err();
-            assert_eq!(late.kind(), io::ErrorKind::TimedOut, "{late}");
-            let mut got = [0u8; 11];
-            std::io::Read::read_exact(&mut client, &mut got).unwrap();
-            assert_eq!(&got, b"firstsecond");
-        });
     }
 
     #[test]
