@@ -189,20 +189,9 @@ impl Control {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::TopicRecord;
-    use narad_shards::ids::IncarnationId;
 
     fn create(name: &str, id: u128) -> Command {
-        Command::CreateTopic(TopicRecord {
-            name: name.to_string(),
-            id: IncarnationId(id),
-            partitions: 3,
-            retention_ms: 0,
-            visibility_timeout_ms: 30_000,
-            max_in_flight_per_partition: 1024,
-            max_acked_ahead_per_partition: 1024,
-            created_at: 1_700_000_000,
-        })
+        Command::CreateTopic(crate::meta::sample_record(name, id))
     }
 
     #[test]

@@ -264,21 +264,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::meta::{Command, MetaState, TopicRecord};
+    use crate::meta::{Command, MetaState};
 
     fn live(topics: &[(&str, u128)]) -> Arc<Published> {
         let mut state = MetaState::default();
         for &(name, id) in topics {
-            let record = TopicRecord {
-                name: name.to_string(),
-                id: IncarnationId(id),
-                partitions: 3,
-                retention_ms: 0,
-                visibility_timeout_ms: 30_000,
-                max_in_flight_per_partition: 1024,
-                max_acked_ahead_per_partition: 1024,
-                created_at: 1_700_000_000,
-            };
+            let record = crate::meta::sample_record(name, id);
             state.apply(&Command::CreateTopic(record)).unwrap();
         }
         Arc::new(Published::new(state))

@@ -35,6 +35,22 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+/// A valid topic record for tests elsewhere in the crate: 3 partitions, kept
+/// forever, the reference's other defaults.
+#[cfg(test)]
+pub(crate) fn sample_record(name: &str, id: u128) -> TopicRecord {
+    TopicRecord {
+        name: name.to_string(),
+        id: narad_shards::ids::IncarnationId(id),
+        partitions: 3,
+        retention_ms: 0,
+        visibility_timeout_ms: 30_000,
+        max_in_flight_per_partition: 1024,
+        max_acked_ahead_per_partition: 1024,
+        created_at: 1_700_000_000,
+    }
+}
+
 pub use request::{
     parse_alter, parse_create, topic_json, validate_topic_name, PARTITIONS_MIN,
     TOPIC_NAME_CHARS_MAX,
