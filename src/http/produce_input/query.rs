@@ -50,12 +50,12 @@ pub fn parse_produce_query(query: Option<&str>) -> Result<ProduceQuery, String> 
     let mut partition_seen = false;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match form_decode(name).as_slice() {
+        match &*form_decode(name) {
             b"key" => {
                 if std::mem::replace(&mut key_seen, true) {
                     return Err("duplicate key parameter".to_string());
                 }
-                produce_query.key = query_key(form_decode(value))?;
+                produce_query.key = query_key(form_decode(value).into_owned())?;
             }
             b"partition" => {
                 if std::mem::replace(&mut partition_seen, true) {
@@ -72,10 +72,14 @@ pub fn parse_produce_query(query: Option<&str>) -> Result<ProduceQuery, String> 
 }
 
 /// One name or value of an `application/x-www-form-urlencoded` query, as bytes:
-/// `+` is a space, `%XX` a byte, anything else itself.
-fn form_decode(raw: &str) -> Vec<u8> {
+/// `+` is a space, `%XX` a byte, anything else itself. Borrowed when there is
+/// nothing to decode, as in most names and values (no allocation per produce).
+fn form_decode(raw: &str) -> std::borrow::Cow<'_, [u8]> {
+    if !raw.bytes().any(|b| b == b'+' || b == b'%') {
+        return std::borrow::Cow::Borrowed(raw.as_bytes());
+    }
     let spaced = raw.replace('+', " ");
-    percent_encoding::percent_decode_str(&spaced).collect()
+    std::borrow::Cow::Owned(percent_encoding::percent_decode_str(&spaced).collect())
 }
 
 /// A decoded `key` value: `None` when empty.
