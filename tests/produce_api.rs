@@ -17,9 +17,9 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use common::{
-    create_topic, error_of, json_of, next_offsets, payload_texts, post_topic, produce, produce_ok,
-    unix_now_s, wait_for_records, wait_for_total, wait_until, Client, Node, Response, JSON, OCTET,
-    VISIBLE_WAIT_MAX,
+    batch_doc, batch_ok, create_topic, error_of, gzip, next_offsets, payload_texts, post_batch,
+    post_topic, produce, produce_ok, unix_now_s, wait_for_records, wait_for_total, wait_until,
+    Client, Node, Response, JSON, OCTET, VISIBLE_WAIT_MAX,
 };
 use serde_json::{json, Value};
 
@@ -43,40 +43,6 @@ fn key_partition(key: &str, partitions: u32) -> u32 {
 /// `value` percent-encoded for a query string.
 fn encoded(value: &str) -> String {
     form_urlencoded::byte_serialize(value.as_bytes()).collect()
-}
-
-fn post_batch(
-    client: &mut Client,
-    topic: &str,
-    query: &str,
-    headers: &[(&str, &str)],
-    body: impl AsRef<[u8]>,
-) -> Response {
-    let path = format!("/v1/topics/{topic}/produce/batch{query}");
-    client.request("POST", &path, headers, body).unwrap()
-}
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    encoder.write_all(data).unwrap();
-    encoder.finish().unwrap()
-}
-
-fn batch_doc(messages: &[Value]) -> String {
-    json!({ "messages": messages }).to_string()
-}
-
-/// Posts a batch of `count` messages, checking the 202 `{"accepted": count}`.
-fn batch_ok(
-    client: &mut Client,
-    topic: &str,
-    headers: &[(&str, &str)],
-    body: impl AsRef<[u8]>,
-    count: usize,
-) {
-    let response = post_batch(client, topic, "", headers, body);
-    assert_eq!(response.status, 202, "{response:?}");
-    assert_eq!(json_of(&response), json!({ "accepted": count }));
 }
 
 fn field_names(message: &Value) -> BTreeSet<&str> {
@@ -651,103 +617,6 @@ fn zstd_codec_stores_compressible_payloads_smaller_and_reads_them_back() {
         packed * 5.0 < plain,
         "zstd log {packed} not much smaller than {plain}"
     );
-}
-
-/// The batch budget (`http.max_batch_body_bytes_in_flight`) holds what a batch
-/// decodes to, not only its compressed body: records wait in memory until they
-/// are durable.
-#[test]
-fn a_compressed_batch_counts_what_it_decodes_to_in_the_batch_budget() {
-    let node = Node::start(&[
-        ("NARAD_HTTP_MAX_BATCH_BODY_BYTES_IN_FLIGHT", "2097152"),
-        ("NARAD_HTTP_READ_TIMEOUT", "5s"),
-    ]);
-    let mut client = node.client();
-    create_topic(&mut client, "packed");
-    let big = "a".repeat(1_000_000);
-    let doc = batch_doc(&[json!({ "payload": big }), json!({ "payload": big })]);
-    let packed = gzip(doc.as_bytes());
-    assert!(packed.len() < 64 << 10);
-    let headers = [
-        ("content-type", "application/json"),
-        ("content-encoding", "gzip"),
-    ];
-    // Alone, it fits: about 2 MB decoded within 2 MiB.
-    let alone = post_batch(&mut client, "packed", "", &headers, &packed);
-    assert_eq!(alone.status, 202, "{alone:?}");
-    // With 1 MiB of the budget held by a batch still being sent, it does not.
-    let mut holder = node.client();
-    holder
-        .stream
-        .write_all(
-            b"POST /v1/topics/packed/produce/batch HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/json\r\ncontent-length: 1048576\r\n\r\n{",
-        )
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let squeezed = post_batch(&mut client, "packed", "", &headers, &packed);
-    assert_eq!(squeezed.status, 503, "{squeezed:?}");
-    assert_eq!(squeezed.header("retry-after"), Some("1"));
-    drop(holder);
-}
-
-/// A batch holds in the budget what it has sent, not the largest body: a
-/// chunked body that stalls holds its few bytes, a batch alone in the budget
-/// is let through even when it decodes to more than the budget, and an
-/// encoding the server cannot decode is refused before the body is sent.
-#[test]
-fn the_batch_budget_holds_what_batches_sent_and_lets_a_lone_one_through() {
-    let node = Node::start(&[
-        ("NARAD_HTTP_MAX_BATCH_BODY_BYTES_IN_FLIGHT", "2097152"),
-        ("NARAD_HTTP_READ_TIMEOUT", "5s"),
-    ]);
-    let mut client = node.client();
-    create_topic(&mut client, "held");
-    let json = [("content-type", "application/json")];
-
-    // A chunked batch whose sender stalls after a few bytes.
-    let mut stalled = node.client();
-    stalled
-        .stream
-        .write_all(
-            b"POST /v1/topics/held/produce/batch HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n\
-              a\r\n{\"messages\"\r\n",
-        )
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let big = "b".repeat(1_000_000);
-    let doc = batch_doc(&[json!({ "payload": big })]);
-    batch_ok(&mut client, "held", &json, &doc, 1);
-    drop(stalled);
-
-    // Alone, a batch decoding to 3 MB passes a 2 MiB budget.
-    let doc = batch_doc(&[
-        json!({ "payload": big }),
-        json!({ "payload": big }),
-        json!({ "payload": big }),
-    ]);
-    let gzipped = [
-        ("content-type", "application/json"),
-        ("content-encoding", "gzip"),
-    ];
-    batch_ok(&mut client, "held", &gzipped, gzip(doc.as_bytes()), 3);
-
-    // An encoding it cannot decode: 415 at once, the body never sent.
-    let mut unsent = node.client();
-    unsent
-        .stream
-        .write_all(
-            b"POST /v1/topics/held/produce/batch HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/json\r\ncontent-encoding: br\r\n\
-              content-length: 1000\r\n\r\n",
-        )
-        .unwrap();
-    let started = std::time::Instant::now();
-    let refused = unsent.read_response(false).unwrap();
-    assert_eq!(refused.status, 415, "{refused:?}");
-    assert!(started.elapsed() < Duration::from_secs(4));
-    wait_for_total(&mut client, "held", 3, 4, VISIBLE_WAIT_MAX);
 }
 
 /// Sends the head of a single produce to `topic`, then runs `meanwhile`, then

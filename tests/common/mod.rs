@@ -15,6 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use serde_json::{json, Value};
+
 /// Every wait in these tests ends by this deadline.
 pub const WAIT_MAX: Duration = Duration::from_secs(20);
 
@@ -518,4 +520,41 @@ pub fn unix_now_s() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs()
+}
+
+/// Posts a batch document to `topic` with `query` (`?…` or empty).
+pub fn post_batch(
+    client: &mut Client,
+    topic: &str,
+    query: &str,
+    headers: &[(&str, &str)],
+    body: impl AsRef<[u8]>,
+) -> Response {
+    let path = format!("/v1/topics/{topic}/produce/batch{query}");
+    client.request("POST", &path, headers, body).unwrap()
+}
+
+/// `data` gzip-compressed.
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(data).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// A batch produce document of `messages`.
+pub fn batch_doc(messages: &[Value]) -> String {
+    json!({ "messages": messages }).to_string()
+}
+
+/// Posts a batch of `count` messages, checking the 202 `{"accepted": count}`.
+pub fn batch_ok(
+    client: &mut Client,
+    topic: &str,
+    headers: &[(&str, &str)],
+    body: impl AsRef<[u8]>,
+    count: usize,
+) {
+    let response = post_batch(client, topic, "", headers, body);
+    assert_eq!(response.status, 202, "{response:?}");
+    assert_eq!(json_of(&response), json!({ "accepted": count }));
 }
