@@ -516,6 +516,11 @@ impl Drop for Stream {
         let Some(linger) = self.linger.filter(|_| !self.peer_done) else {
             return;
         };
+        // A stream dropped with its executor's leftover tasks, after the
+        // executor's main future ended, closes at once: no task can start.
+        if !crate::rt::can_spawn() {
+            return;
+        }
         // The socket lives on in a second descriptor; this one closes with
         // its registration as usual.
         if let Ok(socket) = self.socket.try_clone() {

@@ -63,7 +63,33 @@ pub fn try_run_local<T: 'static>(
     let executor = glommio::LocalExecutorBuilder::new(placement)
         .make()
         .map_err(|e| format!("cannot start an io_uring executor: {e}"))?;
-    Ok(executor.run(future))
+    Ok(executor.run(async move {
+        RUNNING.with(|running| running.set(true));
+        let _running = Running;
+        future.await
+    }))
+}
+
+thread_local! {
+    /// Set while this thread's executor runs its main future: tasks may be
+    /// spawned. Tasks still alive when it ends are dropped after, where a
+    /// spawn would panic.
+    static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Clears [`RUNNING`] when the main future ends, or unwinds.
+struct Running;
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.with(|running| running.set(false));
+    }
+}
+
+/// Whether [`spawn_local`] may be called here: this thread's executor is
+/// running its main future (not dropping what was left when it ended).
+pub fn can_spawn() -> bool {
+    RUNNING.with(std::cell::Cell::get)
 }
 
 /// The soft limit on open file descriptors (RLIMIT_NOFILE), or 1024 when it cannot

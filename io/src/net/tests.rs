@@ -64,6 +64,32 @@ mod stream_tests {
     }
 
     #[test]
+    fn a_lingering_stream_left_when_its_executor_ends_closes_at_once() {
+        // The stream's task is still waiting when the main future ends: the
+        // executor drops it afterwards, where no task can be spawned.
+        let client = crate::rt::run_local(None, async move {
+            let (listener, addr) = listen();
+            let client = std::net::TcpStream::connect(addr).unwrap();
+            let mut stream = listener.accept().await.unwrap();
+            stream.linger_on_close(Linger {
+                within: Duration::from_secs(5),
+                bytes_max: 1 << 20,
+            });
+            crate::rt::spawn_local(async move {
+                let _held = stream;
+                std::future::pending::<()>().await;
+            });
+            client
+        });
+        // Closed: the peer sees the end.
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut &client, &mut byte).unwrap(), 0);
+    }
+
+    #[test]
     fn a_peer_that_stops_reading_fails_the_write_after_the_write_timeout() {
         crate::rt::run_local(None, async {
             let (listener, addr) = listen();
