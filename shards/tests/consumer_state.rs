@@ -102,6 +102,12 @@ fn load_takes_the_larger_frontier() {
             load(&disk, &dir(0)).await.unwrap(),
             acked(10, &[12, 60, 70])
         );
+        // consumer.offset lands on offsets the slot holds as acked: they are
+        // settled, and the frontier moves past them.
+        write_block(&disk, &join(&dir(0), OFFSET_FILE), 0, &offset_block(60)).await;
+        let (slot, _) = encode(4, &acked(10, &[12, 60, 61, 70]));
+        write_block(&disk, &ahead_path, SLOT_BYTES as u64, &slot).await;
+        assert_eq!(load(&disk, &dir(0)).await.unwrap(), acked(62, &[70]));
     });
 }
 

@@ -70,8 +70,20 @@ pub async fn load<S: Storage>(storage: &S, partition_dir: &str) -> io::Result<Ac
     if let Some(frontier) = offset_frontier {
         if frontier > state.frontier {
             state.frontier = frontier;
-            state.ahead.retain(|offset| *offset > frontier);
+            state.ahead.retain(|offset| *offset >= frontier);
         }
+    }
+    // An acked offset at the frontier (the slot was older than
+    // `consumer.offset`) moves it on, with the ones acked right after it.
+    let run = state
+        .ahead
+        .iter()
+        .zip(state.frontier.0..)
+        .take_while(|(offset, expected)| offset.0 == *expected)
+        .count();
+    if run > 0 {
+        state.frontier = Offset(state.frontier.0 + run as u64);
+        state.ahead.drain(..run);
     }
     debug_assert!(state.ahead.iter().all(|offset| *offset > state.frontier));
     Ok(state)
