@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::{
     create_topic, error_of, get_topic, json_of, next_offsets, payload_texts, post_topic, produce,
-    produce_ok, replay, unix_now_s, wait_for_records, wait_for_total, Client, Node, JSON,
-    VISIBLE_WAIT_MAX,
+    produce_ok, replay, unix_now_s, wait_for_records, wait_for_total, wait_until, Client, Node,
+    JSON, VISIBLE_WAIT_MAX,
 };
 use serde_json::{json, Value};
 
@@ -580,4 +580,71 @@ fn topics_and_their_settings_survive_a_restart() {
     assert_eq!(response.status, 200, "{response:?}");
     produce_ok(&mut client, "kept", "partition=4", b"after restart");
     wait_for_records(&mut client, "kept", 4, 1);
+}
+
+#[test]
+fn a_partition_whose_log_cannot_open_shows_as_a_placeholder_at_its_own_index() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    // The gauge poller leaves logs closed, so the broken one is first opened
+    // by the GETs below.
+    let node = Node::start_in(&data, 2, &[("NARAD_DEBUG_METRICS_QUEUE_LOADS", "0")]);
+    let mut client = node.client();
+    let created = create_topic(&mut client, "broken");
+    let id = created["id"].as_str().unwrap();
+    // Partition 0's directory is a plain file: its log cannot open.
+    let incarnation = data.join("topics").join("broken").join(id);
+    std::fs::create_dir_all(&incarnation).unwrap();
+    let p0 = incarnation.join("p00000");
+    if p0.is_dir() {
+        std::fs::remove_dir_all(&p0).unwrap();
+    }
+    std::fs::write(&p0, b"not a directory").unwrap();
+    produce_ok(&mut client, "broken", "partition=1", b"one");
+    wait_until(VISIBLE_WAIT_MAX, "partition 1 committed", || {
+        let got = get_topic(&mut client, "broken");
+        (got["partition_stats"][1]["next_offset"] == 1).then_some(())
+    });
+
+    let got = get_topic(&mut client, "broken");
+    assert_eq!(got["partial"], true, "{got}");
+    let stats = got["partition_stats"].as_array().unwrap();
+    let shape: Vec<(u64, &str, Option<u64>)> = stats
+        .iter()
+        .map(|s| {
+            (
+                s["index"].as_u64().unwrap(),
+                s["status"].as_str().unwrap(),
+                s["next_offset"].as_u64(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (0, "owner_unavailable", None),
+            (1, "ok", Some(1)),
+            (2, "ok", Some(0))
+        ],
+        "{got}"
+    );
+    for (p, status, next) in [(0, "owner_unavailable", None), (1, "ok", Some(1))] {
+        let response = client
+            .request("GET", &format!("/v1/topics/broken?partition={p}"), &[], "")
+            .unwrap();
+        assert_eq!(response.status, 200, "{response:?}");
+        let one = json_of(&response);
+        let stats = one["partition_stats"].as_array().unwrap();
+        assert_eq!(stats.len(), 1, "{one}");
+        assert_eq!(
+            (
+                &stats[0]["index"],
+                &stats[0]["status"],
+                stats[0]["next_offset"].as_u64()
+            ),
+            (&json!(p), &json!(status), next),
+            "{one}"
+        );
+        assert_eq!(one["partial"], status != "ok", "{one}");
+    }
 }

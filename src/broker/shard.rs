@@ -28,6 +28,10 @@ use crate::control::{ControlClient, MetaView};
 use crate::meta::TopicRecord;
 use crate::partition::RoundRobin;
 
+/// How long a topic's GET waits for the owners of its partitions' stats (the
+/// reference's 2 s).
+pub const STATS_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The partitions a shard owns, on O_DIRECT storage.
 pub type Owner = narad_shards::produce::Owner<DmaStorage>;
 
@@ -136,7 +140,7 @@ impl Shard {
             max_bytes,
             reply,
         };
-        let stopped = || Err(ReadError::Failed("the owner shard stopped".into()));
+        let stopped = || Err(ReadError::Stopping);
         self.ask(owner, op, stopped).await
     }
 
@@ -198,64 +202,74 @@ impl Shard {
         answer.await.unwrap_or_else(|_| stopped())
     }
 
-    /// Stats of every partition of a topic, asking each owner shard once.
+    /// Stats of the given partitions of a topic, asking each owner shard once,
+    /// in partition order, each labelled with its partition. Partitions whose
+    /// owner has not answered within [`STATS_ANSWER_WAIT`] of the call get an
+    /// error (the topic's GET shows placeholders for them rather than hang).
     pub async fn stats(
         &self,
         topic: Arc<str>,
         incarnation: IncarnationId,
-        partitions: u32,
-    ) -> Vec<Result<PartitionStats, ReadError>> {
+        partitions: impl IntoIterator<Item = PartitionId>,
+    ) -> Vec<(PartitionId, Result<PartitionStats, ReadError>)> {
+        type Answer = Vec<Result<PartitionStats, ReadError>>;
+        let deadline = std::time::Instant::now() + STATS_ANSWER_WAIT;
         let mut by_shard: Vec<Vec<PartitionId>> = vec![Vec::new(); self.shards];
-        for p in 0..partitions {
-            by_shard[self.owner_of(incarnation, PartitionId(p))].push(PartitionId(p));
+        for p in partitions {
+            by_shard[self.owner_of(incarnation, p)].push(p);
         }
+        // Every other owner is asked before any answer is awaited, so they
+        // work at the same time.
         let mut answers = Vec::new();
         for (shard, list) in by_shard.into_iter().enumerate() {
             if list.is_empty() {
                 continue;
             }
-            if shard == self.index {
-                let owner = self.owner.clone();
-                let topic = topic.clone();
-                answers.push(Box::pin(async move {
-                    let mut out = Vec::new();
-                    for p in list {
-                        out.push(owner.stats(&topic, incarnation, p).await);
-                    }
-                    out
-                })
-                    as std::pin::Pin<Box<dyn Future<Output = _>>>);
-            } else {
-                let (reply, answer) = oneshot::channel();
-                let failed = list.clone();
-                self.send(
-                    shard,
-                    Op::Stats {
-                        topic: topic.clone(),
-                        incarnation,
-                        partitions: list,
-                        reply,
-                    },
-                )
-                .await;
-                answers.push(Box::pin(async move {
-                    answer.await.unwrap_or_else(|_| {
-                        failed
-                            .iter()
-                            .map(|_| Err(ReadError::Failed("the owner shard stopped".into())))
-                            .collect()
+            let answer: std::pin::Pin<Box<dyn Future<Output = Option<Answer>>>> =
+                if shard == self.index {
+                    let owner = self.owner.clone();
+                    let (topic, list) = (topic.clone(), list.clone());
+                    Box::pin(async move {
+                        let mut out = Vec::with_capacity(list.len());
+                        for p in list {
+                            out.push(owner.stats(&topic, incarnation, p).await);
+                        }
+                        Some(out)
                     })
-                }));
-            }
+                } else {
+                    let (reply, answer) = oneshot::channel();
+                    let partitions = list.clone();
+                    self.send(
+                        shard,
+                        Op::Stats {
+                            topic: topic.clone(),
+                            incarnation,
+                            partitions,
+                            reply,
+                        },
+                    )
+                    .await;
+                    Box::pin(async move { answer.await.ok() })
+                };
+            answers.push((list, answer));
         }
         let mut all = Vec::new();
-        for answer in answers {
-            all.extend(answer.await);
+        for (list, answer) in answers {
+            let wait = deadline.saturating_duration_since(std::time::Instant::now());
+            let answer = futures_lite::future::or(answer, async {
+                narad_io::rt::sleep(wait).await;
+                None
+            })
+            .await;
+            match answer {
+                Some(answer) => all.extend(list.into_iter().zip(answer)),
+                None => all.extend(list.into_iter().map(|p| {
+                    let why = "the owner shard did not answer (stopped, or slower than the wait)";
+                    (p, Err(ReadError::Failed(why.into())))
+                })),
+            }
         }
-        all.sort_by_key(|r| match r {
-            Ok(s) => s.partition.0,
-            Err(_) => u32::MAX,
-        });
+        all.sort_by_key(|(p, _)| p.0);
         all
     }
 

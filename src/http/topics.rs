@@ -129,17 +129,24 @@ pub async fn get(shard: &Shard, topic: &str, query: Option<&str>) -> Response<Bo
         }
     }
     let name: Arc<str> = Arc::from(topic);
-    let stats = shard.stats(name, record.id, record.partitions).await;
+    let asked: Vec<PartitionId> = match only {
+        Some(p) => vec![PartitionId(p)],
+        None => (0..record.partitions).map(PartitionId).collect(),
+    };
+    let stats = shard.stats(name, record.id, asked).await;
+    // Deleted since the snapshot was read: the topic is gone, not partial.
+    if stats
+        .iter()
+        .any(|(_, s)| matches!(s, Err(ReadError::NotFound)))
+    {
+        return not_found(topic);
+    }
     let mut partial = false;
-    let mut partition_stats = Vec::new();
-    for (index, stat) in stats.into_iter().enumerate() {
-        let index = index as u32;
-        if only.is_some_and(|p| p != index) {
-            continue;
-        }
+    let mut partition_stats = Vec::with_capacity(stats.len());
+    for (partition, stat) in stats {
         partition_stats.push(match stat {
             Ok(s) => serde_json::json!({
-                "index": s.partition.0,
+                "index": partition.0,
                 "segments": s.segments,
                 "oldest_offset": s.oldest_offset.0,
                 "next_offset": s.next_offset.0,
@@ -150,9 +157,9 @@ pub async fn get(shard: &Shard, topic: &str, query: Option<&str>) -> Response<Bo
             }),
             Err(e) => {
                 partial = true;
-                tracing::warn!(topic, partition = index, error = ?e, "partition stats unavailable");
+                tracing::warn!(topic, partition = partition.0, error = ?e, "partition stats unavailable");
                 serde_json::json!({
-                    "index": index,
+                    "index": partition.0,
                     "owner_node": "local",
                     "status": "owner_unavailable",
                     "owner_liveness": "unknown",
@@ -293,9 +300,37 @@ pub fn read_error(topic: &str, partition: PartitionId, e: &ReadError) -> Respons
                 oldest.0, partition.0
             ),
         ),
+        ReadError::Stopping => response::draining(),
         ReadError::Failed(why) => {
             tracing::error!(topic, partition = partition.0, error = %why, "partition read failed");
             response::error(StatusCode::INTERNAL_SERVER_ERROR, "partition read failed")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_refused_because_the_owner_stops_is_a_503_to_retry_and_a_failure_a_500() {
+        let p = PartitionId(2);
+        let stopping = read_error("t", p, &ReadError::Stopping);
+        assert_eq!(stopping.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(stopping.headers()[hyper::header::RETRY_AFTER], "1");
+        let failed = read_error("t", p, &ReadError::Failed("EIO".into()));
+        assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let aged = read_error(
+            "t",
+            p,
+            &ReadError::AgedOut {
+                oldest: narad_shards::ids::Offset(7),
+            },
+        );
+        assert_eq!(aged.status(), StatusCode::GONE);
+        assert_eq!(
+            read_error("t", p, &ReadError::NotFound).status(),
+            StatusCode::NOT_FOUND
+        );
     }
 }

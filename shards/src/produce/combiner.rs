@@ -409,7 +409,7 @@ impl<S: Storage> Owner<S> {
         f: impl AsyncFnOnce(&mut PartitionLog<S>) -> Result<T, ReadError>,
     ) -> Result<T, ReadError> {
         if self.closing.get() {
-            return Err(ReadError::Failed("the owner is stopping".into()));
+            return Err(ReadError::Stopping);
         }
         if !self.is_live(topic, incarnation, partition) {
             return Err(ReadError::NotFound);

@@ -38,6 +38,8 @@ pub enum ReadError {
     AgedOut { oldest: Offset },
     /// The log could not be opened or read.
     Failed(String),
+    /// The owner is stopping (or stopped): ask again elsewhere or later.
+    Stopping,
 }
 
 /// One partition's shape, for `partition_stats`.
