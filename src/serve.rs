@@ -34,7 +34,9 @@
 //! Likewise `NARAD_DEBUG_METRICS_POLL_MS=<ms>` refreshes the polled gauges that
 //! often instead of every 5 s, and `NARAD_DEBUG_METRICS_QUEUE_LOADS=<n>` has a
 //! poll load the consumer state of at most `n` untouched partitions instead of
-//! 64 (0: none, so that their logs stay closed).
+//! 64 (0: none, so that their logs stay closed), and
+//! `NARAD_DEBUG_CONSUMER_OFFSET_LEVEL_MS=<ms>` levels `consumer.offset` that
+//! often at most instead of every 30 s.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -483,7 +485,11 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         );
     let queue_loads = debug_env_u64("NARAD_DEBUG_METRICS_QUEUE_LOADS")?
         .map_or(crate::metrics::QUEUE_LOADS_PER_POLL, |n| n as usize);
-    let committer = crate::consume::persist::committer_config(consumer_offset_interval, shards);
+    let level_every = debug_env_u64("NARAD_DEBUG_CONSUMER_OFFSET_LEVEL_MS")?
+        .filter(|&ms| ms > 0)
+        .map(std::time::Duration::from_millis);
+    let committer =
+        crate::consume::persist::committer_config(consumer_offset_interval, shards, level_every);
     let persister_task = narad_io::rt::spawn_local(crate::consume::persist::run_persister(
         shard.clone(),
         committer,

@@ -105,3 +105,65 @@ fn acks_older_than_the_write_tick_survive_sigkill() {
     let mut client = restarted.client();
     check_redelivery(&mut client, "killed", count);
 }
+
+/// Consumes one message of partition 0 of `topic` and acks it.
+fn consume_and_ack_one(client: &mut Client, topic: &str) {
+    let path = format!("/v1/topics/{topic}/consume?partition=0&wait=2s");
+    let response = client.request("GET", &path, &[], "").unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    let handle = json_of(&response)["receipt_handle"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("receipt_handle", &handle)
+        .finish();
+    let path = format!("/v1/topics/{topic}/ack?{query}");
+    let acked = client.request("POST", &path, &JSON, "").unwrap();
+    assert_eq!(acked.status, 204, "{acked:?}");
+}
+
+/// `consumer.offset` of a quiet partition catches up with its durable frontier
+/// while the node runs, with no further ack to prompt it (levelled every 3 s
+/// here through a debug hook, every 30 s by default).
+#[test]
+fn a_quiet_partitions_consumer_offset_is_levelled_without_another_ack() {
+    let node = Node::start_shards(1, &[("NARAD_DEBUG_CONSUMER_OFFSET_LEVEL_MS", "3000")]);
+    let mut client = node.client();
+    let body = json!({ "name": "quiet", "partitions": 3, "visibility_timeout_ms": 600_000 });
+    let created = post_topic(&mut client, &body.to_string());
+    assert_eq!(created.status, 201, "{created:?}");
+    let id = json_of(&created)["id"].as_str().unwrap().to_string();
+    for i in 0..2 {
+        produce_ok(
+            &mut client,
+            "quiet",
+            "partition=0",
+            format!("m{i}").as_bytes(),
+        );
+    }
+    let file = node
+        .data
+        .join("topics")
+        .join("quiet")
+        .join(&id)
+        .join("p00000")
+        .join("consumer.offset");
+    let frontier = || {
+        std::fs::read(&file)
+            .ok()
+            .filter(|bytes| bytes.len() >= 8)
+            .map(|bytes| u64::from_le_bytes(bytes[..8].try_into().unwrap()))
+    };
+    // The first ack is synced and levelled at once (nothing was levelled yet).
+    consume_and_ack_one(&mut client, "quiet");
+    common::wait_until(Duration::from_secs(10), "the first level", || {
+        (frontier() == Some(1)).then_some(())
+    });
+    // The second is synced within the second, but its level is not due for
+    // another 3 s; nothing else happens on the node meanwhile.
+    consume_and_ack_one(&mut client, "quiet");
+    common::wait_until(Duration::from_secs(15), "the second level", || {
+        (frontier() == Some(2)).then_some(())
+    });
+}

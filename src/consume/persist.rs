@@ -53,12 +53,19 @@ impl Persister {
     }
 }
 
-/// The committer config of one of a node's `shards` shards.
-pub fn committer_config(durability_interval: Duration, shards: usize) -> CommitterConfig {
+/// The committer config of one of a node's `shards` shards; `level_every`
+/// replaces the 30 s between levellings of `consumer.offset` (a debug hook).
+pub fn committer_config(
+    durability_interval: Duration,
+    shards: usize,
+    level_every: Option<Duration>,
+) -> CommitterConfig {
+    let default = CommitterConfig::default();
     CommitterConfig {
         durability_interval,
         open_files_max: open_files_max(narad_io::rt::open_files_soft_limit(), shards),
-        ..CommitterConfig::default()
+        level_every: level_every.unwrap_or(default.level_every),
+        ..default
     }
 }
 
@@ -87,7 +94,16 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     loop {
         let idle = committer.pending_sync() == 0;
         if idle && !shard.persister.closing.get() {
-            shard.persister.wake.wait().await;
+            // Nothing to write, but a level may still be owed: wait for it
+            // (or the next ack), not only for the next ack.
+            match committer.next_level_at(Instant::now()) {
+                None => shard.persister.wake.wait().await,
+                Some(at) => {
+                    let wait = at.saturating_duration_since(Instant::now());
+                    futures_lite::future::or(shard.persister.wake.wait(), narad_io::rt::sleep(wait))
+                        .await
+                }
+            }
         }
         if !shard.persister.closing.get() {
             narad_io::rt::sleep(tick).await;

@@ -283,6 +283,20 @@ impl<S: Storage> Committer<S> {
         oldest.map(|at| (count, now.saturating_duration_since(at)))
     }
 
+    /// When the earliest `consumer.offset` levelling still owed comes due (`now`
+    /// for one already due), `None` when none is owed. A caller that ticks only
+    /// while writes are pending must tick again from then on (one tick per
+    /// tick until the partition's turn), or a quiet partition's file would
+    /// trail its durable frontier for as long as nothing more is acked.
+    pub fn next_level_at(&self, now: Instant) -> Option<Instant> {
+        self.level_pending
+            .iter()
+            .filter_map(|key| self.partitions.get(key))
+            .filter(|p| !p.stranded)
+            .map(|p| p.levelled_at.map_or(now, |t| t + self.config.level_every))
+            .min()
+    }
+
     /// `consumer.ahead` descriptors held open now.
     pub fn files_held(&self) -> usize {
         self.files_held
