@@ -25,7 +25,7 @@
 //! its deadline passes, so one record is never promised to two shards.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,7 +71,7 @@ pub struct Queues {
     tokens: RefCell<Tokens>,
     rng: RefCell<ChaCha8Rng>,
     /// Partitions whose settled state changed since the persister last looked.
-    settled_changed: RefCell<Vec<Key>>,
+    settled_changed: RefCell<HashSet<Key>>,
     /// Called with a topic whose records became available here.
     wake: Wake,
     storage: DmaStorage,
@@ -93,7 +93,7 @@ impl Queues {
             parts: RefCell::new(HashMap::new()),
             tokens: RefCell::new(Tokens::default()),
             rng: RefCell::new(rng),
-            settled_changed: RefCell::new(Vec::new()),
+            settled_changed: RefCell::new(HashSet::new()),
             wake,
         }
     }
@@ -155,6 +155,13 @@ impl Queues {
             loaded.hwm = loaded.hwm.max(stats.next_offset);
             drop(loaded);
             return Ok(queue.clone());
+        }
+        // Deleted during the reads above: its purge may have run already, and
+        // nothing would drop a queue installed after it. The metadata loses the
+        // topic before any purge starts, so a topic still live here is purged
+        // later, queue included.
+        if !self.owner.is_live(topic, record.id, partition) {
+            return Err(ConsumeError::NotFound);
         }
         let mut table = InFlight::new(persisted.frontier, persisted.ahead);
         if table.jump_to(stats.oldest_offset) {
@@ -469,17 +476,14 @@ impl Queues {
 
     fn note_settled(&self, key: Key) {
         let mut changed = self.settled_changed.borrow_mut();
-        if !changed.contains(&key) {
-            changed.push(key);
-        }
-        if changed.len() == 1 {
+        if changed.insert(key) && changed.len() == 1 {
             self.persister.wake.notify();
         }
     }
 
     /// The partitions whose settled state changed since the last call.
     pub fn take_settled_changed(&self) -> Vec<Key> {
-        std::mem::take(&mut *self.settled_changed.borrow_mut())
+        self.settled_changed.borrow_mut().drain().collect()
     }
 
     /// Releases expired leases everywhere (the background purger); wakes the

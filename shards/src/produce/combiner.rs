@@ -173,12 +173,8 @@ impl<S: Storage> Owner<S> {
         *self.on_visible.borrow_mut() = Some(on_visible);
     }
 
-    pub(super) fn is_live(
-        &self,
-        topic: &str,
-        incarnation: IncarnationId,
-        partition: PartitionId,
-    ) -> bool {
+    /// Whether the node's metadata has this partition of this incarnation now.
+    pub fn is_live(&self, topic: &str, incarnation: IncarnationId, partition: PartitionId) -> bool {
         (self.live)(topic, incarnation, partition)
     }
 
