@@ -122,6 +122,32 @@ pub struct Owner<S: Storage> {
     measured: RefCell<HashSet<SlotKey>>,
 }
 
+/// A log taken out of its slot for one use by a caller that may go away half
+/// way (a consume whose client hung up drops its read): dropped unfinished, it
+/// puts the log back under the slot's lock, which the caller still holds, so
+/// the slot never loses its open log (with a chunk preparation in flight) nor
+/// the count of open logs its decrement.
+struct Taken<'a, S: Storage> {
+    owner: &'a Owner<S>,
+    slot: &'a Slot<S>,
+    log: Option<PartitionLog<S>>,
+}
+
+impl<S: Storage> Drop for Taken<'_, S> {
+    fn drop(&mut self) {
+        let Some(log) = self.log.take() else {
+            return;
+        };
+        if let Some(poisoned) = self.owner.return_log(self.slot, log) {
+            if narad_io::rt::can_spawn() {
+                narad_io::rt::spawn_local(async move {
+                    let _ = poisoned.close().await;
+                });
+            }
+        }
+    }
+}
+
 impl<S: Storage> Owner<S> {
     pub fn new(storage: S, config: LogConfig, live: Liveness) -> Rc<Self> {
         Self::with_reopen_backoff(storage, config, live, REOPEN_BACKOFF)
@@ -349,18 +375,27 @@ impl<S: Storage> Owner<S> {
     /// Puts a log taken out by [`Owner::open_log`] back in its slot, or closes it
     /// when a failed fdatasync poisoned it (the next use reopens it, recovering).
     pub(super) async fn put_back(&self, slot: &Slot<S>, log: PartitionLog<S>) {
-        if log.is_poisoned() {
-            tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned (a failed fdatasync or roll); it will be reopened");
-            metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "fsync_poisoned")
-                .increment(1);
-            slot.retry_open_at
-                .set(Some(Instant::now() + self.reopen_backoff));
-            slot.cache.borrow_mut().take();
-            let _ = log.close().await;
-            self.note_log_closed();
-        } else {
-            *slot.log.borrow_mut() = Some(log);
+        if let Some(poisoned) = self.return_log(slot, log) {
+            let _ = poisoned.close().await;
         }
+    }
+
+    /// The part of [`Owner::put_back`] that does not wait: puts the log back,
+    /// or retires a poisoned one (the slot reopens after the backoff) and hands
+    /// it back to be closed.
+    fn return_log(&self, slot: &Slot<S>, log: PartitionLog<S>) -> Option<PartitionLog<S>> {
+        if !log.is_poisoned() {
+            *slot.log.borrow_mut() = Some(log);
+            return None;
+        }
+        tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned (a failed fdatasync or roll); it will be reopened");
+        metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "fsync_poisoned")
+            .increment(1);
+        slot.retry_open_at
+            .set(Some(Instant::now() + self.reopen_backoff));
+        slot.cache.borrow_mut().take();
+        self.note_log_closed();
+        Some(log)
     }
 
     /// Takes the slot's log out (opening it if needed); the caller puts it back.
@@ -415,9 +450,15 @@ impl<S: Storage> Owner<S> {
         if slot.retired.get() {
             return Err(ReadError::NotFound);
         }
-        let mut log = self.open_log(&slot).await.map_err(ReadError::Failed)?;
+        let log = self.open_log(&slot).await.map_err(ReadError::Failed)?;
         slot.last_used.set(Instant::now());
-        let result = f(&mut log).await;
+        let mut taken = Taken {
+            owner: self,
+            slot: &slot,
+            log: Some(log),
+        };
+        let result = f(taken.log.as_mut().expect("taken above")).await;
+        let log = taken.log.take().expect("taken above");
         self.put_back(&slot, log).await;
         result
     }
@@ -477,8 +518,15 @@ impl<S: Storage> Owner<S> {
         if slot.retired.get() {
             return None;
         }
-        let mut log = slot.log.borrow_mut().take()?;
-        let result = read_log(&mut log, from, max_records, max_bytes).await;
+        let log = slot.log.borrow_mut().take()?;
+        let mut taken = Taken {
+            owner: self,
+            slot: &slot,
+            log: Some(log),
+        };
+        let log = taken.log.as_mut().expect("taken above");
+        let result = read_log(log, from, max_records, max_bytes).await;
+        let log = taken.log.take().expect("taken above");
         self.put_back(&slot, log).await;
         Some(result.map(|(batch, _)| batch))
     }
