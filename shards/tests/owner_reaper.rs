@@ -589,3 +589,34 @@ fn an_owner_closed_for_the_stop_refuses_commits_and_reads() {
         assert_eq!(owner.open_log_count(), 0, "no log was opened again");
     });
 }
+
+/// A commit queued behind a running one when the stop begins is refused as a
+/// failure (its records stay in their WAL), not as a change of incarnation,
+/// which the dispatcher would report as records accepted for another topic.
+#[test]
+fn a_commit_queued_when_the_stop_begins_fails_as_stopping() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let storage = DmaStorage::new(dir.path());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::from_ms(0)));
+        let owner = owner_on(storage.clone(), &retention);
+        let queue = |payload: &str| {
+            let (reply, answer) = oneshot::channel();
+            let records = vec![OwnedRecord {
+                key: None,
+                payload: payload.as_bytes().to_vec().into(),
+            }];
+            owner.commit(topic(), ID, PartitionId(0), records, reply);
+            answer
+        };
+        // The first starts its cycle (it opens the log, then writes); the
+        // second queues behind it; then the stop begins.
+        let running = queue("running");
+        let queued = queue("queued");
+        owner.close_all().await;
+        let running = running.await.expect("the owner answers");
+        assert_eq!(running, Ok(Offset(0)..Offset(1)));
+        let queued = queued.await.expect("the owner answers");
+        assert!(matches!(queued, Err(CommitError::Failed(_))), "{queued:?}");
+    });
+}

@@ -257,11 +257,17 @@ impl<S: Storage> Owner<S> {
             return;
         }
         let slot = self.slot(&topic, incarnation, partition);
-        slot.queue.borrow_mut().push(Pending {
+        let mut queue = slot.queue.borrow_mut();
+        // Batches whose callers gave up (they send the records again) go now,
+        // not at the next cycle: while a slow cycle runs, every retry would
+        // otherwise add a copy of its records to the queue.
+        queue.retain(|pending| !pending.reply.is_canceled());
+        queue.push(Pending {
             incarnation,
             records,
             reply,
         });
+        drop(queue);
         if !slot.cycling.replace(true) {
             let owner = self.clone();
             narad_io::rt::spawn_local(async move { owner.run_cycles(slot).await });
@@ -289,7 +295,12 @@ impl<S: Storage> Owner<S> {
             !slot.retired.get() && self.is_live(&slot.topic, slot.incarnation, slot.partition);
         let mut run = Vec::with_capacity(batch.len());
         for pending in batch {
-            if !live || pending.incarnation != slot.incarnation {
+            if self.closing.get() {
+                // The stop retired every slot: not a change of incarnation,
+                // which the dispatcher would report as one.
+                let stopping = CommitError::Failed("the owner is stopping".into());
+                let _ = pending.reply.send(Err(stopping));
+            } else if !live || pending.incarnation != slot.incarnation {
                 let _ = pending.reply.send(Err(CommitError::IncarnationMismatch));
             } else if pending.reply.is_canceled() {
                 // Its caller gave up and will send the records again.
