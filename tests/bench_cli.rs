@@ -463,16 +463,25 @@ fn a_server_that_never_answers_cannot_hang_a_run() {
 /// A server that answers every request `200 OK` with an empty JSON object, as
 /// something other than the broker listening on the port might.
 fn always_200_server() -> std::net::SocketAddr {
+    scripted_server(|_| "200 OK")
+}
+
+/// A server that answers the `n`th request (from 0, over all connections)
+/// with the status line `status(n)` and an empty JSON object.
+fn scripted_server(status: fn(usize) -> &'static str) -> std::net::SocketAddr {
     use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
         for conn in listener.incoming().take(8) {
             let Ok(mut conn) = conn else { return };
+            let served = served.clone();
             std::thread::spawn(move || {
                 let mut buf = vec![0u8; 1 << 16];
                 let mut pending = Vec::new();
-                let reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
                 loop {
                     let Ok(n) = conn.read(&mut buf) else { return };
                     if n == 0 {
@@ -491,7 +500,11 @@ fn always_200_server() -> std::net::SocketAddr {
                             break;
                         }
                         pending.drain(..end + 4 + body);
-                        if conn.write_all(reply).is_err() {
+                        let line = status(served.fetch_add(1, Ordering::SeqCst));
+                        let reply = format!(
+                            "HTTP/1.1 {line}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+                        );
+                        if conn.write_all(reply.as_bytes()).is_err() {
                             return;
                         }
                     }
@@ -500,6 +513,29 @@ fn always_200_server() -> std::net::SocketAddr {
         }
     });
     addr
+}
+
+#[test]
+fn a_counted_run_sends_failed_records_again_until_its_count_is_acknowledged() {
+    // The topic is read first; then every third produce is refused.
+    let addr = scripted_server(|n| {
+        if n == 0 {
+            "200 OK"
+        } else if n % 3 == 0 {
+            "503 Service Unavailable"
+        } else {
+            "202 Accepted"
+        }
+    });
+    let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["bench", "-s", &format!("http://{addr}"), "orders"])
+        .args(["--count", "30", "--workers", "1", "--timeout", "5"])
+        .env_remove("NARAD_ADDR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("produce: 30 ok, 14 failed"), "{stderr}");
+    assert!(stderr.contains("errors: 503×14"), "{stderr}");
 }
 
 #[test]
@@ -513,8 +549,10 @@ fn only_a_202_counts_as_an_acknowledged_produce() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
-    assert!(stderr.contains("produce: 0 ok, 20 failed"), "{stderr}");
-    assert!(stderr.contains("errors: 200×20"), "{stderr}");
+    // The 20 records failed, were sent again and failed again: the failures
+    // reached the count, and the run ended.
+    assert!(stderr.contains("produce: 0 ok, 40 failed"), "{stderr}");
+    assert!(stderr.contains("errors: 200×40"), "{stderr}");
 }
 
 #[test]

@@ -39,6 +39,8 @@ const ERROR_BACKOFF: Duration = Duration::from_millis(10);
 pub const STATUS_TRANSPORT: u16 = 0;
 /// The error key of a 200 reply that could not be read.
 pub const STATUS_UNREADABLE: u16 = 1;
+/// The error key of open-loop requests due before the end and never sent.
+pub const STATUS_UNSENT: u16 = 2;
 
 /// What the consumers share.
 pub struct ConsumePlan {

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::consumer::{ConsumeTally, STATUS_TRANSPORT, STATUS_UNREADABLE};
+use super::consumer::{ConsumeTally, STATUS_TRANSPORT, STATUS_UNREADABLE, STATUS_UNSENT};
 use super::stamp::Verdict;
 
 /// The largest latency recorded exactly; longer ones are recorded as this.
@@ -277,6 +277,7 @@ fn status_name(status: u16) -> String {
     match status {
         STATUS_TRANSPORT => "transport".into(),
         STATUS_UNREADABLE => "unreadable".into(),
+        STATUS_UNSENT => "unsent".into(),
         other => other.to_string(),
     }
 }

@@ -143,10 +143,18 @@ impl Stamper {
     }
 }
 
+/// How long an open-loop run goes on sending the requests that were due
+/// before its end (a server that fell behind); those still unsent then are
+/// reported as such rather than dropped from the latencies unseen.
+pub const LATE_GRACE: Duration = Duration::from_secs(5);
+
 /// When the run ends.
 #[derive(Clone, Copy, Debug)]
 pub enum Stop {
-    /// After this many records.
+    /// After this many records were acknowledged. A failed request's records
+    /// are sent again, until as many records as the count have failed; past
+    /// that, a failure uses its records up, so a run against a failing server
+    /// still ends.
     Records(u64),
     /// No new request after this instant.
     At(Instant),
@@ -168,6 +176,16 @@ pub struct Schedule {
     interval: Option<Duration>,
     start: Instant,
     issued: Cell<u64>,
+    /// [`Stop::Records`]: records not claimed yet (given back ones included).
+    unclaimed: Cell<u64>,
+    /// [`Stop::Records`]: failed records that may still be given back.
+    retries_left: Cell<u64>,
+    /// Records sent again after a failure.
+    retried: Cell<u64>,
+    /// Open loop: records due before the end but not sent by its grace.
+    unsent: Cell<u64>,
+    /// Open loop: the grace after the end ran out.
+    cut: Cell<bool>,
     abandoned: Cell<bool>,
 }
 
@@ -181,13 +199,24 @@ impl Schedule {
             interval,
             start,
             issued: Cell::new(0),
+            unclaimed: Cell::new(match stop {
+                Stop::Records(total) => total,
+                Stop::At(_) => 0,
+            }),
+            retries_left: Cell::new(match stop {
+                Stop::Records(total) => total,
+                Stop::At(_) => 0,
+            }),
+            retried: Cell::new(0),
+            unsent: Cell::new(0),
+            cut: Cell::new(false),
             abandoned: Cell::new(false),
         }
     }
 
     /// The next request, or `None` once the run is over.
     pub fn claim(&self, now: Instant) -> Option<Ticket> {
-        if self.abandoned.get() || super::interrupted() {
+        if self.abandoned.get() || self.cut.get() || super::interrupted() {
             return None;
         }
         let index = self.issued.get();
@@ -196,26 +225,63 @@ impl Schedule {
             self.start + Duration::from_nanos(u64::try_from(offset).unwrap_or(u64::MAX))
         });
         let records = match self.stop {
-            Stop::Records(total) => {
-                let sent = index * self.batch_records;
-                if sent >= total {
+            Stop::Records(_) => {
+                let unclaimed = self.unclaimed.get();
+                if unclaimed == 0 {
                     return None;
                 }
-                (total - sent).min(self.batch_records)
+                let records = unclaimed.min(self.batch_records);
+                self.unclaimed.set(unclaimed - records);
+                records
             }
-            // An open loop the server cannot keep up with falls behind its
-            // schedule: it stops at the end all the same, not when the
-            // requests due before it have all been sent.
-            Stop::At(end) => {
-                if due.unwrap_or(now) >= end || now >= end {
+            Stop::At(end) => match due {
+                None if now >= end => return None,
+                None => self.batch_records,
+                Some(due) if due >= end => return None,
+                // An open loop the server could not keep up with sends what
+                // was due before the end for a grace after it (their latency
+                // counts from when they were due); what is left then is
+                // counted unsent, and the run ends.
+                Some(due) if now >= end + LATE_GRACE => {
+                    let interval = self.interval.expect("an open loop has an interval");
+                    let left = end.saturating_duration_since(due).as_nanos();
+                    let tickets = left.div_ceil(interval.as_nanos().max(1));
+                    let records = u64::try_from(tickets)
+                        .unwrap_or(u64::MAX)
+                        .saturating_mul(self.batch_records);
+                    self.unsent.set(records);
+                    self.cut.set(true);
                     return None;
                 }
-                self.batch_records
-            }
+                Some(_) => self.batch_records,
+            },
         };
         assert!(records > 0 && records <= self.batch_records);
         self.issued.set(index + 1);
         Some(Ticket { records, due })
+    }
+
+    /// A request of `records` failed: in a counted run its records are sent
+    /// again while the failures stay within the count. Returns whether they
+    /// will be.
+    pub fn failed(&self, records: u64) -> bool {
+        if !matches!(self.stop, Stop::Records(_)) || self.retries_left.get() < records {
+            return false;
+        }
+        self.retries_left.set(self.retries_left.get() - records);
+        self.unclaimed.set(self.unclaimed.get() + records);
+        self.retried.set(self.retried.get() + records);
+        true
+    }
+
+    /// Records sent again after a failure.
+    pub fn retried(&self) -> u64 {
+        self.retried.get()
+    }
+
+    /// Open loop: records that were due before the end and never sent.
+    pub fn unsent(&self) -> u64 {
+        self.unsent.get()
     }
 
     /// Stops the run: a worker could not reach the server.
@@ -289,7 +355,12 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
             Opened::Ready(open) => open,
             failed => {
                 tally.failed_records += ticket.records;
+                *tally
+                    .errors
+                    .entry(super::consumer::STATUS_TRANSPORT)
+                    .or_default() += ticket.records;
                 plan.live.failed(ticket.records);
+                plan.schedule.failed(ticket.records);
                 if matches!(failed, Opened::GiveUp) {
                     plan.schedule.abandon();
                     break;
@@ -341,6 +412,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 tally.failed_records += ticket.records;
                 *tally.errors.entry(status).or_default() += ticket.records;
                 plan.live.failed(ticket.records);
+                plan.schedule.failed(ticket.records);
             }
             Err(_) => {
                 // The server closed the connection or it broke: open a new one
@@ -351,6 +423,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                     .entry(super::consumer::STATUS_TRANSPORT)
                     .or_default() += ticket.records;
                 plan.live.failed(ticket.records);
+                plan.schedule.failed(ticket.records);
                 link.drop_conn();
             }
         }
@@ -452,12 +525,49 @@ mod tests {
     }
 
     #[test]
-    fn an_open_loop_behind_its_schedule_still_ends_at_its_end() {
+    fn an_open_loop_behind_its_schedule_sends_late_for_a_grace_then_counts_the_rest_unsent() {
         let start = Instant::now();
-        let end = start + Duration::from_millis(35);
-        let schedule = Schedule::new(Stop::At(end), 1, Some(Duration::from_millis(10)), start);
+        let end = start + Duration::from_millis(45);
+        let schedule = Schedule::new(Stop::At(end), 2, Some(Duration::from_millis(10)), start);
         assert!(schedule.claim(start).is_some());
-        // The requests due at 10, 20 and 30 ms are still unsent at the end.
-        assert!(schedule.claim(end).is_none());
+        // The request due at 10 ms is sent at the end, late (its latency
+        // counts from 10 ms); those due at 20, 30 and 40 ms are still unsent
+        // when the grace runs out.
+        let late = schedule.claim(end).expect("due before the end");
+        assert_eq!(late.due, Some(start + Duration::from_millis(10)));
+        assert!(schedule.claim(end + LATE_GRACE).is_none());
+        assert_eq!(schedule.unsent(), 3 * 2);
+        assert!(schedule.claim(end + LATE_GRACE).is_none());
+        assert_eq!(schedule.unsent(), 3 * 2, "counted once");
+        assert!(!schedule.is_abandoned());
+    }
+
+    #[test]
+    fn a_counted_run_sends_failed_records_again_until_failures_reach_the_count() {
+        let start = Instant::now();
+        let schedule = Schedule::new(Stop::Records(120), 50, None, start);
+        let first = schedule.claim(start).unwrap();
+        assert_eq!(first.records, 50);
+        assert!(schedule.failed(50), "within the count: sent again");
+        let records: Vec<u64> = std::iter::from_fn(|| schedule.claim(start))
+            .map(|t| t.records)
+            .collect();
+        assert_eq!(
+            records,
+            [50, 50, 20],
+            "120 records are still to be acknowledged"
+        );
+        // 50 failed so far; 70 more may fail and be sent again, not 71.
+        assert!(schedule.failed(50));
+        assert!(
+            !schedule.failed(50),
+            "past the count, a failure uses its records up"
+        );
+        assert_eq!(schedule.claim(start).unwrap().records, 50);
+        assert!(schedule.claim(start).is_none());
+        assert_eq!(schedule.retried(), 100);
+        // A timed run never sends again.
+        let timed = Schedule::new(Stop::At(start + Duration::from_secs(1)), 1, None, start);
+        assert!(!timed.failed(1));
     }
 }
