@@ -22,6 +22,7 @@
 //! one.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
 
 use futures_lite::io::AsyncWriteExt;
 
@@ -468,31 +469,48 @@ pub fn topic_path(topic: &str, suffix: &str) -> String {
     path
 }
 
-/// Creates the topic; one that already exists (409) is fine.
+/// The visibility timeout a broker gives a topic it does not set one for.
+pub const VISIBILITY_DEFAULT: Duration = Duration::from_secs(30);
+
+/// The `visibility_timeout_ms` of a Topic object ([`VISIBILITY_DEFAULT`] if
+/// the answer has none).
+pub fn visibility_of(topic_json: &str) -> Duration {
+    serde_json::from_str::<serde_json::Value>(topic_json)
+        .ok()
+        .and_then(|topic| topic["visibility_timeout_ms"].as_u64())
+        .map_or(VISIBILITY_DEFAULT, Duration::from_millis)
+}
+
+/// Creates the topic and returns its visibility timeout; one that already
+/// exists (409) is fine, and gives `None`.
 pub async fn create_topic(
     conn: &mut Conn,
     server: &Server,
     topic: &str,
     partitions: u32,
     existing_ok: bool,
-) -> Result<(), String> {
+) -> Result<Option<Duration>, String> {
     let body = serde_json::json!({"name": topic, "partitions": partitions}).to_string();
     let template = RequestTemplate::new(Method::Post, "/v1/topics", server, "application/json");
     let (status, text) = conn.send_collect(template.build(body.as_bytes())).await?;
     match status {
-        201 => Ok(()),
-        409 if existing_ok => Ok(()),
+        201 => Ok(Some(visibility_of(&text))),
+        409 if existing_ok => Ok(None),
         _ => Err(format!("cannot create topic {topic:?}: {status} {text}")),
     }
 }
 
 /// Checks that the topic exists, so that a typo fails at once instead of as a
-/// run of 404s.
-pub async fn check_topic(conn: &mut Conn, server: &Server, topic: &str) -> Result<(), String> {
+/// run of 404s, and returns its visibility timeout.
+pub async fn check_topic(
+    conn: &mut Conn,
+    server: &Server,
+    topic: &str,
+) -> Result<Duration, String> {
     let template = RequestTemplate::get(&topic_path(topic, ""), server);
     let (status, text) = conn.send_collect(template.build(&[])).await?;
     match status {
-        200 => Ok(()),
+        200 => Ok(visibility_of(&text)),
         404 => Err(format!(
             "topic {topic:?} does not exist (--create creates it)"
         )),
@@ -518,6 +536,14 @@ pub async fn delete_topic(conn: &mut Conn, server: &Server, topic: &str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_topics_visibility_timeout_is_read_from_its_json() {
+        let topic = r#"{"name":"t","visibility_timeout_ms":120000,"partitions":3}"#;
+        assert_eq!(visibility_of(topic), Duration::from_secs(120));
+        assert_eq!(visibility_of(r#"{"name":"t"}"#), VISIBILITY_DEFAULT);
+        assert_eq!(visibility_of("not json"), VISIBILITY_DEFAULT);
+    }
 
     #[test]
     fn server_accepts_ip_and_localhost_with_a_port() {

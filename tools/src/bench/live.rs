@@ -131,6 +131,7 @@ pub struct Live {
     failed_records: Cell<u64>,
     consumed_records: Cell<u64>,
     consume_errors: Cell<u64>,
+    last_consume_error: Cell<Option<Instant>>,
     window: RefCell<Window>,
     marks: Cell<Marks>,
     /// Every closed window's latencies: the figures "so far".
@@ -152,6 +153,7 @@ impl Live {
             failed_records: Cell::new(0),
             consumed_records: Cell::new(0),
             consume_errors: Cell::new(0),
+            last_consume_error: Cell::new(None),
             window: RefCell::new(window()),
             marks: Cell::new(Marks {
                 at: start,
@@ -202,11 +204,12 @@ impl Live {
     /// A consume or ack request, or one result of a batch ack, failed.
     pub fn consume_failed(&self) {
         add(&self.consume_errors, 1);
+        self.last_consume_error.set(Some(Instant::now()));
     }
 
-    /// Consume and ack requests (and batch ack results) that failed so far.
-    pub fn consume_failures(&self) -> u64 {
-        self.consume_errors.get()
+    /// When the last consume or ack failure happened, if any did.
+    pub fn last_consume_failure(&self) -> Option<Instant> {
+        self.last_consume_error.get()
     }
 
     /// Records consumed so far, by every consumer.

@@ -389,18 +389,22 @@ fn producers_used(s: &Settings) -> usize {
 
 /// Sets up the topic, measures, and deletes a fresh topic.
 async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
+    let mut visibility = client::VISIBILITY_DEFAULT;
     if s.mode.uses_topic() {
         let mut setup = Conn::open(&s.server).await?;
-        if s.create {
+        let created = if s.create {
             // A fresh topic must be new: the run deletes it afterwards.
             let existing_ok = !s.fresh_topic;
-            client::create_topic(&mut setup, &s.server, &s.topic, s.partitions, existing_ok)
-                .await?;
+            client::create_topic(&mut setup, &s.server, &s.topic, s.partitions, existing_ok).await?
         } else {
-            client::check_topic(&mut setup, &s.server, &s.topic).await?;
-        }
+            None
+        };
+        visibility = match created {
+            Some(visibility) => visibility,
+            None => client::check_topic(&mut setup, &s.server, &s.topic).await?,
+        };
     }
-    let mut outcome = measure(&s, show_progress).await;
+    let mut outcome = measure(&s, show_progress, visibility).await;
     if s.fresh_topic {
         let deleted = match Conn::open(&s.server).await {
             Ok(mut conn) => client::delete_topic(&mut conn, &s.server, &s.topic).await,
@@ -415,7 +419,11 @@ async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
 
 /// Opens the pools and runs them, with the ticker closing a window of the
 /// series every second until the last consumer is done.
-async fn measure(s: &Settings, show_progress: bool) -> Result<Outcome, String> {
+async fn measure(
+    s: &Settings,
+    show_progress: bool,
+    visibility: Duration,
+) -> Result<Outcome, String> {
     let mut producer_conns = Vec::with_capacity(producers_used(s));
     while producer_conns.len() < producers_used(s) {
         producer_conns.push(Conn::open(&s.server).await?);
@@ -428,7 +436,7 @@ async fn measure(s: &Settings, show_progress: bool) -> Result<Outcome, String> {
     let live = Rc::new(Live::new(start));
     let ticker = live::ticker(live.clone(), show_progress, s.mode);
     let ticker = evloop::spawn(ticker);
-    let outcome = pools::run_pools(s, producer_conns, consumer_conns, &live).await;
+    let outcome = pools::run_pools(s, producer_conns, consumer_conns, &live, visibility).await;
     live.finish();
     // The ticker closes the last window and erases the status line.
     ticker.await;

@@ -11,12 +11,11 @@ const DRAIN_IDLE: Duration = Duration::from_secs(2);
 /// ... or for at most this long, or twice the producing time if that is longer
 /// (consumers that fell behind get to finish the backlog they were measured on).
 const DRAIN_MAX: Duration = Duration::from_secs(30);
-/// ... but a `--verify` run that saw a consume or ack fail waits this long
-/// without progress while records are outstanding: the records of a failed
-/// exchange stay leased until their visibility timeout (30 s unless the topic
-/// says otherwise) and only then come back, and ending sooner would report
-/// them missing.
-const DRAIN_IDLE_AFTER_FAILURES: Duration = Duration::from_secs(35);
+/// ... but a `--verify` run that saw a consume or ack fail, with records still
+/// outstanding, waits for the topic's visibility timeout and this much more
+/// after the last failure: the records of a failed exchange stay leased until
+/// then, and ending sooner would report them missing.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// How often the run checks whether the consumers are done.
 const CONTROL_TICK: Duration = Duration::from_millis(20);
 
@@ -26,6 +25,7 @@ pub(super) async fn run_pools(
     producer_conns: Vec<Conn>,
     consumer_conns: Vec<Conn>,
     live: &Rc<Live>,
+    visibility: Duration,
 ) -> Result<Outcome, String> {
     let ledger = Rc::new(RefCell::new(Ledger::new()));
     let run_tag = run_tag();
@@ -78,7 +78,7 @@ pub(super) async fn run_pools(
     };
     let consume = match consume_plan {
         Some(plan) => {
-            await_drained(s, &plan, start).await;
+            await_drained(s, &plan, start, visibility).await;
             plan.stop.set(true);
             let mut tally = ConsumeTally::new();
             for handle in consumers {
@@ -161,21 +161,28 @@ fn drain_max(s: &Settings) -> Duration {
 /// stopped, when every acknowledged record is consumed or none came for
 /// [`DRAIN_IDLE`] (at most [`drain_max`]); in consume mode at the end of the
 /// run's length or after [`DRAIN_IDLE`] without a message.
-async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
+async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant, visibility: Duration) {
     let from = Instant::now();
     loop {
         let now = Instant::now();
         let idle = now.saturating_duration_since(plan.last_progress.get().max(from));
         let outstanding = plan.ledger.borrow().outstanding_records();
-        let idle_limit = drain_idle_limit(s.verify, plan.live.consume_failures(), outstanding);
+        let leases_back = leases_back_at(
+            s.verify,
+            plan.live.last_consume_failure(),
+            outstanding,
+            visibility,
+        );
+        let idle_limit = match leases_back {
+            Some(_) => visibility + LEASE_MARGIN,
+            None => DRAIN_IDLE,
+        };
+        let cap = (from + drain_max(s)).max(leases_back.unwrap_or(from));
         let done = plan.stop.get()
             || interrupted()
-            || idle >= idle_limit
+            || (idle >= idle_limit && leases_back.is_none_or(|at| now >= at))
             || match s.mode {
-                Mode::Flow => {
-                    outstanding == 0
-                        || now.saturating_duration_since(from) >= drain_max(s).max(idle_limit)
-                }
+                Mode::Flow => outstanding == 0 || now >= cap,
                 Mode::Consume => match s.length {
                     Length::Timed(d) => now.saturating_duration_since(start) >= d,
                     Length::Records(n) => plan.live.consumed_records() >= n,
@@ -190,14 +197,19 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant) {
     }
 }
 
-/// How long a drain may go without progress: [`DRAIN_IDLE`], or
-/// [`DRAIN_IDLE_AFTER_FAILURES`] for a `--verify` run in which an exchange
-/// failed while records are still outstanding.
-fn drain_idle_limit(verify: bool, failures: u64, outstanding: u64) -> Duration {
-    if verify && failures > 0 && outstanding > 0 {
-        DRAIN_IDLE_AFTER_FAILURES
-    } else {
-        DRAIN_IDLE
+/// In a `--verify` run in which an exchange failed while records are still
+/// outstanding: when the leases of the last failed exchange have lapsed and
+/// their records come back (the visibility timeout after it, plus
+/// [`LEASE_MARGIN`]), which the drain waits for. `None` otherwise.
+fn leases_back_at(
+    verify: bool,
+    last_failure: Option<Instant>,
+    outstanding: u64,
+    visibility: Duration,
+) -> Option<Instant> {
+    match last_failure {
+        Some(at) if verify && outstanding > 0 => Some(at + visibility + LEASE_MARGIN),
+        _ => None,
     }
 }
 
@@ -284,11 +296,17 @@ mod tests {
 
     #[test]
     fn a_verify_run_with_failed_exchanges_waits_out_their_leases() {
-        assert_eq!(drain_idle_limit(true, 1, 5), DRAIN_IDLE_AFTER_FAILURES);
-        assert!(DRAIN_IDLE_AFTER_FAILURES > Duration::from_secs(30));
-        // Nothing failed, nothing outstanding, or not verifying: the short wait.
-        assert_eq!(drain_idle_limit(true, 0, 5), DRAIN_IDLE);
-        assert_eq!(drain_idle_limit(true, 1, 0), DRAIN_IDLE);
-        assert_eq!(drain_idle_limit(false, 1, 5), DRAIN_IDLE);
+        let failed = Instant::now();
+        let minute = Duration::from_secs(60);
+        // The leases of the last failed exchange lapse a visibility timeout
+        // after it, whatever the topic's.
+        assert_eq!(
+            leases_back_at(true, Some(failed), 5, minute),
+            Some(failed + minute + LEASE_MARGIN)
+        );
+        // Nothing failed, nothing outstanding, or not verifying: no wait.
+        assert_eq!(leases_back_at(true, None, 5, minute), None);
+        assert_eq!(leases_back_at(true, Some(failed), 0, minute), None);
+        assert_eq!(leases_back_at(false, Some(failed), 5, minute), None);
     }
 }
