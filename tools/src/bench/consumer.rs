@@ -339,8 +339,10 @@ impl Cycle {
         // would stay leased for the visibility timeout, past the drain.
         let (reply, pending) = (&mut self.reply, &mut self.pending);
         let mut acked = ack(plan, open, reply, pending, tally, false).await;
+        // Retried after the drain's stop too: an ack the broker applied but
+        // whose answer was lost would otherwise count its records missing.
         for _ in 1..ACK_ATTEMPTS {
-            if acked.is_ok() || plan.stop.get() {
+            if acked.is_ok() {
                 break;
             }
             self.link.drop_conn();
