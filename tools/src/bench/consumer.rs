@@ -34,7 +34,7 @@ use super::stamp::{self, Ledger, Reading};
 pub const CONSUME_WAIT: &str = "1s";
 /// The pause after a refused or failed request, so that a broker in trouble is
 /// not hammered by a hot loop.
-const ERROR_BACKOFF: Duration = Duration::from_millis(10);
+pub const ERROR_BACKOFF: Duration = Duration::from_millis(10);
 /// The error key of a request that got no HTTP answer.
 pub const STATUS_TRANSPORT: u16 = 0;
 /// The error key of a 200 reply that could not be read.

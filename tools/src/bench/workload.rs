@@ -413,6 +413,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 *tally.errors.entry(status).or_default() += ticket.records;
                 plan.live.failed(ticket.records);
                 plan.schedule.failed(ticket.records);
+                super::evloop::sleep(super::consumer::ERROR_BACKOFF).await;
             }
             Err(_) => {
                 // The server closed the connection or it broke: open a new one
@@ -425,6 +426,9 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn) -> Tally {
                 plan.live.failed(ticket.records);
                 plan.schedule.failed(ticket.records);
                 link.drop_conn();
+                // A server that takes connections and drops them at once
+                // must not make this a hot loop of connects.
+                super::evloop::sleep(super::consumer::ERROR_BACKOFF).await;
             }
         }
         tally.finished = now;
