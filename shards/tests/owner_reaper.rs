@@ -400,6 +400,38 @@ fn a_read_dropped_half_way_leaves_its_log_open_in_its_slot() {
     });
 }
 
+/// A read dropped while it opens the log does not drop the open half way:
+/// the log opens all the same, in a task of its own, into its slot.
+#[test]
+fn a_read_dropped_while_opening_its_log_leaves_the_open_to_finish() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let storage = DmaStorage::new(dir.path());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(storage.clone(), &retention);
+        commit(&owner, 0, &batch("a", 3)).await;
+        owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await;
+        assert_eq!(owner.open_log_count(), 0);
+        let topic = topic();
+        let mut read = Box::pin(owner.read(&topic, ID, PartitionId(0), Offset(0), 64, 1 << 20));
+        assert!(futures_lite::future::poll_once(&mut read).await.is_none());
+        assert_eq!(owner.open_log_count(), 0, "still opening");
+        drop(read);
+        let opened = Instant::now();
+        while owner.open_log_count() == 0 && opened.elapsed() < Duration::from_secs(5) {
+            narad_io::rt::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(
+            owner.open_log_count(),
+            1,
+            "the open finished without its caller"
+        );
+        assert_eq!(read_from(&owner, 0, 0).await.unwrap().len(), 3);
+        assert_eq!(owner.open_log_count(), 1, "and the next read used it");
+        owner.close_all().await;
+    });
+}
+
 #[test]
 fn a_peek_never_opens_a_log_nor_keeps_one_from_idle_eviction() {
     let disk = SimDisk::new(4, SimFaults::default());

@@ -457,11 +457,33 @@ impl<S: Storage> Owner<S> {
             return Err(ReadError::NotFound);
         }
         let slot = self.slot(topic, incarnation, partition);
-        let _guard = slot.lock.lock().await;
-        if slot.retired.get() {
-            return Err(ReadError::NotFound);
-        }
-        let log = self.open_log(&slot).await.map_err(ReadError::Failed)?;
+        let _guard = loop {
+            let guard = slot.lock.lock().await;
+            if slot.retired.get() {
+                return Err(ReadError::NotFound);
+            }
+            if slot.log.borrow().is_some() {
+                break guard;
+            }
+            // A closed log is opened by a task of its own, which puts it in
+            // the slot: an open dropped half way (its caller went away) would
+            // leave a half-recovered log behind with writes in flight.
+            drop(guard);
+            let (owner, opening) = (self.clone(), slot.clone());
+            let opened =
+                narad_io::rt::spawn_local(async move { owner.open_into_slot(&opening).await })
+                    .await;
+            match opened {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(ReadError::Failed(e)),
+                None => return Err(ReadError::Stopping),
+            }
+        };
+        let log = slot
+            .log
+            .borrow_mut()
+            .take()
+            .expect("checked under the lock");
         slot.last_used.set(Instant::now());
         let mut taken = Taken {
             owner: self,
@@ -472,6 +494,20 @@ impl<S: Storage> Owner<S> {
         let log = taken.log.take().expect("taken above");
         self.put_back(&slot, log).await;
         result
+    }
+
+    /// Opens the slot's log into it, under its lock, unless it is open or the
+    /// slot retired meanwhile.
+    async fn open_into_slot(&self, slot: &Slot<S>) -> Result<(), String> {
+        let _guard = slot.lock.lock().await;
+        if slot.retired.get() || slot.log.borrow().is_some() {
+            return Ok(());
+        }
+        let log = self.open_log(slot).await?;
+        *slot.log.borrow_mut() = Some(log);
+        // Used now: idle eviction must not close it before its caller runs.
+        slot.last_used.set(Instant::now());
+        Ok(())
     }
 
     /// Reads records from `from`, below the high watermark.
