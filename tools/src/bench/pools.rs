@@ -265,9 +265,6 @@ fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Pla
         }
     };
     let batch = s.batch();
-    let interval = s
-        .rate
-        .map(|rate| Duration::from_secs_f64(batch as f64 / rate).max(Duration::from_nanos(1)));
     let stop = match s.length {
         Length::Timed(d) => Stop::At(start + d),
         Length::Records(count) => Stop::Records(count),
@@ -279,7 +276,7 @@ fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Pla
         body,
         tail_body,
         stamper,
-        schedule: Schedule::new(stop, batch, interval, start),
+        schedule: Schedule::at_rate(stop, batch, s.rate, start),
         accepts: match s.mode {
             Mode::Ping => |status| status == 200,
             // A produce is acknowledged by 202 and nothing else: a 200 or a

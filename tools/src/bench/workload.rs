@@ -172,8 +172,9 @@ pub struct Ticket {
 pub struct Schedule {
     stop: Stop,
     batch_records: u64,
-    /// Open-loop: the time between two consecutive requests.
-    interval: Option<Duration>,
+    /// Open-loop: nanoseconds between two consecutive requests, unrounded, so
+    /// that the rate does not drift by a rounded interval times the count.
+    interval_ns: Option<f64>,
     start: Instant,
     issued: Cell<u64>,
     /// [`Stop::Records`]: records not claimed yet (given back ones included).
@@ -190,13 +191,31 @@ pub struct Schedule {
 }
 
 impl Schedule {
+    /// A schedule with a fixed interval between requests (tests).
+    #[cfg(test)]
     pub fn new(stop: Stop, batch_records: u64, interval: Option<Duration>, start: Instant) -> Self {
+        let interval_ns = interval.map(|i| i.as_nanos() as f64);
+        Self::with_interval_ns(stop, batch_records, interval_ns, start)
+    }
+
+    /// An open loop at `rate` records a second (a closed loop without one).
+    pub fn at_rate(stop: Stop, batch_records: u64, rate: Option<f64>, start: Instant) -> Self {
+        let interval_ns = rate.map(|rate| batch_records as f64 * 1e9 / rate);
+        Self::with_interval_ns(stop, batch_records, interval_ns, start)
+    }
+
+    fn with_interval_ns(
+        stop: Stop,
+        batch_records: u64,
+        interval_ns: Option<f64>,
+        start: Instant,
+    ) -> Self {
         assert!(batch_records > 0);
-        assert!(interval.is_none_or(|i| !i.is_zero()));
+        assert!(interval_ns.is_none_or(|i| i.is_finite() && i > 0.0));
         Schedule {
             stop,
             batch_records,
-            interval,
+            interval_ns,
             start,
             issued: Cell::new(0),
             unclaimed: Cell::new(match stop {
@@ -220,9 +239,16 @@ impl Schedule {
             return None;
         }
         let index = self.issued.get();
-        let due = self.interval.map(|interval| {
-            let offset = interval.as_nanos().saturating_mul(u128::from(index));
-            self.start + Duration::from_nanos(u64::try_from(offset).unwrap_or(u64::MAX))
+        // Each due time from the start, not from the one before: rounding
+        // to whole nanoseconds never accumulates.
+        let due = self.interval_ns.map(|interval| {
+            let offset = (interval * index as f64).round();
+            self.start
+                + Duration::from_nanos(if offset < u64::MAX as f64 {
+                    offset as u64
+                } else {
+                    u64::MAX
+                })
         });
         let records = match self.stop {
             Stop::Records(_) => {
@@ -243,12 +269,10 @@ impl Schedule {
                 // counts from when they were due); what is left then is
                 // counted unsent, and the run ends.
                 Some(due) if now >= end + LATE_GRACE => {
-                    let interval = self.interval.expect("an open loop has an interval");
-                    let left = end.saturating_duration_since(due).as_nanos();
-                    let tickets = left.div_ceil(interval.as_nanos().max(1));
-                    let records = u64::try_from(tickets)
-                        .unwrap_or(u64::MAX)
-                        .saturating_mul(self.batch_records);
+                    let interval = self.interval_ns.expect("an open loop has an interval");
+                    let left = end.saturating_duration_since(due).as_nanos() as f64;
+                    let tickets = (left / interval).ceil() as u64;
+                    let records = tickets.saturating_mul(self.batch_records);
                     self.unsent.set(records);
                     self.cut.set(true);
                     return None;
@@ -509,6 +533,24 @@ mod tests {
             .map(|t| t.records)
             .collect();
         assert_eq!(records, [50, 50, 20]);
+    }
+
+    #[test]
+    fn a_rate_whose_interval_is_not_whole_nanoseconds_does_not_drift() {
+        let start = Instant::now();
+        // 3 million a second: 333.33 ns apart, so the millionth is due at
+        // 333,333,333 ns (a rounded 333 ns interval would put it at 333 ms).
+        let schedule = Schedule::at_rate(
+            Stop::At(start + Duration::from_secs(1)),
+            1,
+            Some(3e6),
+            start,
+        );
+        let mut last = None;
+        for _ in 0..1_000_001 {
+            last = schedule.claim(start).and_then(|t| t.due);
+        }
+        assert_eq!(last, Some(start + Duration::from_nanos(333_333_333)));
     }
 
     #[test]
