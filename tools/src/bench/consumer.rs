@@ -235,6 +235,10 @@ struct AckResults {
 struct Pending {
     /// This run's record id of each message, if it is one.
     ids: Vec<Option<u64>>,
+    /// Each message's end-to-end latency (µs), if it tells one: recorded once
+    /// its ack succeeds, so a delivery whose ack fails (and the record comes
+    /// again) is not counted twice.
+    e2e_us: Vec<Option<u64>>,
     /// The single ack's target, or the batch ack's body.
     ack_query: String,
     ack_body: BytesMut,
@@ -248,6 +252,7 @@ pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
         reply: Vec::new(),
         pending: Pending {
             ids: Vec::with_capacity(plan.max as usize),
+            e2e_us: Vec::with_capacity(plan.max as usize),
             ack_query: String::new(),
             ack_body: BytesMut::new(),
         },
@@ -372,7 +377,7 @@ fn count(live: &Live, errors: &mut BTreeMap<u16, u64>, status: u16) {
 }
 
 /// Reads a consume reply of at most `want` messages: checks each payload,
-/// records its end-to-end latency, and prepares the ack of every message in
+/// notes its end-to-end latency, and prepares the ack of every message in
 /// `pending`.
 fn take_reply(
     plan: &ConsumePlan,
@@ -383,15 +388,17 @@ fn take_reply(
 ) -> Result<(), ()> {
     let delivered_unix_ns = stamp::unix_ns();
     pending.ids.clear();
+    pending.e2e_us.clear();
     pending.ack_query.clear();
     pending.ack_body.clear();
     let mut take = |message: &Message, pending: &mut Pending| {
         tally.received_records += 1;
+        let mut e2e_us = None;
         let id = match stamp::read_payload(message.payload.get().as_bytes()) {
             Reading::Stamped { stamp, len } => match plan.own_run {
                 Some((run, size)) if stamp.run == run => {
                     if len == size {
-                        record_e2e(plan, tally, delivered_unix_ns, stamp.sent_unix_ns);
+                        e2e_us = Some(e2e_micros(delivered_unix_ns, stamp.sent_unix_ns));
                         Some(stamp.id)
                     } else {
                         tally.damaged_records += 1;
@@ -404,7 +411,7 @@ fn take_reply(
                 }
                 None => {
                     // Consume mode: any run's records tell their age.
-                    record_e2e(plan, tally, delivered_unix_ns, stamp.sent_unix_ns);
+                    e2e_us = Some(e2e_micros(delivered_unix_ns, stamp.sent_unix_ns));
                     None
                 }
             },
@@ -420,6 +427,7 @@ fn take_reply(
             }
         };
         pending.ids.push(id);
+        pending.e2e_us.push(e2e_us);
     };
     if plan.max == 1 {
         let message: Message = serde_json::from_slice(reply).map_err(|_| ())?;
@@ -459,15 +467,9 @@ fn take_reply(
     Ok(())
 }
 
-fn record_e2e(
-    plan: &ConsumePlan,
-    tally: &mut ConsumeTally,
-    delivered_unix_ns: u64,
-    sent_unix_ns: u64,
-) {
-    let us = (delivered_unix_ns.saturating_sub(sent_unix_ns) / 1000).max(1);
-    tally.e2e_latencies_us.saturating_record(us);
-    plan.live.delivered(us);
+/// A delivery's end-to-end latency in µs (at least 1).
+fn e2e_micros(delivered_unix_ns: u64, sent_unix_ns: u64) -> u64 {
+    (delivered_unix_ns.saturating_sub(sent_unix_ns) / 1000).max(1)
 }
 
 /// Acks the messages of `pending`; counts those acknowledged. An error means
@@ -505,15 +507,19 @@ async fn ack(
     };
     let now = Instant::now();
     let before = tally.consumed_records;
-    let acked = |id: Option<u64>, tally: &mut ConsumeTally| {
+    let acked = |i: usize, tally: &mut ConsumeTally| {
         tally.consumed_records += 1;
-        if let Some(id) = id {
+        if let Some(id) = pending.ids[i] {
             plan.ledger.borrow_mut().consumed(id);
+        }
+        if let Some(us) = pending.e2e_us[i] {
+            tally.e2e_latencies_us.saturating_record(us);
+            plan.live.delivered(us);
         }
     };
     match (plan.max, status) {
-        (1, 204) => acked(pending.ids[0], tally),
-        (1, 410) if retry => acked(pending.ids[0], tally),
+        (1, 204) => acked(0, tally),
+        (1, 410) if retry => acked(0, tally),
         (1, other) => count(&plan.live, &mut tally.ack_errors, other),
         (_, 200) => {
             let results: AckResults = match serde_json::from_slice(reply) {
@@ -527,10 +533,10 @@ async fn ack(
                 count(&plan.live, &mut tally.ack_errors, STATUS_UNREADABLE);
                 return Ok(());
             }
-            for (result, &id) in results.results.iter().zip(&pending.ids) {
+            for (i, result) in results.results.iter().enumerate() {
                 match result.status {
-                    204 => acked(id, tally),
-                    410 if retry => acked(id, tally),
+                    204 => acked(i, tally),
+                    410 if retry => acked(i, tally),
                     other => count(&plan.live, &mut tally.ack_errors, other),
                 }
             }
@@ -578,6 +584,7 @@ mod tests {
     fn pending() -> Pending {
         Pending {
             ids: Vec::new(),
+            e2e_us: Vec::new(),
             ack_query: String::new(),
             ack_body: BytesMut::new(),
         }
@@ -592,7 +599,9 @@ mod tests {
         take_reply(&plan, plan.max, reply.as_bytes(), &mut pending, &mut tally).unwrap();
         assert_eq!(pending.ids, [Some(3)]);
         assert_eq!(pending.ack_query, "/v1/topics/t/ack?receipt_handle=0:1:77");
-        assert_eq!(tally.e2e_latencies_us.len(), 1);
+        // Its end-to-end latency counts once its ack succeeds, not before.
+        assert!(pending.e2e_us[0].is_some_and(|us| us >= 1));
+        assert_eq!(tally.e2e_latencies_us.len(), 0);
         assert!(take_reply(&plan, plan.max, b"{}", &mut pending, &mut tally).is_err());
     }
 
