@@ -108,13 +108,7 @@ fn acks_older_than_the_write_tick_survive_sigkill() {
 
 /// Consumes one message of partition 0 of `topic` and acks it.
 fn consume_and_ack_one(client: &mut Client, topic: &str) {
-    let path = format!("/v1/topics/{topic}/consume?partition=0&wait=2s");
-    let response = client.request("GET", &path, &[], "").unwrap();
-    assert_eq!(response.status, 200, "{response:?}");
-    let handle = json_of(&response)["receipt_handle"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let handle = common::lease_one(client, topic, 0);
     let query = form_urlencoded::Serializer::new(String::new())
         .append_pair("receipt_handle", &handle)
         .finish();

@@ -517,13 +517,7 @@ fn topic_size_data_dir_size_and_the_oldest_unacked_age_are_polled() {
     // A partition's consumer state is loaded by the first consume that asks
     // for it: one pinned consume per partition, nacked at once.
     for p in 0..3 {
-        let path = format!("/v1/topics/aged/consume?partition={p}&wait=2s");
-        let response = client.request("GET", &path, &[], "").unwrap();
-        assert_eq!(response.status, 200, "{response:?}");
-        let handle = json_of(&response)["receipt_handle"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let handle = common::lease_one(&mut client, "aged", p);
         let path = format!("/v1/topics/aged/ack?receipt_handle={handle}&extend=0");
         assert_eq!(
             client.request("POST", &path, &JSON, "").unwrap().status,
@@ -598,9 +592,7 @@ fn queue_gauges_of_a_deleted_topic_go_back_to_zero() {
     wait_for_total(&mut client, "gone", 3, 3, Duration::from_secs(20));
     // One record of each partition leased and kept: in flight, lagging, aging.
     for p in 0..3 {
-        let path = format!("/v1/topics/gone/consume?partition={p}&wait=2s");
-        let response = client.request("GET", &path, &[], "").unwrap();
-        assert_eq!(response.status, 200, "{response:?}");
+        common::lease_one(&mut client, "gone", p);
     }
     let topic = "topic=\"gone\"";
     let gauges = |samples: &BTreeMap<String, f64>| {

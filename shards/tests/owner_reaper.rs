@@ -361,6 +361,16 @@ fn idle_logs_close_and_a_later_read_reopens_them_with_the_same_data() {
     });
 }
 
+/// An owner on `storage` whose partition 0 holds `a-0`..`a-2`, its log closed.
+async fn owner_with_a_closed_log(storage: DmaStorage) -> Rc<Owner<DmaStorage>> {
+    let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+    let owner = owner_on(storage, &retention);
+    commit(&owner, 0, &batch("a", 3)).await;
+    owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await;
+    assert_eq!(owner.open_log_count(), 0);
+    owner
+}
+
 /// A read dropped half way (a consumer that hung up) leaves the log it opened
 /// in its slot: the next read uses it rather than open it a second time, and
 /// the count of open logs does not drift. Each round drops the read as soon as
@@ -370,9 +380,7 @@ fn a_read_dropped_half_way_leaves_its_log_open_in_its_slot() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let storage = DmaStorage::new(dir.path());
     run_local(None, async move {
-        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
-        let owner = owner_on(storage.clone(), &retention);
-        commit(&owner, 0, &batch("a", 3)).await;
+        let owner = owner_with_a_closed_log(storage).await;
         let mut dropped_while_reading = 0;
         let topic = topic();
         for round in 0..20 {
@@ -407,11 +415,7 @@ fn a_read_dropped_while_opening_its_log_leaves_the_open_to_finish() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let storage = DmaStorage::new(dir.path());
     run_local(None, async move {
-        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
-        let owner = owner_on(storage.clone(), &retention);
-        commit(&owner, 0, &batch("a", 3)).await;
-        owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await;
-        assert_eq!(owner.open_log_count(), 0);
+        let owner = owner_with_a_closed_log(storage).await;
         let topic = topic();
         let mut read = Box::pin(owner.read(&topic, ID, PartitionId(0), Offset(0), 64, 1 << 20));
         assert!(futures_lite::future::poll_once(&mut read).await.is_none());

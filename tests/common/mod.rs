@@ -428,6 +428,18 @@ pub fn produce_ok(client: &mut Client, topic: &str, query: &str, payload: &[u8])
     );
 }
 
+/// Leases one message of `partition` (waiting up to 2 s for one) and returns
+/// its receipt handle.
+pub fn lease_one(client: &mut Client, topic: &str, partition: u32) -> String {
+    let path = format!("/v1/topics/{topic}/consume?partition={partition}&wait=2s");
+    let response = client.request("GET", &path, &[], "").unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    json_of(&response)["receipt_handle"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// `GET /v1/topics/{topic}/consume?partition=P&offset=O`.
 pub fn replay(client: &mut Client, topic: &str, partition: u32, offset: u64) -> Response {
     let path = format!("/v1/topics/{topic}/consume?partition={partition}&offset={offset}");
