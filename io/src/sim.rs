@@ -95,8 +95,8 @@ struct Inner {
     flip_next_reads: u32,
     /// (inode, byte position, bit, longest read): the next read of that inode
     /// covering the position, and asking for at most that many bytes, returns the
-    /// bit flipped.
-    flip_at: Option<(u64, u64, u8, usize)>,
+    /// bit flipped. Queued: only the first is armed; once taken, the next is.
+    flip_at: std::collections::VecDeque<(u64, u64, u8, usize)>,
     /// The next write covering (inode, byte) stores that bit flipped.
     flip_write_at: Option<(u64, u64, u8)>,
     /// Every write stays in flight for one turn of the executor.
@@ -147,7 +147,7 @@ impl SimDisk {
                 fail_remove_of: None,
                 fail_dir_sync_of: None,
                 flip_next_reads: 0,
-                flip_at: None,
+                flip_at: std::collections::VecDeque::new(),
                 flip_write_at: None,
                 slow_writes: false,
                 unreadable: BTreeSet::new(),
@@ -248,11 +248,13 @@ impl SimDisk {
 
     /// The next read of `path` that covers byte `pos` returns bit `bit` of that
     /// byte flipped (once); the stored bytes stay intact. For tests that need a
-    /// flip at one exact place, such as inside the last commit of a log.
+    /// flip at one exact place, such as inside the last commit of a log. Flips
+    /// asked for while one waits queue behind it: each is armed once the one
+    /// before it was taken, so that successive reads go bad one after another.
     pub fn flip_next_read_at(&self, path: &str, pos: u64, bit: u8) {
         let mut inner = self.inner.borrow_mut();
         let inode = inner.names[path];
-        inner.flip_at = Some((inode, pos, bit % 8, usize::MAX));
+        inner.flip_at.push_back((inode, pos, bit % 8, usize::MAX));
     }
 
     /// [`SimDisk::flip_next_read_at`], but only a read of one block takes the
@@ -261,7 +263,7 @@ impl SimDisk {
     pub fn flip_next_block_read_at(&self, path: &str, pos: u64, bit: u8) {
         let mut inner = self.inner.borrow_mut();
         let inode = inner.names[path];
-        inner.flip_at = Some((inode, pos, bit % 8, BLOCK_BYTES));
+        inner.flip_at.push_back((inode, pos, bit % 8, BLOCK_BYTES));
     }
 
     /// The next write to `path` that covers byte `pos` stores bit `bit` of that
@@ -597,12 +599,12 @@ impl BlockFile for SimFile {
             let bit = inner.rng.random_range(0..8);
             buf[byte] ^= 1 << bit;
         }
-        if let Some((inode, at, bit, read_bytes_max)) = inner.flip_at {
+        if let Some(&(inode, at, bit, read_bytes_max)) = inner.flip_at.front() {
             if inode == self.inode
                 && buf.len() <= read_bytes_max
                 && (pos..pos + n as u64).contains(&at)
             {
-                inner.flip_at = None;
+                inner.flip_at.pop_front();
                 buf[(at - pos) as usize] ^= 1 << bit;
             }
         }

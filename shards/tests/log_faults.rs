@@ -349,6 +349,39 @@ fn a_read_flip_at_open_does_not_cut_the_last_commit() {
     });
 }
 
+/// Guards: the reads of the active segment at open were a fixed budget, so a
+/// few bad reads in a row, each at a later commit than the one before (every
+/// read better than the last), ended the rereading with a bad read kept, and
+/// the commits after its bad byte were cut.
+#[test]
+fn bad_reads_at_open_that_each_get_further_do_not_end_the_rereading() {
+    block_on(async {
+        let disk = SimDisk::new(9, SimFaults::default());
+        let segment = format!("{DIR}/{:020}.log", 0);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        let mut ends = Vec::new();
+        for commit in 0..8u64 {
+            commit_n(&mut log, commit * 2, 2, commit + 1).await.unwrap();
+            ends.push(log.stats().size_bytes);
+        }
+        log.close().await.unwrap();
+        // Each read of the segment is bad inside a later commit than the last.
+        for commit in 1..7 {
+            let (from, to) = (ends[commit - 1], ends[commit]);
+            disk.flip_next_read_at(&segment, from + (to - from) / 2, 4);
+        }
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_holds(&mut log, 16).await;
+        log.close().await.unwrap();
+        let mut log = PartitionLog::open(disk, DIR, config()).await.unwrap();
+        assert_holds(&mut log, 16).await;
+    });
+}
+
 #[test]
 fn failed_fdatasync_poisons_the_log_until_reopen() {
     block_on(async {

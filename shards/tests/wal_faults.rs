@@ -73,6 +73,28 @@ fn a_read_flip_at_open_does_not_cut_acknowledged_records() {
 }
 
 #[test]
+fn bad_reads_at_several_frames_of_one_scan_each_get_their_own_second_read() {
+    // Guards: the scan's budget of reads of a bad frame counted over the whole
+    // segment, so after a few bad reads that a second read each cleared, the
+    // next bad read ended the scan unread again, and the acknowledged records
+    // after it were taken for a torn write and zeroed.
+    run_local(None, async {
+        let disk = SimDisk::new(15, SimFaults::default());
+        let wal = Wal::open(disk.clone(), DIR, config()).await.unwrap();
+        let (positions, _) = append_ids(&wal, 0..40, 0).await;
+        assert_eq!(wal.segment_count(), 1);
+        wal.close().await;
+        // Each read that gets past one bad frame meets the next.
+        for record in [5, 10, 15, 20, 25, 30] {
+            disk.flip_next_read_at(&segment_path(0), positions[record] + 30, 2);
+        }
+        let wal = Wal::open(disk.clone(), DIR, config()).await.unwrap();
+        assert_holds(&wal, 40).await;
+        wal.close().await;
+    });
+}
+
+#[test]
 fn a_read_flip_in_the_last_frame_header_at_open_keeps_it() {
     // Guards: a bad read of the last acknowledged frame's header at open made the
     // scan end in front of it, and the next append took its sequence number.

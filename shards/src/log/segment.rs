@@ -151,8 +151,11 @@ pub(super) async fn open_segments<S: Storage>(
     })
 }
 
-/// Reads of the active segment at open, at most, while they disagree.
+/// Reads of the active segment at open, at most, while they disagree and verify
+/// less than the best read before them ...
 const TAIL_READS_MAX: usize = 4;
+/// ... and in all, however they compare.
+const TAIL_READS_HARD_MAX: usize = 16;
 
 type Recovered<F> = (ActiveSegment<Rc<F>>, Offset, u64, Vec<Range<Offset>>);
 
@@ -198,10 +201,15 @@ async fn recover_active<S: Storage>(
         // The last read, when it is not the one kept in `bytes`.
         let mut previous: Option<Vec<u8>> = None;
         let mut stable = false;
-        for _ in 1..TAIL_READS_MAX {
+        // Only a read that verifies less than the best so far counts: bad
+        // reads that each go bad somewhere else (a later commit each time)
+        // must not end the rereading while a commit is still cut.
+        let (mut counted, mut reads) = (1, 1);
+        while counted < TAIL_READS_MAX && reads < TAIL_READS_HARD_MAX {
             let again = read_exact_at(&file, 0, read_len)
                 .await
                 .map_err(io_err("read active segment"))?;
+            reads += 1;
             if again == *previous.as_ref().unwrap_or(&bytes) {
                 stable = true;
                 break;
@@ -211,6 +219,9 @@ async fn recover_active<S: Storage>(
                 "two reads of the active segment differ: the device returned unstable data"
             );
             let rescan = scan_tail(&again, base, config.index_interval_bytes);
+            if rank(&rescan) < rank(&scan) {
+                counted += 1;
+            }
             // On a tie the newer read wins: it may be the first of two that agree.
             if rank(&rescan) >= rank(&scan) {
                 bytes = again;
@@ -223,7 +234,7 @@ async fn recover_active<S: Storage>(
         if !stable {
             tracing::warn!(
                 dir,
-                reads = TAIL_READS_MAX,
+                reads,
                 "no two reads of the active segment agreed; keeping the longest verified tail"
             );
         }

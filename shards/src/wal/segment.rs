@@ -141,7 +141,7 @@ impl ChunkBuf {
     }
 }
 
-/// Reads of the frame a scan stops at, at most, while they disagree.
+/// Reads of one frame a scan stops at, at most, while they disagree.
 const STOP_READS_MAX: usize = 4;
 
 /// Scans a segment from its start. `first` is the sequence number its name
@@ -179,6 +179,11 @@ pub async fn scan<F: BlockFile>(
             Ok((seq, len)) if seq == expected => {
                 pos += len as u64;
                 expected = expected.next();
+                // Past the frame a read stopped at: a bad frame further on
+                // gets reads of its own.
+                if previous_stop.take().is_some() {
+                    reads = 1;
+                }
                 continue;
             }
             // A valid checksum: these are the bytes on the disk.
