@@ -192,10 +192,13 @@ pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
         let mut sh = wal.inner.shared.borrow_mut();
         sh.prep_running = false;
         match result {
-            Ok(()) => {
+            Ok(true) => {
                 sh.prep_ready = true;
                 sh.prep_retry_at = None;
             }
+            // Given up for the close: there is no prepared segment, and a
+            // roll the close still flushes creates its segment instead.
+            Ok(false) => {}
             Err(e) => {
                 sh.prep_retry_at = Some(Instant::now() + PREP_RETRY_DELAY);
                 sh.stats.preparations_failed += 1;
@@ -207,13 +210,15 @@ pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
 
 /// Makes `next-segment.prep`: a recycled spare if there is one (its old frames
 /// carry old sequence numbers and are never taken for new ones), else a new file
-/// zero-filled to the full segment size and synced.
-async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
+/// zero-filled to the full segment size and synced. Returns whether it made it
+/// (`false`: the WAL began closing during the zero-fill, which it gave up).
+async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<bool> {
     let inner = &wal.inner;
     let prep = join(&inner.dir, PREP_FILE);
     let spare = inner.shared.borrow_mut().spares.pop();
     if let Some(spare) = spare {
-        return inner.storage.rename(&spare, &prep).await;
+        inner.storage.rename(&spare, &prep).await?;
+        return Ok(true);
     }
     let tmp = join(&inner.dir, PREP_TMP_FILE);
     let file = inner.storage.open(&tmp, OpenMode::CreateOrOpen).await?;
@@ -223,7 +228,8 @@ async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
     while pos < size {
         if inner.shared.borrow().closing {
             file.close().await?;
-            return inner.storage.remove(&tmp).await;
+            inner.storage.remove(&tmp).await?;
+            return Ok(false);
         }
         let len = ((size - pos) as usize).min(zeros.len());
         file.write_at(pos, &zeros[..len]).await?;
@@ -231,5 +237,6 @@ async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
     }
     file.sync_data().await?;
     file.close().await?;
-    inner.storage.rename(&tmp, &prep).await
+    inner.storage.rename(&tmp, &prep).await?;
+    Ok(true)
 }
