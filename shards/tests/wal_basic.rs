@@ -751,3 +751,25 @@ async fn read_one(reader: &mut narad_shards::wal::WalReader<SimDisk>) -> Vec<(u6
         .unwrap();
     got
 }
+
+/// A dispatcher waiting for records to become durable is woken by the close,
+/// not left to notice it at its next timer.
+#[test]
+fn the_close_wakes_a_wait_for_durable_records() {
+    run_local(None, async {
+        let disk = SimDisk::new(22, SimFaults::default());
+        let wal = Wal::open(disk, "wal", small_config(false)).await.unwrap();
+        let waiting = wal.clone();
+        let woken = narad_io::rt::spawn_local(async move {
+            waiting.wait_durable_past(Seq(0)).await;
+        });
+        narad_io::rt::sleep(Duration::from_millis(5)).await;
+        assert_eq!(wal.durable_listener_count(), 1, "the wait is parked");
+        wal.close().await;
+        let timeout = async {
+            narad_io::rt::sleep(Duration::from_secs(2)).await;
+            panic!("the wait was not woken by the close");
+        };
+        futures_lite::future::or(async { woken.await.unwrap() }, timeout).await;
+    });
+}

@@ -607,6 +607,11 @@ impl<S: Storage> Wal<S> {
                 waker.wake();
             }
             sh.wake_upkeep();
+            // A dispatcher waiting for records learns of the close now, not
+            // at its next timer.
+            for waker in sh.durable_listeners.drain(..) {
+                waker.wake();
+            }
         }
         let tasks: Vec<_> = self.inner.tasks.borrow_mut().drain(..).collect();
         for task in tasks {
