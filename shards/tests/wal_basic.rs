@@ -11,6 +11,7 @@ use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
 use narad_shards::ids::Seq;
 use narad_shards::wal::checkpoint::CheckpointFile;
+use narad_shards::wal::segment::segment_name;
 use narad_shards::wal::{Wal, WalConfig, WalError};
 use wal_common::*;
 
@@ -771,5 +772,28 @@ fn the_close_wakes_a_wait_for_durable_records() {
             panic!("the wait was not woken by the close");
         };
         futures_lite::future::or(async { woken.await.unwrap() }, timeout).await;
+    });
+}
+
+/// A compaction that failed is tried again on its own: on an idle node the
+/// checkpoint, whose next sync would bring the next attempt, may never move.
+#[test]
+fn a_failed_compaction_is_tried_again_while_the_wal_is_idle() {
+    let disk = SimDisk::new(23, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        for id in 0..200u64 {
+            let payload = payload_for(id, 1000);
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        assert!(wal.segment_count() > 2, "{} segments", wal.segment_count());
+        disk.fail_next_remove_of(&format!("wal/{}", segment_name(Seq(0))));
+        wal.store_checkpoint(wal.durable_next());
+        // Nothing else happens: the one attempt behind the checkpoint's sync
+        // fails, and only a retry of its own compacts.
+        wait_until(|| wal.segment_count() == 1).await;
+        wal.close().await;
     });
 }

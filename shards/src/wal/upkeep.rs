@@ -49,9 +49,7 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
     let mut sync_due: Option<Instant> = None;
     // The recovered checkpoint was synced at open: segments wholly behind it go
     // now, not when the checkpoint next moves, which on an idle node is never.
-    if let Err(e) = compact(&wal).await {
-        tracing::error!(error = %e, "ingress WAL: compaction failed");
-    }
+    let mut compaction_failed = !compact_logged(&wal).await;
     loop {
         let (wanted, mut written, synced, closing) = {
             let sh = wal.inner.shared.borrow();
@@ -107,15 +105,31 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
                 sh.checkpoint_synced = written;
                 sh.stats.checkpoint_syncs += 1;
             }
-            if let Err(e) = compact(&wal).await {
-                tracing::error!(error = %e, "ingress WAL: compaction failed");
-            }
+            compaction_failed = !compact_logged(&wal).await;
             continue;
         }
         if closing {
             break;
         }
+        if compaction_failed {
+            // Tried again on its own: on an idle node the checkpoint, which
+            // would bring the next attempt, may never move again.
+            future::or(narad_io::rt::sleep(RETRY_DELAY), signalled(&wal)).await;
+            compaction_failed = !compact_logged(&wal).await;
+            continue;
+        }
         signalled(&wal).await;
+    }
+}
+
+/// [`compact`], logging a failure; returns whether it succeeded.
+async fn compact_logged<S: Storage>(wal: &Wal<S>) -> bool {
+    match compact(wal).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, retry_in = ?RETRY_DELAY, "ingress WAL: compaction failed");
+            false
+        }
     }
 }
 
