@@ -69,25 +69,41 @@ impl Dispatching {
     }
 }
 
+/// Set once the node stops for any reason (a signal, a panicked shard, a
+/// failed start): a stop signal then exits at once.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// The node has begun to stop, whatever the cause.
+pub fn note_stopping() {
+    STOPPING.store(true, Ordering::Release);
+}
+
 /// Starts the thread that turns SIGINT and SIGTERM into [`NodeEvent::Signal`]s.
 /// The signals must already be blocked in every thread ([`block_stop_signals`]).
-/// The second signal exits the process at once.
+/// A signal that comes while the node already stops (the second one, or the
+/// first after a panicked shard stopped it) exits the process at once.
 pub fn watch_stop_signals(events: Sender<NodeEvent>) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("signals".to_string())
         .spawn(move || {
             let first = wait_for_stop_signal();
+            if STOPPING.load(Ordering::Acquire) {
+                exit_now(first, "stop signal while the node already stops");
+            }
             let _ = events.send(NodeEvent::Signal(first));
             let second = wait_for_stop_signal();
-            tracing::warn!(
-                signal = second,
-                "second stop signal: exiting without finishing the drain; acknowledged \
-                 records are safe in the ingress WAL, acks since the last consumer-state \
-                 write are redelivered"
-            );
-            std::process::exit(1);
+            exit_now(second, "second stop signal");
         })
         .map(|_| ())
+}
+
+fn exit_now(signal: &'static str, why: &'static str) -> ! {
+    tracing::warn!(
+        signal,
+        "{why}: exiting without finishing the drain; acknowledged records are safe \
+         in the ingress WAL, acks since the last consumer-state write are redelivered"
+    );
+    std::process::exit(1);
 }
 
 fn stop_signal_set() -> libc::sigset_t {

@@ -282,6 +282,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             Err(_) => unreachable!("the signal thread never ends"),
         }
     }
+    lifecycle::note_stopping();
     drop(stops);
     let mut failures = Vec::new();
     for (shard, thread) in threads.into_iter().enumerate() {

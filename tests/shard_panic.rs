@@ -70,6 +70,47 @@ fn a_shard_that_panics_while_serving_stops_the_node_and_loses_no_acknowledged_re
     );
 }
 
+/// After a panic stopped the node (here the control plane's, which leaves
+/// every shard draining), one stop signal ends the drain at once: the
+/// operator's first SIGTERM is not taken for the one that began the stop.
+#[test]
+fn a_stop_signal_while_a_panic_drains_the_node_exits_at_once() {
+    use std::io::Write;
+    let mut node = Node::start_shards(
+        1,
+        &[
+            ("NARAD_DEBUG_PANIC", "create:boom"),
+            ("NARAD_HTTP_SHUTDOWN_GRACE", "60s"),
+            ("NARAD_HTTP_READ_TIMEOUT", "60s"),
+        ],
+    );
+    let mut client = node.client();
+    create_topic(&mut client, "slow");
+    // A request whose body never finishes keeps the drain going for the grace.
+    let mut slow = node.client();
+    slow.stream
+        .write_all(
+            b"POST /v1/topics/slow/produce HTTP/1.1\r\nhost: test\r\n\
+              content-type: application/octet-stream\r\ncontent-length: 1000\r\n\r\nab",
+        )
+        .unwrap();
+    let answer = post_topic(&mut client, r#"{"name":"boom"}"#);
+    assert_eq!(answer.status, 500, "{answer:?}");
+    node.wait_for_log("the control plane panicked");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        node.child.try_wait().unwrap().is_none(),
+        "the drain waits for the unfinished request"
+    );
+    let signalled = std::time::Instant::now();
+    node.sigterm();
+    let status = node.wait_for_exit(Duration::from_secs(10));
+    assert!(!status.success(), "exit status {status:?}");
+    assert!(signalled.elapsed() < Duration::from_secs(5));
+    node.wait_for_log("stop signal while the node already stops");
+    drop(slow);
+}
+
 /// The control thread (the metadata's single writer) that panics stops the
 /// node too: without it no topic can be created, altered or deleted, and a
 /// node left "ready" would answer every such request 500 for good.
