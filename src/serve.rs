@@ -434,16 +434,21 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     let waiters = Rc::new(crate::consume::waiters::Waiters::default());
     let persister = Rc::new(crate::consume::persist::Persister::default());
     let queues = {
-        let waiters = waiters.clone();
-        let wake = Box::new(move |id, topic: &Arc<str>| waiters.kick(id, topic));
+        let kicked = waiters.clone();
+        let wake = Box::new(move |id, topic: &Arc<str>| kicked.kick(id, topic));
         let rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::from_os_rng();
-        Rc::new(crate::consume::queues::Queues::new(
+        let queues = Rc::new(crate::consume::queues::Queues::new(
             owner.clone(),
             storage.clone(),
             rng,
             wake,
             persister.clone(),
-        ))
+        ));
+        let later = waiters.clone();
+        queues.set_wake_later(Box::new(move |id, topic: &Arc<str>| {
+            later.kick_later(id, topic)
+        }));
+        queues
     };
     {
         let queues = Rc::downgrade(&queues);

@@ -37,10 +37,6 @@ const PURGE_INTERVAL: Duration = Duration::from_secs(1);
 /// A registration is sent again after this long, whatever its expiry.
 const RENEW_AFTER: Duration = Duration::from_secs(5);
 
-/// After a failed read the pump serves the topic's consumers again this much
-/// later (a failed log is opened again after a second too), not at once.
-const READ_RETRY_AFTER: Duration = Duration::from_secs(1);
-
 /// What one consume asks for.
 #[derive(Clone, Copy, Debug)]
 pub struct ConsumeRequest {
@@ -382,27 +378,11 @@ async fn serve_fifo(
                 tracing::warn!(topic = %topic, error = ?e, "the pump could not take records");
                 shard.waiters.push_front(record.id, topic, pinned, waiter);
                 ensure_keeper(shard);
-                retry_later(shard, record.id, topic);
+                shard.waiters.kick_later(record.id, topic);
                 return;
             }
         }
     }
-}
-
-/// Serves the topic's consumers again after [`READ_RETRY_AFTER`], once however
-/// many reads failed meanwhile. Failed reads wake nobody (`Queues::take`), so
-/// without this a parked consumer would wait for the next produce, ack or its
-/// deadline once the fault is gone.
-fn retry_later(shard: &Rc<Shard>, incarnation: IncarnationId, topic: &Arc<str>) {
-    if !shard.waiters.retrying.borrow_mut().insert(incarnation) {
-        return;
-    }
-    let (shard, topic) = (shard.clone(), topic.clone());
-    narad_io::rt::spawn_local(async move {
-        narad_io::rt::sleep(READ_RETRY_AFTER).await;
-        shard.waiters.retrying.borrow_mut().remove(&incarnation);
-        shard.waiters.kick(incarnation, &topic);
-    });
 }
 
 /// Gives claimed records to parked consumers in FIFO order, each at most its own

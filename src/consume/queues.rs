@@ -74,6 +74,9 @@ pub struct Queues {
     settled_changed: RefCell<HashSet<Key>>,
     /// Called with a topic whose records became available here.
     wake: Wake,
+    /// Called with a topic one of whose reads failed, to serve its consumers
+    /// again after a pause (see [`Queues::set_wake_later`]).
+    wake_later: RefCell<Option<Wake>>,
     storage: DmaStorage,
     persister: Rc<Persister>,
 }
@@ -95,7 +98,15 @@ impl Queues {
             rng: RefCell::new(rng),
             settled_changed: RefCell::new(HashSet::new()),
             wake,
+            wake_later: RefCell::new(None),
         }
+    }
+
+    /// Sets what a failed read calls: a delayed wake of the topic's consumers
+    /// (a parked consumer whose record a failed read held would otherwise wait
+    /// for the next commit, ack or its deadline, whoever made the read).
+    pub fn set_wake_later(&self, wake_later: Wake) {
+        *self.wake_later.borrow_mut() = Some(wake_later);
     }
 
     /// A commit made records visible: moves the cached high watermark and wakes
@@ -271,15 +282,25 @@ impl Queues {
                         tracing::warn!(topic = %topic, partition = partition.0, oldest = oldest.0, "retention outran the consumers: frontier jumped to the oldest retained offset");
                         self.note_settled((record.id, partition));
                     }
-                    release(&mut queue.table, &reserved);
+                    // Leases that lapsed meanwhile are free now: announced, as
+                    // nobody else would (a rare path: a wake too many is cheap).
+                    if release(&mut queue.table, &reserved) > 0 {
+                        (self.wake)(record.id, topic);
+                    }
                     overtaken = true;
                     continue;
                 }
                 Err(e) => {
-                    // Released without a wake: the records cannot be read now,
+                    // Released without a wake now: the records cannot be read,
                     // and a wake would bring the pump straight back to the same
-                    // failing read. The pump retries the topic after a pause.
+                    // failing read. Whoever made this read, the topic's
+                    // consumers are served again after a pause, or one parked
+                    // while this read held its record would wait for the next
+                    // commit, ack or its deadline.
                     release(&mut queue.borrow_mut().table, &reserved);
+                    if let Some(wake_later) = &*self.wake_later.borrow() {
+                        wake_later(record.id, topic);
+                    }
                     return Err(read_failure(e));
                 }
             };

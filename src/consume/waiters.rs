@@ -27,6 +27,10 @@ use super::Delivered;
 /// One parked consumer; it receives the records leased for it.
 pub type Waiter = core::Waiter<Vec<Delivered>>;
 
+/// After a failed read the topic's consumers are served again this much later
+/// (a failed log is opened again after a second too), not at once.
+pub const READ_RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// One shard's parked consumers, and the wake-up of its pump.
 #[derive(Default)]
 pub struct Waiters {
@@ -60,6 +64,23 @@ impl Waiters {
     pub fn kick(&self, incarnation: IncarnationId, topic: &Arc<str>) {
         self.core.borrow_mut().kick(incarnation, topic);
         self.pump.notify();
+    }
+
+    /// Serves the topic's consumers again after [`READ_RETRY_AFTER`], once
+    /// however many reads failed meanwhile. A failed read wakes nobody (a wake
+    /// would bring the pump straight back to the same failing read), so
+    /// without this a parked consumer would wait for the next produce, ack or
+    /// its deadline once the fault is gone.
+    pub fn kick_later(self: &Rc<Self>, incarnation: IncarnationId, topic: &Arc<str>) {
+        if !self.retrying.borrow_mut().insert(incarnation) {
+            return;
+        }
+        let (waiters, topic) = (self.clone(), topic.clone());
+        narad_io::rt::spawn_local(async move {
+            narad_io::rt::sleep(READ_RETRY_AFTER).await;
+            waiters.retrying.borrow_mut().remove(&incarnation);
+            waiters.kick(incarnation, &topic);
+        });
     }
 
     /// An owner spent this shard's token: forget the registration, wake the pump.

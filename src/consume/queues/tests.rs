@@ -270,7 +270,7 @@ fn records_left_out_by_the_budget_are_released_with_a_wake() {
 /// same read would fail again at once, and a wake would bring the pump
 /// straight back to it, a loop that never yields while the fault lasts.
 #[test]
-fn a_failed_read_gives_its_reservations_back_without_a_wake() {
+fn a_failed_read_gives_its_reservations_back_and_asks_for_a_later_wake() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_path_buf();
     narad_io::rt::run_local(None, async move {
@@ -302,11 +302,19 @@ fn a_failed_read_gives_its_reservations_back_without_a_wake() {
         assert_eq!(dirs.len(), 1, "{dirs:?}");
         std::fs::rename(&dirs[0], path.join("moved")).unwrap();
         std::fs::write(&dirs[0], b"not a directory").unwrap();
+        let later_wakes = Rc::new(Cell::new(0));
+        let counted = later_wakes.clone();
+        queues.set_wake_later(Box::new(move |_, _: &Arc<str>| {
+            counted.set(counted.get() + 1)
+        }));
         let before = wakes.get();
         let failed = queues.take(&topic, &record, &partition, 1, 1 << 20).await;
         assert!(matches!(failed, Err(ConsumeError::Failed(_))), "{failed:?}");
         assert_eq!(in_flight(&queues, 0), 0, "the reservation went back");
         assert_eq!(wakes.get(), before, "no wake for records nobody can read");
+        // But a wake after a pause, whoever made the read: a consumer parked
+        // while it held the record would otherwise wait for its deadline.
+        assert_eq!(later_wakes.get(), 1);
     });
 }
 
