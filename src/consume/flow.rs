@@ -465,19 +465,33 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
         }
     }
     // The notification spent this shard's token there: leave a fresh one at once
-    // if anyone is still parked, so the next record finds it.
-    if !failed && shard.waiters.has_parked(incarnation) {
-        register(
-            &shard,
-            owner,
-            &topic,
-            incarnation,
-            RENEW_AFTER + SHARE_WINDOW,
-        )
-        .await;
+    // if anyone is still parked, so the next record finds it; and with every
+    // other owner whose token is spent too (one this shard passed on while
+    // this consumer was off the FIFO), rather than wait for the keeper.
+    if !failed {
+        renew_registrations(&shard, incarnation).await;
+    }
+}
+
+/// Registers again, at once, with each owner of the topic's partitions whose
+/// token from this shard is spent or about to lapse, if anyone is parked here.
+async fn renew_registrations(shard: &Rc<Shard>, incarnation: IncarnationId) {
+    let owners_of = |incarnation, name: &str| match shard.live_topic(name, incarnation) {
+        Some(record) => shard.remote_owners(&record),
+        None => Vec::new(),
+    };
+    let stale = shard
+        .waiters
+        .stale_registrations_of(incarnation, now_ms(), RENEW_AFTER, owners_of);
+    let Some((topic, owners)) = stale else {
+        return;
+    };
+    for owner in owners {
+        let ttl = RENEW_AFTER + SHARE_WINDOW;
+        register(shard, owner, &topic, incarnation, ttl).await;
         shard
             .waiters
-            .note_registered(incarnation, owner, RENEW_AFTER + SHARE_WINDOW, now_ms());
+            .note_registered(incarnation, owner, ttl, now_ms());
     }
 }
 

@@ -155,6 +155,19 @@ impl Waiters {
             .stale_registrations(now_ms, renew_after, owners_of)
     }
 
+    /// See [`core::Waiters::stale_registrations_of`].
+    pub fn stale_registrations_of(
+        &self,
+        incarnation: IncarnationId,
+        now_ms: u64,
+        renew_after: Duration,
+        owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
+    ) -> Option<(Arc<str>, Vec<usize>)> {
+        self.core
+            .borrow()
+            .stale_registrations_of(incarnation, now_ms, renew_after, owners_of)
+    }
+
     /// See [`core::Waiters::registration_unsent`].
     pub fn registration_unsent(&self, incarnation: IncarnationId, owner: usize) {
         self.core

@@ -301,25 +301,38 @@ impl<D> Waiters<D> {
         owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
     ) -> Vec<(IncarnationId, Arc<str>, Vec<usize>)> {
         let mut out = Vec::new();
-        for (&incarnation, entry) in &self.topics {
-            if !entry.queue.iter().any(|w| w.is_live()) {
-                continue;
-            }
-            let mut stale = Vec::new();
-            for owner in owners_of(incarnation, &entry.topic) {
-                let fresh = entry.registered.get(&owner).is_some_and(|r| {
-                    r.expires_at_ms > now_ms.saturating_add(ms(SHARE_WINDOW))
-                        && now_ms.saturating_sub(r.sent_at_ms) < ms(renew_after)
-                });
-                if !fresh {
-                    stale.push(owner);
-                }
-            }
-            if !stale.is_empty() {
-                out.push((incarnation, entry.topic.clone(), stale));
+        for &incarnation in self.topics.keys() {
+            let stale = self.stale_registrations_of(incarnation, now_ms, renew_after, &owners_of);
+            if let Some((topic, stale)) = stale {
+                out.push((incarnation, topic, stale));
             }
         }
         out
+    }
+
+    /// [`Waiters::stale_registrations`] for one topic incarnation.
+    pub fn stale_registrations_of(
+        &self,
+        incarnation: IncarnationId,
+        now_ms: u64,
+        renew_after: Duration,
+        owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
+    ) -> Option<(Arc<str>, Vec<usize>)> {
+        let entry = self.topics.get(&incarnation)?;
+        if !entry.queue.iter().any(|w| w.is_live()) {
+            return None;
+        }
+        let mut stale = Vec::new();
+        for owner in owners_of(incarnation, &entry.topic) {
+            let fresh = entry.registered.get(&owner).is_some_and(|r| {
+                r.expires_at_ms > now_ms.saturating_add(ms(SHARE_WINDOW))
+                    && now_ms.saturating_sub(r.sent_at_ms) < ms(renew_after)
+            });
+            if !fresh {
+                stale.push(owner);
+            }
+        }
+        (!stale.is_empty()).then(|| (entry.topic.clone(), stale))
     }
 
     /// A registration [`Waiters::registrations_needed`] marked was never sent
