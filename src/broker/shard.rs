@@ -203,9 +203,11 @@ impl Shard {
     }
 
     /// Stats of the given partitions of a topic, asking each owner shard once,
-    /// in partition order, each labelled with its partition. Partitions whose
-    /// owner has not answered within [`STATS_ANSWER_WAIT`] of the call get an
-    /// error (the topic's GET shows placeholders for them rather than hang).
+    /// in partition order, each labelled with its partition. Every owner works
+    /// at the same time (this shard's own partitions in a task of their own);
+    /// partitions whose owner has not answered within [`STATS_ANSWER_WAIT`] of
+    /// the call get an error (the topic's GET shows placeholders for them
+    /// rather than hang).
     pub async fn stats(
         &self,
         topic: Arc<str>,
@@ -214,12 +216,11 @@ impl Shard {
     ) -> Vec<(PartitionId, Result<PartitionStats, ReadError>)> {
         type Answer = Vec<Result<PartitionStats, ReadError>>;
         let deadline = std::time::Instant::now() + STATS_ANSWER_WAIT;
+        let left = || deadline.saturating_duration_since(std::time::Instant::now());
         let mut by_shard: Vec<Vec<PartitionId>> = vec![Vec::new(); self.shards];
         for p in partitions {
             by_shard[self.owner_of(incarnation, p)].push(p);
         }
-        // Every other owner is asked before any answer is awaited, so they
-        // work at the same time.
         let mut answers = Vec::new();
         for (shard, list) in by_shard.into_iter().enumerate() {
             if list.is_empty() {
@@ -229,33 +230,44 @@ impl Shard {
                 if shard == self.index {
                     let owner = self.owner.clone();
                     let (topic, list) = (topic.clone(), list.clone());
-                    Box::pin(async move {
+                    Box::pin(narad_io::rt::spawn_local(async move {
                         let mut out = Vec::with_capacity(list.len());
                         for p in list {
                             out.push(owner.stats(&topic, incarnation, p).await);
                         }
-                        Some(out)
-                    })
+                        out
+                    }))
                 } else {
                     let (reply, answer) = oneshot::channel();
-                    let partitions = list.clone();
-                    self.send(
-                        shard,
-                        Op::Stats {
-                            topic: topic.clone(),
-                            incarnation,
-                            partitions,
-                            reply,
+                    let op = Op::Stats {
+                        topic: topic.clone(),
+                        incarnation,
+                        partitions: list.clone(),
+                        reply,
+                    };
+                    // A peer whose channel stays full past the wait is not
+                    // asked at all.
+                    let sent = futures_lite::future::or(
+                        async {
+                            self.send(shard, op).await;
+                            true
+                        },
+                        async {
+                            narad_io::rt::sleep(left()).await;
+                            false
                         },
                     )
                     .await;
-                    Box::pin(async move { answer.await.ok() })
+                    match sent {
+                        true => Box::pin(async move { answer.await.ok() }),
+                        false => Box::pin(std::future::ready(None)),
+                    }
                 };
             answers.push((list, answer));
         }
         let mut all = Vec::new();
         for (list, answer) in answers {
-            let wait = deadline.saturating_duration_since(std::time::Instant::now());
+            let wait = left();
             let answer = futures_lite::future::or(answer, async {
                 narad_io::rt::sleep(wait).await;
                 None

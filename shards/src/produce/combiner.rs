@@ -459,6 +459,10 @@ impl<S: Storage> Owner<S> {
         let slot = self.slot(topic, incarnation, partition);
         let _guard = loop {
             let guard = slot.lock.lock().await;
+            // The stop retires every slot: that is not a deleted topic.
+            if self.closing.get() {
+                return Err(ReadError::Stopping);
+            }
             if slot.retired.get() {
                 return Err(ReadError::NotFound);
             }

@@ -113,9 +113,22 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
         }
         if compaction_failed {
             // Tried again on its own: on an idle node the checkpoint, which
-            // would bring the next attempt, may never move again.
-            future::or(narad_io::rt::sleep(RETRY_DELAY), signalled(&wal)).await;
-            compaction_failed = !compact_logged(&wal).await;
+            // would bring the next attempt, may never move again. A signal
+            // (a checkpoint to store) goes first, without an attempt.
+            let retry = future::or(
+                async {
+                    narad_io::rt::sleep(RETRY_DELAY).await;
+                    true
+                },
+                async {
+                    signalled(&wal).await;
+                    false
+                },
+            )
+            .await;
+            if retry {
+                compaction_failed = !compact_logged(&wal).await;
+            }
             continue;
         }
         signalled(&wal).await;

@@ -177,10 +177,16 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant, visibil
             Some(_) => visibility + LEASE_MARGIN,
             None => DRAIN_IDLE,
         };
-        let cap = (from + drain_max(s)).max(leases_back.unwrap_or(from));
+        // Failures that keep coming keep moving the leases' return: the wait
+        // for them ends a visibility timeout past the drain's own limit.
+        let hard_cap = from + drain_max(s) + visibility + LEASE_MARGIN;
+        let waiting_for_leases = leases_back.is_some_and(|at| now < at) && now < hard_cap;
+        let cap = (from + drain_max(s))
+            .max(leases_back.unwrap_or(from))
+            .min(hard_cap);
         let done = plan.stop.get()
             || interrupted()
-            || (idle >= idle_limit && leases_back.is_none_or(|at| now >= at))
+            || (idle >= idle_limit && !waiting_for_leases)
             || match s.mode {
                 Mode::Flow => outstanding == 0 || now >= cap,
                 Mode::Consume => match s.length {

@@ -623,7 +623,13 @@ impl<S: Storage> Committer<S> {
                 self.level_pending.remove(&key);
                 report.levelled += usize::from(wrote);
             }
-            Err(e) => report.errors.push((key, format!("level {path}: {e}"))),
+            Err(e) => {
+                // Tried again a levelling interval later (or at the close),
+                // not on every tick while the fault lasts.
+                let partition = self.partitions.get_mut(&key).expect("partition exists");
+                partition.levelled_at = Some(now);
+                report.errors.push((key, format!("level {path}: {e}")))
+            }
         }
     }
 
