@@ -1,5 +1,5 @@
-//! The partitions this shard owns: their logs, the commit combiner, reads, stats,
-//! and the purge of a deleted topic.
+//! The partitions this shard owns: their logs, the commit combiner, and the
+//! purge of a deleted topic (reads and stats are in [`super::reads`]).
 //!
 //! Which cores: one [`Owner`] per shard; every partition placed on the shard is
 //! served there and only there. Generic over [`Storage`], so the simulation runs
@@ -49,12 +49,10 @@ use narad_io::Storage;
 
 use super::observe::{PartitionObserver, StorageObserver};
 use super::reaper::RetentionOf;
-use super::types::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
+use super::types::{CommitError, CommitReply, OwnedRecord};
 use crate::ids::{IncarnationId, Offset, PartitionId};
 use crate::log::cache::FrameCache;
-use crate::log::{
-    commit_bytes_bound, read_cached, LogConfig, LogError, PartitionLog, ReadBatch, RecordRef,
-};
+use crate::log::{commit_bytes_bound, LogConfig, LogError, PartitionLog, RecordRef};
 
 /// How long a poisoned or unopenable log waits before it is tried again.
 pub const REOPEN_BACKOFF: Duration = Duration::from_secs(1);
@@ -120,32 +118,6 @@ pub struct Owner<S: Storage> {
     /// Partitions whose log was opened since this owner started, so whose
     /// shape the observer was told: the cold walk opens the others once.
     measured: RefCell<HashSet<SlotKey>>,
-}
-
-/// A log taken out of its slot for one use by a caller that may go away half
-/// way (a consume whose client hung up drops its read): dropped unfinished, it
-/// puts the log back under the slot's lock, which the caller still holds, so
-/// the slot never loses its open log (with a chunk preparation in flight) nor
-/// the count of open logs its decrement.
-struct Taken<'a, S: Storage> {
-    owner: &'a Owner<S>,
-    slot: &'a Slot<S>,
-    log: Option<PartitionLog<S>>,
-}
-
-impl<S: Storage> Drop for Taken<'_, S> {
-    fn drop(&mut self) {
-        let Some(log) = self.log.take() else {
-            return;
-        };
-        if let Some(poisoned) = self.owner.return_log(self.slot, log) {
-            if narad_io::rt::can_spawn() {
-                narad_io::rt::spawn_local(async move {
-                    let _ = poisoned.close().await;
-                });
-            }
-        }
-    }
 }
 
 impl<S: Storage> Owner<S> {
@@ -394,7 +366,11 @@ impl<S: Storage> Owner<S> {
     /// The part of [`Owner::put_back`] that does not wait: puts the log back,
     /// or retires a poisoned one (the slot reopens after the backoff) and hands
     /// it back to be closed.
-    fn return_log(&self, slot: &Slot<S>, log: PartitionLog<S>) -> Option<PartitionLog<S>> {
+    pub(super) fn return_log(
+        &self,
+        slot: &Slot<S>,
+        log: PartitionLog<S>,
+    ) -> Option<PartitionLog<S>> {
         if !log.is_poisoned() {
             *slot.log.borrow_mut() = Some(log);
             return None;
@@ -440,200 +416,6 @@ impl<S: Storage> Owner<S> {
                 Err(format!("cannot open partition log {dir}: {e}"))
             }
         }
-    }
-
-    /// Runs `f` on the partition's log under its lock.
-    async fn with_log<T>(
-        self: &Rc<Self>,
-        topic: &Arc<str>,
-        incarnation: IncarnationId,
-        partition: PartitionId,
-        f: impl AsyncFnOnce(&mut PartitionLog<S>) -> Result<T, ReadError>,
-    ) -> Result<T, ReadError> {
-        if self.closing.get() {
-            return Err(ReadError::Stopping);
-        }
-        if !self.is_live(topic, incarnation, partition) {
-            return Err(ReadError::NotFound);
-        }
-        let slot = self.slot(topic, incarnation, partition);
-        let _guard = loop {
-            let guard = slot.lock.lock().await;
-            // The stop retires every slot: that is not a deleted topic.
-            if self.closing.get() {
-                return Err(ReadError::Stopping);
-            }
-            if slot.retired.get() {
-                return Err(ReadError::NotFound);
-            }
-            if slot.log.borrow().is_some() {
-                break guard;
-            }
-            // A closed log is opened by a task of its own, which puts it in
-            // the slot: an open dropped half way (its caller went away) would
-            // leave a half-recovered log behind with writes in flight.
-            drop(guard);
-            let (owner, opening) = (self.clone(), slot.clone());
-            let opened =
-                narad_io::rt::spawn_local(async move { owner.open_into_slot(&opening).await })
-                    .await;
-            match opened {
-                Some(Ok(())) => {}
-                Some(Err(e)) => return Err(ReadError::Failed(e)),
-                None => return Err(ReadError::Stopping),
-            }
-        };
-        let log = slot
-            .log
-            .borrow_mut()
-            .take()
-            .expect("checked under the lock");
-        slot.last_used.set(Instant::now());
-        let mut taken = Taken {
-            owner: self,
-            slot: &slot,
-            log: Some(log),
-        };
-        let result = f(taken.log.as_mut().expect("taken above")).await;
-        let log = taken.log.take().expect("taken above");
-        self.put_back(&slot, log).await;
-        result
-    }
-
-    /// Opens the slot's log into it, under its lock, unless it is open or the
-    /// slot retired meanwhile.
-    async fn open_into_slot(&self, slot: &Slot<S>) -> Result<(), String> {
-        let _guard = slot.lock.lock().await;
-        if slot.retired.get() || slot.log.borrow().is_some() {
-            return Ok(());
-        }
-        let log = self.open_log(slot).await?;
-        *slot.log.borrow_mut() = Some(log);
-        // Used now: idle eviction must not close it before its caller runs.
-        slot.last_used.set(Instant::now());
-        Ok(())
-    }
-
-    /// Reads records from `from`, below the high watermark.
-    pub async fn read(
-        self: &Rc<Self>,
-        topic: &Arc<str>,
-        incarnation: IncarnationId,
-        partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
-    ) -> Result<ReadBatch, ReadError> {
-        if self.is_live(topic, incarnation, partition) {
-            let cached = self.read_cached(incarnation, partition, from, max_records, max_bytes);
-            if let Some(batch) = cached {
-                self.note_read(incarnation, partition, 0);
-                return Ok(batch);
-            }
-        }
-        let (batch, device_bytes) = self
-            .with_log(topic, incarnation, partition, async |log| {
-                read_log(log, from, max_records, max_bytes).await
-            })
-            .await?;
-        self.note_read(incarnation, partition, device_bytes);
-        Ok(batch)
-    }
-
-    /// Reads like [`Owner::read`], but only a log that is open, and without
-    /// counting as a use: `None` when the partition's log is closed (or the
-    /// partition is not live here). For observers such as the metrics poller,
-    /// which must neither reopen a log nor keep one from idle eviction.
-    pub async fn peek(
-        &self,
-        topic: &Arc<str>,
-        incarnation: IncarnationId,
-        partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
-    ) -> Option<Result<ReadBatch, ReadError>> {
-        if !self.is_live(topic, incarnation, partition) {
-            return None;
-        }
-        if let Some(batch) = self.read_cached(incarnation, partition, from, max_records, max_bytes)
-        {
-            return Some(Ok(batch));
-        }
-        let slot = self
-            .slots
-            .borrow()
-            .get(&(incarnation, partition))
-            .cloned()?;
-        let _guard = slot.lock.lock().await;
-        if slot.retired.get() {
-            return None;
-        }
-        let log = slot.log.borrow_mut().take()?;
-        let mut taken = Taken {
-            owner: self,
-            slot: &slot,
-            log: Some(log),
-        };
-        let log = taken.log.as_mut().expect("taken above");
-        let result = read_log(log, from, max_records, max_bytes).await;
-        let log = taken.log.take().expect("taken above");
-        self.put_back(&slot, log).await;
-        Some(result.map(|(batch, _)| batch))
-    }
-
-    /// Tells the partition's observer, if any, that a read was answered.
-    fn note_read(&self, incarnation: IncarnationId, partition: PartitionId, device_bytes: u64) {
-        let slots = self.slots.borrow();
-        if let Some(observer) = slots
-            .get(&(incarnation, partition))
-            .and_then(|slot| slot.observer.as_ref())
-        {
-            observer.read(device_bytes);
-        }
-    }
-
-    /// A read served from the open log's recent-frame cache, without the lock;
-    /// `None` when the cache does not cover `from` (or no log is open).
-    fn read_cached(
-        &self,
-        incarnation: IncarnationId,
-        partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
-    ) -> Option<ReadBatch> {
-        let slot = self
-            .slots
-            .borrow()
-            .get(&(incarnation, partition))
-            .cloned()?;
-        if slot.retired.get() {
-            return None;
-        }
-        let cache = slot.cache.borrow().clone()?;
-        let cache = cache.borrow();
-        read_cached(&cache, from, max_records, max_bytes)
-    }
-
-    /// The partition's shape.
-    pub async fn stats(
-        self: &Rc<Self>,
-        topic: &Arc<str>,
-        incarnation: IncarnationId,
-        partition: PartitionId,
-    ) -> Result<PartitionStats, ReadError> {
-        self.with_log(topic, incarnation, partition, async |log| {
-            let stats = log.stats();
-            Ok(PartitionStats {
-                partition,
-                oldest_offset: stats.oldest_offset,
-                next_offset: stats.next_offset,
-                segments: stats.segment_count,
-                size_bytes: stats.size_bytes,
-            })
-        })
-        .await
     }
 
     /// Drops the slots nobody uses, so the map holds only partitions in use: a
@@ -761,25 +543,6 @@ async fn open_at_or_above_settled<S: Storage>(
         return Err(e);
     }
     Ok(log)
-}
-
-/// Reads from `from` in an open log; returns the batch and the bytes it read
-/// from the device.
-async fn read_log<S: Storage>(
-    log: &mut PartitionLog<S>,
-    from: Offset,
-    max_records: usize,
-    max_bytes: usize,
-) -> Result<(ReadBatch, u64), ReadError> {
-    let before = log.device_read_bytes();
-    let batch = log
-        .read(from, max_records, max_bytes)
-        .await
-        .map_err(|e| match e {
-            LogError::AgedOut { oldest, .. } => ReadError::AgedOut { oldest },
-            other => ReadError::Failed(other.to_string()),
-        })?;
-    Ok((batch, log.device_read_bytes() - before))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 pub mod combiner;
 pub mod driver;
 pub mod observe;
+mod reads;
 pub mod reaper;
 pub mod types;
 
