@@ -37,6 +37,13 @@ const PURGE_INTERVAL: Duration = Duration::from_secs(1);
 /// A registration is sent again after this long, whatever its expiry.
 const RENEW_AFTER: Duration = Duration::from_secs(5);
 
+/// How long a probe or a claim waits for the owner shard's answer, and how
+/// much longer than its wait a pinned consume waits for it: an owner whose
+/// partition read stalls (a hung disk) must not hold the topic's consumers on
+/// every shard. Records an owner sends after the wait ended go back at once
+/// (see [`Inbound`]).
+const OWNER_ANSWER_WAIT: Duration = Duration::from_secs(2);
+
 /// What one consume asks for.
 #[derive(Clone, Copy, Debug)]
 pub struct ConsumeRequest {
@@ -71,10 +78,27 @@ pub async fn consume(
     let (reply, answer) = futures_channel::oneshot::channel();
     shard.send(owner, op(reply)).await;
     let mut answer = Inbound::new(answer, shard, topic, record.id, |r| r.unwrap_or_default());
-    answer
-        .recv()
-        .await
-        .unwrap_or_else(|| Err(ConsumeError::Failed("the owner shard stopped".into())))
+    within(request.wait + OWNER_ANSWER_WAIT, async {
+        answer
+            .recv()
+            .await
+            .unwrap_or_else(|| Err(ConsumeError::Failed("the owner shard stopped".into())))
+    })
+    .await
+}
+
+/// `answer`, or a failure once `limit` has passed without it.
+async fn within<T>(
+    limit: Duration,
+    answer: impl std::future::Future<Output = Result<T, ConsumeError>>,
+) -> Result<T, ConsumeError> {
+    futures_lite::future::or(answer, async {
+        narad_io::rt::sleep(limit).await;
+        Err(ConsumeError::Failed(format!(
+            "the owner shard did not answer within {limit:?}"
+        )))
+    })
+    .await
 }
 
 async fn consume_queue(
@@ -221,10 +245,13 @@ async fn probe(
     let (reply, answer) = futures_channel::oneshot::channel();
     shard.send(owner, op(reply)).await;
     let mut answer = Inbound::new(answer, shard, topic, incarnation, |r| r.unwrap_or_default());
-    answer
-        .recv()
-        .await
-        .unwrap_or_else(|| Err(ConsumeError::Failed("the owner shard stopped".into())))
+    within(OWNER_ANSWER_WAIT, async {
+        answer
+            .recv()
+            .await
+            .unwrap_or_else(|| Err(ConsumeError::Failed("the owner shard stopped".into())))
+    })
+    .await
 }
 
 async fn register(
