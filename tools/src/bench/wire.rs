@@ -217,12 +217,13 @@ impl ResponseReader {
         let head = loop {
             let head = self.read_head(io).await?;
             match head.status {
-                100 if continues < CONTINUES_MAX => continues += 1,
-                100 => return Err(ResponseError::Unsupported("too many 100 Continue heads")),
-                101..=199 => {
-                    return Err(ResponseError::Unsupported(
-                        "an informational response other than 100 Continue",
-                    ))
+                // A switch of protocol is a response this client cannot go on
+                // reading; other informational heads (100 Continue, 103 Early
+                // Hints) come before the final answer, which is read after them.
+                101 => return Err(ResponseError::Unsupported("101 Switching Protocols")),
+                100..=199 if continues < CONTINUES_MAX => continues += 1,
+                100..=199 => {
+                    return Err(ResponseError::Unsupported("too many informational heads"))
                 }
                 _ => break head,
             }

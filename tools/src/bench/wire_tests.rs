@@ -288,8 +288,13 @@ fn a_stream_that_ends_early_names_where() {
 }
 
 #[test]
-fn continue_is_skipped_and_other_informational_responses_refused() {
-    let stream = [b"HTTP/1.1 100 Continue\r\n\r\n".as_slice(), SIZED].concat();
+fn informational_heads_are_skipped_and_a_protocol_switch_refused() {
+    let stream = [
+        b"HTTP/1.1 100 Continue\r\n\r\n".as_slice(),
+        b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n",
+        SIZED,
+    ]
+    .concat();
     for io in [Pieces::whole(&stream), Pieces::bytewise(&stream)] {
         let (response, body) = read_one(&mut ResponseReader::new(), &mut { io }, 1 << 20).unwrap();
         assert_eq!((response.status, body.len()), (202, 16));
