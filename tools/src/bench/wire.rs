@@ -36,7 +36,8 @@ pub const HEADERS_MAX: usize = 32;
 /// A connection's receive buffer. A head, a chunk-size line and a trailer
 /// section must each fit in it; body bytes only pass through it.
 pub const RECV_BUFFER_BYTES: usize = 16 << 10;
-/// The most `100 Continue` heads skipped before a final response.
+/// The most informational heads (`100 Continue`, `103`) skipped before a final
+/// response.
 const CONTINUES_MAX: u32 = 4;
 
 const _: () = assert!(HEAD_BYTES_MAX <= RECV_BUFFER_BYTES);
