@@ -177,13 +177,8 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant, visibil
             Some(_) => visibility + LEASE_MARGIN,
             None => DRAIN_IDLE,
         };
-        // Failures that keep coming keep moving the leases' return: the wait
-        // for them ends a visibility timeout past the drain's own limit.
-        let hard_cap = from + drain_max(s) + visibility + LEASE_MARGIN;
-        let waiting_for_leases = leases_back.is_some_and(|at| now < at) && now < hard_cap;
-        let cap = (from + drain_max(s))
-            .max(leases_back.unwrap_or(from))
-            .min(hard_cap);
+        let (waiting_for_leases, cap) =
+            lease_wait(from, drain_max(s), visibility, leases_back, now);
         let done = plan.stop.get()
             || interrupted()
             || (idle >= idle_limit && !waiting_for_leases)
@@ -201,6 +196,25 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant, visibil
         }
         evloop::sleep(CONTROL_TICK).await;
     }
+}
+
+/// Whether the drain still waits at `now` for leases to come back, and when a
+/// flow's drain ends at the latest: its own limit, moved out to the leases'
+/// return, but never more than a visibility timeout past the limit (failures
+/// that keep coming keep moving the leases' return).
+fn lease_wait(
+    from: Instant,
+    drain_max: Duration,
+    visibility: Duration,
+    leases_back: Option<Instant>,
+    now: Instant,
+) -> (bool, Instant) {
+    let hard_cap = from + drain_max + visibility + LEASE_MARGIN;
+    let waiting = leases_back.is_some_and(|at| now < at) && now < hard_cap;
+    let cap = (from + drain_max)
+        .max(leases_back.unwrap_or(from))
+        .min(hard_cap);
+    (waiting, cap)
 }
 
 /// In a `--verify` run in which an exchange failed while records are still
@@ -311,5 +325,30 @@ mod tests {
         assert_eq!(leases_back_at(true, None, 5, minute), None);
         assert_eq!(leases_back_at(true, Some(failed), 0, minute), None);
         assert_eq!(leases_back_at(false, Some(failed), 5, minute), None);
+    }
+
+    #[test]
+    fn failures_that_keep_coming_do_not_hold_the_drain_for_ever() {
+        let from = Instant::now();
+        let (limit, visibility) = (Duration::from_secs(30), Duration::from_secs(60));
+        let hard_cap = from + limit + visibility + LEASE_MARGIN;
+        // A failure a moment ago: wait for its leases, past the drain's limit.
+        let now = from + Duration::from_secs(40);
+        let back = now + visibility + LEASE_MARGIN;
+        let (waiting, cap) = lease_wait(from, limit, visibility, Some(back), now);
+        assert!(waiting);
+        assert!(cap > from + limit && cap <= hard_cap);
+        // Failures still coming at the hard cap: the wait ends there.
+        let now = hard_cap;
+        let back = now + visibility + LEASE_MARGIN;
+        assert_eq!(
+            lease_wait(from, limit, visibility, Some(back), now),
+            (false, hard_cap)
+        );
+        // No failure: the drain's own limit.
+        assert_eq!(
+            lease_wait(from, limit, visibility, None, from),
+            (false, from + limit)
+        );
     }
 }
