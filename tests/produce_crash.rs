@@ -24,7 +24,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{wait_until, Client, Node, Response, WAIT_MAX};
@@ -34,8 +34,11 @@ const TOPIC: &str = "crash";
 const PARTITIONS: u32 = 6;
 /// Producer threads of the SIGKILL test, each with its own keep-alive connection.
 const PRODUCERS: usize = 8;
-/// How long the producers run before the SIGKILL.
+/// How long the producers run before the SIGKILL, at least.
 const LOAD_BEFORE_KILL: Duration = Duration::from_millis(1_500);
+/// Produces acknowledged before the kill, at least (unless [`LOAD_MAX`] passes).
+const ACKED_BEFORE_KILL: usize = 150;
+const LOAD_MAX: Duration = Duration::from_secs(20);
 /// How long the restarted node may take to make every acknowledged record
 /// replayable (it drains WALs in the background after it is ready).
 const REPLAY_DEADLINE: Duration = Duration::from_secs(30);
@@ -167,7 +170,12 @@ struct Produced {
 /// Produces unique payloads as fast as one connection allows until `stop` is set or
 /// the connection breaks (the kill), mixing keyless, keyed and explicit-partition
 /// produces. Every complete answer before the kill must be 202.
-fn produce_until_killed(addr: SocketAddr, thread: usize, stop: &AtomicBool) -> Produced {
+fn produce_until_killed(
+    addr: SocketAddr,
+    thread: usize,
+    stop: &AtomicBool,
+    acked_total: &AtomicUsize,
+) -> Produced {
     let mut produced = Produced::default();
     let Ok(mut client) = Client::connect(addr) else {
         return produced;
@@ -186,6 +194,7 @@ fn produce_until_killed(addr: SocketAddr, thread: usize, stop: &AtomicBool) -> P
             Ok(r) => {
                 assert_eq!(r.status, 202, "produce {id}{query}: {}", r.body);
                 produced.acked.push(id);
+                acked_total.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
                 produced.unanswered += 1;
@@ -227,17 +236,28 @@ fn exit_within(node: &mut Node, within: Duration) -> std::process::ExitStatus {
     panic!("no exit within {within:?} of SIGTERM; last log lines: {tail:#?}");
 }
 
-/// Produces from [`PRODUCERS`] connections for [`LOAD_BEFORE_KILL`], kills the
-/// node, and returns the ids it acknowledged and the produces left unanswered.
+/// Produces from [`PRODUCERS`] connections for [`LOAD_BEFORE_KILL`] (longer,
+/// up to [`LOAD_MAX`], until [`ACKED_BEFORE_KILL`] were acknowledged, on a
+/// machine whose fsyncs are slow just then), kills the node, and returns the
+/// ids it acknowledged and the produces left unanswered.
 fn load_then_kill(node: &mut Node) -> (HashSet<String>, u64) {
     let addr = node.addr;
     let stop = AtomicBool::new(false);
+    let acked_total = AtomicUsize::new(0);
     let produced: Vec<Produced> = std::thread::scope(|scope| {
-        let stop = &stop;
+        let (stop, acked_total) = (&stop, &acked_total);
         let producers: Vec<_> = (0..PRODUCERS)
-            .map(|thread| scope.spawn(move || produce_until_killed(addr, thread, stop)))
+            .map(|thread| {
+                scope.spawn(move || produce_until_killed(addr, thread, stop, acked_total))
+            })
             .collect();
+        let started = Instant::now();
         std::thread::sleep(LOAD_BEFORE_KILL);
+        while acked_total.load(Ordering::Relaxed) < ACKED_BEFORE_KILL
+            && started.elapsed() < LOAD_MAX
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         node.sigkill();
         stop.store(true, Ordering::Relaxed);
         producers.into_iter().map(|p| p.join().unwrap()).collect()
