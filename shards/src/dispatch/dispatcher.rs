@@ -8,14 +8,14 @@
 //! set and the done-set: it seeks back to the lowest skipped record and the driver
 //! passes over everything `visit` says needs no work.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::config::DESTINATIONS_MAX;
 use super::destination::{Destination, Held};
 use super::{Action, Cluster, CommitId, DispatchConfig, DispatchProgress, Event, OwnerId};
-use crate::ids::{IncarnationId, PartitionId, Seq};
+use crate::ids::{DenseIdSet, IncarnationId, PartitionId, Seq};
 
 /// Per-topic state: its destinations and what the leader said about incarnations.
 #[derive(Debug, Default)]
@@ -58,7 +58,7 @@ pub struct Dispatcher {
     pub(super) commits: BTreeMap<CommitId, Commit>,
     pub(super) commit_next: u64,
     /// Queued or in flight (hung included).
-    pub(super) held: HashSet<Seq>,
+    pub(super) held: DenseIdSet<Seq>,
     /// Queued, or in a commit in flight that is not hung: what the window bounds.
     pub(super) held_counting: usize,
     pub(super) commits_counting: usize,
@@ -103,7 +103,7 @@ impl Dispatcher {
             destinations: 0,
             commits: BTreeMap::new(),
             commit_next: 0,
-            held: HashSet::new(),
+            held: DenseIdSet::default(),
             held_counting: 0,
             commits_counting: 0,
             commits_hung: 0,

@@ -23,7 +23,7 @@
 //! leader's.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -39,7 +39,7 @@ use super::types::{CommitError, CommitReply, OwnedRecord};
 use crate::dispatch::{
     Action, Cluster, CommitId, CommitOutcome, DispatchConfig, Dispatcher, Event, RecordRead,
 };
-use crate::ids::{IncarnationId, PartitionId, Seq};
+use crate::ids::{DenseIdMap, IncarnationId, PartitionId, Seq};
 use crate::wal::{Wal, WalReader};
 
 /// Records read per turn at most.
@@ -189,12 +189,12 @@ pub async fn run<E: DispatchEnv, S: Storage>(
     let start = wal.checkpoint();
     let mut dispatcher = Dispatcher::new(config.dispatch.clone(), start, Instant::now());
     let mut reader: WalReader<S> = wal.reader(start);
-    let mut held: HashMap<Seq, HeldBytes> = HashMap::new();
+    let mut held: DenseIdMap<Seq, HeldBytes> = DenseIdMap::default();
     let held_bytes = match (mode, env.drain_held_bytes()) {
         (Mode::Drain, Some(shared)) => shared,
         _ => Rc::new(std::cell::Cell::new(0u64)),
     };
-    let mut commits: HashMap<CommitId, Vec<Seq>> = HashMap::new();
+    let mut commits: DenseIdMap<CommitId, Vec<Seq>> = DenseIdMap::default();
     let outcomes = Rc::new(Outcomes::default());
     let mut stop_deadline: Option<Instant> = None;
     tracing::info!(wal = %name, checkpoint = start.0, durable = wal.durable_next().0, "dispatcher started");
@@ -395,8 +395,8 @@ fn apply<E: DispatchEnv, S: Storage>(
     wal: &Wal<S>,
     reader: &mut WalReader<S>,
     dispatcher: &mut Dispatcher,
-    held: &mut HashMap<Seq, HeldBytes>,
-    commits: &mut HashMap<CommitId, Vec<Seq>>,
+    held: &mut DenseIdMap<Seq, HeldBytes>,
+    commits: &mut DenseIdMap<CommitId, Vec<Seq>>,
     outcomes: &Rc<Outcomes>,
     cluster: &E::View,
     action: Action,
