@@ -229,10 +229,7 @@ where
     drop(body);
     // From here the budget holds the records, kept until they are durable: a
     // compressed body decodes to more than it took.
-    let decoded: u64 = records
-        .iter()
-        .map(|r| (r.payload.len() + r.key.as_ref().map_or(0, Vec::len)) as u64)
-        .sum();
+    let decoded = records.decoded_bytes() as u64;
     if !permit.try_resize(decoded) {
         return batch_budget_full();
     }
@@ -241,16 +238,16 @@ where
     };
     let accept_time_ms = narad_io::rt::unix_ms();
     let ingress: Vec<IngressRecord<'_>> = records
-        .iter()
+        .records()
         .map(|r| {
-            let key = r.key.as_deref();
+            let key = r.key;
             IngressRecord {
                 topic,
                 incarnation: record.id,
                 partition: PartitionId(choose(shard, record, r.partition, key)),
                 accept_time_ms,
                 key,
-                payload: &r.payload,
+                payload: r.payload,
             }
         })
         .collect();

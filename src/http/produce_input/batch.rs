@@ -34,14 +34,17 @@
 //!   0-based index of the message in the array.
 //!
 //! Allocation: an uncompressed body is parsed in place; a compressed one is
-//! decompressed once. Fields borrow from that buffer; each record then owns one
-//! `Vec` for its payload and, if keyed, one for its key.
+//! decompressed once. Fields borrow from that buffer, and every payload and key
+//! is then written, decoded, into one buffer sized to the document (decoding
+//! never makes text longer), so a batch of any size costs a fixed handful of
+//! allocations, not one or two per message.
 //!
 //! Which cores: every shard; pure functions.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Range;
 
 use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
@@ -55,14 +58,56 @@ use super::content::{self, ContentRefusal};
 use super::{BATCH_BODY_BYTES_MAX, BATCH_MESSAGES_MAX, KEY_BYTES_MAX, PAYLOAD_BYTES_MAX};
 
 /// One checked message of a batch, ready to be staged.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BatchRecord {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchRecord<'a> {
     /// `None` for a keyless message; never an empty key.
-    pub key: Option<Vec<u8>>,
+    pub key: Option<&'a [u8]>,
     /// 1 byte to [`PAYLOAD_BYTES_MAX`].
-    pub payload: Vec<u8>,
+    pub payload: &'a [u8],
     /// An explicit partition, below the topic's partition count.
     pub partition: Option<u32>,
+}
+
+/// A checked batch: every message's decoded key and payload in one buffer.
+#[derive(Debug)]
+pub struct DecodedBatch {
+    bytes: Vec<u8>,
+    records: Vec<Spans>,
+}
+
+/// Where one message's key and payload sit in [`DecodedBatch::bytes`].
+#[derive(Debug)]
+struct Spans {
+    key: Option<Range<usize>>,
+    payload: Range<usize>,
+    partition: Option<u32>,
+}
+
+impl DecodedBatch {
+    /// The messages, in batch order.
+    pub fn records(&self) -> impl ExactSizeIterator<Item = BatchRecord<'_>> + '_ {
+        self.records.iter().map(|spans| BatchRecord {
+            key: spans.key.clone().map(|key| &self.bytes[key]),
+            payload: &self.bytes[spans.payload.clone()],
+            partition: spans.partition,
+        })
+    }
+
+    /// How many messages the batch holds (at least one).
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Always false: a batch without messages is refused.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// The memory the decoded keys and payloads hold, in bytes: room for the
+    /// whole document, which they fill less a few bytes of each message.
+    pub fn decoded_bytes(&self) -> usize {
+        self.bytes.capacity()
+    }
 }
 
 /// Why a batch was refused: the HTTP status and the message of its
@@ -87,7 +132,7 @@ pub fn decode_batch(
     body: &[u8],
     content_encoding: Option<&str>,
     partitions: u32,
-) -> Result<Vec<BatchRecord>, BatchRefusal> {
+) -> Result<DecodedBatch, BatchRefusal> {
     assert!(partitions > 0, "a topic has at least one partition");
     let encoding = content::content_encoding(content_encoding).map_err(content_refusal)?;
     let document =
@@ -103,17 +148,18 @@ pub fn decode_batch(
             format!("a batch holds 1 to {BATCH_MESSAGES_MAX} messages; this one has none"),
         ));
     }
+    let mut bytes = Vec::with_capacity(document.len());
     let records = messages
         .iter()
         .enumerate()
         .map(|(index, message)| {
-            check_message(message, partitions)
+            check_message(message, partitions, &mut bytes)
                 .map_err(|(status, message)| refusal(status, format!("message {index}: {message}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
 
     assert!(records.len() == messages.len() && records.len() <= BATCH_MESSAGES_MAX);
-    Ok(records)
+    Ok(DecodedBatch { bytes, records })
 }
 
 /// The document, as parsed: fields borrow from the (decompressed) body.
@@ -223,17 +269,18 @@ fn too_large() -> MessageRefusal {
     )
 }
 
-/// Checks one parsed message and builds its record.
+/// Checks one parsed message, appending its decoded payload and key to `bytes`.
 fn check_message(
     message: &WireMessage<'_>,
     partitions: u32,
-) -> Result<BatchRecord, MessageRefusal> {
+    bytes: &mut Vec<u8>,
+) -> Result<Spans, MessageRefusal> {
     let payload_base64 = base64_encoding("payload_encoding", &message.payload_encoding)?;
     let key_base64 = base64_encoding("key_encoding", &message.key_encoding)?;
-    let payload = message_payload(message.payload, payload_base64)?;
+    let payload = message_payload(message.payload, payload_base64, bytes)?;
     let key = message
         .key
-        .map(|raw| message_key(raw, key_base64))
+        .map(|raw| message_key(raw, key_base64, bytes))
         .transpose()?
         .flatten();
     let partition = message
@@ -243,7 +290,7 @@ fn check_message(
 
     assert!(!payload.is_empty() && payload.len() <= PAYLOAD_BYTES_MAX);
     assert!(partition.is_none_or(|partition| partition < partitions));
-    Ok(BatchRecord {
+    Ok(Spans {
         key,
         payload,
         partition,
@@ -262,25 +309,28 @@ fn base64_encoding(field: &str, value: &Option<Cow<'_, str>>) -> Result<bool, Me
     }
 }
 
-fn message_payload(raw: Option<&RawValue>, base64: bool) -> Result<Vec<u8>, MessageRefusal> {
+/// Appends the decoded payload to `bytes`, returning where it sits.
+fn message_payload(
+    raw: Option<&RawValue>,
+    base64: bool,
+    bytes: &mut Vec<u8>,
+) -> Result<Range<usize>, MessageRefusal> {
     let Some(raw) = raw else {
         return Err(bad("payload is required"));
     };
-    let payload = if base64 {
+    let start = bytes.len();
+    if base64 {
         let text = json_string(raw).ok_or_else(|| bad("a base64 payload must be a JSON string"))?;
-        decode_base64(&text).map_err(|e| bad(format!("payload is not valid base64: {e}")))?
-    } else {
-        match json_string(raw) {
-            Some(text) => text.into_owned().into_bytes(),
-            None => {
-                // Checked before the copy: a JSON value is stored as its own text.
-                if raw.get().len() > PAYLOAD_BYTES_MAX {
-                    return Err(too_large());
-                }
-                raw.get().as_bytes().to_vec()
-            }
+        decode_base64(&text, bytes)
+            .map_err(|e| bad(format!("payload is not valid base64: {e}")))?;
+    } else if !json_string_into(raw, bytes, "payload")? {
+        // Checked before the copy: a JSON value is stored as its own text.
+        if raw.get().len() > PAYLOAD_BYTES_MAX {
+            return Err(too_large());
         }
-    };
+        bytes.extend_from_slice(raw.get().as_bytes());
+    }
+    let payload = start..bytes.len();
     if payload.is_empty() {
         return Err(bad("empty message"));
     }
@@ -294,26 +344,33 @@ fn message_payload(raw: Option<&RawValue>, base64: bool) -> Result<Vec<u8>, Mess
 /// encoding) reads it, which its clients were written against: line breaks
 /// are skipped (MIME-wrapped text), and the unused low bits of the last
 /// symbol need not be zero.
-fn decode_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+fn decode_base64(text: &str, out: &mut Vec<u8>) -> Result<(), base64::DecodeError> {
     const LENIENT: GeneralPurpose = GeneralPurpose::new(
         &base64::alphabet::STANDARD,
         GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
     );
     if text.bytes().any(|b| b == b'\r' || b == b'\n') {
         let unwrapped: Vec<u8> = text.bytes().filter(|&b| b != b'\r' && b != b'\n').collect();
-        return LENIENT.decode(unwrapped);
+        return LENIENT.decode_vec(unwrapped, out);
     }
-    LENIENT.decode(text)
+    LENIENT.decode_vec(text, out)
 }
 
-/// A message's key: `None` when it is empty (no key).
-fn message_key(raw: &RawValue, base64: bool) -> Result<Option<Vec<u8>>, MessageRefusal> {
-    let text = json_string(raw).ok_or_else(|| bad("key must be a JSON string"))?;
-    let key = if base64 {
-        decode_base64(&text).map_err(|e| bad(format!("key is not valid base64: {e}")))?
-    } else {
-        text.into_owned().into_bytes()
-    };
+/// Appends a message's decoded key to `bytes`, returning where it sits: `None`
+/// when it is empty (no key).
+fn message_key(
+    raw: &RawValue,
+    base64: bool,
+    bytes: &mut Vec<u8>,
+) -> Result<Option<Range<usize>>, MessageRefusal> {
+    let start = bytes.len();
+    if base64 {
+        let text = json_string(raw).ok_or_else(|| bad("key must be a JSON string"))?;
+        decode_base64(&text, bytes).map_err(|e| bad(format!("key is not valid base64: {e}")))?;
+    } else if !json_string_into(raw, bytes, "key")? {
+        return Err(bad("key must be a JSON string"));
+    }
+    let key = start..bytes.len();
     if key.len() > KEY_BYTES_MAX {
         return Err(bad(format!("key too long: at most {KEY_BYTES_MAX} bytes")));
     }
@@ -339,6 +396,30 @@ fn message_partition(raw: &RawValue, partitions: u32) -> Result<u32, MessageRefu
     match value {
         Some(partition) if partition < partitions => Ok(partition),
         _ => Err(bad("partition out of range")),
+    }
+}
+
+/// Appends the text of a JSON string value, unescaped, to `out`; false (and
+/// nothing appended) when `raw` is not a string. The parser checks an escape's
+/// form but lets a lone UTF-16 surrogate (`"\ud800"`) through, which is no
+/// character: that string is refused, naming `field`.
+fn json_string_into(
+    raw: &RawValue,
+    out: &mut Vec<u8>,
+    field: &str,
+) -> Result<bool, MessageRefusal> {
+    let Some(inner) = raw
+        .get()
+        .strip_prefix('"')
+        .and_then(|t| t.strip_suffix('"'))
+    else {
+        return Ok(false);
+    };
+    match super::json_text::unescape_into(inner, out) {
+        Some(()) => Ok(true),
+        None => Err(bad(format!(
+            "{field} is not a valid JSON string: an escape names no character (a lone surrogate)"
+        ))),
     }
 }
 

@@ -7,15 +7,35 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE};
 use base64::Engine;
 use serde_json::json;
 
+use super::batch::DecodedBatch;
 use super::*;
 
 const PARTITIONS: u32 = 3;
 
-fn decode(document: &str) -> Result<Vec<BatchRecord>, BatchRefusal> {
-    decode_batch(document.as_bytes(), None, PARTITIONS)
+/// A decoded message, owning its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Owned {
+    key: Option<Vec<u8>>,
+    payload: Vec<u8>,
+    partition: Option<u32>,
 }
 
-fn accepted(document: &str) -> Vec<BatchRecord> {
+fn owned(batch: &DecodedBatch) -> Vec<Owned> {
+    batch
+        .records()
+        .map(|r| Owned {
+            key: r.key.map(<[u8]>::to_vec),
+            payload: r.payload.to_vec(),
+            partition: r.partition,
+        })
+        .collect()
+}
+
+fn decode(document: &str) -> Result<Vec<Owned>, BatchRefusal> {
+    decode_batch(document.as_bytes(), None, PARTITIONS).map(|batch| owned(&batch))
+}
+
+fn accepted(document: &str) -> Vec<Owned> {
     decode(document).unwrap_or_else(|e| panic!("{document}: {e:?}"))
 }
 
@@ -23,7 +43,7 @@ fn one(message: serde_json::Value) -> String {
     json!({ "messages": [message] }).to_string()
 }
 
-fn record(document: &str) -> BatchRecord {
+fn record(document: &str) -> Owned {
     let mut records = accepted(document);
     assert_eq!(records.len(), 1);
     records.remove(0)
@@ -68,17 +88,17 @@ fn a_batch_decodes_in_order() {
     assert_eq!(
         records,
         vec![
-            BatchRecord {
+            Owned {
                 key: Some(b"ord_123".to_vec()),
                 payload: b"first".to_vec(),
                 partition: None,
             },
-            BatchRecord {
+            Owned {
                 key: None,
                 payload: b"second".to_vec(),
                 partition: Some(2),
             },
-            BatchRecord {
+            Owned {
                 key: Some(b"k".to_vec()),
                 payload: b"third".to_vec(),
                 partition: Some(0),
@@ -390,12 +410,12 @@ fn compressed_batches_decode_like_plain_ones() {
         ("GZIP", gzip_of(document.as_bytes())),
     ] {
         assert_eq!(
-            decode_batch(&body, Some(header), PARTITIONS),
+            decode_batch(&body, Some(header), PARTITIONS).map(|b| owned(&b)),
             Ok(plain.clone())
         );
     }
     assert_eq!(
-        decode_batch(document.as_bytes(), Some("identity"), PARTITIONS),
+        decode_batch(document.as_bytes(), Some("identity"), PARTITIONS).map(|b| owned(&b)),
         Ok(plain)
     );
 }
@@ -449,4 +469,65 @@ fn bodies_past_the_batch_cap_are_413() {
     let body = vec![b' '; BATCH_BODY_BYTES_MAX + 1];
     let refusal = decode_batch(&body, None, PARTITIONS).unwrap_err();
     assert_eq!(refusal.status, 413);
+}
+
+#[test]
+fn a_lone_surrogate_in_a_payload_or_key_string_is_refused() {
+    assert_refused(
+        r#"{"messages":[{"payload":"ok"},{"payload":"a\ud800b"}]}"#,
+        400,
+        "message 1: payload is not a valid JSON string",
+    );
+    assert_refused(
+        r#"{"messages":[{"payload":"ok","key":"\udc00"}]}"#,
+        400,
+        "message 0: key is not a valid JSON string",
+    );
+    // A pair is one character.
+    assert_eq!(
+        record(r#"{"messages":[{"payload":"\ud83d\ude00"}]}"#).payload,
+        "😀".as_bytes()
+    );
+}
+
+#[test]
+fn every_kind_of_payload_and_key_keeps_its_own_bytes_in_a_mixed_batch() {
+    let records = accepted(&json!({"messages": [
+        {"payload": "plain", "key": "k1"},
+        {"payload": "esc\"aped\n", "key": STANDARD.encode([0u8, 1, 2]), "key_encoding": "base64"},
+        {"payload": {"json": [1, 2]}},
+        {"payload": STANDARD.encode([9u8; 5]), "payload_encoding": "base64", "key": "ké"},
+        {"payload": 42, "partition": 1},
+    ]})
+    .to_string());
+    assert_eq!(
+        records,
+        vec![
+            Owned {
+                key: Some(b"k1".to_vec()),
+                payload: b"plain".to_vec(),
+                partition: None
+            },
+            Owned {
+                key: Some(vec![0, 1, 2]),
+                payload: b"esc\"aped\n".to_vec(),
+                partition: None
+            },
+            Owned {
+                key: None,
+                payload: br#"{"json":[1,2]}"#.to_vec(),
+                partition: None
+            },
+            Owned {
+                key: Some("ké".as_bytes().to_vec()),
+                payload: vec![9; 5],
+                partition: None
+            },
+            Owned {
+                key: None,
+                payload: b"42".to_vec(),
+                partition: Some(1)
+            },
+        ]
+    );
 }

@@ -14,10 +14,18 @@
 /// `None` when an escape is not valid JSON (a lone surrogate included), as
 /// serde_json would refuse it.
 pub fn unescape(inner: &str) -> Option<String> {
-    let mut out = String::with_capacity(inner.len());
+    let mut out = Vec::with_capacity(inner.len());
+    unescape_into(inner, &mut out)?;
+    Some(String::from_utf8(out).expect("an unescaped JSON string is UTF-8"))
+}
+
+/// Like [`unescape`], appending the value's UTF-8 bytes to `out` instead (a
+/// batch decodes every payload into one buffer). On `None`, `out` holds part
+/// of the value.
+pub fn unescape_into(inner: &str, out: &mut Vec<u8>) -> Option<()> {
     let mut rest = inner;
     while let Some(at) = rest.find('\\') {
-        out.push_str(&rest[..at]);
+        out.extend_from_slice(rest[..at].as_bytes());
         let escape = &rest.as_bytes()[at + 1..];
         let (decoded, used) = match escape.first()? {
             b'"' => ('"', 1),
@@ -31,11 +39,12 @@ pub fn unescape(inner: &str) -> Option<String> {
             b'u' => unicode_escape(&escape[1..])?,
             _ => return None,
         };
-        out.push(decoded);
+        let mut utf8 = [0u8; 4];
+        out.extend_from_slice(decoded.encode_utf8(&mut utf8).as_bytes());
         rest = &rest[at + 1 + used..];
     }
-    out.push_str(rest);
-    Some(out)
+    out.extend_from_slice(rest.as_bytes());
+    Some(())
 }
 
 /// Decodes what follows `\u`: four hex digits, and for a high surrogate the
