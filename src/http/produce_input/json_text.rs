@@ -25,7 +25,7 @@ pub fn unescape(inner: &str) -> Option<String> {
 pub fn unescape_into(inner: &str, out: &mut Vec<u8>) -> Option<()> {
     let mut rest = inner;
     while let Some(at) = rest.find('\\') {
-        out.extend_from_slice(rest[..at].as_bytes());
+        out.extend_from_slice(&rest.as_bytes()[..at]);
         let escape = &rest.as_bytes()[at + 1..];
         let (decoded, used) = match escape.first()? {
             b'"' => ('"', 1),
