@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Compares two broker builds on one workload, alternating them so that a noisy
+# machine hurts both alike: the figure to read is broker CPU per message in a
+# steady window, which moves less with the noise than the rate does.
+#
+# Usage:
+#   benches/ab.sh OLD_BINARY NEW_BINARY ROUNDS [narad bench flags...]
+#   PREFILL=10 benches/ab.sh old new 3 --mode consume --consumers 64 --max 100
+#
+# Each run starts a fresh broker (one shard pinned to CPU 0, a data directory of
+# its own), creates topic `t` with 6 partitions and fills it for PREFILL seconds
+# (default 1) with 100-record batches of 1 KiB, then runs `narad bench t` with
+# the flags given, pinned to CPU 1, for 6 s. Over a 4 s window from the first
+# second it reads the messages counted in `/metrics` (consumed when anything was
+# consumed, produced otherwise) and the broker's CPU time from
+# /proc/<pid>/stat. Prints one line per run, then each build's medians.
+set -euo pipefail
+
+if [ $# -lt 3 ]; then
+    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+fi
+OLD=$1
+NEW=$2
+ROUNDS=$3
+shift 3
+PREFILL=${PREFILL:-1}
+WORK=$(mktemp -d -t narad-ab-XXXXXX)
+BROKER=
+cleanup() {
+    if [ -n "$BROKER" ]; then
+        kill "$BROKER" 2>/dev/null || true
+        wait "$BROKER" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+counted() {
+    # produced and consumed message totals, from the broker's /metrics
+    curl -s "$1/metrics" | awk '
+        /^narad_messages_produced_total/ { p += $NF }
+        /^narad_messages_consumed_total/ { c += $NF }
+        END { printf "%d %d\n", p, c }'
+}
+
+cpu_ticks() {
+    awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+
+run_once() {
+    local binary=$1 dir="$WORK/run"
+    shift
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    NARAD_HTTP_MAX_CONSUME_IN_FLIGHT_PER_IDENTITY=100000 taskset -c 0 "$binary" serve --dev \
+        --port 0 --shards 1 --data-dir "$dir/data" --log-format text > "$dir/log" 2>&1 &
+    BROKER=$!
+    local addr=
+    for _ in $(seq 100); do
+        addr=$(grep -o 'addr=[0-9.:]*' "$dir/log" | head -1 | cut -d= -f2 || true)
+        [ -n "$addr" ] && curl -sf "http://$addr/readyz" > /dev/null && break
+        sleep 0.1
+    done
+    [ -n "$addr" ] || { echo "broker did not start: $(tail -3 "$dir/log")" >&2; exit 1; }
+    local url="http://$addr"
+    "$binary" bench -s "$url" t --create --partitions 6 --duration "$PREFILL" --cpus 1 \
+        --workers 8 --batch 100 --size 1024 > /dev/null 2>&1
+    "$binary" bench -s "$url" t --cpus 1 --duration 6 "$@" > "$dir/bench" 2>&1 &
+    local bench=$!
+    sleep 1
+    local before ticks_before after ticks_after
+    before=$(counted "$url")
+    ticks_before=$(cpu_ticks "$BROKER")
+    sleep 4
+    after=$(counted "$url")
+    ticks_after=$(cpu_ticks "$BROKER")
+    wait "$bench" || true
+    kill "$BROKER"
+    wait "$BROKER" 2>/dev/null || true
+    BROKER=
+    python3 - "$before" "$after" "$((ticks_after - ticks_before))" "$(getconf CLK_TCK)" <<'EOF'
+import sys
+(p0, c0), (p1, c1) = (map(int, s.split()) for s in sys.argv[1:3])
+ticks, hz = int(sys.argv[3]), int(sys.argv[4])
+messages = c1 - c0 if c1 > c0 else p1 - p0
+if messages <= 0:
+    sys.exit("no message was counted in the window")
+print(f"{messages / 4:.0f} {ticks / hz / messages * 1e6:.2f}")
+EOF
+}
+
+declare -A RATES CPUS
+for round in $(seq "$ROUNDS"); do
+    for build in old new; do
+        binary=$OLD
+        [ "$build" = new ] && binary=$NEW
+        read -r rate cpu < <(run_once "$binary" "$@")
+        echo "round $round $build: $rate msg/s, broker CPU $cpu µs/msg"
+        RATES[$build]+="$rate "
+        CPUS[$build]+="$cpu "
+    done
+done
+for build in old new; do
+    python3 - "$build" "${RATES[$build]}" "${CPUS[$build]}" <<'EOF'
+import statistics, sys
+build, rates, cpus = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+rate = statistics.median(float(r) for r in rates)
+cpu = statistics.median(float(c) for c in cpus)
+print(f"{build}: median {rate:,.0f} msg/s, broker CPU {cpu:.2f} µs/msg over {len(rates)} runs")
+EOF
+done
