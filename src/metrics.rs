@@ -40,7 +40,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use narad_shards::ids::{IncarnationId, PartitionId};
+use narad_shards::ids::{DenseIdMap, IncarnationId, PartitionId};
 
 use ::metrics::{
     Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
@@ -661,7 +661,7 @@ impl TopicSeries {
 /// per-topic consume series, likewise.
 #[derive(Default)]
 pub struct Traffic {
-    series: RefCell<HashMap<(IncarnationId, PartitionId), Rc<PartitionSeries>>>,
+    series: RefCell<DenseIdMap<(IncarnationId, PartitionId), Rc<PartitionSeries>>>,
     topics: RefCell<HashMap<IncarnationId, Rc<TopicSeries>>>,
 }
 

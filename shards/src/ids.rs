@@ -57,7 +57,8 @@ impl fmt::Display for IncarnationId {
 }
 
 /// Hashes the integer ids this process hands out itself (WAL sequence numbers,
-/// commit ids) for the dispatcher's maps, which touch several per record: one
+/// commit ids, topic incarnations with partition indexes) for maps that the
+/// produce and consume paths touch once or more per record: one
 /// rotate and multiply per word (the FxHash step) instead of SipHash, whose
 /// defence against chosen keys buys nothing for keys no client picks. A
 /// multiply by an odd constant keeps consecutive ids apart in the low bits that
@@ -83,6 +84,19 @@ impl Hasher for DenseIdHasher {
 
     fn write_u64(&mut self, word: u64) {
         self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(DENSE_ID_MULTIPLIER);
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.write_u64(u64::from(word));
+    }
+
+    fn write_u128(&mut self, word: u128) {
+        self.write_u64(word as u64);
+        self.write_u64((word >> 64) as u64);
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
     }
 }
 

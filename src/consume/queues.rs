@@ -25,7 +25,6 @@
 //! its deadline passes, so one record is never promised to two shards.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +33,7 @@ use narad_io::dma::DmaStorage;
 use narad_shards::consume::inflight::{Caps, HandleError, InFlight, Reserve};
 use narad_shards::consume::state;
 use narad_shards::consume::tokens::Tokens;
-use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use narad_shards::ids::{DenseIdMap, DenseIdSet, IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadItem;
 use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
@@ -66,12 +65,12 @@ pub struct PartitionQueue {
 /// The partitions of one shard, as consumers see them.
 pub struct Queues {
     owner: Rc<Owner>,
-    parts: RefCell<HashMap<Key, Rc<RefCell<PartitionQueue>>>>,
+    parts: RefCell<DenseIdMap<Key, Rc<RefCell<PartitionQueue>>>>,
     /// Delivery tokens other shards left here, and the notifications promised.
     tokens: RefCell<Tokens>,
     rng: RefCell<ChaCha8Rng>,
     /// Partitions whose settled state changed since the persister last looked.
-    settled_changed: RefCell<HashSet<Key>>,
+    settled_changed: RefCell<DenseIdSet<Key>>,
     /// Called with a topic whose records became available here.
     wake: Wake,
     /// Called with a topic one of whose reads failed, to serve its consumers
@@ -93,10 +92,10 @@ impl Queues {
             storage,
             persister,
             owner,
-            parts: RefCell::new(HashMap::new()),
+            parts: RefCell::new(DenseIdMap::default()),
             tokens: RefCell::new(Tokens::default()),
             rng: RefCell::new(rng),
-            settled_changed: RefCell::new(HashSet::new()),
+            settled_changed: RefCell::new(DenseIdSet::default()),
             wake,
             wake_later: RefCell::new(None),
         }

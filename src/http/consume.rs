@@ -15,6 +15,7 @@
 //! Which cores: the accepting shard; the flows in [`crate::consume::flow`] reach
 //! the owner shards.
 
+use std::borrow::Cow;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -334,10 +335,12 @@ fn parse_extend(value: Option<&str>) -> Result<Settle, String> {
     }
 }
 
+/// Handles borrow from the body unless they hold an escape.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct BatchAck {
-    receipt_handles: Vec<String>,
+struct BatchAck<'a> {
+    #[serde(borrow)]
+    receipt_handles: Vec<Cow<'a, str>>,
 }
 
 pub async fn ack<B>(
@@ -438,7 +441,7 @@ where
     if body.is_empty() {
         return bad_request("receipt_handle is missing: give it in the query, or a body {\"receipt_handles\":[...]}");
     }
-    let batch: BatchAck = match serde_json::from_slice(&body) {
+    let batch: BatchAck<'_> = match serde_json::from_slice(&body) {
         Ok(batch) => batch,
         Err(e) => return bad_request(&format!("invalid JSON body: {e}")),
     };

@@ -16,7 +16,7 @@
 use bytes::Bytes;
 use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use hyper::{Request, Response, StatusCode};
-use narad_shards::ids::PartitionId;
+use narad_shards::ids::{DenseIdMap, PartitionId};
 use narad_shards::wal::{IngressRecord, WalError};
 
 use super::produce_input::{self, BATCH_BODY_BYTES_MAX, PAYLOAD_BYTES_MAX};
@@ -253,9 +253,15 @@ where
         .collect();
     match shard.wal.append_many(&ingress).await {
         Ok(_) => {
+            // One count per partition, not per record: a batch spans a few.
+            let mut counted: DenseIdMap<PartitionId, (u64, u64)> = DenseIdMap::default();
             for r in &ingress {
-                let series = shard.traffic.partition(topic, record.id, r.partition);
-                series.produced(1, r.payload.len() as u64);
+                let (n, bytes) = counted.entry(r.partition).or_default();
+                (*n, *bytes) = (*n + 1, *bytes + r.payload.len() as u64);
+            }
+            for (partition, (n, bytes)) in counted {
+                let series = shard.traffic.partition(topic, record.id, partition);
+                series.produced(n, bytes);
             }
             response::json(
                 StatusCode::ACCEPTED,
