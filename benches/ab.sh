@@ -26,12 +26,14 @@ ROUNDS=$3
 shift 3
 PREFILL=${PREFILL:-1}
 WORK=$(mktemp -d -t narad-ab-XXXXXX)
+# The processes this script started and has not ended yet.
 BROKER=
+BENCH=
 cleanup() {
-    if [ -n "$BROKER" ]; then
-        kill "$BROKER" 2>/dev/null || true
-        wait "$BROKER" 2>/dev/null || true
-    fi
+    for pid in $BENCH $BROKER; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -56,18 +58,21 @@ run_once() {
     NARAD_HTTP_MAX_CONSUME_IN_FLIGHT_PER_IDENTITY=100000 taskset -c 0 "$binary" serve --dev \
         --port 0 --shards 1 --data-dir "$dir/data" --log-format text > "$dir/log" 2>&1 &
     BROKER=$!
-    local addr=
+    local addr= ready=
     for _ in $(seq 100); do
         addr=$(grep -o 'addr=[0-9.:]*' "$dir/log" | head -1 | cut -d= -f2 || true)
-        [ -n "$addr" ] && curl -sf "http://$addr/readyz" > /dev/null && break
+        if [ -n "$addr" ] && curl -sf "http://$addr/readyz" > /dev/null; then
+            ready=1
+            break
+        fi
         sleep 0.1
     done
-    [ -n "$addr" ] || { echo "broker did not start: $(tail -3 "$dir/log")" >&2; exit 1; }
+    [ -n "$ready" ] || { echo "broker did not become ready: $(tail -3 "$dir/log")" >&2; exit 1; }
     local url="http://$addr"
     "$binary" bench -s "$url" t --create --partitions 6 --duration "$PREFILL" --cpus 1 \
         --workers 8 --batch 100 --size 1024 > /dev/null 2>&1
     "$binary" bench -s "$url" t --cpus 1 --duration 6 "$@" > "$dir/bench" 2>&1 &
-    local bench=$!
+    BENCH=$!
     sleep 1
     local before ticks_before after ticks_after
     before=$(counted "$url")
@@ -75,11 +80,13 @@ run_once() {
     sleep 4
     after=$(counted "$url")
     ticks_after=$(cpu_ticks "$BROKER")
-    wait "$bench" || true
-    kill "$BROKER"
+    wait "$BENCH" || true
+    BENCH=
+    kill "$BROKER" 2>/dev/null || true
     wait "$BROKER" 2>/dev/null || true
     BROKER=
-    python3 - "$before" "$after" "$((ticks_after - ticks_before))" "$(getconf CLK_TCK)" <<'EOF'
+    python3 - "$before" "$after" "$((ticks_after - ticks_before))" "$(getconf CLK_TCK)" \
+        > "$WORK/result" <<'EOF'
 import sys
 (p0, c0), (p1, c1) = (map(int, s.split()) for s in sys.argv[1:3])
 ticks, hz = int(sys.argv[3]), int(sys.argv[4])
@@ -95,7 +102,9 @@ for round in $(seq "$ROUNDS"); do
     for build in old new; do
         binary=$OLD
         [ "$build" = new ] && binary=$NEW
-        read -r rate cpu < <(run_once "$binary" "$@")
+        # In this shell, not a subshell, so that the trap ends its processes.
+        run_once "$binary" "$@"
+        read -r rate cpu < "$WORK/result"
         echo "round $round $build: $rate msg/s, broker CPU $cpu µs/msg"
         RATES[$build]+="$rate "
         CPUS[$build]+="$cpu "

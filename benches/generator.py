@@ -68,7 +68,11 @@ class FloorServer:
         binary = os.path.join(REPO, "target", "release", "examples", "floor_responder")
         self.proc = subprocess.Popen(["taskset", "-c", "0", binary, "0"],
                                      stdout=subprocess.PIPE, text=True)
-        self.addr = self.proc.stdout.readline().split()[1]
+        try:
+            self.addr = self.proc.stdout.readline().split()[1]
+        except Exception:
+            self.stop()
+            raise
 
     def ticks(self):
         return cpu_ticks(self.proc.pid)

@@ -8,6 +8,10 @@
 //! TCP and two system calls per request cost here, which no HTTP server on
 //! this machine can go below.
 //!
+//! It serves clients that send one small request at a time and read each
+//! answer (`wrk`, `narad bench`): a request head split across two reads is not
+//! answered, and a reply that does not fit the send buffer ends its connection.
+//!
 //! Usage: `floor_responder PORT` (listens on 127.0.0.1:PORT and prints
 //! `listening 127.0.0.1:PORT`; `PORT` 0 picks a free one).
 

@@ -633,7 +633,7 @@ mod tests {
             // Slices of varied lengths and contents, more of them than one
             // sendmsg takes and more bytes than the send buffer holds.
             let slices: Vec<Vec<u8>> = (0..3 * IOV_MAX)
-                .map(|i| vec![(i % 251) as u8; 1 + (i * 7919) % 3000])
+                .map(|i| vec![(i % 251) as u8; 1 + (i * 7919) % 6000])
                 .collect();
             let expected: Vec<u8> = slices.concat();
             let total = expected.len();

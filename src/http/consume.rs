@@ -335,13 +335,18 @@ fn parse_extend(value: Option<&str>) -> Result<Settle, String> {
     }
 }
 
-/// Handles borrow from the body unless they hold an escape.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BatchAck<'a> {
     #[serde(borrow)]
-    receipt_handles: Vec<Cow<'a, str>>,
+    receipt_handles: Vec<Handle<'a>>,
 }
+
+/// A receipt handle's text, borrowed from the body unless it holds an escape
+/// (serde borrows a `Cow` only as a field of its own, not inside a `Vec`).
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Handle<'a>(#[serde(borrow)] Cow<'a, str>);
 
 pub async fn ack<B>(
     api: &Api,
@@ -458,7 +463,7 @@ where
     let mut outcomes = Vec::with_capacity(count);
     let mut remote = Vec::new();
     for text in &batch.receipt_handles {
-        outcomes.push(match handle::parse(text) {
+        outcomes.push(match handle::parse(&text.0) {
             Err(message) => Err((StatusCode::BAD_REQUEST, message)),
             Ok(h) => match flow::settle_here(shard, record, h, settle) {
                 Some(outcome) => outcome.map_err(|e| settle_error(topic, &e)),
@@ -541,6 +546,17 @@ struct AckResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_ack_handles_borrow_from_the_body_unless_escaped() {
+        let body = br#"{"receipt_handles":["0:1:abc","0:2:\u0064ef"]}"#;
+        let batch: BatchAck<'_> = serde_json::from_slice(body).unwrap();
+        assert!(matches!(
+            batch.receipt_handles[0].0,
+            Cow::Borrowed("0:1:abc")
+        ));
+        assert_eq!(batch.receipt_handles[1].0, "0:2:def");
+    }
 
     #[test]
     fn consume_queries_parse_strictly() {

@@ -29,6 +29,9 @@
 //! - `partition` is a JSON integer in `0..partitions`; out of range (negative
 //!   included) → 400 `message <i>: partition out of range`; a non-integer → 400.
 //! - An encoding field other than `"base64"` (or `""`, meaning none) → 400.
+//! - A payload or key string with an escape that names no character (a lone
+//!   UTF-16 surrogate such as `"\ud800"`, which the JSON grammar lets through)
+//!   → 400 `message <i>: payload is not a valid JSON string: …` (or `key`).
 //! - Every message is checked before any record is returned, and the first
 //!   failure refuses the batch, its message prefixed `message <i>: ` with `i` the
 //!   0-based index of the message in the array.
@@ -103,8 +106,8 @@ impl DecodedBatch {
         self.records.is_empty()
     }
 
-    /// The memory the decoded keys and payloads hold, in bytes: room for the
-    /// whole document, which they fill less a few bytes of each message.
+    /// The memory the decoded keys and payloads hold, in bytes: their
+    /// buffer's room, at most a quarter more than they fill.
     pub fn decoded_bytes(&self) -> usize {
         self.bytes.capacity()
     }
@@ -159,6 +162,11 @@ pub fn decode_batch(
         .collect::<Result<Vec<_>, _>>()?;
 
     assert!(records.len() == messages.len() && records.len() <= BATCH_MESSAGES_MAX);
+    // Room left over past a quarter (small messages in much JSON) goes back,
+    // so that the budget, which counts the room, holds what the records need.
+    if bytes.capacity() - bytes.len() > bytes.len() / 4 {
+        bytes.shrink_to_fit();
+    }
     Ok(DecodedBatch { bytes, records })
 }
 
@@ -320,7 +328,8 @@ fn message_payload(
     };
     let start = bytes.len();
     if base64 {
-        let text = json_string(raw).ok_or_else(|| bad("a base64 payload must be a JSON string"))?;
+        let text = json_string(raw, "payload")?
+            .ok_or_else(|| bad("a base64 payload must be a JSON string"))?;
         decode_base64(&text, bytes)
             .map_err(|e| bad(format!("payload is not valid base64: {e}")))?;
     } else if !json_string_into(raw, bytes, "payload")? {
@@ -365,7 +374,7 @@ fn message_key(
 ) -> Result<Option<Range<usize>>, MessageRefusal> {
     let start = bytes.len();
     if base64 {
-        let text = json_string(raw).ok_or_else(|| bad("key must be a JSON string"))?;
+        let text = json_string(raw, "key")?.ok_or_else(|| bad("key must be a JSON string"))?;
         decode_base64(&text, bytes).map_err(|e| bad(format!("key is not valid base64: {e}")))?;
     } else if !json_string_into(raw, bytes, "key")? {
         return Err(bad("key must be a JSON string"));
@@ -417,23 +426,34 @@ fn json_string_into(
     };
     match super::json_text::unescape_into(inner, out) {
         Some(()) => Ok(true),
-        None => Err(bad(format!(
-            "{field} is not a valid JSON string: an escape names no character (a lone surrogate)"
-        ))),
+        None => Err(not_a_character(field)),
     }
+}
+
+fn not_a_character(field: &str) -> MessageRefusal {
+    bad(format!(
+        "{field} is not a valid JSON string: an escape names no character (a lone surrogate)"
+    ))
 }
 
 /// The text of a JSON string value, unescaped; `None` when `raw` is not a
 /// string. Borrows when the string has no escapes, which is the common case.
-fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
+/// A string whose escapes name no character is refused, as in
+/// [`json_string_into`].
+fn json_string<'a>(raw: &'a RawValue, field: &str) -> Result<Option<Cow<'a, str>>, MessageRefusal> {
     let text = raw.get();
-    let inner = text.strip_prefix('"')?.strip_suffix('"')?;
+    let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) else {
+        return Ok(None);
+    };
     if !inner.contains('\\') {
         // The parser has validated the string: without escapes, the text between
         // the quotes is its value.
-        return Some(Cow::Borrowed(inner));
+        return Ok(Some(Cow::Borrowed(inner)));
     }
-    super::json_text::unescape(inner).map(Cow::Owned)
+    match super::json_text::unescape(inner) {
+        Some(text) => Ok(Some(Cow::Owned(text))),
+        None => Err(not_a_character(field)),
+    }
 }
 
 fn refusal(status: StatusCode, message: String) -> BatchRefusal {

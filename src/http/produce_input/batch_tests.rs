@@ -483,6 +483,16 @@ fn a_lone_surrogate_in_a_payload_or_key_string_is_refused() {
         400,
         "message 0: key is not a valid JSON string",
     );
+    assert_refused(
+        r#"{"messages":[{"payload":"\udc00","payload_encoding":"base64"}]}"#,
+        400,
+        "message 0: payload is not a valid JSON string",
+    );
+    assert_refused(
+        r#"{"messages":[{"payload":"aGk=","key":"\ud800","key_encoding":"base64"}]}"#,
+        400,
+        "message 0: key is not a valid JSON string",
+    );
     // A pair is one character.
     assert_eq!(
         record(r#"{"messages":[{"payload":"\ud83d\ude00"}]}"#).payload,
@@ -529,5 +539,19 @@ fn every_kind_of_payload_and_key_keeps_its_own_bytes_in_a_mixed_batch() {
                 partition: Some(1)
             },
         ]
+    );
+}
+
+#[test]
+fn the_decoded_buffer_holds_little_more_room_than_its_records_need() {
+    // Many one-byte messages: the document is mostly JSON around them.
+    let document =
+        json!({ "messages": vec![json!({"payload": "m", "key": "k"}); 1000] }).to_string();
+    let batch = decode_batch(document.as_bytes(), None, PARTITIONS).unwrap();
+    assert_eq!(batch.len(), 1000);
+    assert!(
+        batch.decoded_bytes() <= 2000 + 2000 / 4,
+        "{} bytes of room for 2000 bytes of keys and payloads",
+        batch.decoded_bytes()
     );
 }
