@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_channel::oneshot;
+use narad_shards::consume::tokens::PromiseId;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadBatch;
 pub use narad_shards::produce::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
@@ -46,14 +47,14 @@ pub enum Op {
     },
     /// Take up to `max` records of the topic's partitions here (or of `partition`
     /// only), for a probe, a claim after a notification (`claim`: the claiming
-    /// shard), or a pinned long-poll (`wait`, zero for none). A reply nobody
-    /// receives is released.
+    /// shard and the promise it answers), or a pinned long-poll (`wait`, zero for
+    /// none). A reply nobody receives is released.
     Consume {
         topic: Arc<str>,
         incarnation: IncarnationId,
         partition: Option<PartitionId>,
         max: usize,
-        claim: Option<usize>,
+        claim: Option<(usize, PromiseId)>,
         wait: Duration,
         reply: oneshot::Sender<Result<Vec<Delivered>, ConsumeError>>,
     },
@@ -64,17 +65,20 @@ pub enum Op {
         from: usize,
         ttl: Duration,
     },
-    /// The owner `owner` spent this shard's token: a record is there to claim.
+    /// The owner `owner` spent this shard's token: a record is there to claim,
+    /// promised as `promise`.
     Notify {
         topic: Arc<str>,
         incarnation: IncarnationId,
         owner: usize,
+        promise: PromiseId,
     },
-    /// Notified shard `from` had nobody left to take the record.
+    /// Notified shard `from` had nobody left to take the record of `promise`.
     Pass {
         topic: Arc<str>,
         incarnation: IncarnationId,
         from: usize,
+        promise: PromiseId,
     },
     /// The topic changed (its caps were altered): serve its parked consumers
     /// again.
@@ -148,13 +152,15 @@ pub fn serve_consume_op(shard: &std::rc::Rc<super::Shard>, op: Op) {
             topic,
             incarnation,
             owner,
-        } => shard.waiters.notified(incarnation, &topic, owner),
+            promise,
+        } => shard.waiters.notified(incarnation, &topic, owner, promise),
         Op::Pass {
             topic,
             incarnation,
             from,
+            promise,
         } => {
-            shard.queues.retire_notification(incarnation, from);
+            shard.queues.retire_notification(incarnation, from, promise);
             shard.waiters.kick(incarnation, &topic);
         }
         Op::Kick { topic, incarnation } => shard.waiters.kick(incarnation, &topic),

@@ -17,6 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use narad_shards::consume::tokens::PromiseId;
 use narad_shards::ids::{IncarnationId, PartitionId};
 
 use super::acks::SettleItem;
@@ -231,7 +232,7 @@ async fn probe(
     topic: &Arc<str>,
     incarnation: IncarnationId,
     max: usize,
-    claim: Option<usize>,
+    claim: Option<(usize, PromiseId)>,
 ) -> Result<Vec<Delivered>, ConsumeError> {
     let op = |reply| Op::Consume {
         topic: topic.clone(),
@@ -278,11 +279,11 @@ pub async fn serve_consume_op(
     incarnation: IncarnationId,
     partition: Option<PartitionId>,
     request: ConsumeRequest,
-    claim: Option<usize>,
+    claim: Option<(usize, PromiseId)>,
     mut reply: futures_channel::oneshot::Sender<Result<Vec<Delivered>, ConsumeError>>,
 ) {
-    if let Some(from) = claim {
-        shard.queues.retire_notification(incarnation, from);
+    if let Some((from, promise)) = claim {
+        shard.queues.retire_notification(incarnation, from, promise);
     }
     let Some(record) = shard.live_topic(&topic, incarnation) else {
         let _ = reply.send(Err(ConsumeError::NotFound));
@@ -358,11 +359,12 @@ async fn pump_topic(shard: &Rc<Shard>, kick: Kick) {
     serve_fifo(shard, &topic, &record, None, &local).await;
     if !shard.waiters.has_parked(incarnation) && shard.queues.has_tokens(incarnation) {
         shard.queues.load_all(&topic, &record, &local).await;
-        for to in shard.queues.spend_tokens(&record) {
+        for (to, promise) in shard.queues.spend_tokens(&record) {
             let op = Op::Notify {
                 topic: topic.clone(),
                 incarnation,
                 owner: shard.index,
+                promise,
             };
             shard.send(to, op).await;
         }
@@ -439,6 +441,7 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
         incarnation,
         topic,
         owner,
+        promise,
     } = n;
     let Some(waiter) = shard.waiters.pop_live(incarnation, None) else {
         let from = shard.index;
@@ -446,6 +449,7 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
             topic,
             incarnation,
             from,
+            promise,
         };
         shard.send(owner, op).await;
         return;
@@ -456,7 +460,7 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
         &topic,
         incarnation,
         waiter.max,
-        Some(shard.index),
+        Some((shard.index, promise)),
     )
     .await;
     // A claim that failed on the owner (its partition could not be read) leaves

@@ -32,7 +32,7 @@ use std::time::Duration;
 use narad_io::dma::DmaStorage;
 use narad_shards::consume::inflight::{Caps, HandleError, InFlight, Reserve};
 use narad_shards::consume::state;
-use narad_shards::consume::tokens::Tokens;
+use narad_shards::consume::tokens::{PromiseId, Tokens};
 use narad_shards::ids::{DenseIdMap, DenseIdSet, IncarnationId, Offset, PartitionId};
 use narad_shards::log::ReadItem;
 use rand::RngCore;
@@ -574,18 +574,18 @@ impl Queues {
 
     /// Spends one token per available record not already promised; returns the
     /// shards to notify, each once.
-    pub fn spend_tokens(&self, record: &TopicRecord) -> Vec<usize> {
+    pub fn spend_tokens(&self, record: &TopicRecord) -> Vec<(usize, PromiseId)> {
         let available = self.available(record);
         self.tokens
             .borrow_mut()
             .spend(record.id, available, now_ms())
     }
 
-    /// A notified shard claimed or passed: its promise is retired.
-    pub fn retire_notification(&self, incarnation: IncarnationId, from: usize) {
+    /// A notified shard claimed or passed: that promise is retired.
+    pub fn retire_notification(&self, incarnation: IncarnationId, from: usize, promise: PromiseId) {
         self.tokens
             .borrow_mut()
-            .retire_notification(incarnation, from);
+            .retire_notification(incarnation, from, promise);
     }
 
     /// Forgets a deleted incarnation's consumer state.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narad_io::rt::Notify;
+use narad_shards::consume::tokens::PromiseId;
 use narad_shards::consume::waiters as core;
 use narad_shards::ids::{IncarnationId, PartitionId};
 
@@ -84,8 +85,16 @@ impl Waiters {
     }
 
     /// An owner spent this shard's token: forget the registration, wake the pump.
-    pub fn notified(&self, incarnation: IncarnationId, topic: &Arc<str>, owner: usize) {
-        self.core.borrow_mut().notified(incarnation, topic, owner);
+    pub fn notified(
+        &self,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        owner: usize,
+        promise: PromiseId,
+    ) {
+        self.core
+            .borrow_mut()
+            .notified(incarnation, topic, owner, promise);
         self.pump.notify();
     }
 

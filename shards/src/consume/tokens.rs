@@ -15,7 +15,10 @@
 //! Invariant: an outstanding notification (a promise) counts against the available
 //! records until its claim or pass arrives ([`Tokens::retire_notification`]) or its
 //! [`CLAIM_DEADLINE`] passes, so one record is never promised to two shards: a
-//! spend never makes more promises than `available - outstanding`.
+//! spend never makes more promises than `available - outstanding`. Each promise
+//! has an id that its notification, claim and pass carry, so a claim that comes
+//! after its promise lapsed retires nothing, even when a newer promise went to
+//! the same shard.
 //!
 //! One token per (requesting shard, topic): a registration replaces the shard's
 //! token rather than stacking one, and a spent token is gone (single use), so a
@@ -41,15 +44,20 @@ fn ms(d: Duration) -> u64 {
 struct TopicTokens {
     /// (requesting shard, expiry in ms), oldest registration first.
     held: Vec<(usize, u64)>,
-    /// (notified shard, deadline in ms) of notifications sent and not yet
-    /// claimed or passed, oldest first.
-    outstanding: Vec<(usize, u64)>,
+    /// (notified shard, deadline in ms, promise id) of notifications sent and
+    /// not yet claimed or passed, oldest first.
+    outstanding: Vec<(usize, u64, PromiseId)>,
 }
+
+/// Names one promise of one owner shard (see [`Tokens::spend`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PromiseId(pub u64);
 
 /// The delivery tokens of one owner shard, per topic incarnation. See the module doc.
 #[derive(Default, Debug)]
 pub struct Tokens {
     topics: BTreeMap<IncarnationId, TopicTokens>,
+    next_promise: u64,
 }
 
 impl Tokens {
@@ -80,28 +88,40 @@ impl Tokens {
     /// Notifications of the topic sent and neither claimed, passed nor lapsed.
     pub fn outstanding(&self, incarnation: IncarnationId, now_ms: u64) -> u64 {
         self.topics.get(&incarnation).map_or(0, |t| {
-            t.outstanding.iter().filter(|&&(_, d)| d > now_ms).count() as u64
+            t.outstanding
+                .iter()
+                .filter(|&&(_, d, _)| d > now_ms)
+                .count() as u64
         })
     }
 
     /// Spends one token per record of `available` not already promised; returns
-    /// the shards to notify, each once, oldest registration first.
-    pub fn spend(&mut self, incarnation: IncarnationId, available: u64, now_ms: u64) -> Vec<usize> {
+    /// the shards to notify, each once, oldest registration first, with the id
+    /// of the promise their notification carries.
+    pub fn spend(
+        &mut self,
+        incarnation: IncarnationId,
+        available: u64,
+        now_ms: u64,
+    ) -> Vec<(usize, PromiseId)> {
         let Some(entry) = self.topics.get_mut(&incarnation) else {
             return Vec::new();
         };
         entry.held.retain(|&(_, until)| until > now_ms);
-        entry.outstanding.retain(|&(_, deadline)| deadline > now_ms);
+        entry
+            .outstanding
+            .retain(|&(_, deadline, _)| deadline > now_ms);
         let promised = entry.outstanding.len() as u64;
         let mut spare = available.saturating_sub(promised);
         let mut notify = Vec::new();
         // Bounded by the tokens held: every iteration removes one.
         while spare > 0 && !entry.held.is_empty() {
             let (shard, _) = entry.held.remove(0);
-            entry
-                .outstanding
-                .push((shard, now_ms.saturating_add(ms(CLAIM_DEADLINE))));
-            notify.push(shard);
+            let promise = PromiseId(self.next_promise);
+            self.next_promise += 1;
+            let deadline = now_ms.saturating_add(ms(CLAIM_DEADLINE));
+            entry.outstanding.push((shard, deadline, promise));
+            notify.push((shard, promise));
             spare -= 1;
         }
         assert!(notify.len() as u64 <= available.saturating_sub(promised));
@@ -111,12 +131,21 @@ impl Tokens {
         notify
     }
 
-    /// Shard `from` claimed or passed: its oldest promise is retired. A claim
-    /// that comes after its promise lapsed retires nothing, so the promise made
-    /// in its place to another shard still counts.
-    pub fn retire_notification(&mut self, incarnation: IncarnationId, from: usize) {
+    /// Shard `from` claimed or passed `promise`: that promise is retired. A
+    /// claim that comes after its promise lapsed retires nothing, so a promise
+    /// made in its place, to another shard or to `from` again, still counts.
+    pub fn retire_notification(
+        &mut self,
+        incarnation: IncarnationId,
+        from: usize,
+        promise: PromiseId,
+    ) {
         if let Some(entry) = self.topics.get_mut(&incarnation) {
-            if let Some(at) = entry.outstanding.iter().position(|&(s, _)| s == from) {
+            let found = entry
+                .outstanding
+                .iter()
+                .position(|&(s, _, id)| s == from && id == promise);
+            if let Some(at) = found {
                 entry.outstanding.remove(at);
             }
         }
@@ -134,6 +163,14 @@ mod tests {
 
     const T: IncarnationId = IncarnationId(7);
 
+    fn spent(tokens: &mut Tokens, available: u64, now_ms: u64) -> Vec<(usize, PromiseId)> {
+        tokens.spend(T, available, now_ms)
+    }
+
+    fn shards(spent: &[(usize, PromiseId)]) -> Vec<usize> {
+        spent.iter().map(|&(shard, _)| shard).collect()
+    }
+
     #[test]
     fn one_record_is_promised_to_one_shard() {
         let mut tokens = Tokens::default();
@@ -141,13 +178,14 @@ mod tests {
         tokens.register(T, 1, ttl, 1_000);
         tokens.register(T, 2, ttl, 1_000);
         assert!(tokens.has_tokens(T, 1_000));
-        assert_eq!(tokens.spend(T, 1, 1_000), vec![1]);
+        let first = spent(&mut tokens, 1, 1_000);
+        assert_eq!(shards(&first), vec![1]);
         assert_eq!(tokens.outstanding(T, 1_000), 1);
         // Still one record: promised already.
         assert!(tokens.spend(T, 1, 1_010).is_empty());
         // A pass retires the promise; the record goes to the next holder.
-        tokens.retire_notification(T, 1);
-        assert_eq!(tokens.spend(T, 1, 1_020), vec![2]);
+        tokens.retire_notification(T, 1, first[0].1);
+        assert_eq!(shards(&spent(&mut tokens, 1, 1_020)), vec![2]);
         assert!(!tokens.has_tokens(T, 1_020), "tokens are single use");
     }
 
@@ -156,7 +194,7 @@ mod tests {
         let mut tokens = Tokens::default();
         tokens.register(T, 1, Duration::from_secs(5), 1_000);
         tokens.register(T, 2, Duration::from_millis(100), 1_000);
-        assert_eq!(tokens.spend(T, 1, 1_000), vec![1]);
+        assert_eq!(shards(&spent(&mut tokens, 1, 1_000)), vec![1]);
         let lapsed = 1_000 + ms(CLAIM_DEADLINE);
         assert_eq!(tokens.outstanding(T, lapsed), 0);
         // Shard 2's token lapsed at 1.1 s.
@@ -171,17 +209,46 @@ mod tests {
         for shard in [1, 2, 3] {
             tokens.register(T, shard, ttl, 1_000);
         }
-        assert_eq!(tokens.spend(T, 1, 1_000), vec![1]);
+        let first = spent(&mut tokens, 1, 1_000);
+        assert_eq!(shards(&first), vec![1]);
         // Shard 1's promise lapses; the record is promised to shard 2.
         let lapsed = 1_000 + ms(CLAIM_DEADLINE);
-        assert_eq!(tokens.spend(T, 1, lapsed), vec![2]);
+        let second = spent(&mut tokens, 1, lapsed);
+        assert_eq!(shards(&second), vec![2]);
         // Shard 1's claim arrives late: shard 2's promise still stands, so the
         // record is not promised a third time.
-        tokens.retire_notification(T, 1);
+        tokens.retire_notification(T, 1, first[0].1);
         assert_eq!(tokens.outstanding(T, lapsed + 1), 1);
         assert!(tokens.spend(T, 1, lapsed + 1).is_empty());
-        tokens.retire_notification(T, 2);
-        assert_eq!(tokens.spend(T, 1, lapsed + 2), vec![3]);
+        tokens.retire_notification(T, 2, second[0].1);
+        assert_eq!(shards(&spent(&mut tokens, 1, lapsed + 2)), vec![3]);
+    }
+
+    #[test]
+    fn a_late_claim_does_not_retire_a_newer_promise_to_the_same_shard() {
+        let mut tokens = Tokens::default();
+        let ttl = Duration::from_secs(5);
+        tokens.register(T, 1, ttl, 1_000);
+        tokens.register(T, 2, ttl, 1_000);
+        let first = spent(&mut tokens, 1, 1_000);
+        assert_eq!(shards(&first), vec![1]);
+        // Shard 1's promise lapses unclaimed; shard 1 registers again and is
+        // promised the record anew.
+        let lapsed = 1_000 + ms(CLAIM_DEADLINE);
+        tokens.register(T, 1, ttl, lapsed);
+        let newer = spent(&mut tokens, 1, lapsed);
+        assert_eq!(shards(&newer), vec![2]);
+        tokens.retire_notification(T, 2, newer[0].1);
+        let again = spent(&mut tokens, 1, lapsed + 1);
+        assert_eq!(shards(&again), vec![1]);
+        // The first claim arrives now: the newer promise to shard 1 still
+        // counts, so the one record is not promised to anyone else.
+        tokens.register(T, 3, ttl, lapsed + 2);
+        tokens.retire_notification(T, 1, first[0].1);
+        assert_eq!(tokens.outstanding(T, lapsed + 2), 1);
+        assert!(tokens.spend(T, 1, lapsed + 2).is_empty());
+        tokens.retire_notification(T, 1, again[0].1);
+        assert_eq!(shards(&spent(&mut tokens, 1, lapsed + 3)), vec![3]);
     }
 
     #[test]
@@ -190,6 +257,6 @@ mod tests {
         for i in 0..10 {
             tokens.register(T, 3, Duration::from_secs(1), 1_000 + i);
         }
-        assert_eq!(tokens.spend(T, 10, 1_100), vec![3]);
+        assert_eq!(shards(&spent(&mut tokens, 10, 1_100)), vec![3]);
     }
 }

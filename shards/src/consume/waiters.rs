@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use futures_channel::oneshot;
 
+use super::tokens::PromiseId;
 use crate::ids::{IncarnationId, PartitionId};
 
 /// A registration younger than this is shared by consumers that park after it.
@@ -118,6 +119,8 @@ pub struct Notification {
     pub incarnation: IncarnationId,
     pub topic: Arc<str>,
     pub owner: usize,
+    /// The owner's promise, which the claim or pass answering it names.
+    pub promise: PromiseId,
 }
 
 /// One shard's parked consumers. See the module doc.
@@ -185,7 +188,13 @@ impl<D> Waiters<D> {
 
     /// An owner spent this shard's token: forget the registration and queue the
     /// notification for the pump; the caller wakes the pump.
-    pub fn notified(&mut self, incarnation: IncarnationId, topic: &Arc<str>, owner: usize) {
+    pub fn notified(
+        &mut self,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        owner: usize,
+        promise: PromiseId,
+    ) {
         if let Some(entry) = self.topics.get_mut(&incarnation) {
             entry.registered.remove(&owner);
         }
@@ -193,6 +202,7 @@ impl<D> Waiters<D> {
             incarnation,
             topic: topic.clone(),
             owner,
+            promise,
         });
     }
 
@@ -482,7 +492,7 @@ mod tests {
             vec![2]
         );
         // A notification spends the token.
-        waiters.notified(id, &topic, 2);
+        waiters.notified(id, &topic, 2, crate::consume::tokens::PromiseId(0));
         assert_eq!(
             waiters.registrations_needed(id, &topic, &[2], deadline, late),
             vec![2]

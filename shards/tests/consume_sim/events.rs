@@ -195,7 +195,7 @@ impl Sim {
                     topic: t,
                     partition: Some(p),
                     max,
-                    claim: false,
+                    claim: None,
                     wait_ms,
                     asker: Asker::Pinned { consumer: c },
                 };

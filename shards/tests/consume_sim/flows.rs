@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use narad_shards::consume::tokens::PromiseId;
 use narad_shards::consume::waiters::{Waiter, SHARE_WINDOW};
 use narad_shards::ids::PartitionId;
 
@@ -45,7 +46,7 @@ impl Sim {
                 topic: t,
                 partition: None,
                 max,
-                claim: false,
+                claim: None,
                 wait_ms: 0,
                 asker: Asker::Probe { consumer: c, at },
             };
@@ -144,13 +145,17 @@ impl Sim {
                 self.shards[to].tokens.register(id, from, ttl, now);
                 self.wake(to, topic);
             }
-            Msg::Notify { topic, owner } => {
+            Msg::Notify {
+                topic,
+                owner,
+                promise,
+            } => {
                 let (id, name) = (self.topics[topic].id, self.topics[topic].name.clone());
-                self.shards[to].waiters.notified(id, &name, owner);
+                self.shards[to].waiters.notified(id, &name, owner, promise);
                 self.wake_pump(to);
             }
-            Msg::Pass { topic } => {
-                self.retire_promise(to, topic, from);
+            Msg::Pass { topic, promise } => {
+                self.retire_promise(to, topic, from, promise);
                 self.wake(to, topic);
             }
             Msg::Release { topic, records } => self.release_delivered(to, topic, &records),
@@ -167,12 +172,12 @@ impl Sim {
         t: usize,
         partition: Option<PartitionId>,
         max: usize,
-        claim: bool,
+        claim: Option<PromiseId>,
         wait_ms: u64,
         asker: Asker,
     ) {
-        if claim {
-            self.retire_promise(s, t, from);
+        if let Some(promise) = claim {
+            self.retire_promise(s, t, from, promise);
         }
         match partition {
             Some(p) => {

@@ -58,7 +58,7 @@ impl Sim {
         }
         let available = self.available_loaded(s, t);
         let ledger = self.ledger.entry((s, t)).or_default();
-        ledger.retain(|&(_, deadline)| deadline > now);
+        ledger.retain(|&(_, deadline, _)| deadline > now);
         let promised = ledger.len() as u64;
         let notify = self.shards[s].tokens.spend(id, available, now);
         if notify.len() as u64 > available.saturating_sub(promised) {
@@ -66,15 +66,20 @@ impl Sim {
                 "shard {s} notified {notify:?} for t{t} with {available} available and {promised} promised"
             ));
         }
-        for to in notify {
+        for (to, promise) in notify {
             let deadline = now + ms(CLAIM_DEADLINE);
             self.ledger
                 .entry((s, t))
                 .or_default()
-                .push_back((to, deadline));
+                .push_back((to, deadline, promise));
             self.count("notifications");
             self.note(format!("{s} notifies {to} for t{t}"));
-            self.send(s, to, Msg::Notify { topic: t, owner: s });
+            let msg = Msg::Notify {
+                topic: t,
+                owner: s,
+                promise,
+            };
+            self.send(s, to, msg);
         }
     }
 
@@ -107,7 +112,11 @@ impl Sim {
         let t = self.topic_of(n.incarnation);
         let Some(waiter) = self.shards[s].waiters.pop_live(n.incarnation, None) else {
             self.count("passes");
-            return self.send(s, n.owner, Msg::Pass { topic: t });
+            let pass = Msg::Pass {
+                topic: t,
+                promise: n.promise,
+            };
+            return self.send(s, n.owner, pass);
         };
         let k = self.claims.len();
         let max = waiter.max;
@@ -123,7 +132,7 @@ impl Sim {
             topic: t,
             partition: None,
             max,
-            claim: true,
+            claim: Some(n.promise),
             wait_ms: 0,
             asker: Asker::Claim { claim: k },
         };

@@ -20,6 +20,7 @@
 use std::collections::BTreeSet;
 
 use narad_shards::consume::inflight::{InFlight, Reserve};
+use narad_shards::consume::tokens::PromiseId;
 use narad_shards::ids::PartitionId;
 use rand::Rng;
 
@@ -118,12 +119,24 @@ impl Sim {
         self.wake(s, t);
     }
 
-    /// Shard `from` claimed or passed on `owner`: its own oldest promise goes.
-    pub(crate) fn retire_promise(&mut self, owner: usize, t: usize, from: usize) {
+    /// Shard `from` claimed or passed `promise` on `owner`: that promise goes,
+    /// if it has not lapsed.
+    pub(crate) fn retire_promise(
+        &mut self,
+        owner: usize,
+        t: usize,
+        from: usize,
+        promise: PromiseId,
+    ) {
         let id = self.topics[t].id;
-        self.shards[owner].tokens.retire_notification(id, from);
+        self.shards[owner]
+            .tokens
+            .retire_notification(id, from, promise);
         if let Some(ledger) = self.ledger.get_mut(&(owner, t)) {
-            if let Some(at) = ledger.iter().position(|&(s, _)| s == from) {
+            if let Some(at) = ledger
+                .iter()
+                .position(|&(s, _, p)| s == from && p == promise)
+            {
                 ledger.remove(at);
             }
         }

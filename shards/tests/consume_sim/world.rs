@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use futures_channel::oneshot;
 use narad_shards::consume::inflight::InFlight;
-use narad_shards::consume::tokens::Tokens;
+use narad_shards::consume::tokens::{PromiseId, Tokens};
 use narad_shards::consume::waiters::{Notification, Waiter, Waiters};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use rand::{Rng, SeedableRng};
@@ -68,7 +68,7 @@ pub(crate) enum Msg {
         topic: usize,
         partition: Option<PartitionId>,
         max: usize,
-        claim: bool,
+        claim: Option<PromiseId>,
         wait_ms: u64,
         asker: Asker,
     },
@@ -85,9 +85,11 @@ pub(crate) enum Msg {
     Notify {
         topic: usize,
         owner: usize,
+        promise: PromiseId,
     },
     Pass {
         topic: usize,
+        promise: PromiseId,
     },
     Release {
         topic: usize,
@@ -214,6 +216,9 @@ pub(crate) struct Held {
     pub(crate) plan: Plan,
 }
 
+/// A promise the simulation counts: (notified shard, deadline in ms, id).
+pub(crate) type Promised = (usize, u64, PromiseId);
+
 pub(crate) struct Sim {
     pub(crate) seed: u64,
     pub(crate) workload: Workload,
@@ -232,9 +237,8 @@ pub(crate) struct Sim {
     pub(crate) next_held: u64,
     pub(crate) delivered: BTreeSet<Lease>,
     pub(crate) acked: BTreeSet<(usize, PartitionId, Offset)>,
-    /// Promises per (owner shard, topic): (notified shard, deadline) of
-    /// notifications not retired.
-    pub(crate) ledger: BTreeMap<(usize, usize), VecDeque<(usize, u64)>>,
+    /// Promises per (owner shard, topic) of notifications not retired.
+    pub(crate) ledger: BTreeMap<(usize, usize), VecDeque<Promised>>,
     /// Since when records were available without a break, per (owner, topic) and
     /// per (topic, partition).
     pub(crate) avail_since: BTreeMap<(usize, usize), u64>,
