@@ -88,7 +88,10 @@ impl Sim {
                 }
             }
         }
-        let floor = self.crashed_ms.map_or(0, |at| at + AFTER_CRASH_MS);
+        let floor = self
+            .crashed_ms
+            .max(self.stall_end_ms)
+            .map_or(0, |at| at + AFTER_CRASH_MS);
         for &c in &self.parked {
             let consumer = &self.consumers[c];
             if !consumer.waiter.as_ref().is_some_and(|w| w.is_live()) {

@@ -46,7 +46,11 @@
 //!   plus a register-notify-claim round trip while a record it could take is
 //!   available on some shard and nobody parked beside it is being served (after a
 //!   crash, tokens are rebuilt by the keeper's renewal, so the bound is relaxed by
-//!   the renewal period for that long).
+//!   the renewal period for that long; the same after a mesh stall).
+//!
+//! Now and then a mesh pair stalls for up to 1.5 s (longer than a promise's
+//! claim deadline), so claims and passes also arrive after their promise
+//! lapsed, sometimes beside a newer promise to the same shard.
 //!
 //! At the end producers, crashes and cancellations stop, consumers that ack
 //! everything keep arriving, and every record below every high watermark must be
@@ -98,6 +102,10 @@ const PERSIST_INTERVAL_MS: u64 = 100;
 /// One way across the mesh, and the wait of a woken task for its turn.
 const MESH_DELAY_MAX_MS: u64 = 15;
 const TASK_DELAY_MAX_MS: u64 = 2;
+/// One mesh message in this many stalls its pair, for a delay drawn from
+/// [`MESH_STALL_MS`]: beyond the claim deadline (500 ms) and back.
+const MESH_STALL_ONE_IN: u32 = 100;
+const MESH_STALL_MS: std::ops::Range<u64> = 200..1_500;
 /// Events a failure prints, the latest.
 const TRACE_EVENTS_MAX: usize = 200;
 /// The workload generator's step.
@@ -114,7 +122,9 @@ const DRAIN_ARRIVE_PER_MILLE: u32 = 60;
 /// How long a parked consumer may wait for a record that is available somewhere:
 /// the keeper's interval plus register, pump, notify, pump, claim and answer.
 const NO_LOST_WAKE_MS: u64 = KEEPER_INTERVAL_MS + 4 * MESH_DELAY_MAX_MS + 4 * TASK_DELAY_MAX_MS;
-/// After a crash, the keeper renews every registration within this long.
+/// After a crash, the keeper renews every registration within this long; the
+/// same after a mesh stall ends (a notification stuck in it spent the token
+/// while its shard still counted the registration as live).
 const AFTER_CRASH_MS: u64 = 5_000 + KEEPER_INTERVAL_MS + 500;
 
 const CAPS: Caps = Caps {

@@ -132,12 +132,22 @@ impl Sim {
         self.shards[owner]
             .tokens
             .retire_notification(id, from, promise);
-        if let Some(ledger) = self.ledger.get_mut(&(owner, t)) {
-            if let Some(at) = ledger
+        let now = self.now_ms;
+        let ledger = self.ledger.entry((owner, t)).or_default();
+        let found = ledger
+            .iter()
+            .position(|&(s, _, p)| s == from && p == promise);
+        let late = found.is_none_or(|at| ledger[at].1 <= now);
+        if let Some(at) = found {
+            ledger.remove(at);
+        }
+        if late {
+            let newer = ledger
                 .iter()
-                .position(|&(s, _, p)| s == from && p == promise)
-            {
-                ledger.remove(at);
+                .any(|&(s, deadline, _)| s == from && deadline > now);
+            self.count("late claims and passes");
+            if newer {
+                self.count("late beside a newer promise to the same shard");
             }
         }
     }

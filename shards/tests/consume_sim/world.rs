@@ -26,7 +26,8 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::events::Workload;
 use crate::{
-    MESH_DELAY_MAX_MS, PERSIST_INTERVAL_MS, PURGE_INTERVAL_MS, TASK_DELAY_MAX_MS, TRACE_EVENTS_MAX,
+    MESH_DELAY_MAX_MS, MESH_STALL_MS, MESH_STALL_ONE_IN, PERSIST_INTERVAL_MS, PURGE_INTERVAL_MS,
+    TASK_DELAY_MAX_MS, TRACE_EVENTS_MAX,
 };
 
 pub(crate) fn ms(d: Duration) -> u64 {
@@ -246,6 +247,8 @@ pub(crate) struct Sim {
     /// When a consumer parked on (shard, topic, pinned partition) was last served.
     pub(crate) served_ms: BTreeMap<(usize, usize, Option<PartitionId>), u64>,
     pub(crate) crashed_ms: Option<u64>,
+    /// When the latest mesh stall ends.
+    pub(crate) stall_end_ms: Option<u64>,
     pub(crate) draining: bool,
     pub(crate) trace: VecDeque<String>,
     pub(crate) stats: BTreeMap<&'static str, u64>,
@@ -299,6 +302,7 @@ impl Sim {
             avail_since_part: BTreeMap::new(),
             served_ms: BTreeMap::new(),
             crashed_ms: None,
+            stall_end_ms: None,
             draining: false,
             trace: VecDeque::new(),
             stats: BTreeMap::new(),
@@ -356,7 +360,19 @@ impl Sim {
 
     pub(crate) fn send(&mut self, from: usize, to: usize, msg: Msg) {
         assert_ne!(from, to, "a shard never sends itself an op");
-        let delay = self.rng.random_range(1..=MESH_DELAY_MAX_MS);
+        // Now and then a pair stalls (the receiving shard busy, a slow
+        // machine) for longer than a promise's claim deadline, so a claim or
+        // pass can arrive after its promise lapsed; only while the workload
+        // runs, as crashes.
+        let stalled = !self.draining && self.rng.random_range(0..MESH_STALL_ONE_IN) == 0;
+        let delay = if stalled {
+            let stall = self.rng.random_range(MESH_STALL_MS);
+            self.stall_end_ms = self.stall_end_ms.max(Some(self.now_ms + stall));
+            self.count("mesh stalls");
+            stall
+        } else {
+            self.rng.random_range(1..=MESH_DELAY_MAX_MS)
+        };
         // FIFO per ordered pair: never before the previous message on the pair.
         let when = (self.now_ms + delay).max(self.mesh_last_ms[from][to]);
         self.mesh_last_ms[from][to] = when;
