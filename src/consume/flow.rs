@@ -23,7 +23,7 @@ use narad_shards::ids::{IncarnationId, PartitionId};
 use super::acks::SettleItem;
 use super::handle::Handle;
 use super::inbound::Inbound;
-use super::waiters::{Kick, Notification, Waiter, SHARE_WINDOW};
+use super::waiters::{Kick, Notification, Renewal, Waiter, SHARE_WINDOW};
 use super::{now_ms, ConsumeError, Delivered, Settle, SettleError, TAKE_BYTES_MAX};
 use crate::broker::ops::Op;
 use crate::broker::Shard;
@@ -134,7 +134,7 @@ async fn consume_queue(
     if request.wait.is_zero() || shard.stopping.get() {
         return Ok(Vec::new());
     }
-    let (waiter, answer) = Waiter::new(request.max);
+    let (waiter, answer) = Waiter::new(request.max, deadline_ms);
     // Guarded from the moment it is parked: the pump may hand it records while
     // the registrations below wait for room on the mesh, and a request dropped
     // then must release them, not take them away until their leases lapse.
@@ -185,6 +185,7 @@ async fn consume_pinned_here(
     request: ConsumeRequest,
 ) -> Result<Vec<Delivered>, ConsumeError> {
     let deadline = Instant::now() + request.wait;
+    let deadline_ms = now_ms().saturating_add(request.wait.as_millis() as u64);
     let got = shard
         .queues
         .take(topic, record, &[partition], request.max, TAKE_BYTES_MAX)
@@ -192,7 +193,7 @@ async fn consume_pinned_here(
     if !got.is_empty() || request.wait.is_zero() || shard.stopping.get() {
         return Ok(got);
     }
-    let (waiter, answer) = Waiter::new(request.max);
+    let (waiter, answer) = Waiter::new(request.max, deadline_ms);
     shard
         .waiters
         .park(record.id, topic, Some(partition), waiter.clone());
@@ -514,11 +515,20 @@ async fn renew_registrations(shard: &Rc<Shard>, incarnation: IncarnationId) {
     let stale = shard
         .waiters
         .stale_registrations_of(incarnation, now_ms(), RENEW_AFTER, owners_of);
-    let Some((topic, owners)) = stale else {
-        return;
-    };
+    if let Some(renewal) = stale {
+        send_renewal(shard, renewal).await;
+    }
+}
+
+/// Registers with each owner a [`Renewal`] names, for its TTL.
+async fn send_renewal(shard: &Rc<Shard>, renewal: Renewal) {
+    let Renewal {
+        incarnation,
+        topic,
+        owners,
+        ttl,
+    } = renewal;
     for owner in owners {
-        let ttl = RENEW_AFTER + SHARE_WINDOW;
         register(shard, owner, &topic, incarnation, ttl).await;
         shard
             .waiters
@@ -559,14 +569,8 @@ async fn keeper(shard: Rc<Shard>) {
         let stale = shard
             .waiters
             .stale_registrations(now, RENEW_AFTER, owners_of);
-        for (incarnation, topic, owners) in stale {
-            for owner in owners {
-                let ttl = RENEW_AFTER + SHARE_WINDOW;
-                register(&shard, owner, &topic, incarnation, ttl).await;
-                shard
-                    .waiters
-                    .note_registered(incarnation, owner, ttl, now_ms());
-            }
+        for renewal in stale {
+            send_renewal(&shard, renewal).await;
         }
     }
 }
@@ -644,10 +648,10 @@ mod tests {
     fn claimed_records_go_to_later_consumers_each_within_its_max() {
         // The head consumer (max 100) has gone; the next asks for 2, the one
         // after for 1; what is left over is released.
-        let (gone, rx) = CoreWaiter::<Vec<u32>>::new(100);
+        let (gone, rx) = CoreWaiter::<Vec<u32>>::new(100, u64::MAX);
         drop(rx);
-        let (two, mut rx2) = CoreWaiter::new(2);
-        let (one, mut rx1) = CoreWaiter::new(1);
+        let (two, mut rx2) = CoreWaiter::new(2, u64::MAX);
+        let (one, mut rx1) = CoreWaiter::new(1, u64::MAX);
         let mut queue = vec![gone, two, one].into_iter();
         let left = hand_out((0..5).collect(), || queue.next());
         assert_eq!(rx2.try_recv().unwrap(), Some(vec![0, 1]));
@@ -657,7 +661,7 @@ mod tests {
 
     #[test]
     fn nothing_is_released_when_the_head_consumer_takes_all() {
-        let (head, mut rx) = CoreWaiter::new(10);
+        let (head, mut rx) = CoreWaiter::new(10, u64::MAX);
         let mut queue = vec![head].into_iter();
         assert!(hand_out(vec![7, 8], || queue.next()).is_empty());
         assert_eq!(rx.try_recv().unwrap(), Some(vec![7, 8]));

@@ -21,7 +21,7 @@ use narad_shards::consume::tokens::PromiseId;
 use narad_shards::consume::waiters as core;
 use narad_shards::ids::{IncarnationId, PartitionId};
 
-pub use narad_shards::consume::waiters::{Kick, Notification, SHARE_WINDOW};
+pub use narad_shards::consume::waiters::{Kick, Notification, Renewal, SHARE_WINDOW};
 
 use super::Delivered;
 
@@ -158,7 +158,7 @@ impl Waiters {
         now_ms: u64,
         renew_after: Duration,
         owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
-    ) -> Vec<(IncarnationId, Arc<str>, Vec<usize>)> {
+    ) -> Vec<Renewal> {
         self.core
             .borrow()
             .stale_registrations(now_ms, renew_after, owners_of)
@@ -171,7 +171,7 @@ impl Waiters {
         now_ms: u64,
         renew_after: Duration,
         owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
-    ) -> Option<(Arc<str>, Vec<usize>)> {
+    ) -> Option<Renewal> {
         self.core
             .borrow()
             .stale_registrations_of(incarnation, now_ms, renew_after, owners_of)

@@ -52,15 +52,19 @@ fn ms(d: Duration) -> u64 {
 /// One parked consumer.
 pub struct Waiter<D> {
     pub max: usize,
+    /// When it stops waiting, on the caller's millisecond clock: the
+    /// registrations kept for it last no longer.
+    pub deadline_ms: u64,
     reply: RefCell<Option<oneshot::Sender<D>>>,
 }
 
 impl<D> Waiter<D> {
-    pub fn new(max: usize) -> (Rc<Waiter<D>>, oneshot::Receiver<D>) {
+    pub fn new(max: usize, deadline_ms: u64) -> (Rc<Waiter<D>>, oneshot::Receiver<D>) {
         assert!(max > 0, "a consumer asks for at least one record");
         let (reply, answer) = oneshot::channel();
         let waiter = Rc::new(Waiter {
             max,
+            deadline_ms,
             reply: RefCell::new(Some(reply)),
         });
         (waiter, answer)
@@ -104,6 +108,19 @@ struct TopicWait<D> {
     queue: VecDeque<Rc<Waiter<D>>>,
     pinned: BTreeMap<PartitionId, VecDeque<Rc<Waiter<D>>>>,
     registered: BTreeMap<usize, Registration>,
+}
+
+/// Registrations one topic needs again: the keeper's or a renewal's work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    pub incarnation: IncarnationId,
+    pub topic: Arc<str>,
+    /// The owners to register with.
+    pub owners: Vec<usize>,
+    /// What the tokens should last: the remaining wait of the topic's
+    /// longest-waiting parked consumer, at most the renewal period, plus the
+    /// share window; a peer that stops leaves nothing behind for longer.
+    pub ttl: Duration,
 }
 
 /// A topic with something to do for the pump.
@@ -301,23 +318,21 @@ impl<D> Waiters<D> {
         needed
     }
 
-    /// The keeper's view: per topic with live unpinned consumers, its name and the
-    /// owners whose registration is missing, lapsing within the share window, or
-    /// older than `renew_after`.
+    /// The keeper's view: per topic with live unpinned consumers, the owners
+    /// whose registration is missing, lapsing within the share window, or older
+    /// than `renew_after`.
     pub fn stale_registrations(
         &self,
         now_ms: u64,
         renew_after: Duration,
         owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
-    ) -> Vec<(IncarnationId, Arc<str>, Vec<usize>)> {
-        let mut out = Vec::new();
-        for &incarnation in self.topics.keys() {
-            let stale = self.stale_registrations_of(incarnation, now_ms, renew_after, &owners_of);
-            if let Some((topic, stale)) = stale {
-                out.push((incarnation, topic, stale));
-            }
-        }
-        out
+    ) -> Vec<Renewal> {
+        self.topics
+            .keys()
+            .filter_map(|&incarnation| {
+                self.stale_registrations_of(incarnation, now_ms, renew_after, &owners_of)
+            })
+            .collect()
     }
 
     /// [`Waiters::stale_registrations`] for one topic incarnation.
@@ -327,11 +342,14 @@ impl<D> Waiters<D> {
         now_ms: u64,
         renew_after: Duration,
         owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
-    ) -> Option<(Arc<str>, Vec<usize>)> {
+    ) -> Option<Renewal> {
         let entry = self.topics.get(&incarnation)?;
-        if !entry.queue.iter().any(|w| w.is_live()) {
-            return None;
-        }
+        let latest_deadline_ms = entry
+            .queue
+            .iter()
+            .filter(|w| w.is_live())
+            .map(|w| w.deadline_ms)
+            .max()?;
         let mut stale = Vec::new();
         for owner in owners_of(incarnation, &entry.topic) {
             let fresh = entry.registered.get(&owner).is_some_and(|r| {
@@ -342,7 +360,13 @@ impl<D> Waiters<D> {
                 stale.push(owner);
             }
         }
-        (!stale.is_empty()).then(|| (entry.topic.clone(), stale))
+        let wait = Duration::from_millis(latest_deadline_ms.saturating_sub(now_ms));
+        (!stale.is_empty()).then(|| Renewal {
+            incarnation,
+            topic: entry.topic.clone(),
+            owners: stale,
+            ttl: wait.min(renew_after) + SHARE_WINDOW,
+        })
     }
 
     /// A registration [`Waiters::registrations_needed`] marked was never sent
@@ -431,8 +455,8 @@ mod tests {
         let topic: Arc<str> = Arc::from("t");
         let id = IncarnationId(1);
         // The request keeps its own handle on each waiter, as the consume path does.
-        let (queued, mut queued_answer) = Waiter::new(1);
-        let (pinned, mut pinned_answer) = Waiter::new(1);
+        let (queued, mut queued_answer) = Waiter::new(1, 5_000);
+        let (pinned, mut pinned_answer) = Waiter::new(1, 5_000);
         waiters.park(id, &topic, None, queued.clone());
         waiters.park(id, &topic, Some(PartitionId(2)), pinned.clone());
         waiters.drop_incarnation(id);
@@ -448,7 +472,7 @@ mod tests {
         let id = IncarnationId(1);
         let mut answers = Vec::new();
         for i in 0..200 {
-            let (w, answer) = Waiter::new(1);
+            let (w, answer) = Waiter::new(1, 5_000);
             waiters.park(id, &topic, None, w);
             if i % 2 == 0 {
                 answers.push(answer); // kept: live
@@ -530,19 +554,65 @@ mod tests {
         assert!(waiters
             .stale_registrations(0, renew_after, owners)
             .is_empty());
-        let (w, _answer) = Waiter::new(1);
-        waiters.park(id, &topic, None, w);
         let now = 1_000;
+        let (w, _answer) = Waiter::new(1, now + 30_000);
+        waiters.park(id, &topic, None, w);
         waiters.note_registered(id, 1, Duration::from_secs(10), now);
         let stale = waiters.stale_registrations(now, renew_after, owners);
         assert_eq!(stale.len(), 1);
-        assert_eq!(stale[0].2, vec![2], "owner 2 was never registered with");
+        assert_eq!(
+            stale[0].owners,
+            vec![2],
+            "owner 2 was never registered with"
+        );
         let old = now + ms(renew_after);
         let stale = waiters.stale_registrations(old, renew_after, owners);
         assert_eq!(
-            stale[0].2,
+            stale[0].owners,
             vec![1, 2],
             "a registration is renewed after 5 s"
         );
+    }
+
+    #[test]
+    fn a_renewed_token_lasts_the_longest_remaining_wait_at_most_the_renewal_period() {
+        let mut waiters = Waiters::<u32>::default();
+        let topic: Arc<str> = Arc::from("t");
+        let id = IncarnationId(1);
+        let renew_after = Duration::from_secs(5);
+        let owners = |_, _: &str| vec![1];
+        let now = 1_000;
+        let (short, _a) = Waiter::new(1, now + 1_200);
+        let (shorter, _b) = Waiter::new(1, now + 300);
+        waiters.park(id, &topic, None, short.clone());
+        waiters.park(id, &topic, None, shorter);
+        let ttl = |w: &Waiters<u32>, at| w.stale_registrations(at, renew_after, owners)[0].ttl;
+        assert_eq!(
+            ttl(&waiters, now),
+            Duration::from_millis(1_200) + SHARE_WINDOW
+        );
+        // The longest wait is what the token covers, however it is queued.
+        let (long, _c) = Waiter::new(1, now + 60_000);
+        waiters.park(id, &topic, None, long.clone());
+        assert_eq!(ttl(&waiters, now), renew_after + SHARE_WINDOW);
+        // Gone consumers do not count.
+        long.close();
+        assert_eq!(
+            ttl(&waiters, now + 200),
+            Duration::from_millis(1_000) + SHARE_WINDOW
+        );
+        short.close();
+        assert_eq!(
+            ttl(&waiters, now + 200),
+            Duration::from_millis(100) + SHARE_WINDOW
+        );
+        // Nothing is renewed for a topic nobody waits on.
+        let mut empty = Waiters::<u32>::default();
+        let (gone, _d) = Waiter::new(1, now + 10_000);
+        empty.park(id, &topic, None, gone.clone());
+        gone.close();
+        assert!(empty
+            .stale_registrations(now, renew_after, owners)
+            .is_empty());
     }
 }

@@ -87,7 +87,8 @@ impl Sim {
     /// Parks consumer `c` on its shard's FIFO (`Waiters::park`, which kicks).
     fn park(&mut self, c: usize, pinned: Option<PartitionId>) {
         let (s, t) = (self.consumers[c].shard, self.consumers[c].topic);
-        let (waiter, answer) = Waiter::new(self.consumers[c].max);
+        let consumer = &self.consumers[c];
+        let (waiter, answer) = Waiter::new(consumer.max, consumer.deadline_ms);
         let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
         self.shards[s]
             .waiters

@@ -10,7 +10,7 @@
 //! promises outstanding.
 
 use narad_shards::consume::tokens::CLAIM_DEADLINE;
-use narad_shards::consume::waiters::{Notification, SHARE_WINDOW};
+use narad_shards::consume::waiters::{Notification, Renewal};
 use narad_shards::ids::{IncarnationId, PartitionId};
 use rand::Rng;
 
@@ -178,19 +178,36 @@ impl Sim {
             }
             _ => self.shards[s].waiters.push_front(id, &name, None, waiter),
         }
-        if self.shards[s].waiters.has_parked(id) {
-            let ttl = RENEW_AFTER + SHARE_WINDOW;
+        // `renew_registrations`: with every owner whose token is spent or
+        // lapsing, while anyone is parked.
+        let owners = self.remote_owners(s, t);
+        let renewal =
+            self.shards[s]
+                .waiters
+                .stale_registrations_of(id, self.now_ms, RENEW_AFTER, |_, _| owners.clone());
+        if let Some(renewal) = renewal {
+            self.send_renewal(s, renewal, "renewals after a claim");
+        }
+    }
+
+    /// `send_renewal`: registers with each owner, for the renewal's TTL.
+    fn send_renewal(&mut self, s: usize, renewal: Renewal, what: &'static str) {
+        let t = self.topic_of(renewal.incarnation);
+        let now = self.now_ms;
+        for owner in renewal.owners {
+            self.count(what);
             self.send(
                 s,
                 owner,
                 Msg::Register {
                     topic: t,
                     from: s,
-                    ttl,
+                    ttl: renewal.ttl,
                 },
             );
-            let now = self.now_ms;
-            self.shards[s].waiters.note_registered(id, owner, ttl, now);
+            self.shards[s]
+                .waiters
+                .note_registered(renewal.incarnation, owner, renewal.ttl, now);
         }
     }
 
@@ -209,22 +226,8 @@ impl Sim {
         let stale = self.shards[s]
             .waiters
             .stale_registrations(now, RENEW_AFTER, owners_of);
-        for (id, _, owners) in stale {
-            let t = self.topic_of(id);
-            for owner in owners {
-                let ttl = RENEW_AFTER + SHARE_WINDOW;
-                self.count("keeper registrations");
-                self.send(
-                    s,
-                    owner,
-                    Msg::Register {
-                        topic: t,
-                        from: s,
-                        ttl,
-                    },
-                );
-                self.shards[s].waiters.note_registered(id, owner, ttl, now);
-            }
+        for renewal in stale {
+            self.send_renewal(s, renewal, "keeper registrations");
         }
         let epoch = self.shards[s].epoch;
         self.at(KEEPER_INTERVAL_MS, Ev::Keeper(s, epoch));
