@@ -220,17 +220,20 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         let mut read_failed = false;
         if budget > 0 && reader.position() < wal.durable_next() {
             // The keys and payloads of one read share a few buffers (one
-            // allocation per megabyte, not two per record); the records are held
-            // once the read is done.
-            let mut buffers: Vec<Vec<u8>> = vec![Vec::new()];
-            let mut visited: Vec<Visited> = Vec::new();
+            // allocation per megabyte, not two per record), each sized up front
+            // so that no record's copy first moves the ones before it; the
+            // records are held once the read is done.
+            let mut buffers: Vec<Vec<u8>> = vec![Vec::with_capacity(SHARED_BUFFER_BYTES)];
+            let mut visited: Vec<Visited> = Vec::with_capacity(budget.min(1_024));
             let read = reader
                 .read_bounded(budget, config.read_bytes_max, |seq, record| {
                     if !dispatcher.visit(seq) {
                         return;
                     }
-                    if buffers.last().expect("one at least").len() >= SHARED_BUFFER_BYTES {
-                        buffers.push(Vec::new());
+                    let last = buffers.last().expect("one at least");
+                    let need = record.plain_len();
+                    if !last.is_empty() && last.len() + need > last.capacity() {
+                        buffers.push(Vec::with_capacity(SHARED_BUFFER_BYTES.max(need)));
                     }
                     let buffer = buffers.len() - 1;
                     let bytes = &mut buffers[buffer];
@@ -265,7 +268,10 @@ pub async fn run<E: DispatchEnv, S: Storage>(
             // is read again later, and one it discarded is done.
             let buffers: Vec<(Bytes, Rc<Charge>)> = buffers
                 .into_iter()
-                .map(|b| {
+                .map(|mut b| {
+                    // Room a short read left unused goes back (the allocator
+                    // shrinks in place); the charge is what is kept.
+                    b.shrink_to_fit();
                     let charge = Charge::new(b.len() as u64, &held_bytes);
                     (Bytes::from(b), charge)
                 })

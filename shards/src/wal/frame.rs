@@ -215,6 +215,12 @@ impl StoredRecord<'_> {
         self.key.is_some()
     }
 
+    /// Bytes of the key and payload together: what [`StoredRecord::key_to`]
+    /// and [`StoredRecord::payload_to`] append.
+    pub fn plain_len(&self) -> usize {
+        self.key.map_or(0, <[u8]>::len) + self.payload.len()
+    }
+
     /// Appends the key's plain bytes to `out`, if there is a key.
     pub fn key_to(&self, out: &mut Vec<u8>) {
         if let Some(key) = self.key {

@@ -24,7 +24,8 @@ pub fn unescape(inner: &str) -> Option<String> {
 /// of the value.
 pub fn unescape_into(inner: &str, out: &mut Vec<u8>) -> Option<()> {
     let mut rest = inner;
-    while let Some(at) = rest.find('\\') {
+    // memchr's vector search: a payload is mostly long runs between escapes.
+    while let Some(at) = memchr::memchr(b'\\', rest.as_bytes()) {
         out.extend_from_slice(&rest.as_bytes()[..at]);
         let escape = &rest.as_bytes()[at + 1..];
         let (decoded, used) = match escape.first()? {
