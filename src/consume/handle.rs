@@ -18,7 +18,19 @@ pub struct Handle {
 }
 
 pub fn format(partition: PartitionId, offset: Offset, nonce: u64) -> String {
-    format!("{}:{}:{}", partition.0, offset.0, nonce)
+    let mut out = String::with_capacity(HANDLE_BYTES_MAX);
+    write(&mut out, partition, offset, nonce);
+    out
+}
+
+/// Appends the handle to `out`.
+pub fn write(out: &mut String, partition: PartitionId, offset: Offset, nonce: u64) {
+    let mut digits = itoa::Buffer::new();
+    out.push_str(digits.format(partition.0));
+    out.push(':');
+    out.push_str(digits.format(offset.0));
+    out.push(':');
+    out.push_str(digits.format(nonce));
 }
 
 /// Parses a handle; the error says what is wrong with it (a 400).

@@ -64,6 +64,13 @@ impl Delivered {
     pub fn receipt_handle(&self) -> String {
         handle::format(self.partition, self.record.offset, self.nonce)
     }
+
+    /// [`Delivered::receipt_handle`] written over `out`'s text: a batch reply
+    /// reuses one string for all of its handles.
+    pub fn receipt_handle_into(&self, out: &mut String) {
+        out.clear();
+        handle::write(out, self.partition, self.record.offset, self.nonce);
+    }
 }
 
 /// What a receipt handle asks of its lease.

@@ -276,6 +276,8 @@ fn batch_body(
     let mut body = Vec::with_capacity(estimate.min(BATCH_REPLY_BYTES_MAX) + 16);
     body.extend_from_slice(b"{\"messages\":[");
     let mut left_out = Vec::new();
+    let writer = super::replay::MessageWriter::new(topic);
+    let mut handle = String::with_capacity(crate::consume::handle::HANDLE_BYTES_MAX);
     for (i, d) in got.into_iter().enumerate() {
         // Past the first record that does not fit, none goes: the reply carries
         // records in the order taken, without a gap.
@@ -287,8 +289,8 @@ fn batch_body(
         if i > 0 {
             body.push(b',');
         }
-        let handle = d.receipt_handle();
-        super::replay::write_message_json(&mut body, topic, d.partition, &d.record, Some(&handle));
+        d.receipt_handle_into(&mut handle);
+        writer.write(&mut body, d.partition, &d.record, Some(&handle));
         // The first message always goes; the closing `]}` must fit too.
         if i > 0 && body.len() + 2 > BATCH_REPLY_BYTES_MAX {
             body.truncate(before);
