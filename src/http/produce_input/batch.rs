@@ -152,14 +152,12 @@ pub fn decode_batch(
         ));
     }
     let mut bytes = Vec::with_capacity(document.len());
-    let records = messages
-        .iter()
-        .enumerate()
-        .map(|(index, message)| {
-            check_message(message, partitions, &mut bytes)
-                .map_err(|(status, message)| refusal(status, format!("message {index}: {message}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut records = Vec::with_capacity(messages.len());
+    for (index, message) in messages.iter().enumerate() {
+        let record = check_message(message, partitions, &mut bytes)
+            .map_err(|(status, message)| refusal(status, format!("message {index}: {message}")))?;
+        records.push(record);
+    }
 
     assert!(records.len() == messages.len() && records.len() <= BATCH_MESSAGES_MAX);
     // Room left over past a quarter (small messages in much JSON) goes back,
@@ -198,6 +196,10 @@ struct WireMessage<'a> {
 /// index and the array stops at one element past the limit.
 struct Messages<'a>(Vec<WireMessage<'a>>);
 
+/// Messages the parsed array has room for before it grows (a `WireMessage` is
+/// about 100 bytes).
+const MESSAGES_ROOM_FIRST: usize = 128;
+
 /// Why the array had to stop: the message of the 400.
 const TOO_MANY_MESSAGES: &str = "a batch holds at most 1000 messages";
 const _: () = assert!(BATCH_MESSAGES_MAX == 1000, "update TOO_MANY_MESSAGES");
@@ -219,7 +221,8 @@ impl<'de: 'a, 'a> Visitor<'de> for MessagesVisitor<'a> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         use serde::de::Error;
-        let mut messages = Vec::new();
+        // Room for a common batch up front; a larger one grows a few times.
+        let mut messages = Vec::with_capacity(MESSAGES_ROOM_FIRST);
         // Bounded: one pass per element, and at most BATCH_MESSAGES_MAX + 1 passes.
         loop {
             let index = messages.len();
