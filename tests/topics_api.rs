@@ -24,7 +24,7 @@ const RETENTION_MS_DEFAULT: u64 = 604_800_000;
 fn assert_default_topic(topic: &Value, name: &str) {
     assert_eq!(topic["name"], name, "{topic}");
     let id = topic["id"].as_str().unwrap();
-    assert_eq!(id.len(), 32, "{topic}");
+    assert_eq!(id.len(), 16, "{topic}");
     assert!(
         id.bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
@@ -137,7 +137,7 @@ fn create_get_and_list_follow_the_reference() {
         let page_names = names(&page);
         assert!(page_names.len() <= 2, "{page}");
         for topic in page["topics"].as_array().unwrap() {
-            assert_eq!(topic["id"].as_str().unwrap().len(), 32, "{topic}");
+            assert_eq!(topic["id"].as_str().unwrap().len(), 16, "{topic}");
         }
         seen.extend(page_names);
         token = page["next_page_token"].as_str().unwrap().to_string();

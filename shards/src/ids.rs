@@ -21,8 +21,24 @@ pub struct PartitionId(pub u32);
 
 /// A topic's incarnation: a random id given at creation, so that a topic deleted and
 /// recreated under the same name never mixes its data with the old one's.
+/// New ids are 64 random bits, written as 16 hex digits as the reference's
+/// are; the 128-bit ids of topics created before keep their 32 digits (an id
+/// is written as 32 digits exactly when it does not fit in 64 bits, so its
+/// text, and the data directory named by it, never changes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IncarnationId(pub u128);
+
+impl IncarnationId {
+    /// A new random id: 64 bits, never 0.
+    pub fn fresh() -> IncarnationId {
+        loop {
+            let id = rand::random::<u64>();
+            if id != 0 {
+                return IncarnationId(u128::from(id));
+            }
+        }
+    }
+}
 
 impl Seq {
     /// The next sequence number.
@@ -52,7 +68,11 @@ impl fmt::Display for Offset {
 
 impl fmt::Display for IncarnationId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        if self.0 >> 64 == 0 {
+            write!(f, "{:016x}", self.0)
+        } else {
+            write!(f, "{:032x}", self.0)
+        }
     }
 }
 
@@ -111,6 +131,22 @@ mod tests {
     use std::hash::BuildHasher;
 
     use super::*;
+
+    #[test]
+    fn an_incarnation_id_is_written_in_16_digits_unless_it_needs_32() {
+        assert_eq!(IncarnationId(0xfeed).to_string(), "000000000000feed");
+        assert_eq!(
+            IncarnationId(u128::from(u64::MAX)).to_string(),
+            "ffffffffffffffff"
+        );
+        assert_eq!(
+            IncarnationId(1 << 64).to_string(),
+            "00000000000000010000000000000000"
+        );
+        let ids: HashSet<IncarnationId> = (0..1_000).map(|_| IncarnationId::fresh()).collect();
+        assert_eq!(ids.len(), 1_000);
+        assert!(ids.iter().all(|id| id.0 != 0 && id.to_string().len() == 16));
+    }
 
     #[test]
     fn consecutive_ids_take_distinct_buckets_and_all_are_found() {

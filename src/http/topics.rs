@@ -50,7 +50,7 @@ where
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
     };
-    let id = IncarnationId(rand::random::<u128>());
+    let id = IncarnationId::fresh();
     let now_s = narad_io::rt::unix_ms() / 1000;
     let command = match meta::parse_create(&body, &api.topic_defaults, id, now_s) {
         Ok(command) => command,

@@ -338,7 +338,8 @@ fn altered(old: &TopicRecord, changes: &TopicChanges) -> Result<TopicRecord, Met
     Ok(new)
 }
 
-/// An [`IncarnationId`] as its 32 lowercase hex digits, on disk and on the wire.
+/// An [`IncarnationId`] as its lowercase hex digits (see its `Display`), on
+/// disk and on the wire.
 pub(super) mod incarnation_hex {
     use narad_shards::ids::IncarnationId;
     use serde::{de, Deserialize, Deserializer, Serializer};
@@ -352,11 +353,17 @@ pub(super) mod incarnation_hex {
         parse(&text).ok_or_else(|| de::Error::custom(format!("bad incarnation id {text:?}")))
     }
 
-    /// Exactly 32 hex digits, as written; anything else is damage.
+    /// Exactly the text `Display` writes (16 lowercase hex digits, or 32 for an
+    /// id past 64 bits); anything else is damage.
     pub fn parse(text: &str) -> Option<IncarnationId> {
-        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !matches!(text.len(), 16 | 32)
+            || !text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || matches!(b, b'a'..=b'f'))
+        {
             return None;
         }
-        u128::from_str_radix(text, 16).ok().map(IncarnationId)
+        let id = IncarnationId(u128::from_str_radix(text, 16).ok()?);
+        (id.to_string() == text).then_some(id)
     }
 }

@@ -262,13 +262,24 @@ fn commands_serialize_with_hex_ids_and_refuse_unknown_fields() {
     let text = serde_json::to_string(&delete("t", 0xfeed)).unwrap();
     assert_eq!(
         text,
-        r#"{"op":"delete_topic","name":"t","id":"0000000000000000000000000000feed"}"#
+        r#"{"op":"delete_topic","name":"t","id":"000000000000feed"}"#
     );
+    // An id past 64 bits keeps its 32 digits.
+    let old = delete("t", 0x1_0000_0000_0000_feed);
+    let text = serde_json::to_string(&old).unwrap();
+    assert!(
+        text.contains(r#""id":"0000000000000001000000000000feed""#),
+        "{text}"
+    );
+    assert_eq!(serde_json::from_str::<Command>(&text).unwrap(), old);
     for bad in [
         r#"{"op":"delete_topic","name":"t","id":"feed"}"#,
-        r#"{"op":"delete_topic","name":"t","id":"0000000000000000000000000000feeg"}"#,
-        r#"{"op":"delete_topic","name":"t","id":"0000000000000000000000000000feed","x":1}"#,
-        r#"{"op":"purge_topic","name":"t","id":"0000000000000000000000000000feed"}"#,
+        r#"{"op":"delete_topic","name":"t","id":"000000000000feeg"}"#,
+        r#"{"op":"delete_topic","name":"t","id":"000000000000FEED"}"#,
+        // Not as written: a 64-bit id in 32 digits.
+        r#"{"op":"delete_topic","name":"t","id":"0000000000000000000000000000feed"}"#,
+        r#"{"op":"delete_topic","name":"t","id":"000000000000feed","x":1}"#,
+        r#"{"op":"purge_topic","name":"t","id":"000000000000feed"}"#,
     ] {
         assert!(serde_json::from_str::<Command>(bad).is_err(), "{bad}");
     }
