@@ -4,7 +4,9 @@
 //! records) the moment an op to that owner completes. So batches form only when
 //! more acks to one owner overlap than the window holds, and an ack never waits
 //! longer than the op ahead of it. Each record is answered on its own, exactly as
-//! its single op would have been.
+//! its single op would have been. A batch ack's handles for one owner go
+//! together ([`send_many`]): up to [`ACK_BATCH_MAX`] records per op, each op one
+//! slot of the window.
 //!
 //! Which cores: one [`AckLanes`] per shard, for the acks that shard's requests
 //! send; the owner applies a batch record by record, in order.
@@ -69,6 +71,21 @@ impl AckLanes {
         None
     }
 
+    /// Several acks for `owner` (at most [`ACK_BATCH_MAX`]): `Some` to send now
+    /// as one op (one slot), `None` when the window is full and they were queued
+    /// in order.
+    fn admit_many(&self, owner: usize, items: Vec<SettleItem>) -> Option<Vec<SettleItem>> {
+        assert!((1..=ACK_BATCH_MAX).contains(&items.len()));
+        let mut lanes = self.lanes.borrow_mut();
+        let lane = &mut lanes[owner];
+        if lane.in_flight < ACK_WINDOW {
+            lane.in_flight += 1;
+            return Some(items);
+        }
+        lane.queued.extend(items);
+        None
+    }
+
     /// An op to `owner` completed: the next batch to send in its place (which
     /// keeps the slot), or `None` (the slot is freed).
     fn completed(&self, owner: usize) -> Option<Vec<SettleItem>> {
@@ -99,6 +116,38 @@ pub async fn send(shard: &Rc<Shard>, owner: usize, item: SettleItem) -> Result<(
     answer
         .await
         .unwrap_or_else(|_| Err(SettleError::Unavailable("the owner shard stopped".into())))
+}
+
+/// Sends acks for one owner, in order, as ops of up to [`ACK_BATCH_MAX`]
+/// records, and waits for every answer; the answers come in the items' order.
+pub async fn send_many(
+    shard: &Rc<Shard>,
+    owner: usize,
+    items: Vec<SettleItem>,
+) -> Vec<Result<(), SettleError>> {
+    let mut answers = Vec::with_capacity(items.len());
+    let mut chunk = Vec::with_capacity(items.len().min(ACK_BATCH_MAX));
+    let mut items = items.into_iter().peekable();
+    while let Some(item) = items.next() {
+        let (reply, answer) = oneshot::channel();
+        chunk.push(SettleItem { reply, ..item });
+        answers.push(answer);
+        if chunk.len() == ACK_BATCH_MAX || items.peek().is_none() {
+            let full = std::mem::replace(&mut chunk, Vec::with_capacity(ACK_BATCH_MAX));
+            if let Some(full) = shard.acks.admit_many(owner, full) {
+                narad_io::rt::spawn_local(run_lane(shard.clone(), owner, full));
+            }
+        }
+    }
+    let mut outcomes = Vec::with_capacity(answers.len());
+    for answer in answers {
+        outcomes.push(
+            answer.await.unwrap_or_else(|_| {
+                Err(SettleError::Unavailable("the owner shard stopped".into()))
+            }),
+        );
+    }
+    outcomes
 }
 
 /// Holds one slot of the lane to `owner`: sends `first`, then whatever queued
@@ -159,5 +208,34 @@ mod tests {
         assert!(lanes.admit(1, i).is_none());
         drop(a);
         assert!(lanes.completed(1).is_none());
+    }
+
+    #[test]
+    fn a_batch_for_one_owner_takes_one_slot_or_queues_in_order() {
+        let lanes = AckLanes::new(2);
+        let batch = |n: u64| -> Vec<SettleItem> {
+            (0..n)
+                .map(|offset| SettleItem {
+                    offset: Offset(offset),
+                    ..item().0
+                })
+                .collect()
+        };
+        let sent = lanes.admit_many(1, batch(ACK_BATCH_MAX as u64)).unwrap();
+        assert_eq!(sent.len(), ACK_BATCH_MAX);
+        assert_eq!(lanes.lanes.borrow()[1].in_flight, 1);
+        for _ in 1..ACK_WINDOW {
+            assert!(lanes.admit(1, item().0).is_some());
+        }
+        // The window is full: the records queue, in order, behind single acks.
+        let (single, _answer) = item();
+        assert!(lanes.admit(1, single).is_none());
+        assert!(lanes.admit_many(1, batch(3)).is_none());
+        let queued: Vec<u64> = lanes.lanes.borrow()[1]
+            .queued
+            .iter()
+            .map(|i| i.offset.0)
+            .collect();
+        assert_eq!(queued, vec![0, 0, 1, 2]);
     }
 }

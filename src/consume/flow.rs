@@ -626,8 +626,20 @@ pub async fn settle_remote(
     settle: Settle,
 ) -> Result<(), SettleError> {
     let owner = shard.owner_of(record.id, handle.partition);
+    let item = settle_item(topic, record, handle, settle);
+    super::acks::send(shard, owner, item).await
+}
+
+/// The op record that settles `handle` at its owner; its reply channel is a
+/// placeholder the ack lane replaces.
+pub fn settle_item(
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    handle: Handle,
+    settle: Settle,
+) -> SettleItem {
     let (reply, _) = futures_channel::oneshot::channel();
-    let item = SettleItem {
+    SettleItem {
         topic: topic.clone(),
         incarnation: record.id,
         partition: handle.partition,
@@ -635,8 +647,7 @@ pub async fn settle_remote(
         nonce: handle.nonce,
         settle,
         reply,
-    };
-    super::acks::send(shard, owner, item).await
+    }
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@
 //! the owner shards.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -458,32 +459,37 @@ where
             "receipt_handles must hold 1 to {ACK_HANDLES_MAX} handles"
         ));
     }
-    // Handles this shard owns are settled on the spot; the others are sent to
-    // their owners together, so a batch pays one mesh round trip (coalesced per
-    // owner) rather than one per handle. They are sent in batch order, so
-    // handles for one owner still reach it in order.
+    // Handles this shard owns are settled on the spot; the others go to their
+    // owners as one op per owner (per 64 handles), all owners at once, so a
+    // batch pays one mesh round trip rather than one op per handle. Handles
+    // for one owner reach it in batch order.
     let mut outcomes = Vec::with_capacity(count);
-    let mut remote = Vec::new();
+    let mut remote: BTreeMap<usize, Vec<(usize, handle::Handle)>> = BTreeMap::new();
     for text in &batch.receipt_handles {
         outcomes.push(match handle::parse(&text.0) {
             Err(message) => Err((StatusCode::BAD_REQUEST, message)),
             Ok(h) => match flow::settle_here(shard, record, h, settle) {
                 Some(outcome) => outcome.map_err(|e| settle_error(topic, &e)),
                 None => {
-                    remote.push((outcomes.len(), h));
+                    let owner = shard.owner_of(record.id, h.partition);
+                    remote.entry(owner).or_default().push((outcomes.len(), h));
                     Ok(())
                 }
             },
         });
     }
-    let settled = settle_all(
-        remote
+    let settled = settle_all(remote.iter().map(|(&owner, handles)| {
+        let items = handles
             .iter()
-            .map(|&(_, h)| flow::settle_remote(shard, topic, record, h, settle)),
-    )
+            .map(|&(_, h)| flow::settle_item(topic, record, h, settle))
+            .collect();
+        crate::consume::acks::send_many(shard, owner, items)
+    }))
     .await;
-    for (&(at, _), outcome) in remote.iter().zip(settled) {
-        outcomes[at] = outcome.map_err(|e| settle_error(topic, &e));
+    for (handles, answers) in remote.values().zip(settled) {
+        for (&(at, _), outcome) in handles.iter().zip(answers) {
+            outcomes[at] = outcome.map_err(|e| settle_error(topic, &e));
+        }
     }
     let results = outcomes
         .into_iter()
