@@ -50,7 +50,13 @@ where
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
     };
-    let id = IncarnationId::fresh();
+    // 64 random bits meet a live topic's id about never; a fresh draw if so.
+    let id = loop {
+        let id = IncarnationId::fresh();
+        if !shard.meta.snapshot().topics.values().any(|t| t.id == id) {
+            break id;
+        }
+    };
     let now_s = narad_io::rt::unix_ms() / 1000;
     let command = match meta::parse_create(&body, &api.topic_defaults, id, now_s) {
         Ok(command) => command,

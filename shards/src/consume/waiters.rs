@@ -319,8 +319,10 @@ impl<D> Waiters<D> {
     }
 
     /// The keeper's view: per topic with live unpinned consumers, the owners
-    /// whose registration is missing, lapsing within the share window, or older
-    /// than `renew_after`.
+    /// whose registration is missing, lapsing within the share window, older
+    /// than `renew_after`, or shorter than a renewal sent when it was would have
+    /// been for the consumers parked now (one that was off the FIFO while it was
+    /// being served, with a later deadline than those left, is back).
     pub fn stale_registrations(
         &self,
         now_ms: u64,
@@ -353,8 +355,10 @@ impl<D> Waiters<D> {
         let mut stale = Vec::new();
         for owner in owners_of(incarnation, &entry.topic) {
             let fresh = entry.registered.get(&owner).is_some_and(|r| {
+                let covers = latest_deadline_ms.min(r.sent_at_ms.saturating_add(ms(renew_after)));
                 r.expires_at_ms > now_ms.saturating_add(ms(SHARE_WINDOW))
                     && now_ms.saturating_sub(r.sent_at_ms) < ms(renew_after)
+                    && r.expires_at_ms >= covers
             });
             if !fresh {
                 stale.push(owner);
@@ -606,6 +610,28 @@ mod tests {
             ttl(&waiters, now + 200),
             Duration::from_millis(100) + SHARE_WINDOW
         );
+        // A renewal covers the waits parked when it was sent; a consumer back on
+        // the FIFO with a later deadline makes it stale, once, not at every tick.
+        let mut waiters = Waiters::<u32>::default();
+        let (short, _e) = Waiter::new(1, now + 300);
+        waiters.park(id, &topic, None, short);
+        let renewal = waiters
+            .stale_registrations(now, renew_after, owners)
+            .remove(0);
+        waiters.note_registered(id, 1, renewal.ttl, now);
+        assert!(waiters
+            .stale_registrations(now + 10, renew_after, owners)
+            .is_empty());
+        let (back, _f) = Waiter::new(1, now + 20_000);
+        waiters.park(id, &topic, None, back);
+        let renewal = waiters
+            .stale_registrations(now + 20, renew_after, owners)
+            .remove(0);
+        assert_eq!(renewal.ttl, renew_after + SHARE_WINDOW);
+        waiters.note_registered(id, 1, renewal.ttl, now + 20);
+        assert!(waiters
+            .stale_registrations(now + 30, renew_after, owners)
+            .is_empty());
         // Nothing is renewed for a topic nobody waits on.
         let mut empty = Waiters::<u32>::default();
         let (gone, _d) = Waiter::new(1, now + 10_000);

@@ -41,6 +41,9 @@ impl Workload {
 
 impl Sim {
     pub(crate) fn run(&mut self) {
+        if self.calm {
+            self.count("calm seeds");
+        }
         let mut events_max = 2_000_000u64;
         while let Some(((when, _), ev)) = self.events.pop_first() {
             assert!(when >= self.now_ms, "time went backwards");
@@ -127,7 +130,7 @@ impl Sim {
             self.arrive();
         } else if r < w.produce + w.arrive + 15 {
             self.cancel();
-        } else if r < w.produce + w.arrive + 17 {
+        } else if r < w.produce + w.arrive + 17 && !self.calm {
             self.crash();
         }
         let next = self.rng.random_range(1..=TICK_MS);

@@ -5,8 +5,8 @@
 //! validated the token while it split the batch; decoding it again through
 //! `serde_json::from_str::<String>` scans it a second time byte by byte, which
 //! was the largest single cost of decoding a batch. Here the text between
-//! escapes is copied in runs found with the standard library's word-at-a-time
-//! byte search (`str::find`), and only the escapes are decoded one by one. Written by hand because the parser offers
+//! escapes is copied in runs found with memchr's vector search, and only the
+//! escapes are decoded one by one. Written by hand because the parser offers
 //! no decoder for a token it has already checked; the tests compare it with
 //! serde_json on every kind of escape.
 
@@ -24,7 +24,6 @@ pub fn unescape(inner: &str) -> Option<String> {
 /// of the value.
 pub fn unescape_into(inner: &str, out: &mut Vec<u8>) -> Option<()> {
     let mut rest = inner;
-    // memchr's vector search: a payload is mostly long runs between escapes.
     while let Some(at) = memchr::memchr(b'\\', rest.as_bytes()) {
         out.extend_from_slice(&rest.as_bytes()[..at]);
         let escape = &rest.as_bytes()[at + 1..];
