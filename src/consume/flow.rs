@@ -520,15 +520,23 @@ async fn renew_registrations(shard: &Rc<Shard>, incarnation: IncarnationId) {
     }
 }
 
-/// Registers with each owner a [`Renewal`] names, for its TTL.
+/// Registers with each owner a [`Renewal`] names. Each send may wait for room
+/// on the mesh, so the TTL is taken again before each from the consumers
+/// parked then, and nothing more is sent once none is.
 async fn send_renewal(shard: &Rc<Shard>, renewal: Renewal) {
     let Renewal {
         incarnation,
         topic,
         owners,
-        ttl,
+        ..
     } = renewal;
     for owner in owners {
+        let Some(ttl) = shard
+            .waiters
+            .renewal_ttl(incarnation, now_ms(), RENEW_AFTER)
+        else {
+            return;
+        };
         register(shard, owner, &topic, incarnation, ttl).await;
         shard
             .waiters

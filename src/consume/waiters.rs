@@ -177,6 +177,18 @@ impl Waiters {
             .stale_registrations_of(incarnation, now_ms, renew_after, owners_of)
     }
 
+    /// See [`core::Waiters::renewal_ttl`].
+    pub fn renewal_ttl(
+        &self,
+        incarnation: IncarnationId,
+        now_ms: u64,
+        renew_after: Duration,
+    ) -> Option<Duration> {
+        self.core
+            .borrow()
+            .renewal_ttl(incarnation, now_ms, renew_after)
+    }
+
     /// See [`core::Waiters::registration_unsent`].
     pub fn registration_unsent(&self, incarnation: IncarnationId, owner: usize) {
         self.core

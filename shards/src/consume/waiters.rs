@@ -44,6 +44,13 @@ pub const SHARE_WINDOW: Duration = Duration::from_millis(250);
 /// A FIFO is swept of dead entries when it reaches a power of two at least this.
 const SWEEP_FROM_ENTRIES: usize = 64;
 
+/// The TTL of a renewal sent at `now_ms` for consumers waiting until
+/// `latest_deadline_ms` at most.
+fn renewal_ttl(latest_deadline_ms: u64, now_ms: u64, renew_after: Duration) -> Duration {
+    let wait = Duration::from_millis(latest_deadline_ms.saturating_sub(now_ms));
+    wait.min(renew_after) + SHARE_WINDOW
+}
+
 /// Milliseconds of a duration, for arithmetic on the caller's millisecond clock.
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -346,12 +353,7 @@ impl<D> Waiters<D> {
         owners_of: impl Fn(IncarnationId, &str) -> Vec<usize>,
     ) -> Option<Renewal> {
         let entry = self.topics.get(&incarnation)?;
-        let latest_deadline_ms = entry
-            .queue
-            .iter()
-            .filter(|w| w.is_live())
-            .map(|w| w.deadline_ms)
-            .max()?;
+        let latest_deadline_ms = Self::latest_deadline_ms(entry)?;
         let mut stale = Vec::new();
         for owner in owners_of(incarnation, &entry.topic) {
             let fresh = entry.registered.get(&owner).is_some_and(|r| {
@@ -364,13 +366,35 @@ impl<D> Waiters<D> {
                 stale.push(owner);
             }
         }
-        let wait = Duration::from_millis(latest_deadline_ms.saturating_sub(now_ms));
         (!stale.is_empty()).then(|| Renewal {
             incarnation,
             topic: entry.topic.clone(),
             owners: stale,
-            ttl: wait.min(renew_after) + SHARE_WINDOW,
+            ttl: renewal_ttl(latest_deadline_ms, now_ms, renew_after),
         })
+    }
+
+    /// What a renewal of the topic's tokens sent now should last (see
+    /// [`Renewal::ttl`]); `None` when no live consumer is parked on it. A
+    /// renewal that waited for room on the mesh asks again before each send.
+    pub fn renewal_ttl(
+        &self,
+        incarnation: IncarnationId,
+        now_ms: u64,
+        renew_after: Duration,
+    ) -> Option<Duration> {
+        let latest = Self::latest_deadline_ms(self.topics.get(&incarnation)?)?;
+        Some(renewal_ttl(latest, now_ms, renew_after))
+    }
+
+    /// The latest deadline of a live unpinned consumer of the topic.
+    fn latest_deadline_ms(entry: &TopicWait<D>) -> Option<u64> {
+        entry
+            .queue
+            .iter()
+            .filter(|w| w.is_live())
+            .map(|w| w.deadline_ms)
+            .max()
     }
 
     /// A registration [`Waiters::registrations_needed`] marked was never sent
@@ -632,6 +656,10 @@ mod tests {
         assert!(waiters
             .stale_registrations(now + 30, renew_after, owners)
             .is_empty());
+        assert_eq!(
+            waiters.renewal_ttl(id, now + 30, renew_after),
+            Some(renew_after + SHARE_WINDOW)
+        );
         // Nothing is renewed for a topic nobody waits on.
         let mut empty = Waiters::<u32>::default();
         let (gone, _d) = Waiter::new(1, now + 10_000);
