@@ -199,6 +199,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
                 config.storage.consumer_offset_commit_interval_ms,
             ),
             read_cache_bytes: config.storage.read_cache_bytes as usize,
+            log_prealloc: config.storage.log_prealloc,
             zstd_level: config.storage.zstd_level(),
             leftovers: leftovers
                 .iter()
@@ -326,6 +327,8 @@ struct ShardStart {
     consumer_offset_interval: std::time::Duration,
     /// `storage.read_cache_bytes`: the shard's pool of recent-frame cache.
     read_cache_bytes: usize,
+    /// `storage.log_prealloc`: zero-fill ahead of each active log segment's commits.
+    log_prealloc: bool,
     /// `storage.codec` and `storage.compression_level`: how new frames are stored.
     zstd_level: Option<i32>,
     /// Indexes of WALs left by shards that no longer exist, for this shard to drain.
@@ -352,6 +355,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         topic_defaults,
         consumer_offset_interval,
         read_cache_bytes,
+        log_prealloc,
         zstd_level,
         leftovers,
         dispatching,
@@ -422,10 +426,16 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
             },
         )
     };
+    let log_defaults = LogConfig::default();
     let log_config = LogConfig {
         cache_pool: Some(CachePool::new(read_cache_bytes)),
         zstd_level,
-        ..LogConfig::default()
+        prep_chunk_bytes: if log_prealloc {
+            log_defaults.prep_chunk_bytes
+        } else {
+            0
+        },
+        ..log_defaults
     };
     let owner = Owner::new(storage.clone(), log_config, live);
     owner.set_retention(retention.retention_of(meta.clone()));

@@ -695,3 +695,53 @@ fn a_nearly_full_disk_refuses_produces_with_503_and_keeps_serving_consumers() {
     assert_eq!(consume.status, 204, "{consume:?}");
     assert_eq!(next_offsets(&mut client, "full"), vec![0, 0, 0]);
 }
+
+/// The size of the one `.log` file of partition 0 of `topic` under `data`.
+fn active_log_bytes(data: &std::path::Path, topic: &str) -> u64 {
+    let incarnations: Vec<_> = std::fs::read_dir(data.join("topics").join(topic))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(incarnations.len(), 1, "{incarnations:?}");
+    let logs: Vec<_> = std::fs::read_dir(incarnations[0].join("p00000"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    std::fs::metadata(&logs[0]).unwrap().len()
+}
+
+/// `storage.log_prealloc`: on (the default), the active segment is grown by
+/// zeros written ahead of the commits; off, commits extend it themselves and it
+/// holds their blocks only. Either way every record survives a SIGKILL and the
+/// restart (without the key) reads them all back.
+#[test]
+fn log_prealloc_decides_whether_zeros_are_written_ahead_of_the_commits() {
+    for prealloc in [true, false] {
+        let config = format!(r#"{{"storage": {{"log_prealloc": {prealloc}}}}}"#);
+        let mut node = Node::start_with_config(1, &config, &[]);
+        let mut client = node.client();
+        let body = json!({ "name": "z", "partitions": 3 }).to_string();
+        let created = post_topic(&mut client, &body);
+        assert_eq!(created.status, 201, "{}", error_of(&created));
+        let payloads: Vec<String> = (0..30).map(|i| format!("record {i}")).collect();
+        for payload in &payloads {
+            produce_ok(&mut client, "z", "partition=0", payload.as_bytes());
+        }
+        let read = payload_texts(&wait_for_records(&mut client, "z", 0, payloads.len()));
+        assert_eq!(read, payloads, "prealloc={prealloc}");
+        let bytes = active_log_bytes(&node.data, "z");
+        if prealloc {
+            assert!(bytes >= 1 << 20, "prepared segment of {bytes} bytes");
+        } else {
+            assert!(bytes <= 64 << 10, "segment of {bytes} bytes, zeros ahead?");
+        }
+        node.sigkill();
+        let data = node.data.clone();
+        let restarted = Node::start_in(&data, 1, &[]);
+        let mut client = restarted.client();
+        let read = payload_texts(&wait_for_records(&mut client, "z", 0, payloads.len()));
+        assert_eq!(read, payloads, "after the restart, prealloc={prealloc}");
+    }
+}

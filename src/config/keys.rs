@@ -189,6 +189,7 @@ pub(super) static KEYS: &[Key] = &[
         None,
         storage.ingress_wal_prealloc = bool
     ),
+    key!("storage.log_prealloc", None, storage.log_prealloc = bool),
     key!(
         "storage.consumer_offset_commit_interval_ms",
         None,

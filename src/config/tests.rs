@@ -328,6 +328,25 @@ fn retention_walk_and_idle_eviction_are_file_only_positive_milliseconds() {
 }
 
 #[test]
+fn log_prealloc_is_a_file_only_switch_on_by_default() {
+    let defaults = Config::load(&Flags::default(), &no_env).unwrap();
+    assert!(defaults.storage.log_prealloc);
+    let (_file, flags) = file(r#"{"storage": {"log_prealloc": false}}"#);
+    assert!(!Config::load(&flags, &no_env).unwrap().storage.log_prealloc);
+    let env = env_of(&[("NARAD_STORAGE_LOG_PREALLOC", "false")]);
+    assert!(
+        Config::load(&Flags::default(), &env)
+            .unwrap()
+            .storage
+            .log_prealloc,
+        "file only"
+    );
+    let (_file, flags) = file(r#"{"storage": {"log_prealloc": "no"}}"#);
+    let error = Config::load(&flags, &no_env).unwrap_err();
+    assert!(error.contains("storage.log_prealloc"), "{error}");
+}
+
+#[test]
 fn read_cache_bytes_is_a_file_only_bounded_byte_count() {
     let defaults = Config::load(&Flags::default(), &no_env).unwrap();
     assert_eq!(defaults.storage.read_cache_bytes, 64 << 20);
