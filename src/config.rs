@@ -123,9 +123,10 @@ pub struct StorageConfig {
     /// path.
     pub ingress_wal_prealloc: bool,
     /// Grow each partition's active log segment by writing zeros ahead of its
-    /// commits, so a commit's fdatasync carries no size change; off, commits
-    /// extend the file and each fdatasync commits the new size through the file
-    /// system journal, writing about half the bytes.
+    /// commits, so only about one commit per chunk carries a size change in its
+    /// fdatasync; off, commits extend the file and each fdatasync commits the
+    /// new size through the file system journal, and the log's bytes are
+    /// written once instead of about twice.
     pub log_prealloc: bool,
     /// Durability interval of consumer acks: each partition acked since is
     /// fdatasynced once per interval (10 to 60000).

@@ -7,10 +7,10 @@ use clap::Parser;
 use narad::cli::{Cli, Command, DebugCommand, InspectCommand};
 
 /// The broker allocates per request (bodies, replies, batch vectors) on every
-/// shard at once; against glibc's malloc, whose arenas and consolidation showed
-/// as 8-10% of a shard's time, mimalloc cuts broker CPU per message by about 6%
-/// on the batch flow and more on batch produce, for about 12 MiB more resident
-/// memory at idle (see benches/RESULTS.md, "The allocator").
+/// shard at once; against glibc's malloc, which showed as 8-11% of a shard's
+/// time, mimalloc cut broker CPU per message by 3-16% depending on the path,
+/// for more resident memory: about 12 MiB more at idle and 50-70 MiB more per
+/// shard under a full batch flow (see benches/RESULTS.md, "The allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

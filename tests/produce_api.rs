@@ -11,6 +11,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::io::Write;
 use std::time::Duration;
 
@@ -714,8 +715,8 @@ fn active_log_bytes(data: &std::path::Path, topic: &str) -> u64 {
 
 /// `storage.log_prealloc`: on (the default), the active segment is grown by
 /// zeros written ahead of the commits; off, commits extend it themselves and it
-/// holds their blocks only. Either way every record survives a SIGKILL and the
-/// restart (without the key) reads them all back.
+/// holds their blocks only. Either way every record survives a SIGKILL, and a
+/// restart with the switch flipped reads them all back and commits more.
 #[test]
 fn log_prealloc_decides_whether_zeros_are_written_ahead_of_the_commits() {
     for prealloc in [true, false] {
@@ -737,11 +738,32 @@ fn log_prealloc_decides_whether_zeros_are_written_ahead_of_the_commits() {
         } else {
             assert!(bytes <= 64 << 10, "segment of {bytes} bytes, zeros ahead?");
         }
+        // Restart with the switch flipped: a log written either way opens the other.
         node.sigkill();
+        let flipped = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let config = format!(r#"{{"storage": {{"log_prealloc": {}}}}}"#, !prealloc);
+        std::fs::write(flipped.path(), config).unwrap();
         let data = node.data.clone();
-        let restarted = Node::start_in(&data, 1, &[]);
+        let mut restarted = Node::spawn_with(
+            &data,
+            1,
+            &[],
+            &[OsStr::new("--config"), flipped.path().as_os_str()],
+        );
+        restarted.await_ready();
         let mut client = restarted.client();
         let read = payload_texts(&wait_for_records(&mut client, "z", 0, payloads.len()));
         assert_eq!(read, payloads, "after the restart, prealloc={prealloc}");
+        let more: Vec<String> = (30..40).map(|i| format!("record {i}")).collect();
+        for payload in &more {
+            produce_ok(&mut client, "z", "partition=0", payload.as_bytes());
+        }
+        let read = payload_texts(&wait_for_records(&mut client, "z", 0, 40));
+        assert_eq!(
+            read[30..],
+            more[..],
+            "prealloc={} after a restart",
+            !prealloc
+        );
     }
 }

@@ -119,7 +119,7 @@ impl Node {
     }
 
     /// Reads the address from the `listening` line and waits until ready.
-    fn await_ready(&mut self) {
+    pub fn await_ready(&mut self) {
         let node = self;
         let line = node.wait_for_log("listening");
         let addr = line
