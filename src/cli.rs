@@ -260,6 +260,10 @@ pub struct WalWriterArgs {
     /// WAL segment size, small to exercise rolls and recycling.
     #[arg(long, default_value_t = 1 << 20)]
     pub segment_bytes: u64,
+    /// Zeros the partition logs write ahead of their commits, in bytes per
+    /// chunk; 0 writes none (the broker's `storage.log_prealloc` off).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub log_prep_chunk_bytes: u64,
 }
 
 impl Cli {

@@ -41,10 +41,12 @@ pub fn log_dir(partition: usize) -> String {
     format!("log-{partition}")
 }
 
-/// The partition log settings of the writer: small segments, so rolls happen.
-pub fn writer_log_config() -> LogConfig {
+/// The partition log settings of the writer: small segments, so rolls happen,
+/// and `prep_chunk_bytes` of zeros written ahead of the commits (0: none).
+pub fn writer_log_config(prep_chunk_bytes: u64) -> LogConfig {
     LogConfig {
         segment_bytes_max: 1 << 20,
+        prep_chunk_bytes,
         ..LogConfig::default()
     }
 }
@@ -67,7 +69,11 @@ pub fn wal_writer(args: WalWriterArgs) -> Result<(), String> {
                 .create_dir_all(&dir)
                 .await
                 .map_err(|e| e.to_string())?;
-            let log = PartitionLog::open(storage.clone(), &dir, writer_log_config());
+            let log = PartitionLog::open(
+                storage.clone(),
+                &dir,
+                writer_log_config(args.log_prep_chunk_bytes),
+            );
             logs.push(log.await.map_err(|e| e.to_string())?);
         }
         let acked = Rc::new(RefCell::new(Vec::<u8>::new()));

@@ -5,7 +5,9 @@
 //! every id the writer printed as acknowledged, kills it with SIGKILL at a random
 //! moment, restarts it on the same directory (which recovers the WAL and the log),
 //! and repeats. One partition commits slowly, so commits land out of order and
-//! the checkpoint has records in flight below it at any moment. At the end every acknowledged id must be in the partition log or
+//! the checkpoint has records in flight below it at any moment. Runs alternate
+//! between logs that write zeros ahead of their commits and logs that do not.
+//! At the end every acknowledged id must be in the partition log or
 //! still in the WAL from its checkpoint on, with an intact payload.
 
 use std::collections::HashSet;
@@ -34,7 +36,7 @@ impl Drop for KillOnDrop {
 }
 
 /// Runs the writer for `run_for`, SIGKILLs it, and returns the ids it acknowledged.
-fn run_and_kill(dir: &Path, id_base: u64, run_for: Duration) -> Vec<u64> {
+fn run_and_kill(dir: &Path, id_base: u64, prep_chunk_bytes: u64, run_for: Duration) -> Vec<u64> {
     let stderr = std::fs::File::create(dir.join(format!("writer-{id_base}.log"))).unwrap();
     let mut child = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_narad"))
@@ -57,6 +59,8 @@ fn run_and_kill(dir: &Path, id_base: u64, run_for: Duration) -> Vec<u64> {
                 "1048576",
                 // Partition 0 commits slowly, so the other partitions' commits
                 // overtake its records at every moment.
+                "--log-prep-chunk-bytes",
+                &prep_chunk_bytes.to_string(),
                 "--slow-commit-ms",
                 "20",
             ])
@@ -111,7 +115,7 @@ fn recovered_ids(dir: &Path) -> (HashSet<u64>, usize) {
         wal.close().await;
         for partition in 0..WRITER_PARTITIONS {
             let dir = log_dir(partition);
-            let log = PartitionLog::open(storage.clone(), &dir, writer_log_config()).await;
+            let log = PartitionLog::open(storage.clone(), &dir, writer_log_config(0)).await;
             corrupt += read_log(log.expect("log recovers"), &mut ids).await;
         }
         (ids, corrupt)
@@ -148,7 +152,11 @@ fn sigkill_under_load_loses_no_acknowledged_record() {
     let mut acked = Vec::new();
     for cycle in 0..KILL_CYCLES {
         let run_for = Duration::from_millis(rng.random_range(500..1200));
-        let ids = run_and_kill(dir.path(), cycle * 1_000_000_000, run_for);
+        // Every other run writes no zeros ahead of the log's commits (the
+        // broker's `storage.log_prealloc` off), over logs the run before grew
+        // the other way.
+        let prep_chunk_bytes = if cycle % 2 == 0 { 1 << 20 } else { 0 };
+        let ids = run_and_kill(dir.path(), cycle * 1_000_000_000, prep_chunk_bytes, run_for);
         assert!(
             !ids.is_empty(),
             "cycle {cycle}: the writer acknowledged nothing in {run_for:?}"
