@@ -120,16 +120,21 @@ fn consume_and_ack_refuse_bad_input_with_the_reference_statuses() {
         .request("POST", "/v1/topics/errs/ack", &JSON, body)
         .unwrap();
     assert_eq!(response.status, 400, "{response:?}");
-    // The body cap is the reference's 1 MiB: a padded body under it is parsed.
+    // The body cap is the reference's 64 KiB for acks: a padded body under it is
+    // parsed, one byte over is 413.
+    let shell = r#"{"receipt_handles":["0:0:1"]}"#.len();
     let padded = format!(
         r#"{{"receipt_handles":["0:0:1"]{}}}"#,
-        " ".repeat(200 << 10)
+        " ".repeat((64 << 10) - shell)
     );
     let response = client
         .request("POST", "/v1/topics/errs/ack", &JSON, padded)
         .unwrap();
     assert_eq!(response.status, 200, "{response:?}");
-    let huge = format!(r#"{{"receipt_handles":["0:0:1"]{}}}"#, " ".repeat(1 << 20));
+    let huge = format!(
+        r#"{{"receipt_handles":["0:0:1"]{}}}"#,
+        " ".repeat((64 << 10) - shell + 1)
+    );
     let response = client
         .request("POST", "/v1/topics/errs/ack", &JSON, huge)
         .unwrap();
@@ -340,6 +345,58 @@ fn batch_consume_and_batch_ack_answer_per_message() {
         again += json_of(&response)["messages"].as_array().unwrap().len();
     }
     assert_eq!(again, 27);
+}
+
+/// An ack with a handle in the query and handles in the body is refused, and
+/// settles neither: the body's leases would otherwise be left to lapse.
+#[test]
+fn an_ack_naming_handles_in_both_the_query_and_the_body_is_refused() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create(&mut client, "both", json!({}));
+    produce_visible(&mut client, "both", 3, 2);
+    let response = consume(&mut client, "both", "max=2&wait=2s");
+    let messages = json_of(&response)["messages"].as_array().unwrap().clone();
+    let mut handles: Vec<String> = messages.iter().map(handle_of).collect();
+    if handles.len() < 2 {
+        let response = consume(&mut client, "both", "wait=2s");
+        assert_eq!(response.status, 200, "{response:?}");
+        handles.push(handle_of(&json_of(&response)));
+    }
+    let body = json!({ "receipt_handles": [handles[1]] }).to_string();
+    let path = format!("/v1/topics/both/ack?receipt_handle={}", handles[0]);
+    let response = client.request("POST", &path, &JSON, body).unwrap();
+    assert_eq!(response.status, 400, "{response:?}");
+    assert!(error_of(&response).contains("not both"), "{response:?}");
+    // Neither lease was settled: each handle still acks once, then is stale.
+    for handle in &handles {
+        assert_eq!(ack(&mut client, "both", handle, None).status, 204);
+        assert_eq!(ack(&mut client, "both", handle, None).status, 410);
+    }
+}
+
+/// A payload that parses as JSON but holds an escape naming no character (a
+/// lone surrogate) is served as the text it is, so the reply stays readable to
+/// strict JSON parsers; a proper surrogate pair is served verbatim.
+#[test]
+fn a_json_payload_with_a_lone_surrogate_is_served_as_text() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create(&mut client, "lone", json!({}));
+    produce_ok(&mut client, "lone", "partition=0", br#""\ud800""#);
+    produce_ok(&mut client, "lone", "partition=0", br#"["\ud83d\ude00"]"#);
+    wait_for_total(&mut client, "lone", 3, 2, Duration::from_secs(20));
+    let response = consume(&mut client, "lone", "max=2&partition=0&wait=2s");
+    assert_eq!(response.status, 200, "{response:?}");
+    // serde_json refuses lone surrogates, so this parse is the strict reader.
+    let messages = json_of(&response)["messages"].as_array().unwrap().clone();
+    let mut payloads: Vec<Value> = messages.iter().map(|m| m["payload"].clone()).collect();
+    payloads.sort_by_key(|p| p.to_string());
+    assert_eq!(
+        payloads,
+        vec![json!("\"\\ud800\""), json!(["\u{1f600}"])],
+        "{messages:?}"
+    );
 }
 
 /// A batch ack on a node of three shards: most handles belong to partitions

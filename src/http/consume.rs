@@ -38,8 +38,9 @@ use crate::metrics::{TopicSeries, WaitOutcome};
 /// Encoded records one batch reply carries at most; the rest are released.
 const BATCH_REPLY_BYTES_MAX: usize = 8 << 20;
 
-/// Largest batch ack body: the reference's common body cap.
-const ACK_BODY_BYTES_MAX: usize = 1 << 20;
+/// Largest batch ack body, as the reference's ack route: 100 handles of up to
+/// about 40 characters each fit many times over, even written with escapes.
+const ACK_BODY_BYTES_MAX: usize = 64 << 10;
 
 /// Handles one batch ack carries at most.
 const ACK_HANDLES_MAX: usize = 100;
@@ -388,6 +389,13 @@ where
         Ok(handle) => handle,
         Err(message) => return bad_request(&message),
     };
+    // A body beside the query's handle would be ignored, and the leases it names
+    // left to lapse: refused, and nothing is settled.
+    match has_body(request, api).await {
+        Ok(false) => {}
+        Ok(true) => return bad_request(HANDLE_IN_BOTH),
+        Err(refusal) => return refusal,
+    }
     match flow::settle(shard, &name, record, handle, settle).await {
         Ok(()) => {
             count_settle(topic, settle, 1);
@@ -397,6 +405,32 @@ where
             let (status, message) = settle_error(topic, &e);
             response::error(status, &message)
         }
+    }
+}
+
+const HANDLE_IN_BOTH: &str =
+    "give one receipt_handle in the query or receipt_handles in the body, not both";
+
+/// Whether a single ack came with a body. A request without one (no length, or
+/// a length of 0) is answered without reading; any other is read up to the
+/// batch cap.
+async fn has_body<B>(request: Request<B>, api: &Api) -> Result<bool, Response<Body>>
+where
+    B: hyper::body::Body,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    if hyper::body::Body::size_hint(request.body()).exact() == Some(0) {
+        return Ok(false);
+    }
+    match read_body(
+        request.into_body(),
+        ACK_BODY_BYTES_MAX,
+        api.body_read_timeout,
+    )
+    .await
+    {
+        Ok(body) => Ok(!body.is_empty()),
+        Err(refusal) => Err(refusal.into_response()),
     }
 }
 

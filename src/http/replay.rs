@@ -22,6 +22,7 @@ use narad_shards::ids::{Offset, PartitionId};
 use narad_shards::log::{ReadItem, Record};
 use serde_json::value::RawValue;
 
+use super::produce_input::json_text::names_no_character;
 use super::response::{self, Body};
 use crate::broker::Shard;
 use crate::meta::TopicRecord;
@@ -99,13 +100,17 @@ impl MessageWriter {
 }
 
 /// A payload: the JSON value itself when it is valid JSON, a JSON string when
-/// it is other UTF-8 text, else base64 (returns true).
+/// it is other UTF-8 text, else base64 (returns true). JSON whose strings hold
+/// an escape that names no character (`"\ud800"`) goes as text: written
+/// verbatim it would make the whole reply unreadable to strict parsers.
 fn write_payload(out: &mut Vec<u8>, payload: &[u8]) -> bool {
     if let Ok(text) = std::str::from_utf8(payload) {
         // The value without the white space around it.
         if let Ok(raw) = serde_json::from_str::<&RawValue>(text) {
-            out.extend_from_slice(raw.get().as_bytes());
-            return false;
+            if !names_no_character(raw.get()) {
+                out.extend_from_slice(raw.get().as_bytes());
+                return false;
+            }
         }
     }
     write_text_or_base64(out, payload)
@@ -235,9 +240,12 @@ mod tests {
         };
         let quoted = |text: &str| RawValue::from_string(serde_json::to_string(text).unwrap());
         let (payload, payload_encoding) = match std::str::from_utf8(&r.payload) {
+            // Verbatim only what a strict parser reads.
             Ok(text) => match serde_json::from_str::<&RawValue>(text) {
-                Ok(raw) => (raw.to_owned(), None),
-                Err(_) => (quoted(text).unwrap(), None),
+                Ok(raw) if serde_json::from_str::<serde_json::Value>(text).is_ok() => {
+                    (raw.to_owned(), None)
+                }
+                _ => (quoted(text).unwrap(), None),
             },
             Err(_) => (quoted(&b64.encode(&r.payload)).unwrap(), Some("base64")),
         };
@@ -268,6 +276,10 @@ mod tests {
             Just(b" 42 ".to_vec()),
             Just(b"\"quoted\"".to_vec()),
             Just(b"{\"unterminated\"".to_vec()),
+            // JSON with surrogate escapes: lone ones, a pair, an escaped backslash.
+            Just(br#" "\ud800" "#.to_vec()),
+            Just(br#"{"k": ["\ud83d\ude00", "\\ud800", "\udc00x"]}"#.to_vec()),
+            Just(br#"["\ud83d\ude00"]"#.to_vec()),
         ]
     }
 
@@ -314,6 +326,17 @@ mod tests {
         assert_eq!(
             json(&record(Some(&[0xff]), &[0, 0xfe])),
             r#"{"topic":"t","partition":2,"offset":7,"key":"/w==","key_encoding":"base64","payload":"AP4=","payload_encoding":"base64","timestamp":1700000000,"timestamp_ms":1700000000123}"#
+        );
+        // JSON that names no character goes as the text it is, so the reply
+        // stays readable to strict parsers; a proper pair stays verbatim.
+        let lone = json(&record(None, br#" "\ud800" "#));
+        assert_eq!(
+            lone,
+            r#"{"topic":"t","partition":2,"offset":7,"payload":" \"\\ud800\" ","timestamp":1700000000,"timestamp_ms":1700000000123}"#
+        );
+        assert!(serde_json::from_str::<serde_json::Value>(&lone).is_ok());
+        assert!(
+            json(&record(None, br#"["\ud83d\ude00"]"#)).contains(r#""payload":["\ud83d\ude00"]"#)
         );
     }
 }

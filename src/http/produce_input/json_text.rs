@@ -47,6 +47,33 @@ pub fn unescape_into(inner: &str, out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
+/// Whether some string in `json`, a JSON text the parser has accepted, holds an
+/// escape that names no character (a lone UTF-16 surrogate such as `\ud800`),
+/// which the parser lets through and stricter readers refuse. Only a text with
+/// a `\u` in it is walked, escape by escape.
+pub fn names_no_character(json: &str) -> bool {
+    let bytes = json.as_bytes();
+    if memchr::memmem::find(bytes, b"\\u").is_none() {
+        return false;
+    }
+    let mut at = 0;
+    while let Some(found) = memchr::memchr(b'\\', &bytes[at..]) {
+        // Outside strings a JSON text has no backslash, so each one found from
+        // the start begins an escape.
+        let escape = &bytes[at + found + 1..];
+        let used = match escape.first() {
+            Some(b'u') => match unicode_escape(&escape[1..]) {
+                Some((_, used)) => used,
+                None => return true,
+            },
+            Some(_) => 1,
+            None => return false,
+        };
+        at += found + 1 + used;
+    }
+    false
+}
+
 /// Decodes what follows `\u`: four hex digits, and for a high surrogate the
 /// `\uXXXX` of its low half. Returns the character and the bytes used after the
 /// backslash (`u` included).
@@ -103,6 +130,28 @@ mod tests {
         ] {
             assert_eq!(unescape(inner), reference(inner), "{inner:?}");
             assert!(unescape(inner).is_some(), "{inner:?}");
+        }
+    }
+
+    #[test]
+    fn a_lone_surrogate_anywhere_in_a_json_text_is_found() {
+        for (json, lone) in [
+            (r#""\ud800""#, true),
+            (r#"{"a":["x","\udc00"]}"#, true),
+            (r#"{"\ud83d":1}"#, true),
+            (r#""\ud83d\u0041""#, true),
+            (r#""\ud83d\ude00""#, false),
+            (r#""\\ud800""#, false),
+            (r#""\"\\\u0041""#, false),
+            (r#"{"a":"\u00e9","b":[1,2]}"#, false),
+            (r#"{"plain":true}"#, false),
+        ] {
+            assert_eq!(names_no_character(json), lone, "{json}");
+            // The parser that admitted the text agrees that it is JSON; a strict
+            // decode of it agrees with the finding.
+            assert!(serde_json::from_str::<&serde_json::value::RawValue>(json).is_ok());
+            let strict = serde_json::from_str::<serde_json::Value>(json).is_ok();
+            assert_eq!(strict, !lone, "{json}");
         }
     }
 

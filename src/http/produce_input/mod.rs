@@ -27,7 +27,7 @@
 
 pub mod batch;
 pub mod content;
-mod json_text;
+pub(crate) mod json_text;
 pub mod query;
 
 #[cfg(test)]
