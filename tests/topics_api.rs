@@ -166,6 +166,77 @@ fn create_get_and_list_follow_the_reference() {
     }
 }
 
+/// Clients that send every field, with `null` (or a standalone topic's empty
+/// `parent` and zero `fanout_delay_ms`) for the ones they leave unset, create
+/// and alter topics as if those fields were absent.
+#[test]
+fn null_fields_read_as_not_given() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    let body = json!({
+        "name": "nulls",
+        "partitions": null,
+        "retention_ms": null,
+        "visibility_timeout_ms": null,
+        "max_in_flight_per_partition": null,
+        "max_acked_ahead_per_partition": null,
+        "owner": null,
+        "schema": null,
+        "parent": "",
+        "fanout_delay_ms": 0,
+    });
+    let response = post_topic(&mut client, &body.to_string());
+    assert_eq!(response.status, 201, "{response:?}");
+    assert_default_topic(&json_of(&response), "nulls");
+    let response = patch(
+        &mut client,
+        "nulls",
+        r#"{"partitions":4,"retention_ms":null,"max_in_flight_per_partition":null}"#,
+    );
+    assert_eq!(response.status, 200, "{response:?}");
+    let topic = json_of(&response);
+    assert_eq!(topic["partitions"], 4, "{topic}");
+    assert_eq!(topic["retention_ms"], RETENTION_MS_DEFAULT, "{topic}");
+    // A patch of nothing but nulls changes nothing, and says so.
+    let response = patch(&mut client, "nulls", r#"{"retention_ms":null}"#);
+    assert_eq!(response.status, 400, "{response:?}");
+    assert!(
+        error_of(&response).contains("nothing to change"),
+        "{response:?}"
+    );
+}
+
+/// A topic name in the path is percent-decoded the same way on every route.
+#[test]
+fn an_encoded_topic_name_names_the_same_topic_on_every_route() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create_topic(&mut client, "t1");
+    let got = client.request("GET", "/v1/topics/t%31", &[], "").unwrap();
+    assert_eq!(got.status, 200, "{got:?}");
+    assert_eq!(json_of(&got)["name"], "t1");
+    produce_ok(&mut client, "t%31", "partition=0", b"via-encoded");
+    wait_for_total(&mut client, "t1", 3, 1, VISIBLE_WAIT_MAX);
+    let response = client
+        .request("GET", "/v1/topics/%74%31/consume?wait=2s", &[], "")
+        .unwrap();
+    assert_eq!(response.status, 200, "{response:?}");
+    let message = json_of(&response);
+    assert_eq!(message["payload"], "via-encoded", "{message}");
+    let path = format!(
+        "/v1/topics/t%31/ack?receipt_handle={}",
+        message["receipt_handle"].as_str().unwrap()
+    );
+    assert_eq!(status_of(&mut client, "POST", &path), 204);
+    assert_eq!(status_of(&mut client, "DELETE", "/v1/topics/t%31"), 204);
+    assert_eq!(status_of(&mut client, "GET", "/v1/topics/t1"), 404);
+    // An encoding that decodes to no UTF-8 names no topic.
+    let response = client
+        .request("POST", "/v1/topics/t%ff/produce", &JSON, "x")
+        .unwrap();
+    assert_eq!(response.status, 404, "{response:?}");
+}
+
 #[test]
 fn every_invalid_create_is_refused_with_its_reason() {
     let node = Node::start(&[]);

@@ -8,9 +8,10 @@
 //! `Allow` header, as the reference does; a path that matches no pattern answers
 //! 404. `HEAD` is accepted wherever `GET` is (hyper drops the body).
 //!
-//! Segments are compared as they arrive, without percent-decoding: every name the
-//! API accepts (topics, users) is drawn from `A-Za-z0-9._-`, so a percent-encoded
-//! segment is never a valid name anyway and is left for the handler to refuse.
+//! Segments are compared and captured as they arrive; the caller percent-decodes
+//! a captured name (`/v1/topics/t%31` names topic `t1` on every route). A literal
+//! segment never matches an encoded one, which no client sends for `v1` or
+//! `topics`.
 //!
 //! Which cores: each shard builds its own table at startup and reads it on every
 //! request; it is never changed afterwards.

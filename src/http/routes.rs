@@ -84,6 +84,19 @@ pub struct Routes {
     in_flight: std::cell::OnceCell<::metrics::Gauge>,
 }
 
+/// A path segment as the name it spells: percent-decoded, as every route reads
+/// it (`t%31` is topic `t1`). Bytes that decode to no UTF-8 stay as they came,
+/// and name no topic.
+fn path_segment(raw: &str) -> String {
+    if !raw.contains('%') {
+        return raw.to_string();
+    }
+    match percent_encoding::percent_decode_str(raw).decode_utf8() {
+        Ok(decoded) => decoded.into_owned(),
+        Err(_) => raw.to_string(),
+    }
+}
+
 /// The labels of one request's HTTP series; no endpoint is the `unmatched` route.
 type SeriesLabels = (Option<Endpoint>, &'static str, u16);
 
@@ -176,7 +189,7 @@ impl Routes {
         let routed = match self.router.find(request.method(), request.uri().path()) {
             Match::Found { endpoint, params } => Routed::Found {
                 endpoint,
-                topic: params.get("topic").map(str::to_string),
+                topic: params.get("topic").map(path_segment),
             },
             Match::MethodNotAllowed { allow } => Routed::MethodNotAllowed { allow },
             Match::NotFound => Routed::NotFound,

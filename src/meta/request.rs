@@ -41,6 +41,16 @@ const CREATE_FIELDS: [&str; 10] = [
     "fanout_delay_ms",
 ];
 
+/// Alter fields whose `null` means "not given". A `null` schema stays a 400 on
+/// an alter, as in the reference: a schema is never removed.
+const ALTER_NULLABLE: [&str; 5] = [
+    "retention_ms",
+    "max_in_flight_per_partition",
+    "max_acked_ahead_per_partition",
+    "partitions",
+    "schema_base_version",
+];
+
 /// Every field an alter body may hold.
 const ALTER_FIELDS: [&str; 6] = [
     "retention_ms",
@@ -83,7 +93,13 @@ pub fn parse_create(
     id: IncarnationId,
     now_s: u64,
 ) -> Result<Command, MetaError> {
-    let fields = parse_object(body, &CREATE_FIELDS, &CREATE_UNSUPPORTED, &[])?;
+    let fields = parse_object(
+        body,
+        &CREATE_FIELDS[1..],
+        &CREATE_FIELDS,
+        &CREATE_UNSUPPORTED,
+        &[],
+    )?;
     let name = match fields.get("name") {
         None => return Err(MetaError::Invalid("name is required".to_string())),
         Some(Value::String(name)) => name.clone(),
@@ -135,7 +151,13 @@ pub fn parse_alter(
     current: &TopicRecord,
     defaults: &TopicDefaults,
 ) -> Result<Command, MetaError> {
-    let fields = parse_object(body, &ALTER_FIELDS, &ALTER_UNSUPPORTED, &ALTER_FIXED)?;
+    let fields = parse_object(
+        body,
+        &ALTER_NULLABLE,
+        &ALTER_FIELDS,
+        &ALTER_UNSUPPORTED,
+        &ALTER_FIXED,
+    )?;
     let retention_ms = match field_u64(&fields, "retention_ms")? {
         Some(0) => Some(defaults.default_retention_age_ms),
         Some(r) => {
@@ -209,20 +231,33 @@ pub fn topic_json(record: &TopicRecord) -> Value {
 
 /// The body as a JSON object whose every field is in `known`, none in
 /// `unsupported` (reference fields not implemented yet) or `fixed` (fields set at
-/// creation only).
+/// creation only). A field of `nullable` that holds its "not given" value is
+/// dropped first, as the reference's decoder reads it: `null`, and for the
+/// fan-out fields of a standalone topic `"parent": ""` and `"fanout_delay_ms": 0`
+/// (clients that always send every field send these).
 fn parse_object(
     body: &[u8],
+    nullable: &[&str],
     known: &[&str],
     unsupported: &[&str],
     fixed: &[&str],
 ) -> Result<Map<String, Value>, MetaError> {
     let value: Value = serde_json::from_slice(body)
         .map_err(|e| MetaError::Invalid(format!("request body is not valid JSON: {e}")))?;
-    let Value::Object(fields) = value else {
+    let Value::Object(mut fields) = value else {
         return Err(MetaError::Invalid(
             "request body must be a JSON object".to_string(),
         ));
     };
+    fields.retain(|field, value| {
+        let not_given = match (field.as_str(), &*value) {
+            (_, Value::Null) => true,
+            ("parent", Value::String(parent)) => parent.is_empty(),
+            ("fanout_delay_ms", Value::Number(delay)) => delay.as_u64() == Some(0),
+            _ => false,
+        };
+        !(not_given && nullable.contains(&field.as_str()))
+    });
     for field in fields.keys() {
         if unsupported.contains(&field.as_str()) {
             return Err(MetaError::Invalid(format!("{field} is not supported yet")));
@@ -239,8 +274,8 @@ fn parse_object(
     Ok(fields)
 }
 
-/// `field` as a non-negative integer, if present. `null` is a wrong type, not an
-/// absence: the reference's numbers have no null.
+/// `field` as a non-negative integer, if present (a `null` was dropped as not
+/// given before).
 fn field_u64(fields: &Map<String, Value>, field: &str) -> Result<Option<u64>, MetaError> {
     match fields.get(field) {
         None => Ok(None),

@@ -135,7 +135,6 @@ fn numbers_must_be_non_negative_integers_in_range() {
             "3.0",
             "3.5",
             "\"3\"",
-            "null",
             "true",
             "[3]",
             "{}",
@@ -194,9 +193,56 @@ fn owner_is_accepted_and_ignored() {
 }
 
 #[test]
+fn null_and_the_standalone_values_mean_not_given() {
+    let plain = create_json(json!({"name": "t"})).unwrap();
+    for field in CREATE_FIELDS_BUT_NAME {
+        let with_null = create_json(json!({"name": "t", field: null})).unwrap();
+        assert_eq!(with_null, plain, "{field}: null");
+    }
+    let standalone = json!({"name": "t", "parent": "", "fanout_delay_ms": 0, "schema": null});
+    assert_eq!(create_json(standalone).unwrap(), plain);
+    // A null name is still no name.
+    assert_refused(create_json(json!({"name": null})), 400, &["name"]);
+    let current = record("t", 1);
+    for field in [
+        "retention_ms",
+        "max_in_flight_per_partition",
+        "max_acked_ahead_per_partition",
+        "schema_base_version",
+    ] {
+        assert_eq!(
+            alter_json(&current, json!({ field: null, "partitions": 4 })).unwrap(),
+            alter_json(&current, json!({"partitions": 4})).unwrap(),
+            "{field}: null"
+        );
+    }
+    assert_refused(
+        alter_json(&current, json!({"retention_ms": null})),
+        400,
+        &["nothing to change"],
+    );
+}
+
+const CREATE_FIELDS_BUT_NAME: [&str; 9] = [
+    "partitions",
+    "retention_ms",
+    "visibility_timeout_ms",
+    "max_in_flight_per_partition",
+    "max_acked_ahead_per_partition",
+    "owner",
+    "schema",
+    "parent",
+    "fanout_delay_ms",
+];
+
+#[test]
 fn unsupported_and_unknown_create_fields_are_400() {
-    for field in ["schema", "parent", "fanout_delay_ms"] {
-        for value in [json!(null), json!(true), json!("p"), json!(0)] {
+    for (field, values) in [
+        ("schema", vec![json!(true), json!("p"), json!(0), json!({})]),
+        ("parent", vec![json!(true), json!("p"), json!(0)]),
+        ("fanout_delay_ms", vec![json!(true), json!("p"), json!(1)]),
+    ] {
+        for value in values {
             assert_refused(
                 create_json(json!({"name": "t", field: value})),
                 400,
@@ -319,7 +365,7 @@ fn alter_checks_values_like_create() {
         "max_acked_ahead_per_partition",
         "partitions",
     ] {
-        for bad in [json!(-1), json!(1.5), json!("4"), json!(null), json!(1e40)] {
+        for bad in [json!(-1), json!(1.5), json!("4"), json!(1e40)] {
             assert_refused(alter_json(&current, json!({ field: bad })), 400, &[field]);
         }
     }
@@ -328,9 +374,9 @@ fn alter_checks_values_like_create() {
 #[test]
 fn alter_refuses_unsupported_fixed_and_unknown_fields() {
     let current = record("t", 1);
-    for field in ["schema", "schema_base_version"] {
+    for (field, value) in [("schema", json!(null)), ("schema_base_version", json!(1))] {
         assert_refused(
-            alter_json(&current, json!({ field: null, "partitions": 4 })),
+            alter_json(&current, json!({ field: value, "partitions": 4 })),
             400,
             &[&format!("{field} is not supported yet")],
         );
