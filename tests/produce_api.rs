@@ -395,6 +395,12 @@ fn an_invalid_batch_is_refused_whole_and_leaves_nothing_behind() {
     let middle = |bad: Value| batch_doc(&[ok(0), bad, ok(2)]);
     let gzip_header = [JSON[0], ("content-encoding", "gzip")];
     let br_header = [JSON[0], ("content-encoding", "br")];
+    // Two header lines are the list "gzip, zstd", which nothing decodes.
+    let two_headers = [
+        JSON[0],
+        ("content-encoding", "gzip"),
+        ("content-encoding", "zstd"),
+    ];
 
     let refusals = [
         ("", &JSON[..], batch_doc(&[]), 400, "none"),
@@ -410,6 +416,7 @@ fn an_invalid_batch_is_refused_whole_and_leaves_nothing_behind() {
             "",
         ),
         ("", &br_header[..], over(1), 415, "br"),
+        ("", &two_headers[..], over(1), 415, "gzip, zstd"),
         ("", &gzip_header[..], over(1), 400, "decompress"),
         ("", &[], over(1), 415, "Content-Type"),
     ];

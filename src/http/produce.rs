@@ -178,10 +178,15 @@ where
     if let Err(message) = produce_input::batch_query_check(request.uri().query()) {
         return response::error(StatusCode::BAD_REQUEST, &message);
     }
-    let encoding = request
+    // Several header lines are one list, as HTTP reads them, and a list of
+    // encodings is refused below like any other this server cannot decode.
+    let encodings: Vec<&str> = request
         .headers()
-        .get(CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_string());
+        .get_all(CONTENT_ENCODING)
+        .iter()
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"))
+        .collect();
+    let encoding = (!encodings.is_empty()).then(|| encodings.join(", "));
     // An encoding this server cannot decode is refused before the body is read.
     if let Err(refusal) = produce_input::batch::check_content_encoding(encoding.as_deref()) {
         return response::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, &refusal.message);
