@@ -42,6 +42,14 @@ pub enum Command {
     /// Load a broker with produce and consume requests and report throughput and
     /// latency.
     Bench(BenchArgs),
+    /// Print the version.
+    Version,
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell),
+    /// e.g. `narad completion bash > /etc/bash_completion.d/narad`.
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Developer tools used by the test suite.
     #[command(subcommand, hide = true)]
     Debug(DebugCommand),
@@ -66,9 +74,21 @@ pub struct ServeArgs {
     /// Data directory (`storage.data_dir`; default `./data`).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Shards (one pinned executor each); default: every CPU this process may use.
-    #[arg(long, env = "NARAD_SHARDS")]
+    /// Shards (one pinned executor each), 1 to 1024; default: every CPU this
+    /// process may use.
+    #[arg(long, env = "NARAD_SHARDS", value_parser = parse_shards)]
     pub shards: Option<usize>,
+}
+
+/// The most shards a node runs: each holds a listener, a WAL and its rings, and
+/// more shards than CPUs only share them.
+pub const SHARDS_MAX: usize = 1024;
+
+fn parse_shards(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=SHARDS_MAX).contains(&n) => Ok(n),
+        _ => Err(format!("want a number of shards from 1 to {SHARDS_MAX}")),
+    }
 }
 
 /// `narad bench [TOPIC]`.

@@ -256,6 +256,26 @@ impl Config {
         Ok(config)
     }
 
+    /// The `NARAD_*` names among `names` that configure nothing: not a key's
+    /// variable, not one this version refuses, not one of the command line's
+    /// (`NARAD_SHARDS`, and the client's `NARAD_ADDR`, `NARAD_USER`,
+    /// `NARAD_PASS`). A misspelt variable is otherwise ignored without a word.
+    pub fn unknown_env(names: impl IntoIterator<Item = String>) -> Vec<String> {
+        const COMMAND_LINE_ENV: [&str; 4] =
+            ["NARAD_SHARDS", "NARAD_ADDR", "NARAD_USER", "NARAD_PASS"];
+        let mut unknown: Vec<String> = names
+            .into_iter()
+            .filter(|name| name.starts_with("NARAD_"))
+            .filter(|name| {
+                !KEYS.iter().any(|key| key.env == Some(name.as_str()))
+                    && !UNSUPPORTED_ENV.contains(&name.as_str())
+                    && !COMMAND_LINE_ENV.contains(&name.as_str())
+            })
+            .collect();
+        unknown.sort();
+        unknown
+    }
+
     fn apply_file(&mut self, path: &Path) -> Result<(), String> {
         let context = |e: String| format!("config file {}: {e}", path.display());
         let bytes = read_file_bounded(path).map_err(context)?;
@@ -274,6 +294,13 @@ impl Config {
             let Value::Object(keys) = keys else {
                 return Err(if is_section(section) {
                     format!("`{section}` must be an object of keys")
+                } else if let Some((outer, inner)) = section
+                    .split_once('.')
+                    .filter(|_| known_key(section).is_ok())
+                {
+                    format!(
+                        "unknown key `{section}`: keys are nested by section, write {{\"{outer}\": {{\"{inner}\": …}}}}"
+                    )
                 } else {
                     format!("unknown key `{section}`")
                 });

@@ -34,6 +34,15 @@ fn main() -> ExitCode {
             narad_tools::inspect::inspect_log(&dir).map(|r| print!("{r}"))
         }
         Command::Debug(DebugCommand::WalWriter(args)) => narad::devtools::wal_writer(args),
+        Command::Version => {
+            println!("narad {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        Command::Completion { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "narad", &mut std::io::stdout());
+            Ok(())
+        }
         Command::Bench(args) => {
             return match narad_tools::bench::run(&args.config(&cli.server)) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -391,9 +391,33 @@ pub fn install() -> ShardedRecorder {
                 tracing::warn!("a metrics recorder was already installed; /metrics stays empty");
             }
             describe_all();
+            register_zeroes();
             recorder
         })
         .clone()
+}
+
+/// Counters of rare events, registered at 0 from the start: a series that first
+/// appears at 1 hides that event from `increase()` and `rate()`, and an absent
+/// series cannot be told from one that never moved. Counters labelled by topic
+/// appear with their topic's first event.
+fn register_zeroes() {
+    for name in [
+        "narad_reaper_restarts",
+        "narad_idle_logs_evicted_total",
+        "narad_cold_retention_panics_total",
+        "narad_cold_retention_swept_total",
+    ] {
+        ::metrics::counter!(name).absolute(0);
+    }
+    for (component, kind) in [
+        ("http", "5xx"),
+        ("storage", "fsync_poisoned"),
+        ("storage", "retention_unlink"),
+    ] {
+        ::metrics::counter!("narad_errors_total", "component" => component, "kind" => kind)
+            .absolute(0);
+    }
 }
 
 /// Help texts of the series the node records.

@@ -96,6 +96,10 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     }
     let config = Config::load(&flags, &|name| std::env::var(name).ok())?;
     crate::cli::init_logging(&config.log);
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for name in Config::unknown_env(names) {
+        tracing::warn!(variable = %name, "{name} is set but configures nothing; ignored (a misspelt key?)");
+    }
     if config.security.enabled {
         return Err(
             "authentication is not available yet, so the broker serves only with security off: \

@@ -48,6 +48,19 @@ fn sum(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
 fn counters_follow_a_known_sequence_of_requests() {
     let node = Node::start_shards(2, &[]);
     let mut client = node.client();
+    // Counters of rare events are there, at 0, before any of them happened.
+    let fresh = scrape(&mut client);
+    for series in [
+        "narad_reaper_restarts",
+        "narad_idle_logs_evicted_total",
+        "narad_cold_retention_panics_total",
+        r#"narad_errors_total{component="storage",kind="fsync_poisoned"}"#,
+        r#"narad_errors_total{component="storage",kind="retention_unlink"}"#,
+    ] {
+        assert_eq!(fresh.get(series), Some(&0.0), "{series} in {fresh:?}");
+    }
+    // (The readiness probes before recovery ended may have counted 503s here.)
+    assert!(fresh.contains_key(r#"narad_errors_total{component="http",kind="5xx"}"#));
     let body = json!({ "name": "m", "partitions": 3 }).to_string();
     assert_eq!(post_topic(&mut client, &body).status, 201);
     for i in 0..5 {

@@ -111,6 +111,65 @@ fn serve_refuses_to_start_with_security_on() {
     );
 }
 
+/// A shard count outside 1..=1024 is refused before anything starts, naming
+/// the flag or the variable.
+#[test]
+fn serve_refuses_a_shard_count_out_of_range() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for shards in ["0", "1025", "many"] {
+        let output = narad(
+            &["serve", "--dev", "--port", "0", "--shards", shards],
+            dir.path(),
+        )
+        .output()
+        .unwrap();
+        assert_eq!(output.status.code(), Some(2), "--shards {shards}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            message.contains("--shards") && message.contains("1 to 1024"),
+            "{message}"
+        );
+    }
+    let output = narad(&["serve", "--dev", "--port", "0"], dir.path())
+        .env("NARAD_SHARDS", "0")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("1 to 1024"));
+}
+
+/// `narad version` prints what `--version` does; `narad completion SHELL`
+/// prints a script that names the subcommands.
+#[test]
+fn version_and_completion_print_and_exit() {
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let version = run(&["version"]);
+    assert_eq!(version, run(&["--version"]));
+    assert!(
+        version.starts_with("narad ") && version.trim_end().len() > 6,
+        "{version:?}"
+    );
+    for shell in ["bash", "zsh", "fish"] {
+        let script = run(&["completion", shell]);
+        assert!(
+            script.contains("serve") && script.contains("bench"),
+            "{shell}"
+        );
+    }
+    let refused = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["completion", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
+
 /// A broker started under a low soft open-files limit raises it to the hard
 /// limit itself, and says so when the hard limit is below what its connection
 /// cap needs.

@@ -437,3 +437,35 @@ fn codec_and_compression_level_are_file_keys_in_the_reference_words() {
         assert!(error.contains(needle), "{json}: {error}");
     }
 }
+
+#[test]
+fn narad_variables_that_configure_nothing_are_named() {
+    let names = [
+        "NARAD_HTTP_MAX_CONECTIONS",
+        "NARAD_HTTP_MAX_CONNECTIONS",
+        "NARAD_ADDR",
+        "NARAD_SHARDS",
+        "NARAD_NODE_ID",
+        "NARAD_STORAGE_CODEC",
+        "PATH",
+        "NARAD_DATA_DIR",
+    ]
+    .map(String::from);
+    assert_eq!(
+        Config::unknown_env(names),
+        vec!["NARAD_HTTP_MAX_CONECTIONS", "NARAD_STORAGE_CODEC"]
+    );
+}
+
+#[test]
+fn a_flat_dotted_key_in_the_file_is_told_to_nest() {
+    let (_file, flags) = file(r#"{"http.addr":"127.0.0.1:0"}"#);
+    let err = Config::load(&flags, &no_env).unwrap_err();
+    assert!(err.contains(r#"{"http": {"addr": …}}"#), "{err}");
+    let (_file, flags) = file(r#"{"nonsense.key":1}"#);
+    let err = Config::load(&flags, &no_env).unwrap_err();
+    assert!(
+        err.contains("unknown key `nonsense.key`") && !err.contains("nested"),
+        "{err}"
+    );
+}

@@ -264,6 +264,8 @@ impl Settings {
             (None, None) => Length::Records(COUNT_DEFAULT),
         };
         let pool = |flag: &str, size: Option<usize>, used: bool| -> Result<usize, String> {
+            // A pool not given takes --workers, and an error names that flag.
+            let flag = if size.is_some() { flag } else { "workers" };
             let size = size.unwrap_or(config.workers);
             if !(1..=WORKERS_MAX).contains(&size) {
                 return Err(format!("--{flag} must be 1 to {WORKERS_MAX}"));
@@ -610,8 +612,10 @@ pub(super) mod tests {
     #[test]
     fn conflicts_and_ranges_are_refused_with_the_flag_named() {
         type Change = fn(&mut Config);
-        let cases: [(Change, &str); 14] = [
+        let cases: [(Change, &str); 15] = [
             (|c| c.rate = Some(1e-17), "--rate must be 0.001 to"),
+            // The pool that takes --workers names --workers.
+            (|c| c.workers = 0, "--workers must be 1"),
             (
                 |c| {
                     c.consume = true;
