@@ -257,6 +257,13 @@ fn consume_outcomes_are_counted_by_how_each_consume_ended() {
     wait_until(Duration::from_secs(4), "a cancelled consume", || {
         (outcome(&scrape(&mut client), "cancelled") == 1.0).then_some(())
     });
+    // The request itself is counted too, under 499 (client gone), as proxies do.
+    let gone_requests = sum(
+        &scrape(&mut client),
+        "narad_http_requests_total",
+        &["route=\"/v1/topics/{topic}/consume\"", "status=\"499\""],
+    );
+    assert_eq!(gone_requests, 1.0);
 
     produce_ok(&mut client, "w", "partition=0", b"one");
     assert_eq!(consume(&mut client, "wait=5s").status, 200);

@@ -97,6 +97,33 @@ fn path_segment(raw: &str) -> String {
     }
 }
 
+/// A request whose future was dropped before it answered, because its client
+/// went away (a long-poll it gave up on, a body it never finished): counted with
+/// status 499, as proxies log it, so the request totals and durations see it.
+struct Unanswered<'r> {
+    routes: &'r Routes,
+    labels: (Option<Endpoint>, &'static str),
+    started: std::time::Instant,
+    bytes_in: u64,
+    armed: bool,
+}
+
+/// The status a request whose client went away is counted under.
+const CLIENT_GONE: u16 = 499;
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let status = StatusCode::from_u16(CLIENT_GONE).expect("a valid status code");
+        let series = self.routes.series((self.labels.0, self.labels.1, status));
+        series.requests.increment(1);
+        series.duration.record(self.started.elapsed().as_secs_f64());
+        series.bytes_in.increment(self.bytes_in);
+    }
+}
+
 /// The labels of one request's HTTP series; no endpoint is the `unmatched` route.
 type SeriesLabels = (Option<Endpoint>, &'static str, u16);
 
@@ -198,7 +225,15 @@ impl Routes {
             Routed::Found { endpoint, .. } => Some(*endpoint),
             _ => None,
         };
+        let mut unanswered = Unanswered {
+            routes: self,
+            labels: (endpoint, method),
+            started,
+            bytes_in,
+            armed: true,
+        };
         let response = self.answer(request, routed).await;
+        unanswered.armed = false;
         let series = self.series((endpoint, method, response.status()));
         series.requests.increment(1);
         series.duration.record(started.elapsed().as_secs_f64());
@@ -381,6 +416,7 @@ fn status_label(status: StatusCode) -> &'static str {
         422 => "422",
         429 => "429",
         431 => "431",
+        CLIENT_GONE => "499",
         500 => "500",
         501 => "501",
         502 => "502",
@@ -426,7 +462,7 @@ mod tests {
     fn every_status_the_api_answers_is_its_own_label() {
         for code in [
             200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 409, 410, 413, 415, 422, 429, 431,
-            500, 501, 502, 503, 504,
+            499, 500, 501, 502, 503, 504,
         ] {
             let status = StatusCode::from_u16(code).unwrap();
             assert_eq!(status_label(status), code.to_string());
