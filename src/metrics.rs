@@ -407,6 +407,9 @@ fn register_zeroes() {
         "narad_idle_logs_evicted_total",
         "narad_cold_retention_panics_total",
         "narad_cold_retention_swept_total",
+        // The reference exports it and never counts anything into it; kept for
+        // dashboards built on the reference.
+        "narad_ack_rejected_total",
     ] {
         ::metrics::counter!(name).absolute(0);
     }
@@ -588,6 +591,10 @@ fn describe_storage() {
     describe_counter!(
         "narad_cold_retention_swept_total",
         "Segments the cold retention walk (over closed logs) deleted."
+    );
+    describe_counter!(
+        "narad_ack_rejected_total",
+        "Kept at 0, as the reference exports it (ack refusals are in http_requests_total by status)."
     );
     describe_gauge!(
         "narad_orphan_topic_dirs",

@@ -54,6 +54,7 @@ fn counters_follow_a_known_sequence_of_requests() {
         "narad_reaper_restarts",
         "narad_idle_logs_evicted_total",
         "narad_cold_retention_panics_total",
+        "narad_ack_rejected_total",
         r#"narad_errors_total{component="storage",kind="fsync_poisoned"}"#,
         r#"narad_errors_total{component="storage",kind="retention_unlink"}"#,
     ] {
