@@ -78,6 +78,32 @@ pub struct ServeArgs {
     /// process may use.
     #[arg(long, env = "NARAD_SHARDS", value_parser = parse_shards)]
     pub shards: Option<usize>,
+    /// The reference's flags for what this version lacks (a cluster, a profiling
+    /// listener): refused with the reason rather than as unknown.
+    #[arg(long, hide = true)]
+    pub node_id: Option<String>,
+    #[arg(long, hide = true)]
+    pub cluster_port: Option<String>,
+    #[arg(long, hide = true)]
+    pub pprof_addr: Option<String>,
+}
+
+impl ServeArgs {
+    /// Why the command line asks for something this version cannot do, if it does.
+    pub fn unsupported(&self) -> Option<String> {
+        let (flag, what) = if self.node_id.is_some() {
+            ("--node-id", "a cluster")
+        } else if self.cluster_port.is_some() {
+            ("--cluster-port", "a cluster")
+        } else if self.pprof_addr.is_some() {
+            ("--pprof-addr", "a profiling listener")
+        } else {
+            return None;
+        };
+        Some(format!(
+            "{flag} configures {what}, which this version does not support; leave it out"
+        ))
+    }
 }
 
 /// The most shards a node runs: each holds a listener, a WAL and its rings, and

@@ -261,8 +261,15 @@ impl Config {
     /// (`NARAD_SHARDS`, and the client's `NARAD_ADDR`, `NARAD_USER`,
     /// `NARAD_PASS`). A misspelt variable is otherwise ignored without a word.
     pub fn unknown_env(names: impl IntoIterator<Item = String>) -> Vec<String> {
-        const COMMAND_LINE_ENV: [&str; 4] =
-            ["NARAD_SHARDS", "NARAD_ADDR", "NARAD_USER", "NARAD_PASS"];
+        // NARAD_ADMIN_PASSWORD is the reference's, read once authentication
+        // exists; with security off it has nothing to protect.
+        const COMMAND_LINE_ENV: [&str; 5] = [
+            "NARAD_SHARDS",
+            "NARAD_ADDR",
+            "NARAD_USER",
+            "NARAD_PASS",
+            "NARAD_ADMIN_PASSWORD",
+        ];
         let mut unknown: Vec<String> = names
             .into_iter()
             .filter(|name| name.starts_with("NARAD_"))

@@ -26,7 +26,10 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(args) => narad::serve::run(serve_flags.unwrap_or_default(), args.shards),
+        Command::Serve(args) => match args.unsupported() {
+            Some(refusal) => Err(refusal),
+            None => narad::serve::run(serve_flags.unwrap_or_default(), args.shards),
+        },
         Command::Inspect(InspectCommand::Wal { dir }) => {
             narad_tools::inspect::inspect_wal(&dir).map(|r| print!("{r}"))
         }

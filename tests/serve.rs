@@ -114,7 +114,7 @@ fn serve_refuses_to_start_with_security_on() {
 /// A shard count outside 1..=1024 is refused before anything starts, naming
 /// the flag or the variable.
 #[test]
-fn serve_refuses_a_shard_count_out_of_range() {
+fn serve_refuses_a_shard_count_out_of_range_and_the_reference_flags_it_lacks() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     for shards in ["0", "1025", "many"] {
         let output = narad(
@@ -127,6 +127,23 @@ fn serve_refuses_a_shard_count_out_of_range() {
         let message = String::from_utf8_lossy(&output.stderr);
         assert!(
             message.contains("--shards") && message.contains("1 to 1024"),
+            "{message}"
+        );
+    }
+    // The reference's flags for a cluster or a profiling listener are refused
+    // with their reason, not as unknown arguments.
+    for (flag, value) in [
+        ("--node-id", "a"),
+        ("--cluster-port", "7943"),
+        ("--pprof-addr", ":6060"),
+    ] {
+        let output = narad(&["serve", "--dev", "--port", "0", flag, value], dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1), "{flag}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            message.contains(flag) && message.contains("does not support"),
             "{message}"
         );
     }
