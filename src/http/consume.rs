@@ -80,9 +80,9 @@ fn parse_query(query: Option<&str>) -> Result<ConsumeQuery, String> {
         if number.is_some() {
             return Err(format!("{name} given more than once"));
         }
-        match value.parse::<u64>() {
-            Ok(n) => *number = Some(n),
-            Err(_) => return Err(format!("invalid {name}: {value:?}")),
+        match super::decimal::<u64>(&value) {
+            Some(n) => *number = Some(n),
+            None => return Err(format!("invalid {name}: {value:?}")),
         }
     }
     Ok(parsed)
@@ -609,6 +609,10 @@ mod tests {
         assert!(parse_query(Some("wait=1s&wait=2s")).is_err());
         assert!(parse_query(Some("partition=-1")).is_err());
         assert!(parse_query(Some("offset=x")).is_err());
+        // A sign or a space is refused, as the produce route refuses it.
+        for bad in ["partition=%2B1", "offset=+0", "max=%201", "partition="] {
+            assert!(parse_query(Some(bad)).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -41,6 +41,16 @@ pub mod topics;
 pub use node::NodeState;
 pub use server::{HttpSettings, ShardServer};
 
+/// A query parameter's number: decimal digits only, no sign, no spaces, and in
+/// range of `T`. Every route reads `partition`, `offset` and `max` this way, so
+/// `+1` or ` 1` is refused alike everywhere rather than accepted by some.
+pub fn decimal<T: std::str::FromStr>(text: &str) -> Option<T> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 /// The client's address, which the server puts in every request's extensions:
 /// the identity of per-identity caps while security is off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

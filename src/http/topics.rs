@@ -114,8 +114,8 @@ pub async fn get(shard: &Shard, topic: &str, query: Option<&str>) -> Response<Bo
     let mut only: Option<u32> = None;
     for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
         if name == "partition" {
-            match value.parse::<u32>() {
-                Ok(p) if only.is_none() => only = Some(p),
+            match super::decimal::<u32>(&value) {
+                Some(p) if only.is_none() => only = Some(p),
                 _ => {
                     return response::error(
                         StatusCode::BAD_REQUEST,

@@ -92,10 +92,9 @@ fn query_key(value: Vec<u8>) -> Result<Option<Vec<u8>>, String> {
 
 /// A decoded `partition` value: decimal digits only, fitting a `u32`.
 fn query_partition(value: &str) -> Result<u32, String> {
-    let digits_only = !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit());
-    match value.parse::<u32>() {
-        Ok(partition) if digits_only => Ok(partition),
-        _ => Err(format!(
+    match crate::http::decimal::<u32>(value) {
+        Some(partition) => Ok(partition),
+        None => Err(format!(
             "invalid partition {value:?}: want a non-negative integer"
         )),
     }
