@@ -49,10 +49,15 @@ pub const READ_CHUNK_BYTES: u64 = 16 << 20;
 /// Bytes of read buffers the records held may keep alive, past which nothing
 /// more is read until commits release some.
 pub const HELD_BYTES_MAX: u64 = 256 << 20;
-/// A read's keys and payloads share buffers of about this size: a record held
-/// for long (a failing partition's probe) keeps at most one such buffer alive,
-/// not the whole read.
+/// A read's keys and payloads share buffers of at most about this size: a
+/// record held for long (a failing partition's probe) keeps at most one such
+/// buffer alive, not the whole read.
 const SHARED_BUFFER_BYTES: usize = 1 << 20;
+/// A read's first shared buffer; each next one doubles, up to
+/// [`SHARED_BUFFER_BYTES`]. At low rates a read holds a few records, and a
+/// megabyte for each (allocated, its fresh pages zeroed by the kernel, then
+/// shrunk by a copy) cost more than the records' own handling.
+const FIRST_BUFFER_BYTES: usize = 64 << 10;
 
 /// The dispatch task's timings. [`Default`] gives production values; the
 /// simulation shrinks them so that a seed runs in milliseconds.
@@ -223,7 +228,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
             // allocation per megabyte, not two per record), each sized up front
             // so that no record's copy first moves the ones before it; the
             // records are held once the read is done.
-            let mut buffers: Vec<Vec<u8>> = vec![Vec::with_capacity(SHARED_BUFFER_BYTES)];
+            let mut buffers: Vec<Vec<u8>> = vec![Vec::with_capacity(FIRST_BUFFER_BYTES)];
             let mut visited: Vec<Visited> = Vec::with_capacity(budget.min(1_024));
             let read = reader
                 .read_bounded(budget, config.read_bytes_max, |seq, record| {
@@ -233,7 +238,8 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                     let last = buffers.last().expect("one at least");
                     let need = record.plain_len();
                     if !last.is_empty() && last.len() + need > last.capacity() {
-                        buffers.push(Vec::with_capacity(SHARED_BUFFER_BYTES.max(need)));
+                        let next = (last.capacity() * 2).min(SHARED_BUFFER_BYTES);
+                        buffers.push(Vec::with_capacity(next.max(need)));
                     }
                     let buffer = buffers.len() - 1;
                     let bytes = &mut buffers[buffer];
