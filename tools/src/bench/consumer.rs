@@ -245,8 +245,7 @@ struct Pending {
 }
 
 /// Consumes over `conn` until the plan says stop.
-pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn) -> ConsumeTally {
-    let mut tally = ConsumeTally::new();
+pub async fn consumer(plan: Rc<ConsumePlan>, conn: Conn, mut tally: ConsumeTally) -> ConsumeTally {
     let mut cycle = Cycle {
         link: Link::new(conn),
         reply: Vec::new(),

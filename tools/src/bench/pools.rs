@@ -22,8 +22,8 @@ const CONTROL_TICK: Duration = Duration::from_millis(20);
 /// Runs producers and consumers, drains, and sums up.
 pub(super) async fn run_pools(
     s: &Settings,
-    producer_conns: Vec<Conn>,
-    consumer_conns: Vec<Conn>,
+    producer_conns: Vec<(Conn, Tally)>,
+    consumer_conns: Vec<(Conn, ConsumeTally)>,
     live: &Rc<Live>,
     visibility: Duration,
 ) -> Result<Outcome, String> {
@@ -49,7 +49,7 @@ pub(super) async fn run_pools(
     let consumers: Vec<_> = match &consume_plan {
         Some(plan) => consumer_conns
             .into_iter()
-            .map(|conn| evloop::spawn(consumer::consumer(plan.clone(), conn)))
+            .map(|(conn, tally)| evloop::spawn(consumer::consumer(plan.clone(), conn, tally)))
             .collect(),
         None => Vec::new(),
     };
@@ -108,14 +108,14 @@ pub(super) async fn run_pools(
 /// Runs the producers to the end of the schedule and sums their tallies.
 async fn produce(
     plan: &Rc<Plan>,
-    conns: Vec<Conn>,
+    conns: Vec<(Conn, Tally)>,
     rate: Option<f64>,
     record_bytes: usize,
 ) -> Result<Summary, String> {
     let start = plan.schedule.start();
     let handles: Vec<_> = conns
         .into_iter()
-        .map(|conn| evloop::spawn(workload::worker(plan.clone(), conn)))
+        .map(|(conn, tally)| evloop::spawn(workload::worker(plan.clone(), conn, tally)))
         .collect();
     let mut summary = Summary {
         ok_records: 0,
