@@ -536,6 +536,7 @@ mod tests {
             elapsed: Duration::from_secs(2),
             latencies_us: produce_us,
             target_rate: None,
+            send_lag: crate::bench::report::SendLag::default(),
             errors: std::collections::BTreeMap::new(),
             record_bytes: 100,
         };
@@ -633,6 +634,7 @@ mod tests {
             elapsed: Duration::from_millis(3),
             latencies_us,
             target_rate: None,
+            send_lag: crate::bench::report::SendLag::default(),
             errors: std::collections::BTreeMap::new(),
             record_bytes: 100,
         };
@@ -674,6 +676,7 @@ mod tests {
             elapsed: Duration::from_secs(2),
             latencies_us,
             target_rate: None,
+            send_lag: crate::bench::report::SendLag::default(),
             errors: std::collections::BTreeMap::new(),
             record_bytes: 100,
         };

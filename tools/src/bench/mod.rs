@@ -174,6 +174,7 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
         };
         lines.push(produce.human_line_named(name, unit));
         lines.push(produce.figures_line(name, unit));
+        lines.extend(produce.schedule_line());
     }
     if let Some(consume) = &outcome.consume {
         lines.extend(consume.human_lines());

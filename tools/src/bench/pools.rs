@@ -125,11 +125,13 @@ async fn produce(
         target_rate: rate,
         errors: std::collections::BTreeMap::new(),
         record_bytes,
+        send_lag: report::SendLag::default(),
     };
     for handle in handles {
         let tally: Tally = handle.await;
         summary.ok_records += tally.ok_records;
         summary.failed_records += tally.failed_records;
+        summary.send_lag.merge(tally.send_lag);
         for (status, records) in tally.errors {
             *summary.errors.entry(status).or_default() += records;
         }

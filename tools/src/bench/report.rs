@@ -35,6 +35,36 @@ pub fn latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).expect("the bounds are valid")
 }
 
+/// How well an open-loop run kept its schedule: requests written to their
+/// connection later than [`SendLag::LATE`] after they were due, and the
+/// latest. A generator that falls behind its own schedule measures itself, so
+/// a run that shows many late writes says more about the generator than about
+/// the server.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SendLag {
+    pub late_requests: u64,
+    pub max_us: u64,
+}
+
+impl SendLag {
+    /// Later than this after its due time, a request counts as late.
+    pub const LATE: Duration = Duration::from_millis(1);
+
+    /// Notes a request written `lag` after it was due.
+    pub fn note(&mut self, lag: Duration) {
+        if lag > Self::LATE {
+            self.late_requests += 1;
+        }
+        let us = u64::try_from(lag.as_micros()).unwrap_or(u64::MAX);
+        self.max_us = self.max_us.max(us);
+    }
+
+    pub fn merge(&mut self, other: SendLag) {
+        self.late_requests += other.late_requests;
+        self.max_us = self.max_us.max(other.max_us);
+    }
+}
+
 /// The totals of one run.
 pub struct Summary {
     /// Records the server accepted.
@@ -51,6 +81,8 @@ pub struct Summary {
     pub errors: BTreeMap<u16, u64>,
     /// Payload bytes of one record (0 for pings).
     pub record_bytes: usize,
+    /// How late requests were written after their due time (open loop only).
+    pub send_lag: SendLag,
 }
 
 impl Summary {
@@ -87,6 +119,19 @@ impl Summary {
             pct(0.95),
             pct(0.99),
         )
+    }
+
+    /// For an open-loop run, how well the generator kept its schedule:
+    /// `open loop: N of M requests written more than 1ms after they were due (latest …)`.
+    pub fn schedule_line(&self) -> Option<String> {
+        self.target_rate?;
+        let requests = self.latencies_us.len() + self.failed_records;
+        Some(format!(
+            "open loop: {} of {requests} requests written more than {} after they were due (latest {})",
+            self.send_lag.late_requests,
+            go_duration(SendLag::LATE),
+            go_duration(round_latency(self.send_lag.max_us)),
+        ))
     }
 
     /// Accepted payload megabytes (10^6 bytes) per second.
@@ -127,6 +172,8 @@ impl Summary {
             "p99_us": self.percentile_us(0.99),
             "p999_us": self.percentile_us(0.999),
             "max_us": self.latencies_us.max(),
+            "late_sends": self.send_lag.late_requests,
+            "max_send_lag_us": self.send_lag.max_us,
         })
     }
 }
@@ -473,7 +520,13 @@ mod tests {
             target_rate: None,
             errors: BTreeMap::from([(503, 1)]),
             record_bytes: 1_000_000,
+            send_lag: SendLag::default(),
         };
+        assert_eq!(
+            summary.schedule_line(),
+            None,
+            "a closed loop has no schedule"
+        );
         assert_eq!(
             summary.human_line_named("produce", "msg"),
             "produce: 4 ok, 1 failed in 2s — 2 msg/s; latency p50=200µs p95=300µs p99=300µs"
@@ -493,5 +546,46 @@ mod tests {
         assert_eq!(json["mb_per_s"], 2.0);
         assert_eq!(json["p90_us"], 300);
         assert_eq!(json["errors"]["503"], 1);
+        assert_eq!(json["late_sends"], 0);
+    }
+
+    #[test]
+    fn an_open_loop_run_says_how_late_its_requests_were_written() {
+        let mut lag = SendLag::default();
+        for ms in [0, 1, 2, 40] {
+            lag.note(Duration::from_millis(ms));
+        }
+        let mut other = SendLag::default();
+        other.note(Duration::from_micros(1500));
+        lag.merge(other);
+        assert_eq!(
+            lag,
+            SendLag {
+                late_requests: 3,
+                max_us: 40_000
+            }
+        );
+        let mut latencies_us = latency_histogram();
+        for _ in 0..5 {
+            latencies_us.record(100).unwrap();
+        }
+        let summary = Summary {
+            ok_records: 5,
+            failed_records: 0,
+            elapsed: Duration::from_secs(1),
+            latencies_us,
+            target_rate: Some(5.0),
+            errors: BTreeMap::new(),
+            record_bytes: 10,
+            send_lag: lag,
+        };
+        assert_eq!(
+            summary.schedule_line().unwrap(),
+            "open loop: 3 of 5 requests written more than 1ms after they were due (latest 40ms)"
+        );
+        let line = json_line("produce", "t", Some(&summary), None);
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(json["late_sends"], 3);
+        assert_eq!(json["max_send_lag_us"], 40_000);
     }
 }

@@ -353,6 +353,8 @@ pub struct Tally {
     /// no answer).
     pub errors: std::collections::BTreeMap<u16, u64>,
     pub latencies_us: Histogram<u64>,
+    /// How late its open-loop requests were written.
+    pub send_lag: report::SendLag,
     /// When its last response ended.
     pub finished: Instant,
 }
@@ -366,6 +368,7 @@ impl Tally {
             failed_records: 0,
             errors: std::collections::BTreeMap::new(),
             latencies_us: report::latency_histogram(),
+            send_lag: report::SendLag::default(),
             finished: Instant::now(),
         }
     }
@@ -421,7 +424,15 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn, mut tally: Tally) -> Tally {
             }
             (None, _) => (&plan.body[..], None),
         };
-        let sent = ticket.due.unwrap_or_else(Instant::now);
+        let sent = match ticket.due {
+            Some(due) => {
+                tally
+                    .send_lag
+                    .note(Instant::now().saturating_duration_since(due));
+                due
+            }
+            None => Instant::now(),
+        };
         let result = open.send(plan.template.build(body)).await;
         let now = Instant::now();
         if let (Some(stamper), Some(first)) = (&plan.stamper, first_id) {
