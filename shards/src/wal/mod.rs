@@ -170,6 +170,9 @@ pub struct WalStats {
     pub compactions: u64,
     /// Rolls that found a prepared segment ready.
     pub prepared_rolls: u64,
+    /// Rolls that left a growing segment (one made when nothing was prepared)
+    /// for a prepared one: as soon as one is ready, however little it holds.
+    pub early_rolls: u64,
     /// Checkpoint `fdatasync`s.
     pub checkpoint_syncs: u64,
     /// Segment preparations that failed (each is followed by a pause).
@@ -232,6 +235,10 @@ struct Shared {
     /// First sequence numbers of the segments, oldest first; the last is active.
     segments: VecDeque<Seq>,
     roll_requested: bool,
+    /// The active segment was made empty (no prepared file was ready) and each
+    /// write past its end grows it: once a prepared segment is ready, the WAL
+    /// rolls onto it rather than grow the file to a full segment.
+    active_grows: bool,
     spares: Vec<String>,
     prep_ready: bool,
     prep_running: bool,
@@ -306,6 +313,20 @@ impl Shared {
         (mark.segment == segment).then_some(mark)
     }
 
+    /// Asks for a roll onto the prepared segment when the active one grows.
+    /// Skipped while a roll is already staged: it takes the prepared file, and a
+    /// second one right behind it would find none and make another growing file.
+    /// (A roll inside the batch the flush loop is writing can still take it
+    /// first; the growing file that follows is rolled away in turn once the next
+    /// preparation is ready.)
+    fn roll_onto_prepared_if_growing(&mut self) {
+        let roll_staged = !self.roll_points.is_empty()
+            || self.sealed.iter().any(|job| !job.roll_points.is_empty());
+        if self.active_grows && self.prep_ready && !roll_staged {
+            self.roll_requested = true;
+        }
+    }
+
     fn wake_upkeep(&mut self) {
         self.upkeep_signal = true;
         if let Some(waker) = self.upkeep.take() {
@@ -354,6 +375,7 @@ impl<S: Storage> Wal<S> {
             checkpoint_file,
             spares,
             prep_ready,
+            active_file_bytes,
         } = recovered;
         let shared = Shared {
             staging: Vec::new(),
@@ -373,6 +395,7 @@ impl<S: Storage> Wal<S> {
             active_bytes: active.len(),
             segments,
             roll_requested: false,
+            active_grows: active_file_bytes < narad_io::align_up(config.segment_bytes_max),
             spares,
             prep_ready,
             prep_running: false,
@@ -397,6 +420,10 @@ impl<S: Storage> Wal<S> {
                 tasks: RefCell::new(Vec::new()),
             }),
         };
+        wal.inner
+            .shared
+            .borrow_mut()
+            .roll_onto_prepared_if_growing();
         let active_first = *wal
             .inner
             .shared

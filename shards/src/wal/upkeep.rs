@@ -160,7 +160,8 @@ async fn compact<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
         };
         let name = join(&inner.dir, &segment_name(first));
         let keep = inner.config.prealloc
-            && inner.shared.borrow().spares.len() < inner.config.spare_segments_max;
+            && inner.shared.borrow().spares.len() < inner.config.spare_segments_max
+            && full_size(wal, &name).await?;
         if keep {
             let spare = join(
                 &inner.dir,
@@ -193,6 +194,15 @@ async fn compact<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the file at `path` is as large as a segment, so that recycling it
+/// never grows it again (a segment that grew and was rolled away early is not).
+async fn full_size<S: Storage>(wal: &Wal<S>, path: &str) -> io::Result<bool> {
+    let file = wal.inner.storage.open(path, OpenMode::Existing).await?;
+    let bytes = file.size().await;
+    file.close().await?;
+    Ok(bytes? >= narad_io::align_up(wal.inner.config.segment_bytes_max))
+}
+
 /// Starts preparing the next segment in the background unless one is ready or
 /// being prepared.
 pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
@@ -222,6 +232,7 @@ pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
             Ok(true) => {
                 sh.prep_ready = true;
                 sh.prep_retry_at = None;
+                sh.roll_onto_prepared_if_growing();
             }
             // Given up for the close: there is no prepared segment, and a
             // roll the close still flushes creates its segment instead.
@@ -237,13 +248,22 @@ pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
 
 /// Makes `next-segment.prep`: a recycled spare if there is one (its old frames
 /// carry old sequence numbers and are never taken for new ones), else a new file
-/// zero-filled to the full segment size and synced. Returns whether it made it
-/// (`false`: the WAL began closing during the zero-fill, which it gave up).
+/// zero-filled to the full segment size and synced. A spare smaller than a
+/// segment (one that grew and was rolled away early) is removed, not recycled:
+/// writes past its end would grow it again. Returns whether it made it (`false`:
+/// the WAL began closing during the zero-fill, which it gave up).
 async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<bool> {
     let inner = &wal.inner;
     let prep = join(&inner.dir, PREP_FILE);
-    let spare = inner.shared.borrow_mut().spares.pop();
-    if let Some(spare) = spare {
+    loop {
+        let Some(spare) = inner.shared.borrow_mut().spares.pop() else {
+            break;
+        };
+        // Compaction keeps only full-size spares; one found at open may not be.
+        if !full_size(wal, &spare).await? {
+            inner.storage.remove(&spare).await?;
+            continue;
+        }
         inner.storage.rename(&spare, &prep).await?;
         return Ok(true);
     }

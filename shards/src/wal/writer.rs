@@ -45,6 +45,9 @@ pub(super) struct Recovered<F> {
     pub checkpoint_file: CheckpointFile<F>,
     pub spares: Vec<String>,
     pub prep_ready: bool,
+    /// The size of the active segment's file: smaller than a segment when it
+    /// was made empty and grows with each write.
+    pub active_file_bytes: u64,
 }
 
 fn corrupt(name: &str, e: ScanError) -> WalError {
@@ -108,6 +111,7 @@ pub(super) async fn recover<S: Storage>(
             checkpoint_file,
             spares,
             prep_ready,
+            active_file_bytes: 0,
         });
     }
     let oldest = segments[0];
@@ -147,6 +151,7 @@ pub(super) async fn recover<S: Storage>(
         .await
         .map_err(|e| corrupt(&name, e))?;
     let resume_bytes = erase_torn_run(&file, &end).await?;
+    let active_file_bytes = file.size().await?;
     // Frames a killed process wrote but never synced are readable and valid, and
     // the scan took them: make them durable before they count as such (before
     // the dispatcher reads them and before a roll can seal this segment).
@@ -182,6 +187,7 @@ pub(super) async fn recover<S: Storage>(
         checkpoint_file,
         spares,
         prep_ready,
+        active_file_bytes,
     })
 }
 
@@ -588,6 +594,8 @@ impl<S: Storage> Writer<S> {
             let mut sh = inner.shared.borrow_mut();
             sh.stats.rolls += 1;
             sh.stats.prepared_rolls += u64::from(prepared);
+            sh.stats.early_rolls += u64::from(prepared && sh.active_grows);
+            sh.active_grows = !prepared;
         }
         if inner.config.prealloc {
             super::upkeep::start_preparation(&self.wal);
