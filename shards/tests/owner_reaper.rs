@@ -561,6 +561,56 @@ fn the_cold_walk_reaps_closed_logs_and_closes_them_again() {
     });
 }
 
+/// Stats of a closed log come from the shape it closed with: no open, so no new
+/// idle period either (a dashboard polling a topic's stats keeps none of its
+/// logs open). A commit reopens the log and the stats follow it; what the cold
+/// walk deletes shows without an open.
+#[test]
+fn stats_of_a_closed_log_do_not_open_it() {
+    let disk = SimDisk::new(6, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        commit(&owner, 0, &batch("a", 3)).await;
+        commit(&owner, 1, &batch("b", 4)).await;
+        let stats = |p: u32| {
+            let owner = owner.clone();
+            async move { owner.stats(&topic(), ID, PartitionId(p)).await.unwrap() }
+        };
+        let open_shape = stats(0).await;
+        assert_eq!(owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await, 2);
+        assert_eq!(stats(0).await, open_shape);
+        assert_eq!(stats(1).await.next_offset, Offset(4));
+        assert_eq!(owner.open_log_count(), 0, "stats opened a closed log");
+        // A commit reopens the log: its stats are the log's again.
+        commit(&owner, 0, &batch("c", 2)).await;
+        assert_eq!(owner.open_log_count(), 1);
+        let grown = stats(0).await;
+        assert_eq!(
+            (grown.oldest_offset, grown.next_offset),
+            (Offset(0), Offset(5))
+        );
+        assert!(grown.size_bytes > open_shape.size_bytes);
+        owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await;
+        assert_eq!(stats(0).await, grown);
+        // The cold walk deletes the aged segments and closes the logs again.
+        let mut walk = ColdWalk::default();
+        let totals = walk
+            .step(&owner, vec![owned(0), owned(1)], unix_ms() + 2 * HOUR_MS)
+            .await;
+        assert_eq!(totals.segments_deleted, 2);
+        let trimmed = stats(0).await;
+        assert_eq!(
+            (trimmed.oldest_offset, trimmed.next_offset),
+            (Offset(5), Offset(5))
+        );
+        assert!(trimmed.size_bytes < grown.size_bytes);
+        assert_eq!(stats(1).await.oldest_offset, Offset(4));
+        assert_eq!(owner.open_log_count(), 0, "stats opened a closed log");
+        owner.close_all().await;
+    });
+}
+
 #[test]
 fn the_reaper_task_trims_on_its_cadence_and_stops_with_the_owner() {
     let disk = SimDisk::new(6, SimFaults::default());

@@ -49,7 +49,7 @@ use narad_io::Storage;
 
 use super::observe::{PartitionObserver, StorageObserver};
 use super::reaper::RetentionOf;
-use super::types::{CommitError, CommitReply, OwnedRecord};
+use super::types::{CommitError, CommitReply, OwnedRecord, PartitionStats};
 use crate::ids::{IncarnationId, Offset, PartitionId};
 use crate::log::cache::FrameCache;
 use crate::log::{commit_bytes_bound, LogConfig, LogError, PartitionLog, RecordRef};
@@ -118,6 +118,11 @@ pub struct Owner<S: Storage> {
     /// Partitions whose log was opened since this owner started, so whose
     /// shape the observer was told: the cold walk opens the others once.
     measured: RefCell<HashSet<SlotKey>>,
+    /// The shape of each log closed whole since it was last open (idle
+    /// eviction, the cold walk): nothing changes a closed log's files, since
+    /// whatever would (a commit, retention) opens it first, and an open drops
+    /// the entry. Stats answer from here without opening the log.
+    pub(super) closed_shapes: RefCell<HashMap<SlotKey, PartitionStats>>,
 }
 
 impl<S: Storage> Owner<S> {
@@ -145,6 +150,7 @@ impl<S: Storage> Owner<S> {
             observer: RefCell::new(None),
             open_logs: Cell::new(0),
             measured: RefCell::new(HashSet::new()),
+            closed_shapes: RefCell::new(HashMap::new()),
         })
     }
 
@@ -157,6 +163,31 @@ impl<S: Storage> Owner<S> {
     /// Logs open now, those a task is using included.
     pub fn open_log_count(&self) -> usize {
         self.open_logs.get()
+    }
+
+    /// Closes a log taken out of `slot` whose use is over, and remembers its
+    /// shape for stats if it closed cleanly.
+    pub(super) async fn close_log(
+        &self,
+        slot: &Slot<S>,
+        log: PartitionLog<S>,
+    ) -> Result<(), LogError> {
+        let stats = log.stats();
+        let closed = log.close().await;
+        self.note_log_closed();
+        if closed.is_ok() && !slot.retired.get() {
+            self.closed_shapes.borrow_mut().insert(
+                (slot.incarnation, slot.partition),
+                PartitionStats {
+                    partition: slot.partition,
+                    oldest_offset: stats.oldest_offset,
+                    next_offset: stats.next_offset,
+                    segments: stats.segment_count,
+                    size_bytes: stats.size_bytes,
+                },
+            );
+        }
+        closed
     }
 
     /// Counts a log closed (or dropped after a failure) that was counted open.
@@ -398,6 +429,9 @@ impl<S: Storage> Owner<S> {
         let dir = super::partition_dir(&slot.topic, slot.incarnation, slot.partition);
         match open_at_or_above_settled(&self.storage, &dir, &self.config).await {
             Ok(log) => {
+                self.closed_shapes
+                    .borrow_mut()
+                    .remove(&(slot.incarnation, slot.partition));
                 slot.retry_open_at.set(None);
                 *slot.cache.borrow_mut() = Some(log.shared_cache());
                 self.open_logs.set(self.open_logs.get() + 1);
@@ -442,6 +476,9 @@ impl<S: Storage> Owner<S> {
         self.measured
             .borrow_mut()
             .retain(|&(id, _)| id != incarnation);
+        self.closed_shapes
+            .borrow_mut()
+            .retain(|&(id, _), _| id != incarnation);
         let retired: Vec<Rc<Slot<S>>> = {
             let mut slots = self.slots.borrow_mut();
             let keys: Vec<SlotKey> = slots

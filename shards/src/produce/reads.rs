@@ -1,6 +1,8 @@
 //! Reads and stats of the partitions this shard owns: from the open log's
 //! recent-frame cache without the partition's lock when it covers the offset,
 //! else under the lock from the log, which is opened first if it is closed.
+//! Stats of a closed log are the shape it closed with (nothing changes a closed
+//! log's files without opening it first), so they never open one.
 //!
 //! Which cores: the owner's shard, as the rest of [`Owner`]. A read's caller may
 //! go away half way (a consume whose client hung up): the log it took out of
@@ -227,6 +229,22 @@ impl<S: Storage> Owner<S> {
         incarnation: IncarnationId,
         partition: PartitionId,
     ) -> Result<PartitionStats, ReadError> {
+        // A closed log's shape is known without opening it (nor keeping it open
+        // for another idle period).
+        let closed = self
+            .closed_shapes
+            .borrow()
+            .get(&(incarnation, partition))
+            .cloned();
+        if let Some(stats) = closed {
+            if self.closing.get() {
+                return Err(ReadError::Stopping);
+            }
+            if !self.is_live(topic, incarnation, partition) {
+                return Err(ReadError::NotFound);
+            }
+            return Ok(stats);
+        }
         self.with_log(topic, incarnation, partition, async |log| {
             let stats = log.stats();
             Ok(PartitionStats {

@@ -419,11 +419,8 @@ impl<S: Storage> Owner<S> {
         }
         if was_open || log.is_poisoned() {
             self.put_back(slot, log).await;
-        } else {
-            if let Err(e) = log.close().await {
-                tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a log after the cold retention walk failed");
-            }
-            self.note_log_closed();
+        } else if let Err(e) = self.close_log(slot, log).await {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a log after the cold retention walk failed");
         }
     }
 
@@ -445,10 +442,9 @@ impl<S: Storage> Owner<S> {
             self.put_back(slot, log).await;
             return;
         }
-        if let Err(e) = log.close().await {
+        if let Err(e) = self.close_log(slot, log).await {
             tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a log after measuring it failed");
         }
-        self.note_log_closed();
     }
 
     /// Closes the logs no commit or read used for `idle`; returns how many.
@@ -478,10 +474,9 @@ impl<S: Storage> Owner<S> {
             // as when a log closes any other way, even if something still
             // holds the slot.
             slot.cache.borrow_mut().take();
-            if let Err(e) = log.close().await {
+            if let Err(e) = self.close_log(&slot, log).await {
                 tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing an idle partition log failed");
             }
-            self.note_log_closed();
             tracing::debug!(topic = %slot.topic, partition = slot.partition.0, "closed an idle partition log");
             closed += 1;
         }
