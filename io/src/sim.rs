@@ -219,6 +219,12 @@ impl SimDisk {
         self.inner.borrow_mut().fail_rename_of = Some(from.to_string());
     }
 
+    /// Whether a rename fault set by [`SimDisk::fail_next_rename_of`] is still
+    /// waiting for its rename.
+    pub fn rename_fault_armed(&self) -> bool {
+        self.inner.borrow().fail_rename_of.is_some()
+    }
+
     /// The next remove of `path` fails with `EIO` and leaves the file in place.
     pub fn fail_next_remove_of(&self, path: &str) {
         self.inner.borrow_mut().fail_remove_of = Some(path.to_string());

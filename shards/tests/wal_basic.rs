@@ -358,14 +358,23 @@ fn a_compaction_whose_rename_failed_its_directory_sync_carries_on() {
         let wal = Wal::open(disk.clone(), "wal", small_config(true))
             .await
             .unwrap();
+        // Past the first segment (it grows, so it is removed, not kept): the
+        // active one now is a prepared, full-size one.
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        let payload = vec![1u8; 1000];
+        while wal.stats().early_rolls == 0 {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
         let files = disk.list("wal").await.unwrap();
-        let first = files
+        let active = files
             .iter()
-            .find(|f| f.ends_with(".wal"))
+            .filter(|f| f.ends_with(".wal") && !f.starts_with("spare-"))
+            .max()
             .unwrap_or_else(|| panic!("no segment in {files:?}"));
-        // The first segment becomes a spare, but the sync after the rename fails.
-        disk.fail_next_rename_of(&format!("wal/{first}"));
+        // It becomes a spare, but the sync after the rename fails.
+        disk.fail_next_rename_of(&format!("wal/{active}"));
         append_and_dispatch_rounds(&wal, 12, |_| {}).await;
+        assert!(!disk.rename_fault_armed(), "the rename never happened");
         assert!(
             wal.segment_count() <= 3,
             "compaction stuck: {} segments",
@@ -697,9 +706,9 @@ fn a_preparation_that_fails_on_a_full_disk_pauses_and_leaves_no_partial_file() {
             wal.append(&record(&payload, None)).await.unwrap();
         }
         wait_until(|| wal.stats().preparations_failed == 1).await;
-        // Checkpoint syncs keep asking for a preparation (the checkpoint stays
-        // inside the first segment, so nothing is compacted and no space is
-        // freed); none starts while the pause lasts.
+        // Checkpoint syncs keep asking for a preparation (the checkpoint passes
+        // only the short first segment, whose compaction frees a block, far
+        // from a segment's room); none starts while the pause lasts.
         for seq in 1..=20 {
             wal.store_checkpoint(Seq(seq));
             wait_until(|| wal.synced_checkpoint() == Seq(seq)).await;
@@ -786,6 +795,41 @@ fn a_growing_segment_is_left_for_a_prepared_one() {
             .await
             .unwrap();
         assert_eq!(wal.next_seq(), target);
+        wal.close().await;
+    });
+}
+
+/// A spare shorter than a segment found at open (left by a version that kept
+/// them) is removed rather than prepared: writes past its end would grow it.
+#[test]
+fn a_short_spare_found_at_open_is_removed_not_recycled() {
+    let disk = SimDisk::new(15, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        wal.append(&record(&[9u8; 100], None)).await.unwrap();
+        wal.close().await;
+        let short = "wal/spare-00000000000000009999.wal";
+        let file = disk
+            .open(short, narad_io::file::OpenMode::CreateOrOpen)
+            .await
+            .unwrap();
+        narad_io::BlockFile::write_at(&file, 0, &[0u8; 4096])
+            .await
+            .unwrap();
+        narad_io::BlockFile::close(file).await.unwrap();
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        let sizes = file_sizes(&disk).await;
+        let prep = sizes
+            .iter()
+            .find(|(n, _)| n == "next-segment.prep")
+            .unwrap();
+        assert!(prep.1 >= small_config(true).segment_bytes_max, "{sizes:?}");
+        assert!(!disk_names_contain(&disk, "spare-00000000000000009999.wal"));
         wal.close().await;
     });
 }

@@ -161,7 +161,13 @@ async fn compact<S: Storage>(wal: &Wal<S>) -> io::Result<()> {
         let name = join(&inner.dir, &segment_name(first));
         let keep = inner.config.prealloc
             && inner.shared.borrow().spares.len() < inner.config.spare_segments_max
-            && full_size(wal, &name).await?;
+            && match full_size(wal, &name).await {
+                Ok(full) => full,
+                // An earlier attempt renamed it (so it was full size), then
+                // failed to sync the directory: the rename below finds it gone.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => true,
+                Err(e) => return Err(e),
+            };
         if keep {
             let spare = join(
                 &inner.dir,

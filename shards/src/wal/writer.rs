@@ -596,6 +596,8 @@ impl<S: Storage> Writer<S> {
             sh.stats.prepared_rolls += u64::from(prepared);
             sh.stats.early_rolls += u64::from(prepared && sh.active_grows);
             sh.active_grows = !prepared;
+            // A preparation that finished during this roll saw the old segment.
+            sh.roll_onto_prepared_if_growing();
         }
         if inner.config.prealloc {
             super::upkeep::start_preparation(&self.wal);
