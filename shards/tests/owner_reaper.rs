@@ -578,10 +578,18 @@ fn stats_of_a_closed_log_do_not_open_it() {
             async move { owner.stats(&topic(), ID, PartitionId(p)).await.unwrap() }
         };
         let open_shape = stats(0).await;
+        assert_eq!(open_shape.segments, 1);
         assert_eq!(owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await, 2);
         assert_eq!(stats(0).await, open_shape);
         assert_eq!(stats(1).await.next_offset, Offset(4));
         assert_eq!(owner.open_log_count(), 0, "stats opened a closed log");
+        // The same shape an open finds.
+        read_from(&owner, 1, 0).await.unwrap();
+        assert_eq!(owner.open_log_count(), 1);
+        let reopened = stats(1).await;
+        assert_eq!((reopened.next_offset, reopened.segments), (Offset(4), 1));
+        owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await;
+        assert_eq!(stats(1).await, reopened);
         // A commit reopens the log: its stats are the log's again.
         commit(&owner, 0, &batch("c", 2)).await;
         assert_eq!(owner.open_log_count(), 1);
@@ -607,6 +615,50 @@ fn stats_of_a_closed_log_do_not_open_it() {
         assert!(trimmed.size_bytes < grown.size_bytes);
         assert_eq!(stats(1).await.oldest_offset, Offset(4));
         assert_eq!(owner.open_log_count(), 0, "stats opened a closed log");
+        owner.close_all().await;
+    });
+}
+
+/// A commit whose read-back failed after its sync may have left its frames
+/// durable past the high watermark, where an open finds them: such a log's
+/// shape is not remembered when it closes, so stats open it and see them.
+#[test]
+fn stats_after_a_failed_read_back_are_what_an_open_finds() {
+    let disk = SimDisk::new(7, SimFaults::default());
+    run_local(None, async move {
+        let retention = Rc::new(Cell::new(Retention::Age(HOUR)));
+        let owner = owner_on(disk.clone(), &retention);
+        let dir = partition_dir(TOPIC, ID, PartitionId(0));
+        // Opening the log makes its first segment; its first commit starts at
+        // a block boundary, so no earlier block is written again after a
+        // failed read-back, and the frames stay on the device.
+        let empty = owner.stats(&topic(), ID, PartitionId(0)).await.unwrap();
+        assert_eq!(empty.next_offset, Offset(0));
+        let segment = format!("{dir}/{:020}.log", 0);
+        disk.flip_next_read_at(&segment, 10, 3);
+        let (reply, answer) = oneshot::channel();
+        let records = batch("b", 3)
+            .into_iter()
+            .map(|p| OwnedRecord {
+                key: None,
+                payload: p.into_bytes().into(),
+            })
+            .collect();
+        owner.commit(topic(), ID, PartitionId(0), records, reply);
+        assert!(answer.await.unwrap().is_err(), "the read-back was flipped");
+        assert_eq!(
+            owner
+                .stats(&topic(), ID, PartitionId(0))
+                .await
+                .unwrap()
+                .next_offset,
+            Offset(0)
+        );
+        owner.evict_idle(Instant::now() + 2 * HOUR, HOUR).await;
+        assert_eq!(owner.open_log_count(), 0);
+        let closed = owner.stats(&topic(), ID, PartitionId(0)).await.unwrap();
+        let records = read_from(&owner, 0, 0).await.unwrap();
+        assert_eq!(closed.next_offset.0, records.len() as u64, "{records:?}");
         owner.close_all().await;
     });
 }

@@ -256,6 +256,7 @@ impl<S: Storage> PartitionLog<S> {
             .await
         {
             self.active.file.rewind(mark);
+            self.unsettled_tail = true;
             self.repair_head().await;
             return Err(e);
         }

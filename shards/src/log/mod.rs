@@ -337,6 +337,9 @@ pub struct PartitionLog<S: Storage> {
     high_watermark: Offset,
     last_commit_ms: u64,
     poisoned: bool,
+    /// A commit's read-back failed after its sync: its frames may be durable
+    /// past the high watermark, so an open could recover more than this shape.
+    unsettled_tail: bool,
     /// The device time of the last commit, if it succeeded (for metrics).
     last_commit_io: Option<CommitIo>,
     /// Shared with the owner, which serves reads of the cached tail without
@@ -383,6 +386,7 @@ impl<S: Storage> PartitionLog<S> {
             high_watermark: opened.next_offset,
             last_commit_ms: opened.last_commit_ms,
             poisoned: false,
+            unsettled_tail: false,
             last_commit_io: None,
             cache,
             gaps: opened.gaps,
@@ -448,6 +452,14 @@ impl<S: Storage> PartitionLog<S> {
     /// Whether a failed fdatasync poisoned the log.
     pub fn is_poisoned(&self) -> bool {
         self.poisoned
+    }
+
+    /// Whether an open of these files could recover another shape than this
+    /// log's: a commit's read-back failed after its sync since it was opened,
+    /// so frames past the high watermark may be durable (recovery keeps every
+    /// commit whose frames verify).
+    pub fn tail_may_differ_on_disk(&self) -> bool {
+        self.unsettled_tail
     }
 
     /// Offset ranges recovery found unreadable in the active segment.

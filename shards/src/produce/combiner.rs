@@ -121,7 +121,9 @@ pub struct Owner<S: Storage> {
     /// The shape of each log closed whole since it was last open (idle
     /// eviction, the cold walk): nothing changes a closed log's files, since
     /// whatever would (a commit, retention) opens it first, and an open drops
-    /// the entry. Stats answer from here without opening the log.
+    /// the entry. Stats answer from here without opening the log. A log whose
+    /// read-back failed after its sync is not remembered: its files may hold
+    /// more than its shape, which only an open finds.
     pub(super) closed_shapes: RefCell<HashMap<SlotKey, PartitionStats>>,
 }
 
@@ -173,9 +175,10 @@ impl<S: Storage> Owner<S> {
         log: PartitionLog<S>,
     ) -> Result<(), LogError> {
         let stats = log.stats();
+        let settled = !log.tail_may_differ_on_disk();
         let closed = log.close().await;
         self.note_log_closed();
-        if closed.is_ok() && !slot.retired.get() {
+        if closed.is_ok() && settled && !slot.retired.get() {
             self.closed_shapes.borrow_mut().insert(
                 (slot.incarnation, slot.partition),
                 PartitionStats {
@@ -421,6 +424,11 @@ impl<S: Storage> Owner<S> {
         if let Some(log) = slot.log.borrow_mut().take() {
             return Ok(log);
         }
+        // Whatever the open finds is the shape from now on, and a failed open
+        // is an error to report, not a shape.
+        self.closed_shapes
+            .borrow_mut()
+            .remove(&(slot.incarnation, slot.partition));
         if let Some(at) = slot.retry_open_at.get() {
             if Instant::now() < at {
                 return Err("partition log failed recently; retrying shortly".into());
@@ -429,9 +437,6 @@ impl<S: Storage> Owner<S> {
         let dir = super::partition_dir(&slot.topic, slot.incarnation, slot.partition);
         match open_at_or_above_settled(&self.storage, &dir, &self.config).await {
             Ok(log) => {
-                self.closed_shapes
-                    .borrow_mut()
-                    .remove(&(slot.incarnation, slot.partition));
                 slot.retry_open_at.set(None);
                 *slot.cache.borrow_mut() = Some(log.shared_cache());
                 self.open_logs.set(self.open_logs.get() + 1);
@@ -488,8 +493,12 @@ impl<S: Storage> Owner<S> {
                 .collect();
             keys.iter().filter_map(|k| slots.remove(k)).collect()
         };
-        for slot in retired {
+        // All before the first wait: a close of one of them meanwhile (idle
+        // eviction) must not remember its shape again.
+        for slot in &retired {
             slot.retired.set(true);
+        }
+        for slot in retired {
             let _guard = slot.lock.lock().await;
             slot.cache.borrow_mut().take();
             let log = slot.log.borrow_mut().take();
