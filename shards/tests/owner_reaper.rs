@@ -73,6 +73,17 @@ async fn commit<S: Storage>(
     partition: u32,
     payloads: &[String],
 ) -> Range<Offset> {
+    try_commit(owner, partition, payloads)
+        .await
+        .expect("commit")
+}
+
+/// [`commit`], returning what the owner answered.
+async fn try_commit<S: Storage>(
+    owner: &Rc<Owner<S>>,
+    partition: u32,
+    payloads: &[String],
+) -> Result<Range<Offset>, CommitError> {
     let records = payloads
         .iter()
         .map(|p| OwnedRecord {
@@ -82,7 +93,7 @@ async fn commit<S: Storage>(
         .collect();
     let (reply, answer) = oneshot::channel();
     owner.commit(topic(), ID, PartitionId(partition), records, reply);
-    answer.await.expect("the owner answers").expect("commit")
+    answer.await.expect("the owner answers")
 }
 
 fn batch(tag: &str, n: usize) -> Vec<String> {
@@ -636,16 +647,8 @@ fn stats_after_a_failed_read_back_are_what_an_open_finds() {
         assert_eq!(empty.next_offset, Offset(0));
         let segment = format!("{dir}/{:020}.log", 0);
         disk.flip_next_read_at(&segment, 10, 3);
-        let (reply, answer) = oneshot::channel();
-        let records = batch("b", 3)
-            .into_iter()
-            .map(|p| OwnedRecord {
-                key: None,
-                payload: p.into_bytes().into(),
-            })
-            .collect();
-        owner.commit(topic(), ID, PartitionId(0), records, reply);
-        assert!(answer.await.unwrap().is_err(), "the read-back was flipped");
+        let failed = try_commit(&owner, 0, &batch("b", 3)).await;
+        assert!(failed.is_err(), "the read-back was flipped: {failed:?}");
         assert_eq!(
             owner
                 .stats(&topic(), ID, PartitionId(0))
