@@ -5,6 +5,7 @@ use narad_io::Storage;
 use narad_shards::ids::{IncarnationId, PartitionId, Seq};
 use narad_shards::wal::{IngressRecord, Wal, WalConfig};
 
+#[allow(unused_imports)]
 pub use narad_shards::testkit::payload_for;
 
 /// Checks a payload read back and returns its id.
@@ -64,4 +65,23 @@ pub async fn read_all<S: Storage>(wal: &Wal<S>, from: Seq) -> Vec<(Seq, u64)> {
             return out;
         }
     }
+}
+
+/// Waits, polling every 2 ms, until `cond` holds; panics after about 4 s.
+pub async fn wait_until(mut cond: impl FnMut() -> bool) {
+    for _ in 0..2000 {
+        if cond() {
+            return;
+        }
+        narad_io::rt::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    panic!("condition not reached within 4 s");
+}
+
+/// Whether the `wal` directory of `disk` holds a file named `name`.
+pub fn disk_names_contain(disk: &narad_io::sim::SimDisk, name: &str) -> bool {
+    futures_lite::future::block_on(disk.list("wal"))
+        .unwrap()
+        .iter()
+        .any(|n| n == name)
 }

@@ -1,0 +1,166 @@
+//! Segment preparation in the ingress WAL: a preparation that fails on a full
+//! disk pauses and leaves nothing behind, a growing segment is left for a
+//! prepared one as soon as it is ready, and a short file is never recycled.
+
+mod wal_common;
+
+use narad_io::rt::run_local;
+use narad_io::sim::{SimDisk, SimFaults};
+use narad_io::Storage;
+use narad_shards::ids::Seq;
+use narad_shards::wal::segment::segment_name;
+use narad_shards::wal::{Wal, WalConfig};
+use wal_common::*;
+
+#[test]
+fn a_preparation_that_fails_on_a_full_disk_pauses_and_leaves_no_partial_file() {
+    let disk = SimDisk::new(13, SimFaults::default());
+    run_local(None, async move {
+        // No spares: every preparation zero-fills a new file.
+        let config = WalConfig {
+            spare_segments_max: 0,
+            ..small_config(true)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        // The first segment grows; the WAL leaves it for the prepared one.
+        let payload = vec![5u8; 1024];
+        while wal.stats().early_rolls == 0 {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        // The active segment and the next are on the device already; no room
+        // for another: the preparation after the next roll fails.
+        disk.set_capacity(Some(disk.allocated_bytes() + 8192));
+        let rolls = wal.stats().rolls;
+        while wal.stats().rolls == rolls {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        wait_until(|| wal.stats().preparations_failed == 1).await;
+        // Checkpoint syncs keep asking for a preparation (the checkpoint passes
+        // only the short first segment, whose compaction frees a block, far
+        // from a segment's room); none starts while the pause lasts.
+        for seq in 1..=20 {
+            wal.store_checkpoint(Seq(seq));
+            wait_until(|| wal.synced_checkpoint() == Seq(seq)).await;
+        }
+        assert_eq!(wal.stats().preparations_failed, 1, "{:?}", wal.stats());
+        assert!(!disk_names_contain(&disk, "next-segment.tmp"));
+        disk.set_capacity(None);
+        wal.close().await;
+    });
+}
+
+/// The sizes of the WAL's files by name.
+async fn file_sizes(disk: &SimDisk) -> Vec<(String, u64)> {
+    let mut sizes = Vec::new();
+    for name in disk.list("wal").await.unwrap() {
+        let file = disk
+            .open(&format!("wal/{name}"), narad_io::file::OpenMode::Existing)
+            .await
+            .unwrap();
+        sizes.push((name, narad_io::BlockFile::size(&file).await.unwrap()));
+        narad_io::BlockFile::close(file).await.unwrap();
+    }
+    sizes
+}
+
+/// A segment made empty (a new WAL, or a WAL reopened on a segment that was
+/// growing) grows with every write, and each durable write then carries a size
+/// change. The WAL leaves it for a prepared segment as soon as one is ready,
+/// and never recycles the short file it leaves behind.
+#[test]
+fn a_growing_segment_is_left_for_a_prepared_one() {
+    let disk = SimDisk::new(14, SimFaults::default());
+    run_local(None, async move {
+        let segment_bytes = small_config(true).segment_bytes_max;
+        // A WAL without preparation grows its segment; reopened with it, the
+        // WAL rolls away from that segment once the next one is ready.
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        let payload = vec![7u8; 1024];
+        for _ in 0..4 {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        wal.close().await;
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        for _ in 0..2 {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        assert_eq!(wal.stats().early_rolls, 1, "{:?}", wal.stats());
+        assert_eq!(wal.segment_count(), 2);
+        let sizes = file_sizes(&disk).await;
+        let grown = &sizes
+            .iter()
+            .find(|(name, _)| *name == segment_name(Seq(0)))
+            .unwrap()
+            .1;
+        assert!(*grown < segment_bytes / 2, "{sizes:?}");
+        // Fill and dispatch several segments: compaction keeps spares, and the
+        // short first segment is never prepared again.
+        for _ in 0..6 * 64 {
+            wal.append(&record(&payload, None)).await.unwrap();
+            wal.store_checkpoint(wal.durable_next());
+        }
+        let target = wal.durable_next();
+        wait_until(|| wal.synced_checkpoint() == target).await;
+        wait_until(|| wal.stats().compactions >= 4).await;
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        let stats = wal.stats();
+        assert_eq!(stats.early_rolls, 1, "{stats:?}");
+        assert_eq!(
+            stats.prepared_rolls, stats.rolls,
+            "every roll found a prepared segment: {stats:?}"
+        );
+        for (name, bytes) in file_sizes(&disk).await {
+            if name.starts_with("spare-") || name == "next-segment.prep" {
+                assert!(bytes >= segment_bytes, "{name}: {bytes} bytes");
+            }
+        }
+        wal.close().await;
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        assert_eq!(wal.next_seq(), target);
+        wal.close().await;
+    });
+}
+
+/// A spare shorter than a segment found at open (left by a version that kept
+/// them) is removed rather than prepared: writes past its end would grow it.
+#[test]
+fn a_short_spare_found_at_open_is_removed_not_recycled() {
+    let disk = SimDisk::new(15, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        wal.append(&record(&[9u8; 100], None)).await.unwrap();
+        wal.close().await;
+        let short = "wal/spare-00000000000000009999.wal";
+        let file = disk
+            .open(short, narad_io::file::OpenMode::CreateOrOpen)
+            .await
+            .unwrap();
+        narad_io::BlockFile::write_at(&file, 0, &[0u8; 4096])
+            .await
+            .unwrap();
+        narad_io::BlockFile::close(file).await.unwrap();
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        let sizes = file_sizes(&disk).await;
+        let prep = sizes
+            .iter()
+            .find(|(n, _)| n == "next-segment.prep")
+            .unwrap();
+        assert!(prep.1 >= small_config(true).segment_bytes_max, "{sizes:?}");
+        assert!(!disk_names_contain(&disk, "spare-00000000000000009999.wal"));
+        wal.close().await;
+    });
+}
