@@ -72,8 +72,18 @@ fn inspect_reports_a_stopped_nodes_wal_and_log_and_writes_nothing() {
 
     let report = inspect("wal", &wal);
     assert!(report.starts_with("checkpoint: "), "{report}");
-    assert!(report.contains(" (5 records)"), "{report}");
-    assert!(report.contains("segments: 1,"), "{report}");
+    // The records end in the last segment; the first ones may sit in a short
+    // first segment the WAL left for a prepared one, or be compacted with it.
+    let segments: Vec<&str> = report
+        .lines()
+        .filter(|l| l.contains(".wal: seqs "))
+        .collect();
+    assert!(matches!(segments.len(), 1 | 2), "{report}");
+    assert!(segments.last().unwrap().contains("..5 ("), "{report}");
+    assert!(
+        report.contains(&format!("segments: {},", segments.len())),
+        "{report}"
+    );
     assert!(!report.contains("CORRUPT"), "{report}");
     let report = inspect("log", &log);
     assert!(report.contains(": offsets 0..5 (5 records)"), "{report}");
