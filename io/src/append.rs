@@ -349,6 +349,10 @@ mod tests {
             }
         }
 
+        async fn write_cached_at(&self, _: u64, _: &[u8]) -> io::Result<()> {
+            Ok(())
+        }
+
         async fn read_at(&self, _: u64, buf: &mut [u8]) -> io::Result<usize> {
             buf.fill(0);
             Ok(0)

@@ -101,6 +101,10 @@ pub struct DmaBlockFile {
     /// descriptor. `Err` once opening it failed: durable writes then fall back
     /// to a write and an `fdatasync`.
     durable: OnceCell<Result<DmaFile, ()>>,
+    /// The same file opened again without `O_DIRECT`, on its first cached write
+    /// (`write_cached_at`), whose writes land in the page cache. `Err` once
+    /// opening it failed: cached writes then go to the device as `write_at`.
+    cached: OnceCell<Result<std::fs::File, ()>>,
     /// The budget of the storage that opened it, if any.
     write_budget_left_bytes: Option<Rc<Cell<u64>>>,
 }
@@ -157,6 +161,25 @@ impl DmaBlockFile {
             }
         }
         self.durable.get().and_then(|d| d.as_ref().ok())
+    }
+
+    /// The page-cache descriptor, opened on first use through `/proc/self/fd`
+    /// as the `O_DSYNC` one is. `None` if that cannot be opened here.
+    fn cached_file(&self) -> Option<&std::fs::File> {
+        self.cached
+            .get_or_init(|| {
+                use std::os::fd::AsRawFd;
+                let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| {
+                        tracing::warn!(error = %e, "cannot open a file again for page-cache writes; they go to the device");
+                    })
+            })
+            .as_ref()
+            .ok()
     }
 
     async fn write_on(
@@ -222,6 +245,24 @@ impl BlockFile for DmaBlockFile {
             )),
             _ => e,
         })
+    }
+
+    /// A `pwrite` on the page-cache descriptor, made on the reactor: whole
+    /// aligned blocks are whole pages (4 KiB), which the kernel fills from the
+    /// caller's bytes without reading the device first, so the call is a copy
+    /// that does not wait on the disk. The `fdatasync` of `sync_data` (on either
+    /// descriptor: both share the inode's cache) writes them out, and a direct
+    /// read of the range writes them out before it reads.
+    async fn write_cached_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
+        if !self.admit(pos, data.len())? {
+            return Ok(());
+        }
+        match self.cached_file() {
+            Some(file) => std::os::unix::fs::FileExt::write_all_at(file, data, pos),
+            None => {
+                Self::write_on(&self.file, pos, data.len(), |buf| buf.copy_from_slice(data)).await
+            }
+        }
     }
 
     async fn read_with<R>(
@@ -380,6 +421,7 @@ impl Storage for DmaStorage {
         Ok(DmaBlockFile {
             file,
             durable: OnceCell::new(),
+            cached: OnceCell::new(),
             write_budget_left_bytes: self.write_budget_left_bytes.clone(),
         })
     }

@@ -66,6 +66,17 @@ pub trait BlockFile {
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()>;
 
+    /// Writes `data` at `pos` (both aligned, as `write_at`) into the operating
+    /// system's page cache rather than to the device: it returns once the kernel
+    /// holds the bytes, so a crash of the process keeps them, and it costs no
+    /// device request of its own. Durable, like `write_at`, only after a later
+    /// `sync_data`, which writes them out; a crash of the machine before that
+    /// may keep any subset of their sectors. For small records overwritten in
+    /// place far more often than they are synced (the WAL's dispatch checkpoint,
+    /// consumer state), where a device write per store would cost a device
+    /// round trip that buys no durability.
+    async fn write_cached_at(&self, pos: u64, data: &[u8]) -> io::Result<()>;
+
     /// Fills `buf` from the device at `pos`; both aligned. Bytes past the end of the
     /// file read as zeros. Returns the number of bytes that were inside the file.
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize>;
@@ -117,6 +128,10 @@ impl<F: BlockFile> BlockFile for std::rc::Rc<F> {
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()> {
         (**self).write_durable_with(pos, len, fill).await
+    }
+
+    async fn write_cached_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
+        (**self).write_cached_at(pos, data).await
     }
 
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {

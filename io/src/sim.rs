@@ -62,6 +62,9 @@ pub struct SimStats {
     /// Writes that were durable when they returned (`write_durable_with`); each
     /// is also one of `writes`.
     pub durable_writes: u64,
+    /// Writes that went to the page cache (`write_cached_at`); each is also
+    /// one of `writes`, with the same crash model until a sync covers it.
+    pub cached_writes: u64,
     /// Bytes handed to `write_at` (what the device would write).
     pub bytes_written: u64,
     /// Bytes read through `read_at`.
@@ -565,6 +568,14 @@ impl BlockFile for SimFile {
         self.sync_sectors(pos / sector..(pos + len as u64).div_ceil(sector))
             .await?;
         self.disk.inner.borrow_mut().stats.durable_writes += 1;
+        Ok(())
+    }
+
+    /// A write like `write_at`: the model of writes not yet synced (any subset
+    /// of their sectors survives a crash) is the page cache's too.
+    async fn write_cached_at(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
+        self.write_at(pos, bytes).await?;
+        self.disk.inner.borrow_mut().stats.cached_writes += 1;
         Ok(())
     }
 

@@ -325,3 +325,69 @@ fn removing_what_is_gone_is_not_an_error_and_renames_cross_directories() {
     })
     .expect("real disk I/O");
 }
+
+/// Whether the first page of the file at `path` sits in the page cache
+/// (`mincore` of a mapping of it).
+fn first_page_cached(path: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(path).expect("open the file to map it");
+    // SAFETY: a read-only shared mapping of one page of an open file, unmapped
+    // below; `mincore` writes one byte per page into `resident`.
+    unsafe {
+        let map = libc::mmap(
+            std::ptr::null_mut(),
+            BLOCK_BYTES,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        );
+        assert_ne!(map, libc::MAP_FAILED, "{}", io::Error::last_os_error());
+        let mut resident = 0u8;
+        let done = libc::mincore(map, BLOCK_BYTES, &mut resident);
+        libc::munmap(map, BLOCK_BYTES);
+        assert_eq!(done, 0, "{}", io::Error::last_os_error());
+        resident & 1 == 1
+    }
+}
+
+/// `write_cached_at` lands in the page cache where `write_at` goes around it;
+/// a direct read sees the cached bytes, `sync_data` writes them out, and they
+/// follow the file through a rename (the cached descriptor is the file's, not
+/// its name's).
+#[test]
+fn cached_writes_land_in_the_page_cache_and_direct_reads_see_them() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    let path = root.path().join("b");
+    rt::run_local(None, async move {
+        let file = storage.open("a", OpenMode::CreateOrOpen).await?;
+        file.write_at(0, &vec![1u8; BLOCK_BYTES]).await?;
+        file.sync_data().await?;
+        storage.rename("a", "b").await?;
+        assert!(
+            !first_page_cached(&path),
+            "a direct write went through the cache"
+        );
+        file.write_cached_at(0, &vec![2u8; BLOCK_BYTES]).await?;
+        assert!(
+            first_page_cached(&path),
+            "the cached write is not in the cache"
+        );
+        let mut read = vec![0u8; BLOCK_BYTES];
+        file.read_at(0, &mut read).await?;
+        assert!(read.iter().all(|&b| b == 2), "the direct read missed it");
+        file.sync_data().await?;
+        file.close().await?;
+        let reopened = storage.open("b", OpenMode::Existing).await?;
+        reopened.read_at(0, &mut read).await?;
+        assert!(read.iter().all(|&b| b == 2), "lost across the reopen");
+        reopened.close().await?;
+        io::Result::Ok(())
+    })
+    .expect("real disk I/O");
+    assert_eq!(
+        std::fs::read(root.path().join("b")).unwrap(),
+        vec![2u8; BLOCK_BYTES]
+    );
+}

@@ -69,12 +69,16 @@ pub fn committer_config(
     }
 }
 
+/// Descriptors a held `consumer.ahead` file takes: its own, and the one its
+/// page-cache writes go through (`write_cached_at`).
+const DESCRIPTORS_PER_HELD_FILE: u64 = 2;
+
 /// One shard's share of the node's descriptor budget for `consumer.ahead` files:
-/// `min(4096, a quarter of the soft open-file limit)` for the node, split evenly
-/// over its shards (at least 4 each).
+/// `min(4096, a quarter of the soft open-file limit / 2)` files for the node
+/// (each takes two descriptors), split evenly over its shards (at least 4 each).
 fn open_files_max(soft_limit: u64, shards: usize) -> usize {
     let shards = shards.max(1) as u64;
-    let node = (soft_limit / 4).clamp(16, 4096);
+    let node = (soft_limit / 4 / DESCRIPTORS_PER_HELD_FILE).clamp(16, 4096);
     (node / shards).max(4) as usize
 }
 
@@ -221,8 +225,9 @@ mod tests {
     fn the_descriptor_budget_is_the_nodes_split_over_its_shards() {
         assert_eq!(open_files_max(1 << 20, 1), 4096);
         assert_eq!(open_files_max(1 << 20, 8), 512);
-        assert_eq!(open_files_max(4096, 8), 128);
-        assert_eq!(open_files_max(1024, 1), 256);
+        // Two descriptors a file: a quarter of the limit is half as many files.
+        assert_eq!(open_files_max(4096, 8), 64);
+        assert_eq!(open_files_max(1024, 1), 128);
         // Never none, even on a tiny limit or a very wide node.
         assert_eq!(open_files_max(64, 2), 8);
         assert_eq!(open_files_max(1 << 20, 10_000), 4);

@@ -59,6 +59,10 @@ impl BlockFile for ReadOnlyFile {
         Err(read_only())
     }
 
+    async fn write_cached_at(&self, _: u64, _: &[u8]) -> io::Result<()> {
+        Err(read_only())
+    }
+
     /// Fills `buf` from `pos` up to the end of the file, zeroes the rest, and
     /// returns how much came from the file, as the broker's storage does.
     async fn read_at(&self, pos: u64, buf: &mut [u8]) -> io::Result<usize> {

@@ -2,10 +2,12 @@
 //! partition. Everything below it may be compacted away.
 //!
 //! Stored in one 4 KiB block of the file `checkpoint`, overwritten in place through
-//! the same O_DIRECT interface as the segments (so the fault-injecting disk covers
+//! the same storage interface as the segments (so the fault-injecting disk covers
 //! it too): `magic "NWCK" | version u8 | 3 zero bytes | seq u64 | crc32c u32`, the
-//! checksum over the 16 bytes before it. A store writes the block at once, so a
-//! process crash keeps the newest value; making it durable is left to a lazy
+//! checksum over the 16 bytes before it. A store writes the block into the page
+//! cache at once (`write_cached_at`), so a process crash keeps the newest value
+//! without a device write per store (the checkpoint moves with every commit that
+//! lands, at low rates once per record); making it durable is left to a lazy
 //! flush (one `fdatasync` for however many stores landed meanwhile). A block that
 //! fails its checksum reads as "no checkpoint": dispatch then replays from the
 //! oldest segment, which duplicates but never loses.
@@ -64,9 +66,10 @@ impl<F: BlockFile> CheckpointFile<F> {
         Ok((Self { file }, decode(&block)))
     }
 
-    /// Overwrites the stored value; durable only after [`CheckpointFile::sync`].
+    /// Overwrites the stored value in the page cache; durable only after
+    /// [`CheckpointFile::sync`].
     pub async fn store(&self, seq: Seq) -> io::Result<()> {
-        self.file.write_at(0, &encode(seq)).await
+        self.file.write_cached_at(0, &encode(seq)).await
     }
 
     /// Makes the last stored value durable.

@@ -2,8 +2,9 @@
 //!
 //! It runs at two cadences, both driven by the caller's clock:
 //! - every tick (T, 100 ms), each partition whose acked state changed gets a fresh
-//!   record written into its window slot, through a held descriptor, with no sync:
-//!   a crash of the process keeps it in the page cache;
+//!   record written into its window slot's page cache (`write_cached_at`, no
+//!   device write), through a held descriptor, with no sync: a crash of the
+//!   process keeps it;
 //! - once per durability interval (D, 1 s by default), each partition written since
 //!   is written out (`fdatasync`), on the tick its key hashes to, so the syncs of
 //!   many partitions do not reach the device as one burst. A partition whose writes
@@ -380,7 +381,9 @@ impl<S: Storage> Committer<S> {
         let frontier = partition.state.frontier;
         let (block, _kept) = slot::encode(seq, &partition.state);
         let (file, held) = self.descriptor(key).await?;
-        let written = file.write_at((window * SLOT_BYTES) as u64, &block).await;
+        let written = file
+            .write_cached_at((window * SLOT_BYTES) as u64, &block)
+            .await;
         self.release(key, file, held).await;
         written.map_err(|e| format!("write of {AHEAD_FILE} slot {window}: {e}"))?;
         self.writes_total += 1;
