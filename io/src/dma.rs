@@ -407,12 +407,27 @@ impl Storage for DmaStorage {
     async fn open(&self, path: &str, mode: OpenMode) -> io::Result<DmaBlockFile> {
         settle_iopoll_probe(&self.root).await?;
         let full = self.path(path);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(mode == OpenMode::CreateOrOpen)
-            .dma_open(&full)
-            .await?;
+        let open = async |flags| {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(mode == OpenMode::CreateOrOpen)
+                .custom_flags(flags)
+                .dma_open(&full)
+                .await
+        };
+        // No access time: every commit's read-back, and every consumer read
+        // from the disk, would otherwise move it after each write moved the
+        // modification time (relatime), dirtying the inode for the next sync
+        // to write out (a journal handle per read where there is a journal).
+        // Only the file's owner may ask; a file of another user is opened
+        // without it.
+        let file = match open(libc::O_NOATIME).await {
+            Err(glommio::GlommioError::IoError(e)) if e.raw_os_error() == Some(libc::EPERM) => {
+                open(0).await?
+            }
+            opened => opened?,
+        };
         // Sync the directory even when the file already existed: an earlier life
         // may have created it and died before its directory entry was durable.
         if mode == OpenMode::CreateOrOpen {

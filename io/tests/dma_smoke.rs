@@ -391,3 +391,39 @@ fn cached_writes_land_in_the_page_cache_and_direct_reads_see_them() {
         vec![2u8; BLOCK_BYTES]
     );
 }
+
+/// Reads leave the access time alone (`O_NOATIME`): with `relatime`, a read
+/// after a write would move it, dirtying the inode for the next sync to write
+/// out, and the partition log reads back every commit. The access time is set
+/// in the past first, so a file system mounted `relatime` (the default) would
+/// move it on the read.
+#[test]
+fn reads_leave_the_access_time_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    let path = root.path().join("read");
+    let path2 = path.clone();
+    rt::run_local(None, async move {
+        let file = storage.open("read", OpenMode::CreateOrOpen).await?;
+        file.write_at(0, &vec![7u8; BLOCK_BYTES]).await?;
+        file.sync_data().await?;
+        let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+        std::fs::File::options()
+            .write(true)
+            .open(&path2)?
+            .set_times(std::fs::FileTimes::new().set_accessed(day_ago))?;
+        let before = std::fs::metadata(&path2)?.atime();
+        let mut buf = vec![0u8; BLOCK_BYTES];
+        file.read_at(0, &mut buf).await?;
+        file.close().await?;
+        assert_eq!(
+            std::fs::metadata(&path2)?.atime(),
+            before,
+            "the read moved the access time"
+        );
+        io::Result::Ok(())
+    })
+    .expect("real disk I/O");
+    assert!(path.exists());
+}
