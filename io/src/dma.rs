@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use glommio::io::{DmaFile, OpenOptions};
+use glommio::io::{BufferedFile, DmaFile, OpenOptions};
 
 use crate::file::{join, BlockFile, OpenMode, Storage, BLOCK_BYTES};
 use crate::is_aligned;
@@ -104,7 +104,7 @@ pub struct DmaBlockFile {
     /// The same file opened again without `O_DIRECT`, on its first cached write
     /// (`write_cached_at`), whose writes land in the page cache. `Err` once
     /// opening it failed: cached writes then go to the device as `write_at`.
-    cached: OnceCell<Result<std::fs::File, ()>>,
+    cached: OnceCell<Result<BufferedFile, ()>>,
     /// The budget of the storage that opened it, if any.
     write_budget_left_bytes: Option<Rc<Cell<u64>>>,
 }
@@ -165,21 +165,24 @@ impl DmaBlockFile {
 
     /// The page-cache descriptor, opened on first use through `/proc/self/fd`
     /// as the `O_DSYNC` one is. `None` if that cannot be opened here.
-    fn cached_file(&self) -> Option<&std::fs::File> {
-        self.cached
-            .get_or_init(|| {
-                use std::os::fd::AsRawFd;
-                let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| {
-                        tracing::warn!(error = %e, "cannot open a file again for page-cache writes; they go to the device");
-                    })
-            })
-            .as_ref()
-            .ok()
+    async fn cached_file(&self) -> Option<&BufferedFile> {
+        if self.cached.get().is_none() {
+            use std::os::fd::AsRawFd;
+            let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+            let opened = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .buffered_open(&path)
+                .await;
+            let opened = opened.map_err(|e| {
+                tracing::warn!(error = %e, "cannot open a file again for page-cache writes; they go to the device");
+            });
+            if let Err(Ok(lost)) = self.cached.set(opened) {
+                // Another write of this file opened it first.
+                let _ = lost.close().await;
+            }
+        }
+        self.cached.get().and_then(|c| c.as_ref().ok())
     }
 
     async fn write_on(
@@ -247,18 +250,28 @@ impl BlockFile for DmaBlockFile {
         })
     }
 
-    /// A `pwrite` on the page-cache descriptor, made on the reactor: whole
-    /// aligned blocks are whole pages (4 KiB), which the kernel fills from the
-    /// caller's bytes without reading the device first, so the call is a copy
-    /// that does not wait on the disk. The `fdatasync` of `sync_data` (on either
-    /// descriptor: both share the inode's cache) writes them out, and a direct
-    /// read of the range writes them out before it reads.
+    /// A write on the page-cache descriptor, through the ring like every other
+    /// I/O here: a buffered write may wait (on the file system's journal for
+    /// the time update, on dirty-page throttling, on reclaim), which the ring
+    /// hands to one of its worker threads rather than stall the shard. The
+    /// `fdatasync` of `sync_data` (on either descriptor: both share the inode's
+    /// cache) writes the bytes out, and a direct read of the range writes them
+    /// out before it reads.
     async fn write_cached_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
         if !self.admit(pos, data.len())? {
             return Ok(());
         }
-        match self.cached_file() {
-            Some(file) => std::os::unix::fs::FileExt::write_all_at(file, data, pos),
+        match self.cached_file().await {
+            Some(file) => {
+                let written = file.write_at(data.to_vec(), pos).await?;
+                if written != data.len() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        format!("short cached write: {written} of {} bytes", data.len()),
+                    ));
+                }
+                Ok(())
+            }
             None => {
                 Self::write_on(&self.file, pos, data.len(), |buf| buf.copy_from_slice(data)).await
             }
@@ -322,6 +335,11 @@ impl BlockFile for DmaBlockFile {
             Some(Ok(durable)) => durable.close().await,
             _ => Ok(()),
         };
+        if let Some(Ok(cached)) = self.cached.into_inner() {
+            // Its writes are the inode's, synced through either descriptor:
+            // closing it loses nothing.
+            let _ = cached.close().await;
+        }
         self.file.close().await?;
         durable?;
         Ok(())

@@ -63,7 +63,8 @@ pub struct SimStats {
     /// is also one of `writes`.
     pub durable_writes: u64,
     /// Writes that went to the page cache (`write_cached_at`); each is also
-    /// one of `writes`, with the same crash model until a sync covers it.
+    /// one of `writes`: until a sync covers them their sectors may survive a
+    /// crash or not, and a failed sync leaves each durable or lost, not pending.
     pub cached_writes: u64,
     /// Bytes handed to `write_at` (what the device would write).
     pub bytes_written: u64,
@@ -76,6 +77,10 @@ struct FileData {
     current: Vec<u8>,
     durable: Vec<u8>,
     dirty_sectors: BTreeSet<u64>,
+    /// Sectors whose newest write went to the page cache (`write_cached_at`):
+    /// a failed sync cannot leave them pending, since the kernel marks a page
+    /// whose writeback failed clean and no later sync writes it again.
+    cached_sectors: BTreeSet<u64>,
     length_dirty: bool,
 }
 
@@ -385,6 +390,7 @@ fn settle_after_crash(data: &mut FileData, rng: &mut ChaCha8Rng) {
     data.current = image.clone();
     data.durable = image;
     data.dirty_sectors.clear();
+    data.cached_sectors.clear();
     data.length_dirty = false;
 }
 
@@ -445,6 +451,7 @@ impl SimFile {
         let sector = SECTOR_BYTES as u64;
         for s in pos / sector..(end as u64).div_ceil(sector) {
             data.dirty_sectors.insert(s);
+            data.cached_sectors.remove(&s);
         }
         inner.stats.writes += 1;
         inner.stats.bytes_written += bytes.len() as u64;
@@ -480,14 +487,27 @@ impl SimFile {
             // may persist them), and some the device dropped, so reads return the
             // old bytes. With O_DIRECT there is no page cache that could keep
             // serving bytes the device no longer has, so reads always show what the
-            // device holds.
+            // device holds. A sector written through the page cache is either
+            // durable or dropped, never pending: the kernel marks a page whose
+            // writeback failed clean, so no later sync writes it again. (The page
+            // may still hold the lost bytes; every read here is direct, and a
+            // direct read shows the device's.)
             let Inner { rng, inodes, .. } = inner;
             let data = inodes.get_mut(&self.inode).expect("open inode exists");
             let dirty: Vec<u64> = data.dirty_sectors.range(sectors).copied().collect();
             for s in dirty {
                 let start = (s as usize * SECTOR_BYTES).min(data.current.len());
                 let end = (start + SECTOR_BYTES).min(data.current.len());
-                match rng.random_range(0..3) {
+                let outcome = if data.cached_sectors.remove(&s) {
+                    if rng.random_bool(0.5) {
+                        0
+                    } else {
+                        2
+                    }
+                } else {
+                    rng.random_range(0..3)
+                };
+                match outcome {
                     0 => {
                         if data.durable.len() < end {
                             data.durable.resize(end, 0);
@@ -575,7 +595,16 @@ impl BlockFile for SimFile {
     /// of their sectors survives a crash) is the page cache's too.
     async fn write_cached_at(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
         self.write_at(pos, bytes).await?;
-        self.disk.inner.borrow_mut().stats.cached_writes += 1;
+        let mut inner = self.disk.inner.borrow_mut();
+        inner.stats.cached_writes += 1;
+        let data = inner
+            .inodes
+            .get_mut(&self.inode)
+            .expect("open inode exists");
+        let sector = SECTOR_BYTES as u64;
+        for s in pos / sector..(pos + bytes.len() as u64).div_ceil(sector) {
+            data.cached_sectors.insert(s);
+        }
         Ok(())
     }
 

@@ -74,12 +74,12 @@ pub fn committer_config(
 const DESCRIPTORS_PER_HELD_FILE: u64 = 2;
 
 /// One shard's share of the node's descriptor budget for `consumer.ahead` files:
-/// `min(4096, a quarter of the soft open-file limit / 2)` files for the node
-/// (each takes two descriptors), split evenly over its shards (at least 4 each).
+/// a quarter of the soft open-file limit in descriptors (32 to 8,192), two a
+/// file, split evenly over its shards (at least 2 files each).
 fn open_files_max(soft_limit: u64, shards: usize) -> usize {
     let shards = shards.max(1) as u64;
-    let node = (soft_limit / 4 / DESCRIPTORS_PER_HELD_FILE).clamp(16, 4096);
-    (node / shards).max(4) as usize
+    let node_descriptors = (soft_limit / 4).clamp(32, 8192);
+    (node_descriptors / DESCRIPTORS_PER_HELD_FILE / shards).max(2) as usize
 }
 
 /// Passes a stop makes over partitions whose final write or sync failed.
@@ -230,6 +230,8 @@ mod tests {
         assert_eq!(open_files_max(1024, 1), 128);
         // Never none, even on a tiny limit or a very wide node.
         assert_eq!(open_files_max(64, 2), 8);
-        assert_eq!(open_files_max(1 << 20, 10_000), 4);
+        assert_eq!(open_files_max(1 << 20, 10_000), 2);
+        // A wide node on a small limit keeps its files to half the limit.
+        assert_eq!(open_files_max(1024, 128), 2);
     }
 }
