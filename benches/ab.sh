@@ -12,8 +12,11 @@
 # (default 1) with 100-record batches of 1 KiB, then runs `narad bench t` with
 # the flags given, pinned to CPU 1, for 6 s. Over a 4 s window from the first
 # second it reads the messages counted in `/metrics` (consumed when anything was
-# consumed, produced otherwise) and the broker's CPU time from
-# /proc/<pid>/stat. Prints one line per run, then each build's medians.
+# consumed, produced otherwise), the broker's CPU time from /proc/<pid>/stat,
+# and the writes and reads the data directory's device completed, from
+# /proc/diskstats (the whole device: anything else writing to it counts too;
+# flushes count as writes on some kernels). Prints one line per run, then each
+# build's medians.
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
@@ -50,6 +53,15 @@ cpu_ticks() {
     awk '{ print $14 + $15 }' "/proc/$1/stat"
 }
 
+# The block device holding the work directory, as /proc/diskstats names it
+# (empty on a file system without one, such as tmpfs: then no counts).
+DEVICE=$(awk -v mm="$(stat -c '%Hd %Ld' "$WORK")" '$1 " " $2 == mm { print $3 }' /proc/diskstats)
+
+disk_ops() {
+    # writes and reads completed by $DEVICE so far
+    awk -v d="$DEVICE" '$3 == d { w = $8; r = $4 } END { printf "%d %d\n", w, r }' /proc/diskstats
+}
+
 run_once() {
     local binary=$1 dir="$WORK/run"
     shift
@@ -74,48 +86,56 @@ run_once() {
     "$binary" bench -s "$url" t --cpus 1 --duration 6 "$@" > "$dir/bench" 2>&1 &
     BENCH=$!
     sleep 1
-    local before ticks_before after ticks_after
+    local before ticks_before disk_before after ticks_after disk_after
     before=$(counted "$url")
     ticks_before=$(cpu_ticks "$BROKER")
+    disk_before=$(disk_ops)
     sleep 4
     after=$(counted "$url")
     ticks_after=$(cpu_ticks "$BROKER")
+    disk_after=$(disk_ops)
     wait "$BENCH" || true
     BENCH=
     kill "$BROKER" 2>/dev/null || true
     wait "$BROKER" 2>/dev/null || true
     BROKER=
     python3 - "$before" "$after" "$((ticks_after - ticks_before))" "$(getconf CLK_TCK)" \
-        > "$WORK/result" <<'EOF'
+        "$disk_before" "$disk_after" > "$WORK/result" <<'EOF'
 import sys
 (p0, c0), (p1, c1) = (map(int, s.split()) for s in sys.argv[1:3])
 ticks, hz = int(sys.argv[3]), int(sys.argv[4])
+(w0, r0), (w1, r1) = (map(int, s.split()) for s in sys.argv[5:7])
 messages = c1 - c0 if c1 > c0 else p1 - p0
 if messages <= 0:
     sys.exit("no message was counted in the window")
-print(f"{messages / 4:.0f} {ticks / hz / messages * 1e6:.2f}")
+print(f"{messages / 4:.0f} {ticks / hz / messages * 1e6:.2f} "
+      f"{(w1 - w0) / messages:.3f} {(r1 - r0) / messages:.3f}")
 EOF
 }
 
-declare -A RATES CPUS
+declare -A RATES CPUS WRITES READS
 for round in $(seq "$ROUNDS"); do
     for build in old new; do
         binary=$OLD
         [ "$build" = new ] && binary=$NEW
         # In this shell, not a subshell, so that the trap ends its processes.
         run_once "$binary" "$@"
-        read -r rate cpu < "$WORK/result"
-        echo "round $round $build: $rate msg/s, broker CPU $cpu µs/msg"
+        read -r rate cpu writes reads < "$WORK/result"
+        echo "round $round $build: $rate msg/s, broker CPU $cpu µs/msg, device $writes writes and $reads reads/msg"
         RATES[$build]+="$rate "
         CPUS[$build]+="$cpu "
+        WRITES[$build]+="$writes "
+        READS[$build]+="$reads "
     done
 done
 for build in old new; do
-    python3 - "$build" "${RATES[$build]}" "${CPUS[$build]}" <<'EOF'
+    python3 - "$build" "${RATES[$build]}" "${CPUS[$build]}" "${WRITES[$build]}" \
+        "${READS[$build]}" <<'EOF'
 import statistics, sys
-build, rates, cpus = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
-rate = statistics.median(float(r) for r in rates)
-cpu = statistics.median(float(c) for c in cpus)
-print(f"{build}: median {rate:,.0f} msg/s, broker CPU {cpu:.2f} µs/msg over {len(rates)} runs")
+build = sys.argv[1]
+rate, cpu, writes, reads = (statistics.median(float(v) for v in a.split()) for a in sys.argv[2:6])
+runs = len(sys.argv[2].split())
+print(f"{build}: median {rate:,.0f} msg/s, broker CPU {cpu:.2f} µs/msg, "
+      f"device {writes:.3f} writes and {reads:.3f} reads/msg over {runs} runs")
 EOF
 done
