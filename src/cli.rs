@@ -189,9 +189,10 @@ pub struct BenchArgs {
     /// and that payloads come back as sent; report missing and duplicates.
     #[arg(long)]
     pub verify: bool,
-    /// (Extension) Run for this many seconds instead of --count records.
-    #[arg(long, value_name = "SECS", conflicts_with = "count")]
-    pub duration: Option<u64>,
+    /// (Extension) Run this long instead of --count records: whole seconds
+    /// (`30`) or a Go duration (`30s`, `2m`, `1m30s`).
+    #[arg(long, value_name = "DURATION", conflicts_with = "count", value_parser = seconds_or_duration)]
+    pub duration: Option<std::time::Duration>,
     /// (Extension) Send `POST .../produce/batch` requests of this many records
     /// (1–1000) instead of single produces; counts and rates stay in records.
     #[arg(long, value_name = "N")]
@@ -226,11 +227,25 @@ pub struct BenchArgs {
     /// once.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// (Extension) Count a request with no whole answer after this many seconds
-    /// as a transport error, and reconnect (default 30), so a server that stops
-    /// answering cannot hang a run.
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<u64>,
+    /// (Extension) Count a request with no whole answer after this long as a
+    /// transport error, and reconnect (default 30 s; whole seconds or a Go
+    /// duration such as `5s` or `1m`), so a server that stops answering
+    /// cannot hang a run.
+    #[arg(long, value_name = "DURATION", value_parser = seconds_or_duration)]
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// A bench length: a bare whole number is seconds (the form these flags took
+/// first), anything else a Go duration string, as the broker's configuration
+/// and the consume route's `wait` take them.
+fn seconds_or_duration(text: &str) -> Result<std::time::Duration, String> {
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse()
+            .map(std::time::Duration::from_secs)
+            .map_err(|e| format!("`{text}`: {e}"));
+    }
+    crate::config::parse_duration(text)
 }
 
 impl BenchArgs {
@@ -241,8 +256,8 @@ impl BenchArgs {
             server: server.to_string(),
             topic: self.topic.clone(),
             count: self.count,
-            duration: self.duration.map(std::time::Duration::from_secs),
-            timeout: self.timeout.map(std::time::Duration::from_secs),
+            duration: self.duration,
+            timeout: self.timeout,
             size_bytes: self.size,
             workers: self.workers,
             producers: self.producers,

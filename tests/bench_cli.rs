@@ -178,11 +178,32 @@ fn a_missing_topic_and_bad_consume_flags_are_refused() {
             &["t", "--report", "/nonexistent-narad-dir/r.html"][..],
             "--report /nonexistent-narad-dir/r.html: cannot create the file",
         ),
+        (&["t", "--duration", "500ms"][..], "--duration must be 1 to"),
     ] {
         let output = bench(&node, args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         let lines = stderr_lines(&output);
         assert!(lines.last().unwrap().contains(expected), "{lines:#?}");
+    }
+}
+
+/// `--duration` and `--timeout` take whole seconds or a Go duration; anything
+/// else is a usage error naming the flag.
+#[test]
+fn bench_lengths_that_are_not_durations_are_refused() {
+    let node = Node::start(&[]);
+    for (flag, value) in [
+        ("--duration", "3x"),
+        ("--timeout", "1.5"),
+        ("--duration", ""),
+    ] {
+        let output = bench(&node, &["t", flag, value]);
+        assert_eq!(output.status.code(), Some(2), "{flag} {value:?}");
+        let text = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            text.contains(&format!("invalid value '{value}' for '{flag} <DURATION>'")),
+            "{flag} {value:?}: {text}"
+        );
     }
 }
 
@@ -200,8 +221,10 @@ fn a_flow_run_consumes_every_record_it_produced() {
             "--mode",
             "flow",
             "--verify",
+            // A Go duration, as the broker's `wait` takes one; a bare number
+            // is seconds (the run below).
             "--duration",
-            "2",
+            "2s",
             "--report",
             report_arg,
         ],

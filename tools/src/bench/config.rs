@@ -252,7 +252,7 @@ impl Settings {
             (Some(_), Some(_)) => return Err("--count and --duration exclude each other".into()),
             (Some(0), None) => return Err("--count must be at least 1".into()),
             (Some(n), None) => Length::Records(n),
-            (None, Some(d)) if d.is_zero() || d > DURATION_MAX => {
+            (None, Some(d)) if d < Duration::from_secs(1) || d > DURATION_MAX => {
                 return Err(format!(
                     "--duration must be 1 to {} s",
                     DURATION_MAX.as_secs()
