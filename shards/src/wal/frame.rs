@@ -373,6 +373,36 @@ pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
     Ok(Frame { seq, body, len })
 }
 
+/// [`decode_frame`] of a frame this process encoded and still holds in memory
+/// (a kept batch: the staging buffer whose bytes went to the device, never
+/// bytes read from it): the header's shape is checked, its checksum is not.
+/// The checksum was computed over these very bytes when they were staged, so
+/// verifying it again would only re-check the encoder, at the cost of a pass
+/// over every payload; what the device returns is always verified.
+pub fn decode_encoded_frame(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
+    if bytes.len() < FRAME_HEADER_BYTES {
+        return Err(FrameError::Short);
+    }
+    if bytes[..4] != FRAME_MAGIC {
+        return Err(FrameError::BadMagic);
+    }
+    let len = encoded_frame_len(bytes);
+    if len - FRAME_HEADER_BYTES > RECORD_BYTES_MAX {
+        return Err(FrameError::TooLong);
+    }
+    if bytes.len() < len {
+        return Err(FrameError::Short);
+    }
+    let seq = Seq(u64::from_be_bytes(
+        bytes[8..16].try_into().expect("8 bytes"),
+    ));
+    Ok(Frame {
+        seq,
+        body: &bytes[FRAME_HEADER_BYTES..len],
+        len,
+    })
+}
+
 /// Reads only the length field of a frame header known to be good, to walk a
 /// buffer of frames this process encoded itself.
 pub fn encoded_frame_len(bytes: &[u8]) -> usize {
@@ -444,6 +474,7 @@ mod tests {
             let written = if masked { record.frame_len() } else { record.frame_len() - KEY_CHECK_BYTES };
             prop_assert_eq!(frame.len, written);
             prop_assert_eq!(encoded_frame_len(&out[3..]), written);
+            prop_assert_eq!(decode_encoded_frame(&out[3..]), Ok(frame));
             let stored = StoredRecord::decode(frame.body, Seq(seq), &KEY).unwrap();
             prop_assert_eq!(stored.frame_len(), written);
             prop_assert_eq!(read_back(&stored), (topic.clone(), inc, part, ts, key.clone(), payload.clone()));
@@ -465,6 +496,9 @@ mod tests {
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             if let Ok(frame) = decode_frame(&bytes) {
+                let _ = StoredRecord::decode(frame.body, Seq(1), &KEY);
+            }
+            if let Ok(frame) = decode_encoded_frame(&bytes) {
                 let _ = StoredRecord::decode(frame.body, Seq(1), &KEY);
             }
             let _ = StoredRecord::decode(&bytes, Seq(1), &KEY);

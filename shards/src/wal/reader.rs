@@ -3,7 +3,9 @@
 //! Runs on the WAL's shard, beside the writer. It never reads past the durable end,
 //! so it never sees a record that could still be lost. Records of recently flushed
 //! batches are read from the WAL's memory (the flushed staging buffers, kept up to
-//! a byte budget), so a dispatcher that keeps up never touches the device. A reader
+//! a byte budget), so a dispatcher that keeps up never touches the device; their
+//! checksums are not verified again, since they are the very bytes the checksums
+//! were computed over when staged (frames read from disk always are). A reader
 //! that falls behind reads from disk: its own file handle and one chunk buffer,
 //! starting from the nearest position mark the writer left. Because the writer
 //! keeps appending to the active segment after a chunk was read, a frame that does
@@ -15,7 +17,7 @@ use std::rc::Rc;
 use narad_io::file::{join, OpenMode};
 use narad_io::Storage;
 
-use super::frame::{decode_frame, StoredRecord};
+use super::frame::{decode_encoded_frame, decode_frame, StoredRecord};
 use super::segment::{frame_at, segment_name, ChunkBuf};
 use super::{Wal, WalError};
 use crate::ids::Seq;
@@ -119,7 +121,7 @@ impl<S: Storage> WalReader<S> {
             };
             if seq >= self.next {
                 let frame_bytes = self.chunk.bytes_at(&seg.file, seg.pos, len).await?;
-                let frame = super::frame::decode_frame(frame_bytes)
+                let frame = decode_frame(frame_bytes)
                     .map_err(|e| WalError::Corrupt(format!("{e:?}").into()))?;
                 let record = StoredRecord::decode(frame.body, seq, &self.wal.inner.key)
                     .map_err(|e| WalError::Corrupt(format!("seq {seq}: {e:?}").into()))?;
@@ -162,7 +164,8 @@ impl<S: Storage> WalReader<S> {
         {
             let corrupt =
                 |why: String| WalError::Corrupt(format!("kept batch at seq {seq}: {why}").into());
-            let frame = decode_frame(&frames[pos..]).map_err(|e| corrupt(format!("{e:?}")))?;
+            let frame =
+                decode_encoded_frame(&frames[pos..]).map_err(|e| corrupt(format!("{e:?}")))?;
             if frame.seq != seq {
                 return Err(corrupt(format!("frame carries seq {}", frame.seq)));
             }
