@@ -31,7 +31,7 @@ pub mod readiness;
 pub mod rt;
 pub mod sim;
 
-pub use append::AppendFile;
+pub use append::{AppendFile, AppendSource};
 pub use file::{BlockFile, Storage, BLOCK_BYTES, SECTOR_BYTES};
 
 /// Rounds `value` up to a multiple of [`BLOCK_BYTES`].

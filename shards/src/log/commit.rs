@@ -30,10 +30,11 @@ use narad_io::{align_down, Storage};
 use super::cache::CachedFrame;
 use super::envelope::{encode_envelope, envelope_len, KEY_BYTES_MAX};
 #[cfg(not(feature = "broken-log-unmasked"))]
-use super::frame::{encode_frame, mask_word};
+use super::frame::mask_word;
 use super::frame::{
     push_record, Codec, FrameSpec, FRAME_HEADER_BYTES, MASK_WORD_BYTES, RECORD_LEN_BYTES,
 };
+use super::outgoing::OutgoingFrame;
 use super::{LogError, PartitionLog, RecordRef, RECORD_BYTES_MAX};
 use crate::ids::Offset;
 
@@ -41,16 +42,31 @@ use crate::ids::Offset;
 struct EncodedFrame {
     base: Offset,
     count: u32,
-    /// Header and stored payload, as written.
-    bytes: Bytes,
-    /// The uncompressed records area, for the cache (uncompressed frames: a
-    /// slice of `bytes`).
+    /// Header and stored payload, as written (produced as they are copied).
+    frame: OutgoingFrame,
+    /// The uncompressed records area, for the cache (an uncompressed frame
+    /// masks it as it is written).
     area: Bytes,
 }
 
 impl EncodedFrame {
     fn end(&self) -> Offset {
         Offset(self.base.0 + u64::from(self.count))
+    }
+
+    fn len(&self) -> usize {
+        self.frame.len()
+    }
+}
+
+/// A frame's bytes as [`narad_io::AppendFile`] writes them.
+impl narad_io::AppendSource for EncodedFrame {
+    fn len(&self) -> usize {
+        self.frame.len()
+    }
+
+    fn copy_to(&self, from: usize, out: &mut [u8]) {
+        narad_io::AppendSource::copy_to(&self.frame, from, out)
     }
 }
 
@@ -96,7 +112,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         let commit_ms = now_ms.max(self.last_commit_ms);
         let frames = self.encode_commit(records, start, commit_ms);
-        let commit_bytes: u64 = frames.iter().map(|f| f.bytes.len() as u64).sum();
+        let commit_bytes: u64 = frames.iter().map(|f| f.len() as u64).sum();
         if commit_bytes > self.config.commit_bytes_max as u64 {
             // Frame headers can push a batch of tiny records over the limit; the
             // limit bounds what recovery reads, so it holds for the bytes on disk.
@@ -195,23 +211,22 @@ impl<S: Storage> PartitionLog<S> {
                     first_of_commit: frames.is_empty(),
                     last_of_commit: last,
                 };
-                let area =
+                let mut area =
                     std::mem::replace(&mut building, if last { Vec::new() } else { fresh(left) });
-                #[cfg(not(feature = "broken-log-unmasked"))]
-                let bytes = Bytes::from(encode_frame(spec, &area, level, mask_word()));
-                #[cfg(feature = "broken-log-unmasked")]
-                let bytes = Bytes::from(super::frame::encode_unmasked_frame(spec, &area, level));
                 // The cache charges an area's length: room sized for the
                 // largest record of the commit, and left unused, goes back.
-                let mut area = area;
                 if area.capacity() > area.len() + area.len() / 4 {
                     area.shrink_to_fit();
                 }
                 let area = Bytes::from(area);
+                #[cfg(not(feature = "broken-log-unmasked"))]
+                let frame = OutgoingFrame::new(spec, &area, level, mask_word());
+                #[cfg(feature = "broken-log-unmasked")]
+                let frame = OutgoingFrame::unmasked(spec, &area, level);
                 let encoded = EncodedFrame {
                     base,
                     count,
-                    bytes,
+                    frame,
                     area,
                 };
                 base = encoded.end();
@@ -233,9 +248,8 @@ impl<S: Storage> PartitionLog<S> {
     ) -> Result<CommitIo, LogError> {
         let write_start = Instant::now();
         self.prepare_active(mark.len() + commit_bytes).await?;
-        let parts: Vec<&[u8]> = frames.iter().map(|f| &f.bytes[..]).collect();
         let sync_start = Instant::now();
-        if let Err(e) = self.active.file.append_durable(&parts).await {
+        if let Err(e) = self.active.file.append_durable_from(frames).await {
             if e.kind() == std::io::ErrorKind::StorageFull {
                 // Refused for space before it went out: the blocks of earlier
                 // commits are untouched, and the caller rewinds.
@@ -359,28 +373,21 @@ impl<S: Storage> PartitionLog<S> {
     fn publish(&mut self, frames: Vec<EncodedFrame>, pos: u64, commit_ms: u64) {
         let interval = self.config.index_interval_bytes;
         let mut at = pos;
-        // The new partial last block: the bytes written from its start to the end.
-        let new_tail_start =
-            align_down(pos + frames.iter().map(|f| f.bytes.len() as u64).sum::<u64>());
-        if new_tail_start > align_down(pos) {
-            self.active.tail_block.clear();
-        }
+        // The new partial last block: the bytes written from its start to the
+        // end, which the appender holds.
+        self.active.tail_block.clear();
+        self.active
+            .tail_block
+            .extend_from_slice(self.active.file.tail());
         for frame in frames {
             assert_eq!(
                 frame.base, self.high_watermark,
                 "frames follow the high watermark"
             );
-            let frame_end = at + frame.bytes.len() as u64;
-            if frame_end > new_tail_start {
-                let skip = new_tail_start.saturating_sub(at) as usize;
-                self.active
-                    .tail_block
-                    .extend_from_slice(&frame.bytes[skip..]);
-            }
             self.active
                 .index
                 .note_frame(at, frame.base, frame.end(), interval, false);
-            at += frame.bytes.len() as u64;
+            at += frame.len() as u64;
             self.high_watermark = frame.end();
             self.cache.borrow_mut().push(CachedFrame {
                 base: frame.base,
@@ -427,7 +434,7 @@ fn verify_frames(read: &[u8], frames: &[EncodedFrame]) -> Result<usize, LogError
             frame.count,
             i == 0,
             i + 1 == frames.len(),
-            frame.bytes.len(),
+            frame.len(),
         );
         let found = (
             header.base_offset,
@@ -439,10 +446,66 @@ fn verify_frames(read: &[u8], frames: &[EncodedFrame]) -> Result<usize, LogError
         if expected != found {
             return Err(mismatch(format!("header {found:?}, wrote {expected:?}")));
         }
-        if read[at..at + frame.bytes.len()] != frame.bytes[..] {
+        if !frame.frame.is(&read[at..at + frame.len()]) {
             return Err(mismatch("bytes differ from those written".to_string()));
         }
-        at += frame.bytes.len();
+        at += frame.len();
     }
     Ok(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One uncompressed first-and-last frame of a commit at offset 10,
+    /// holding `payload` as its only record, masked with `word`.
+    fn encoded(payload: &[u8], word: u64) -> EncodedFrame {
+        let mut area = Vec::new();
+        push_record(&mut area, envelope_len(None, payload.len()), |out| {
+            encode_envelope(out, None, 1_000, payload)
+        });
+        let area = Bytes::from(area);
+        let spec = FrameSpec {
+            base_offset: Offset(10),
+            record_count: 1,
+            codec: Codec::None,
+            first_of_commit: true,
+            last_of_commit: true,
+        };
+        EncodedFrame {
+            base: Offset(10),
+            count: 1,
+            frame: OutgoingFrame::new(spec, &area, 0, word),
+            area,
+        }
+    }
+
+    fn laid_out(frame: &EncodedFrame) -> Vec<u8> {
+        let mut bytes = vec![0; frame.len()];
+        narad_io::AppendSource::copy_to(frame, 0, &mut bytes);
+        bytes
+    }
+
+    #[test]
+    fn a_read_back_of_another_valid_frame_with_the_same_header_fails() {
+        // What a device that dropped this write and kept an earlier, failed
+        // commit of the same offsets and size would return: a frame whose CRC,
+        // offsets, count, flags and length all check.
+        let written = encoded(b"the records of this commit", 0x1111_2222_3333_4444);
+        let stale = encoded(b"an earlier commit's record", 0x5555_6666_7777_8888);
+        assert_eq!(written.len(), stale.len());
+        let frames = [written];
+        assert_eq!(
+            verify_frames(&laid_out(&frames[0]), &frames).unwrap(),
+            frames[0].len()
+        );
+        match verify_frames(&laid_out(&stale), &frames) {
+            Err(LogError::ReadBackMismatch { offset, detail }) => {
+                assert_eq!(offset, Offset(10));
+                assert!(detail.contains("differ"), "{detail}");
+            }
+            other => panic!("a stale frame passed the read-back: {other:?}"),
+        }
+    }
 }

@@ -219,7 +219,11 @@ pub fn mask_word() -> u64 {
 }
 
 /// The codec a frame is stored with, and the compressed bytes when it is zstd.
-fn compress(spec: FrameSpec, records_area: &[u8], zstd_level: i32) -> (Codec, Option<Vec<u8>>) {
+pub(super) fn compress(
+    spec: FrameSpec,
+    records_area: &[u8],
+    zstd_level: i32,
+) -> (Codec, Option<Vec<u8>>) {
     assert!(spec.record_count > 0, "a frame holds at least one record");
     assert!(records_area.len() + FRAME_HEADER_BYTES + MASK_WORD_BYTES <= FRAME_BYTES_MAX);
     let compressed = match spec.codec {
@@ -235,7 +239,7 @@ fn compress(spec: FrameSpec, records_area: &[u8], zstd_level: i32) -> (Codec, Op
 }
 
 /// `out = from ^ mask`, the mask being `word`'s little-endian bytes repeated.
-fn copy_masked(out: &mut [u8], from: &[u8], word: u64) {
+pub(super) fn copy_masked(out: &mut [u8], from: &[u8], word: u64) {
     assert_eq!(out.len(), from.len());
     let mut outs = out.chunks_exact_mut(8);
     let mut ins = from.chunks_exact(8);
@@ -264,6 +268,21 @@ fn frame_header(
     area_len: usize,
     stored: &[u8],
 ) -> [u8; FRAME_HEADER_BYTES] {
+    frame_header_over(spec, codec, version, area_len, stored.len(), |crc| {
+        crc32c::crc32c_append(crc, stored)
+    })
+}
+
+/// [`frame_header`] of stored bytes that `append_stored` feeds to the checksum
+/// (`crc32c_append` of them to the CRC it is given), wherever they are.
+pub(super) fn frame_header_over(
+    spec: FrameSpec,
+    codec: Codec,
+    version: u8,
+    area_len: usize,
+    stored_len: usize,
+    append_stored: impl FnOnce(u32) -> u32,
+) -> [u8; FRAME_HEADER_BYTES] {
     let mut flags = codec.bits();
     if spec.first_of_commit {
         flags |= FLAG_FIRST_OF_COMMIT;
@@ -278,8 +297,8 @@ fn frame_header(
     header[4..8].copy_from_slice(&spec.record_count.to_be_bytes());
     header[8..16].copy_from_slice(&spec.base_offset.0.to_be_bytes());
     header[16..20].copy_from_slice(&(area_len as u32).to_be_bytes());
-    header[20..24].copy_from_slice(&(stored.len() as u32).to_be_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&header[2..24]), stored);
+    header[20..24].copy_from_slice(&(stored_len as u32).to_be_bytes());
+    let crc = append_stored(crc32c::crc32c(&header[2..24]));
     header[24..28].copy_from_slice(&crc.to_be_bytes());
     header
 }

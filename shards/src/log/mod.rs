@@ -36,6 +36,7 @@ pub use commit::{commit_bytes_bound, CommitIo};
 pub mod envelope;
 pub mod frame;
 pub mod index;
+mod outgoing;
 mod read;
 pub use read::read_cached;
 pub mod recovery;
