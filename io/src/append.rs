@@ -473,4 +473,32 @@ mod tests {
             assert_eq!(file.len(), 0);
         });
     }
+
+    proptest::proptest! {
+        /// Any window of an append's bytes (the rewritten head, the parts in
+        /// order, then zeros), asked for at any position, is that window of
+        /// their plain concatenation: across the head's end, part boundaries,
+        /// empty parts and into the padding.
+        #[test]
+        fn an_append_is_its_head_then_its_parts_then_zeros(
+            head in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            parts in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..50), 0..5),
+            from in 0usize..300,
+            len in 0usize..300,
+        ) {
+            let slices: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let data = Concat { head: &head, parts: &slices[..] };
+            let mut plain = head.clone();
+            plain.extend(parts.iter().flatten());
+            plain.resize(plain.len() + 600, 0);
+            let mut out = vec![0xEE; len];
+            data.copy_to(from, &mut out);
+            proptest::prop_assert_eq!(&out[..], &plain[from..from + len]);
+            proptest::prop_assert_eq!(
+                AppendSource::len(&slices[..]),
+                parts.iter().map(Vec::len).sum::<usize>()
+            );
+        }
+    }
 }

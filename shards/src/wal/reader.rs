@@ -5,7 +5,11 @@
 //! batches are read from the WAL's memory (the flushed staging buffers, kept up to
 //! a byte budget), so a dispatcher that keeps up never touches the device; their
 //! checksums are not verified again, since they are the very bytes the checksums
-//! were computed over when staged (frames read from disk always are). A reader
+//! were computed over when staged (frames read from disk always are). A kept
+//! batch is immutable behind its `Rc` and only ever the staged buffer of a
+//! write that succeeded; what this gives up is catching a memory fault in it,
+//! which no record held in memory between two checks is protected from either
+//! (ECC is the host's part). A reader
 //! that falls behind reads from disk: its own file handle and one chunk buffer,
 //! starting from the nearest position mark the writer left. Because the writer
 //! keeps appending to the active segment after a chunk was read, a frame that does
