@@ -263,7 +263,11 @@ impl StoredRecord<'_> {
 /// The WAL's secret for masking frames, made once per WAL directory (see the
 /// module docs and `key.rs`).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct FrameKey(pub [u64; 2]);
+pub struct FrameKey {
+    words: [u64; 2],
+    /// [`FrameKey::check`], computed once: every record checks it.
+    check: u32,
+}
 
 impl std::fmt::Debug for FrameKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -272,18 +276,31 @@ impl std::fmt::Debug for FrameKey {
 }
 
 impl FrameKey {
-    /// What format 2 frames carry to say which key masked them.
-    pub fn check(&self) -> u32 {
+    pub fn new(words: [u64; 2]) -> Self {
         let mut bytes = [0u8; 16];
-        bytes[..8].copy_from_slice(&self.0[0].to_be_bytes());
-        bytes[8..].copy_from_slice(&self.0[1].to_be_bytes());
-        crc32c::crc32c(&bytes)
+        bytes[..8].copy_from_slice(&words[0].to_be_bytes());
+        bytes[8..].copy_from_slice(&words[1].to_be_bytes());
+        FrameKey {
+            words,
+            check: crc32c::crc32c(&bytes),
+        }
+    }
+
+    /// The key's secret words.
+    pub fn words(&self) -> [u64; 2] {
+        self.words
+    }
+
+    /// What format 2 frames carry to say which key masked them: the CRC-32C
+    /// of the words, big-endian.
+    pub fn check(&self) -> u32 {
+        self.check
     }
 
     /// The mask word of the frame with sequence number `seq`: never 0, so a
     /// format 2 frame is always masked.
     pub fn mask_word(&self, seq: Seq) -> u64 {
-        splitmix64(self.0[0] ^ splitmix64(seq.0 ^ self.0[1])) | 1
+        splitmix64(self.words[0] ^ splitmix64(seq.0 ^ self.words[1])) | 1
     }
 }
 
@@ -445,7 +462,8 @@ mod tests {
         }
     }
 
-    const KEY: FrameKey = FrameKey([0x1234_5678_9abc_def0, 0x0fed_cba9_8765_4321]);
+    static KEY: std::sync::LazyLock<FrameKey> =
+        std::sync::LazyLock::new(|| FrameKey::new([0x1234_5678_9abc_def0, 0x0fed_cba9_8765_4321]));
 
     /// The record a stored one reads back as, owned.
     fn read_back(stored: &StoredRecord<'_>) -> (String, u128, u32, u64, Option<Vec<u8>>, Vec<u8>) {
@@ -468,7 +486,7 @@ mod tests {
         ) {
             let record = borrowed(&topic, inc, part, ts, key.as_deref(), &payload);
             let mut out = vec![7u8; 3];
-            record.encode_frame(Seq(seq), masked.then_some(&KEY), &mut out);
+            record.encode_frame(Seq(seq), masked.then_some(&*KEY), &mut out);
             let frame = decode_frame(&out[3..]).unwrap();
             prop_assert_eq!(frame.seq, Seq(seq));
             let written = if masked { record.frame_len() } else { record.frame_len() - KEY_CHECK_BYTES };
@@ -487,7 +505,7 @@ mod tests {
         ) {
             let record = borrowed("t", 1, 0, 0, None, &payload);
             let mut out = Vec::new();
-            record.encode_frame(Seq(seq), Some(&KEY), &mut out);
+            record.encode_frame(Seq(seq), Some(&*KEY), &mut out);
             // Not one 8-byte run of the payload reaches the frame as sent.
             let body = &out[out.len() - payload.len()..];
             prop_assert!(body.chunks(8).zip(payload.chunks(8)).all(|(a, b)| a != b));
@@ -508,7 +526,7 @@ mod tests {
         fn any_single_bit_flip_is_caught((topic, inc, part, ts, key, payload) in record_strategy(), bit in any::<usize>()) {
             let record = borrowed(&topic, inc, part, ts, key.as_deref(), &payload);
             let mut out = Vec::new();
-            record.encode_frame(Seq(9), Some(&KEY), &mut out);
+            record.encode_frame(Seq(9), Some(&*KEY), &mut out);
             let bit = bit % (out.len() * 8);
             out[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(decode_frame(&out).is_err());
@@ -519,9 +537,9 @@ mod tests {
     fn a_frame_masked_with_another_key_is_refused() {
         let record = borrowed("t", 1, 0, 0, Some(b"k"), b"payload");
         let mut out = Vec::new();
-        record.encode_frame(Seq(5), Some(&KEY), &mut out);
+        record.encode_frame(Seq(5), Some(&*KEY), &mut out);
         let frame = decode_frame(&out).unwrap();
-        let other = FrameKey([7, 8]);
+        let other = FrameKey::new([7, 8]);
         assert_eq!(
             StoredRecord::decode(frame.body, Seq(5), &other),
             Err(RecordError::OtherKey)

@@ -29,8 +29,9 @@ fn encode(key: &FrameKey) -> Vec<u8> {
     let mut block = vec![0u8; BLOCK_BYTES];
     block[..4].copy_from_slice(&MAGIC);
     block[4] = VERSION;
-    block[8..16].copy_from_slice(&key.0[0].to_be_bytes());
-    block[16..24].copy_from_slice(&key.0[1].to_be_bytes());
+    let words = key.words();
+    block[8..16].copy_from_slice(&words[0].to_be_bytes());
+    block[16..24].copy_from_slice(&words[1].to_be_bytes());
     let crc = crc32c::crc32c(&block[..24]);
     block[24..ENCODED_BYTES].copy_from_slice(&crc.to_be_bytes());
     block
@@ -44,7 +45,7 @@ fn decode(block: &[u8]) -> Option<FrameKey> {
     if crc32c::crc32c(&block[..24]) != crc {
         return None;
     }
-    Some(FrameKey([
+    Some(FrameKey::new([
         u64::from_be_bytes(block[8..16].try_into().ok()?),
         u64::from_be_bytes(block[16..24].try_into().ok()?),
     ]))
@@ -84,7 +85,7 @@ pub async fn load_or_create<S: Storage>(
             ));
         }
     }
-    let key = FrameKey([rand::random(), rand::random()]);
+    let key = FrameKey::new([rand::random(), rand::random()]);
     let tmp = join(dir, "frame-key.tmp");
     let file = storage.open(&tmp, OpenMode::CreateOrOpen).await?;
     file.write_at(0, &encode(&key)).await?;
@@ -113,7 +114,7 @@ mod tests {
 
     #[test]
     fn round_trip_and_damage() {
-        let key = FrameKey([1, u64::MAX]);
+        let key = FrameKey::new([1, u64::MAX]);
         let block = encode(&key);
         assert_eq!(decode(&block), Some(key));
         for bit in 0..(ENCODED_BYTES * 8) {
