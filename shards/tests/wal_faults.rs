@@ -1,6 +1,7 @@
 //! Ingress WAL recovery on a device whose reads return a flipped bit now and then
 //! (the stored bytes stay intact): opening must never cut or overwrite an
-//! acknowledged record because of one bad read.
+//! acknowledged record because of one bad read. And the writer's side of
+//! recovery's torn window: nothing is written once a sync has failed.
 
 mod wal_common;
 
@@ -167,4 +168,72 @@ fn a_read_flip_while_erasing_a_torn_run_is_not_written_back() {
         assert_holds(&wal, 25).await;
         wal.close().await;
     });
+}
+
+/// Recovery tells a torn tail from corruption by a window of two write runs
+/// past the first bad frame, which holds only if no run is written once a
+/// sync has failed. Here batch A's sync fails while batch B, two runs long, is
+/// being written beside it; the sync between B's runs succeeds (a later
+/// fsync does not report an earlier error again), and B's second run must not
+/// follow: A's lost sectors, B's first run and its second would be three runs.
+/// B is staged after a varying number of executor turns, so that one of the
+/// runs takes it while A's sync is in flight.
+#[test]
+fn no_run_is_written_after_a_failed_sync() {
+    let run_bytes = 10 << 20;
+    for turns in 0..6 {
+        let disk = SimDisk::new(41, SimFaults::default());
+        disk.set_slow_writes(true);
+        run_local(None, {
+            let disk = disk.clone();
+            async move {
+                let config = WalConfig {
+                    segment_bytes_max: 64 << 20,
+                    prealloc: false,
+                    durable_writes: false,
+                    ..WalConfig::default()
+                };
+                let wal = Wal::open(disk.clone(), DIR, config).await.unwrap();
+                let a = payload_for(0, 4096);
+                let b1 = payload_for(1, run_bytes);
+                let b2 = payload_for(2, run_bytes);
+                let written_before = disk.stats().bytes_written;
+                disk.fail_next_syncs(1);
+                let first = narad_io::rt::spawn_local({
+                    let wal = wal.clone();
+                    async move { wal.append(&record(&a, None)).await }
+                });
+                for _ in 0..turns {
+                    yield_once().await;
+                }
+                let second = wal
+                    .append_many(&[record(&b1, None), record(&b2, None)])
+                    .await;
+                assert!(first.await.unwrap().is_err(), "A's sync failed");
+                assert!(second.is_err(), "B was written beside a failed sync");
+                // The flush loop has stopped once the close returns.
+                wal.close().await;
+                let written = disk.stats().bytes_written - written_before;
+                assert!(
+                    written < 2 * run_bytes as u64,
+                    "B's second run was written after the WAL latched ({turns} turns): \
+                     {written} bytes in all"
+                );
+            }
+        });
+    }
+}
+
+/// Lets every other ready task of the executor run once.
+async fn yield_once() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
 }

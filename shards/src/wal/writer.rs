@@ -12,7 +12,9 @@
 //! are in flight, the write is issued only after the previous write completed
 //! (both rewrite the partial block between them), and a batch is released only
 //! by a sync issued after its own write completed. So at most two write runs are
-//! ever unsynced at once, which is what the torn window of recovery allows for.
+//! ever unsynced at once, which is what the torn window of recovery allows for;
+//! and once a sync has failed, no further run or roll is written (a later sync
+//! succeeding says nothing of the failed one's lost sectors).
 //! A batch that starts a segment waits for the sync in flight: the old segment
 //! is sealed only whole.
 
@@ -378,7 +380,12 @@ fn finish<S: Storage>(
     let _ = device_bytes;
     if let Err(e) = &result {
         tracing::error!(error = %e, "ingress WAL write failed; refusing appends until restart");
-        wal.inner.shared.borrow_mut().latched = Some(Rc::from(e.to_string()));
+        // The first failure is the cause; later ones follow from the latch.
+        wal.inner
+            .shared
+            .borrow_mut()
+            .latched
+            .get_or_insert_with(|| Rc::from(e.to_string()));
         wake_all(wal);
     }
     if let Some(mut buf) = reusable {
@@ -515,11 +522,26 @@ impl<S: Storage> Writer<S> {
                         .try_into()
                         .expect("8 bytes"),
                 ));
+                self.check_latch()?;
                 self.roll(first).await?;
             }
             start = roll_at;
         }
         Ok(())
+    }
+
+    /// An error once the WAL has latched: a sync that ran beside this batch's
+    /// write failed, and may have lost sectors of the batch before it. Nothing
+    /// more may then reach the segment (no further run, no roll): recovery
+    /// takes frames after a hole for a torn write only within two runs of it
+    /// (the module doc), so a third would make the segment unrecoverable.
+    fn check_latch(&self) -> io::Result<()> {
+        match &self.wal.inner.shared.borrow().latched {
+            Some(why) => Err(io::Error::other(format!(
+                "the WAL latched while this batch was written: {why}"
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Writes `bytes` in runs, each but the last synced before the next; the
@@ -545,6 +567,9 @@ impl<S: Storage> Writer<S> {
             if run_start > 0 {
                 self.active.sync().await?;
                 self.wal.inner.shared.borrow_mut().stats.syncs += 1;
+                // That sync succeeding says nothing of one that failed beside
+                // this write (an fsync reports an error once).
+                self.check_latch()?;
             }
             let mut run_end = run_start;
             while run_end < bytes.len() {
