@@ -5,7 +5,9 @@
 //! the offset, entered through its sparse index, so a read scans at most one index
 //! interval plus one frame before the first record it returns.
 //!
-//! A frame that fails its CRC is reported as [`ReadItem::Corrupt`] with the offsets
+//! A frame that fails its CRC is read from the device again (twice at most: a
+//! bad read is not bad bytes, and consumers skip corrupt records for good), and
+//! only then reported as [`ReadItem::Corrupt`] with the offsets
 //! it makes unreadable: the reader resynchronises on the next valid frame of the
 //! segment, or gives up the rest of the segment if none follows. Never a panic, and
 //! never a silent skip.
@@ -191,6 +193,14 @@ pub(super) struct Window {
 }
 
 impl Window {
+    /// Forgets the bytes held, so that the next [`Window::get`] reads the
+    /// device again (the count of bytes fetched stays).
+    fn forget_bytes(&mut self) {
+        self.bytes = Bytes::new();
+        self.start = 0;
+        self.valid_end = 0;
+    }
+
     /// Makes `[pos, pos + len)` available (clamped to `limit`) and returns it.
     async fn get<F: BlockFile>(
         &mut self,
@@ -353,6 +363,8 @@ async fn read_segment<F: BlockFile>(
             (expected, pos) = (offset, at);
         }
     }
+    // Fresh device reads of the frame at `pos` since it last failed its check.
+    let mut fresh_reads = 0;
     while expected < view.end && !assembly.full() {
         let header_bytes = window
             .get(view.file, pos, FRAME_HEADER_BYTES, view.limit_bytes)
@@ -382,6 +394,14 @@ async fn read_segment<F: BlockFile>(
                 }
                 pos += frame_len as u64;
                 expected = header.end_offset();
+                fresh_reads = 0;
+            }
+            // A committed frame was verified when it was written, so a check
+            // that fails is a bad read until fresh reads from the device agree:
+            // calling its records corrupt would have consumers skip them for good.
+            _ if fresh_reads < FRESH_READS_MAX => {
+                window.forget_bytes();
+                fresh_reads += 1;
             }
             _ => match resync(&view, pos, expected).await? {
                 Some((next_pos, next_base)) => {
@@ -398,6 +418,10 @@ async fn read_segment<F: BlockFile>(
     window.resume = Some((expected, pos));
     Ok(())
 }
+
+/// How many times a frame that fails its check is read from the device again
+/// before its records are reported corrupt.
+const FRESH_READS_MAX: u32 = 2;
 
 /// After a corrupt frame at `pos`: the next valid frame of the segment that holds
 /// later offsets than `expected`, by a scan of the rest of the segment (a rare
