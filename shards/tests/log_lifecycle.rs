@@ -723,3 +723,44 @@ fn a_failed_directory_sync_after_retention_leaves_the_segments_deleted() {
         log.close().await.unwrap();
     });
 }
+
+/// A sealed segment's index is rebuilt by a scan of the segment. A bad read of
+/// its last frame must not leave the index with an older newest commit time
+/// (retention would delete records still inside it), neither in memory nor in
+/// the index file the rebuild writes.
+#[test]
+fn a_bad_read_while_rebuilding_an_index_does_not_age_a_segment_early() {
+    block_on(async {
+        let disk = SimDisk::new(53, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit(&mut log, 2, 100).await;
+        commit(&mut log, 1, 500).await;
+        let last_frame_end = log.stats().size_bytes;
+        assert!(log.maybe_roll(1200).await.unwrap());
+        commit(&mut log, 4, 2000).await;
+        log.close().await.unwrap();
+        disk.remove(&format!("{DIR}/{:020}.index", 0))
+            .await
+            .unwrap();
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        // The rebuild's read is bad inside the frame committed at 500.
+        disk.flip_next_read_at(&segment_path(0), last_frame_end - 8, 2);
+        // At 5400 the commit at 100 is past the retention of 5000, the one at
+        // 500 is not.
+        let outcome = log.enforce_retention(5_400).await.unwrap();
+        assert_eq!(outcome.segments_deleted, 0);
+        log.close().await.unwrap();
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        let outcome = log.enforce_retention(5_400).await.unwrap();
+        assert_eq!(outcome.segments_deleted, 0, "the index file written");
+        let outcome = log.enforce_retention(5_500).await.unwrap();
+        assert_eq!(outcome.segments_deleted, 1);
+        log.close().await.unwrap();
+    });
+}

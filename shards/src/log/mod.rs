@@ -418,13 +418,15 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Closes the log. Every commit that returned `Ok` is already durable.
     pub async fn close(mut self) -> Result<(), LogError> {
-        if let Some((_, file)) = self.sealed_file.take() {
-            file.close().await.map_err(io_err("close sealed segment"))?;
-        }
-        // The chunk in flight holds the file: let it land before closing. Its
-        // failure loses nothing, since it lay past the data.
+        // The chunk in flight holds the file: let it land before closing (and
+        // before anything below can return early, so that it never lands after
+        // a reopen appended there). Its failure loses nothing, since it lay
+        // past the data.
         if let Err(e) = self.finish_preparing().await {
             tracing::warn!(dir = %self.dir, error = %e, "partition log preparation failed at close");
+        }
+        if let Some((_, file)) = self.sealed_file.take() {
+            file.close().await.map_err(io_err("close sealed segment"))?;
         }
         self.active
             .file

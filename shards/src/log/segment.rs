@@ -158,6 +158,9 @@ pub(super) async fn open_segments<S: Storage>(
 const TAIL_READS_MAX: usize = 4;
 /// ... and in all, however they compare.
 const TAIL_READS_HARD_MAX: usize = 16;
+/// Reads of a sealed segment whose index is rebuilt, at most, until one
+/// verifies frames to the segment's end.
+const INDEX_SCAN_READS_MAX: usize = 3;
 
 type Recovered<F> = (ActiveSegment<Rc<F>>, Offset, u64, Vec<Range<Offset>>);
 
@@ -630,7 +633,12 @@ impl<S: Storage> PartitionLog<S> {
     /// when neither can be read or the active segment has no record.
     async fn newest_bound_after(&mut self, i: usize) -> Option<u64> {
         let bound = if self.sealed.len() > i + 1 {
-            self.sealed_index(i + 1).await.ok().map(|i| i.max_commit_ms)
+            // Boxed: a rebuild of segment `i + 1` that stops short asks this of
+            // `i + 1` in turn.
+            Box::pin(self.sealed_index(i + 1))
+                .await
+                .ok()
+                .map(|i| i.max_commit_ms)
         } else {
             self.active.first_commit_ms
         };
@@ -658,35 +666,78 @@ impl<S: Storage> PartitionLog<S> {
                 .filter(|index| index.max_commit_ms > 0 || end == base);
             let index = match loaded {
                 Some(index) => index,
-                None => self.rebuild_index(base, end, data_bytes).await?,
+                None => {
+                    let (mut index, whole) = self.rebuild_index(base, end, data_bytes).await?;
+                    if !whole {
+                        // Its last frames did not verify: their commit times are
+                        // unknown, and what follows bounds them (retention then
+                        // errs on keeping the segment longer).
+                        if let Some(bound) = self.newest_bound_after(i).await {
+                            index.note_commit_ms(bound);
+                        }
+                    }
+                    index
+                }
             };
             self.sealed[i].index = Some(index);
         }
         Ok(self.sealed[i].index.as_ref().expect("just loaded"))
     }
 
+    /// Rebuilds the index of a sealed segment by scanning it, and writes it
+    /// out if the scan verified frames up to the segment's end. Returns the
+    /// index and whether it did: a scan that stops short took its newest commit
+    /// time from an earlier frame, which a bad read can cause as well as damage,
+    /// so the segment is read up to [`INDEX_SCAN_READS_MAX`] times, and an
+    /// index that never verified whole is not written (a later rebuild tries
+    /// again).
     async fn rebuild_index(
         &mut self,
         base: Offset,
         end: Offset,
         data_bytes: u64,
-    ) -> Result<SparseIndex, LogError> {
+    ) -> Result<(SparseIndex, bool), LogError> {
+        let interval = self.config.index_interval_bytes;
         let file = self.sealed_file(base).await?;
-        let bytes = read_exact_at(file, 0, data_bytes as usize)
-            .await
-            .map_err(io_err("read segment"))?;
-        let (mut index, last_pos) = scan_sealed(&bytes, base, self.config.index_interval_bytes);
-        if let Some((_, last_ms)) = last_pos.and_then(|p| frame_commit_ms(&bytes[p..])) {
+        let mut best: Option<(SparseIndex, Option<u64>)> = None;
+        for _ in 0..INDEX_SCAN_READS_MAX {
+            let bytes = read_exact_at(file, 0, data_bytes as usize)
+                .await
+                .map_err(io_err("read segment"))?;
+            let (index, last_pos) = scan_sealed(&bytes, base, interval);
+            let last_ms = last_pos
+                .and_then(|p| frame_commit_ms(&bytes[p..]))
+                .map(|(_, last_ms)| last_ms);
+            let further = best
+                .as_ref()
+                .is_none_or(|(b, _)| index.data_bytes > b.data_bytes);
+            if further {
+                best = Some((index, last_ms));
+            }
+            if best
+                .as_ref()
+                .is_some_and(|(b, _)| b.data_bytes == data_bytes)
+            {
+                break;
+            }
+        }
+        let (mut index, last_ms) = best.expect("read at least once");
+        let whole = index.data_bytes == data_bytes;
+        if let Some(last_ms) = last_ms {
             index.note_commit_ms(last_ms);
         }
         // A corrupt end is reported by reads; the index still spans the segment.
         index.end = end;
         index.set_data_bytes(data_bytes);
-        tracing::info!(dir = %self.dir, base = base.0, "partition log rebuilt a segment index");
-        if let Err(e) = persist_index(&self.storage, &self.dir, &index).await {
-            tracing::warn!(dir = %self.dir, error = %e, "partition log could not write a rebuilt index");
+        if whole {
+            tracing::info!(dir = %self.dir, base = base.0, "partition log rebuilt a segment index");
+            if let Err(e) = persist_index(&self.storage, &self.dir, &index).await {
+                tracing::warn!(dir = %self.dir, error = %e, "partition log could not write a rebuilt index");
+            }
+        } else {
+            tracing::warn!(dir = %self.dir, base = base.0, verified_bytes = index.data_bytes, data_bytes, "partition log could not verify a sealed segment to its end; its rebuilt index is kept in memory only");
         }
-        Ok(index)
+        Ok((index, whole))
     }
 
     /// The open handle of the sealed segment starting at `base`, opening it (and
