@@ -82,7 +82,7 @@ impl MetaStore {
         let log_entries = replay_log(&log_path, &mut state)?;
         let log = open_append(&log_path).map_err(|e| io_error(&log_path, "cannot open", e))?;
         sync_dir(dir).map_err(|e| io_error(dir, "cannot sync", e))?;
-        let store = MetaStore {
+        let mut store = MetaStore {
             dir: dir.to_path_buf(),
             log,
             last_index: state.version,
@@ -90,6 +90,15 @@ impl MetaStore {
             snapshot_every_entries: SNAPSHOT_EVERY_ENTRIES,
             latched: None,
         };
+        if log_entries > 0 {
+            // What the log replayed may be in the page cache only: after a
+            // failed fsync (the store latched, the node was restarted) the
+            // kernel keeps the pages it could not write, marked clean, so no
+            // later sync writes them, and a power loss would leave a hole in
+            // the middle of the log, which recovery refuses. Writing the state
+            // afresh as a snapshot, with a new log, settles it on the disk.
+            store.snapshot(&state)?;
+        }
         Ok((store, state))
     }
 
