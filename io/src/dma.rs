@@ -417,6 +417,30 @@ mod tests {
         assert_eq!(filled as u64, end);
         assert!(buf[filled..].iter().all(|&b| b == 0));
     }
+
+    /// A file of another user refuses `O_NOATIME` with EPERM, which glommio's
+    /// open reports wrapped: the open must still be retried without it.
+    #[test]
+    fn a_refused_no_atime_is_recognised_however_it_is_wrapped() {
+        let eperm = || io::Error::from_raw_os_error(libc::EPERM);
+        let wrapped: glommio::GlommioError<()> = glommio::GlommioError::EnhancedIoError {
+            source: eperm(),
+            op: "Opening",
+            path: Some("segment".into()),
+            fd: None,
+        };
+        assert!(no_atime_refused(&wrapped));
+        assert!(no_atime_refused(&glommio::GlommioError::<()>::IoError(
+            eperm()
+        )));
+        let missing: glommio::GlommioError<()> = glommio::GlommioError::EnhancedIoError {
+            source: io::Error::from_raw_os_error(libc::ENOENT),
+            op: "Opening",
+            path: None,
+            fd: None,
+        };
+        assert!(!no_atime_refused(&missing));
+    }
 }
 
 impl Storage for DmaStorage {
@@ -441,9 +465,7 @@ impl Storage for DmaStorage {
         // Only the file's owner may ask; a file of another user is opened
         // without it.
         let file = match open(libc::O_NOATIME).await {
-            Err(glommio::GlommioError::IoError(e)) if e.raw_os_error() == Some(libc::EPERM) => {
-                open(0).await?
-            }
+            Err(e) if no_atime_refused(&e) => open(0).await?,
             opened => opened?,
         };
         // Sync the directory even when the file already existed: an earlier life
@@ -560,6 +582,13 @@ impl Storage for DmaStorage {
     fn space_left_bytes(&self) -> Option<u64> {
         None
     }
+}
+
+/// Whether an open failed only because `O_NOATIME` was asked for a file of
+/// another user (EPERM), however glommio wrapped the error (its opens report
+/// an `EnhancedIoError`).
+fn no_atime_refused<T>(error: &glommio::GlommioError<T>) -> bool {
+    error.raw_os_error() == Some(libc::EPERM)
 }
 
 /// Name prefix of the files that settle glommio's iopoll probe.
