@@ -41,6 +41,37 @@ fn dir(tmp: &tempfile::TempDir) -> PathBuf {
     tmp.path().join("metastore")
 }
 
+/// What an open replays from the log may sit in the page cache only (a failed
+/// fsync leaves the pages it could not write in memory, marked clean): the open
+/// writes the state afresh as a snapshot and starts an empty log, so a later
+/// power loss cannot leave a hole before entries appended after it.
+#[test]
+fn an_open_that_replayed_entries_writes_them_afresh() {
+    let (tmp, store, state) = populated();
+    drop(store);
+    assert!(!dir(&tmp).join("snapshot").exists());
+    let (store, reopened) = open(&dir(&tmp));
+    assert_eq!(reopened, state);
+    assert_eq!(store.last_index(), 5);
+    assert!(dir(&tmp).join("snapshot").exists());
+    assert_eq!(fs::metadata(log_path(&dir(&tmp))).unwrap().len(), 0);
+    drop(store);
+    // With nothing to replay, an open writes nothing.
+    let snapshot_written = fs::metadata(dir(&tmp).join("snapshot"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let (_, again) = open(&dir(&tmp));
+    assert_eq!(again, state);
+    assert_eq!(
+        fs::metadata(dir(&tmp).join("snapshot"))
+            .unwrap()
+            .modified()
+            .unwrap(),
+        snapshot_written
+    );
+}
+
 #[test]
 fn commands_survive_a_reopen() {
     let (tmp, store, state) = populated();
