@@ -117,7 +117,10 @@ fn a_burst_is_flushed_as_a_pipeline_of_batches() {
 
 /// With nothing in flight, a batch that fits one write run is one durable
 /// write: no `fdatasync` beside it. With durable writes off, the same append is
-/// a write and an `fdatasync`.
+/// a write and an `fdatasync`; and so it is, durable writes on, in a segment
+/// that grows with each write (one made empty when nothing was prepared): the
+/// new size is made durable by the `fdatasync`, not left to the file system's
+/// handling of `O_DSYNC`.
 #[test]
 fn a_lone_batch_is_one_durable_write() {
     for durable in [true, false] {
@@ -125,9 +128,30 @@ fn a_lone_batch_is_one_durable_write() {
         run_local(None, async move {
             let config = WalConfig {
                 durable_writes: durable,
-                ..small_config(false)
+                ..small_config(true)
             };
             let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+            // The first segment is made empty and grows: a write and a sync.
+            let before = disk.stats();
+            wal.append(&record(&payload_for(0, 1000), None))
+                .await
+                .unwrap();
+            let after = disk.stats();
+            assert_eq!(after.durable_writes - before.durable_writes, 0);
+            assert!(after.syncs > before.syncs);
+            // It is left for a prepared segment as soon as one is ready.
+            for id in 1.. {
+                assert!(id < 1_000, "no prepared segment after {id} appends");
+                if wal.stats().prepared_rolls > 0 {
+                    break;
+                }
+                narad_io::rt::sleep(std::time::Duration::from_millis(1)).await;
+                wal.append(&record(&payload_for(id, 1000), None))
+                    .await
+                    .unwrap();
+            }
+            // The preparation of the next segment, begun by that roll, ends.
+            narad_io::rt::sleep(std::time::Duration::from_millis(20)).await;
             let before = disk.stats();
             wal.append(&record(&payload_for(1, 1000), None))
                 .await
@@ -139,7 +163,15 @@ fn a_lone_batch_is_one_durable_write() {
                 (durable_writes, syncs),
                 (u64::from(durable), u64::from(!durable))
             );
-            assert_eq!(wal.stats().syncs, 1, "either counts as the flush's sync");
+            let flush_syncs = wal.stats().syncs;
+            wal.append(&record(&payload_for(5_000, 1000), None))
+                .await
+                .unwrap();
+            assert_eq!(
+                wal.stats().syncs - flush_syncs,
+                1,
+                "either counts as the flush's sync"
+            );
             wal.close().await;
         });
     }

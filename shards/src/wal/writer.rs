@@ -284,7 +284,14 @@ pub(super) async fn flush_loop<S: Storage>(
                 let Some(job) = take_job(&wal).await else {
                     break;
                 };
+                // A write that grows the file (a segment made empty because
+                // nothing was prepared) is never one durable write: an `O_DSYNC`
+                // direct write relies on the file system making the new size
+                // durable with it, which some kernels' ext4 got wrong, while
+                // `fdatasync` after the write makes it durable on every one.
+                let grows = wal.inner.shared.borrow().active_grows;
                 if wal.inner.config.durable_writes
+                    && !grows
                     && job.roll_points.is_empty()
                     && job.buf.len() <= WRITE_RUN_BYTES_MAX
                 {
