@@ -401,8 +401,10 @@ fn sector_bytes(bytes: &[u8], s: u64) -> &[u8] {
     &bytes[start..end]
 }
 
-/// Lets every other ready task run once, on any executor: a sync in flight.
-async fn yield_once() {
+/// Lets every other ready task run once, on any executor: what a write or
+/// sync in flight does here, and what a test does to let tasks it spawned
+/// reach a point (glommio's own yield only yields when a turn is due).
+pub async fn yield_once() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {
         if yielded {

@@ -6,7 +6,7 @@
 mod wal_common;
 
 use narad_io::rt::run_local;
-use narad_io::sim::{SimDisk, SimFaults};
+use narad_io::sim::{yield_once, SimDisk, SimFaults};
 use narad_io::{align_down, BLOCK_BYTES};
 use narad_shards::ids::Seq;
 use narad_shards::wal::segment::segment_name;
@@ -222,18 +222,4 @@ fn no_run_is_written_after_a_failed_sync() {
             }
         });
     }
-}
-
-/// Lets every other ready task of the executor run once.
-async fn yield_once() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            return std::task::Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    })
-    .await
 }
