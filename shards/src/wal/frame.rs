@@ -365,29 +365,12 @@ pub struct Frame<'a> {
 
 /// Reads the frame at the start of `bytes`.
 pub fn decode_frame(bytes: &[u8]) -> Result<Frame<'_>, FrameError> {
-    if bytes.len() < FRAME_HEADER_BYTES {
-        return Err(FrameError::Short);
-    }
-    if bytes[..4] != FRAME_MAGIC {
-        return Err(FrameError::BadMagic);
-    }
-    let body_len = u32::from_be_bytes(bytes[4..8].try_into().expect("4 bytes")) as usize;
-    if body_len > RECORD_BYTES_MAX {
-        return Err(FrameError::TooLong);
-    }
-    let len = FRAME_HEADER_BYTES + body_len;
-    if bytes.len() < len {
-        return Err(FrameError::Short);
-    }
-    let seq = Seq(u64::from_be_bytes(
-        bytes[8..16].try_into().expect("8 bytes"),
-    ));
+    let frame = decode_encoded_frame(bytes)?;
     let crc = u32::from_be_bytes(bytes[16..20].try_into().expect("4 bytes"));
-    let body = &bytes[FRAME_HEADER_BYTES..len];
-    if frame_crc(&bytes[4..16], body) != crc {
+    if frame_crc(&bytes[4..16], frame.body) != crc {
         return Err(FrameError::BadChecksum);
     }
-    Ok(Frame { seq, body, len })
+    Ok(frame)
 }
 
 /// [`decode_frame`] of a frame this process encoded and still holds in memory
