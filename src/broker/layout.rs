@@ -10,7 +10,9 @@
 //! [`DELETING_MARKER`] file is made durable in the incarnation directory. Once the
 //! delete is applied, the directory is renamed to `<id>.deleted` (the parent synced)
 //! and removed by one background thread. A start finds any step interrupted:
-//! a `.deleted` directory, or a marked one no live topic owns, is removed; a marked
+//! a `.deleted` directory is removed, and so is a marked one no live topic owns,
+//! after it is set aside the same way (so that a stop halfway through never leaves
+//! unmarked data to be taken for unknown); a marked
 //! one whose topic is live (the delete was never applied) loses its marker. Only
 //! data no live topic owns *and* nobody marked goes to `quarantine/`.
 //!
@@ -114,14 +116,25 @@ pub fn set_aside(data_dir: &Path, topic: &str, id: IncarnationId) -> std::io::Re
     if !root.exists() {
         return Ok(());
     }
-    let aside = root.with_extension("deleted");
-    std::fs::rename(&root, &aside)?;
-    sync_dir(
-        root.parent()
-            .expect("an incarnation directory has a parent"),
-    )?;
-    remove_in_background(aside);
+    remove_in_background(set_aside_marked(&root)?);
     Ok(())
+}
+
+/// Renames the marked incarnation directory `dir` to `<id>.deleted` (the parent
+/// synced) and answers the new path. Removing files one by one takes the marker
+/// with them in whatever order the directory lists them; a stop halfway through
+/// would otherwise leave unmarked data that the next start takes for unknown
+/// and quarantines instead of removing.
+fn set_aside_marked(dir: &Path) -> std::io::Result<PathBuf> {
+    let aside = dir.with_extension("deleted");
+    if aside.exists() {
+        // Set aside by an earlier delete and not yet removed; this directory
+        // is a later, losing delete's marker (see [`drop_bare_marker`]).
+        std::fs::remove_dir_all(&aside)?;
+    }
+    std::fs::rename(dir, &aside)?;
+    sync_dir(dir.parent().expect("an incarnation directory has a parent"))?;
+    Ok(aside)
 }
 
 /// Queues `dir` (a deleted topic's data, a drained WAL) for the one
@@ -212,6 +225,16 @@ fn shard_dir_index(name: &str) -> Option<usize> {
 /// kept under whatever topic directory holds it (a file system that folds case
 /// may have put a recreated topic's data under its predecessor's spelling).
 pub fn remove_orphans(data_dir: &Path, published: &std::sync::Arc<Published>) {
+    remove_orphans_with(data_dir, published, &|dir| std::fs::remove_dir_all(dir));
+}
+
+/// [`remove_orphans`] with the removal of a whole directory given, so that a
+/// test can stop one halfway.
+fn remove_orphans_with(
+    data_dir: &Path,
+    published: &std::sync::Arc<Published>,
+    remove_all: &dyn Fn(&Path) -> std::io::Result<()>,
+) {
     let snapshot = MetaView::new(published.clone()).snapshot();
     let live: HashSet<String> = snapshot.topics.values().map(|t| t.id.to_string()).collect();
     let Ok(topics) = std::fs::read_dir(data_dir.join("topics")) else {
@@ -234,10 +257,13 @@ pub fn remove_orphans(data_dir: &Path, published: &std::sync::Arc<Published>) {
                 continue;
             }
             if id.ends_with(".deleted") || marked {
-                if marked {
+                let removed = if id.ends_with(".deleted") {
+                    remove_all(&path)
+                } else {
                     tracing::info!(dir = %path.display(), "finishing the removal of a deleted topic's data");
-                }
-                if let Err(e) = std::fs::remove_dir_all(&path) {
+                    set_aside_marked(&path).and_then(|aside| remove_all(&aside))
+                };
+                if let Err(e) = removed {
                     tracing::error!(dir = %path.display(), error = %e, "cannot remove a deleted topic's data");
                 }
                 continue;
@@ -315,6 +341,38 @@ mod tests {
             .join("p00000")
             .join("segment");
         assert!(quarantined.exists());
+    }
+
+    #[test]
+    fn a_start_stopped_halfway_through_removing_a_marked_topic_removes_it_at_the_next() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        let marked = incarnation(data, "gone", &IncarnationId(3).to_string(), true);
+        // Set aside by one delete, marked again by a second that lost.
+        let earlier = incarnation(
+            data,
+            "gone",
+            &format!("{}.deleted", IncarnationId(4)),
+            false,
+        );
+        let remarked = incarnation(data, "gone", &IncarnationId(4).to_string(), true);
+        let stopped_halfway = |dir: &Path| {
+            if !dir.join(DELETING_MARKER).exists() {
+                return std::fs::remove_dir_all(dir);
+            }
+            // The marker goes first, then the stop.
+            std::fs::remove_file(dir.join(DELETING_MARKER))?;
+            Err(std::io::Error::other("stopped"))
+        };
+        remove_orphans_with(data, &live(&[]), &stopped_halfway);
+        remove_orphans(data, &live(&[]));
+
+        assert!(!marked.exists() && !earlier.exists() && !remarked.exists());
+        assert!(!data.join("topics").join("gone").exists());
+        assert!(
+            !data.join("quarantine").exists(),
+            "a deleted topic's data was quarantined"
+        );
     }
 
     #[test]
