@@ -107,7 +107,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         );
     }
     let data_dir = config.storage.data_dir.clone();
-    std::fs::create_dir_all(&data_dir)
+    crate::broker::layout::create_data_dir(&data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", data_dir.display()))?;
     let data_dir = std::path::absolute(&data_dir)
         .map_err(|e| format!("cannot resolve data directory {}: {e}", data_dir.display()))?;

@@ -34,6 +34,29 @@ use crate::control::{MetaView, Published};
 /// topic was proposed.
 pub const DELETING_MARKER: &str = "DELETING";
 
+/// Creates the data directory `dir` and whatever of its ancestors is missing,
+/// and makes each new entry durable in its parent: a crash soon after the first
+/// acknowledged produce must not take the whole directory with it.
+pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.exists() {
+        missing.push(at);
+        match at.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+            _ => break,
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    for created in missing {
+        match created.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent)?,
+            _ => sync_dir(Path::new("."))?,
+        }
+    }
+    Ok(())
+}
+
 /// Takes away the directory of leftover WAL `index`, fully drained: renamed
 /// first (durably), so that a start never finds half of it under its WAL name,
 /// then removed in the background.
@@ -373,6 +396,17 @@ mod tests {
             !data.join("quarantine").exists(),
             "a deleted topic's data was quarantined"
         );
+    }
+
+    #[test]
+    fn a_data_directory_is_created_with_its_missing_ancestors_and_found_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a").join("b").join("data");
+        create_data_dir(&dir).unwrap();
+        assert!(dir.is_dir());
+        create_data_dir(&dir).unwrap();
+        std::fs::write(tmp.path().join("file"), b"").unwrap();
+        assert!(create_data_dir(&tmp.path().join("file").join("data")).is_err());
     }
 
     #[test]
