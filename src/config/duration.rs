@@ -10,16 +10,22 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let bad = |why: &str| {
         format!("`{text}` is not a duration ({why}); use e.g. \"10s\", \"500ms\", \"1m30s\"")
     };
-    if text == "0" {
+    // As Go: the sign first, then a lone `0` (of either sign) is zero, then
+    // nothing left is an error.
+    let (negative, mut rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if rest == "0" {
         return Ok(Duration::ZERO);
     }
-    if text.is_empty() {
+    if rest.is_empty() {
         return Err(bad("empty"));
     }
-    if text.starts_with('-') {
+    if negative {
         return Err(bad("negative"));
     }
-    let mut rest = text.strip_prefix('+').unwrap_or(text);
     let mut total_nanos: u128 = 0;
     // Each pass consumes one number and its unit, so the loop ends within
     // `text.len()` passes.
@@ -113,6 +119,8 @@ mod tests {
             (".5s", Duration::from_millis(500)),
             ("1.s", Duration::from_secs(1)),
             ("+1s", Duration::from_secs(1)),
+            ("+0", Duration::ZERO),
+            ("-0", Duration::ZERO),
         ];
         for (text, want) in ok {
             assert_eq!(parse_duration(text), Ok(want), "{text}");
@@ -122,6 +130,8 @@ mod tests {
             "10",
             "s",
             "-1s",
+            "+",
+            "-",
             "1x",
             "1.2.3s",
             ".s",
