@@ -491,9 +491,12 @@ fn apply<E: DispatchEnv, S: Storage>(
             }
         }
         Action::AskGone { topic, incarnation } => {
-            // One node: its own metadata is the leader's, already read. (The cluster
-            // issue asks the leader here, through the environment.)
-            let gone = cluster
+            // One node: its own metadata is the leader's, read now rather than
+            // at the start of the turn, whose reads may since have picked up a
+            // record of a topic created meanwhile. (The cluster issue asks the
+            // leader here, through the environment.)
+            let gone = env
+                .view()
                 .topic(&topic)
                 .is_none_or(|t| t.incarnation != incarnation);
             let now = Instant::now();
