@@ -367,6 +367,11 @@ impl Queues {
                 overtaken = true;
                 continue;
             }
+            if skipped {
+                // The skip moved the frontier and dropped leases: consumers
+                // parked at a cap may have room now, and no ack will say so.
+                (self.wake)(record.id, topic);
+            }
             return Ok(got);
         }
         if overtaken {

@@ -246,6 +246,45 @@ fn a_take_that_only_skips_corrupt_records_wakes_the_consumers() {
     });
 }
 
+/// A take that skips corrupt records and still returns others wakes the
+/// topic's consumers: the skip moved the frontier and dropped the leases on
+/// the skipped offsets, so consumers parked at a cap may have room, and no
+/// ack will announce it.
+#[test]
+fn a_take_that_skips_corrupt_records_and_returns_others_wakes_the_consumers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    narad_io::rt::run_local(None, async move {
+        let (owner, storage) = uncached_owner(&path);
+        let topic: Arc<str> = Arc::from("t");
+        // One frame per record, large enough to be read from the device.
+        for i in 0..3u8 {
+            let (reply, answer) = oneshot::channel();
+            let records = vec![OwnedRecord {
+                key: None,
+                payload: vec![b'a' + i; 100_000].into(),
+            }];
+            owner.commit(topic.clone(), ID, PartitionId(0), records, reply);
+            answer.await.unwrap().unwrap();
+        }
+        let (queues, wakes) = counting_wakes(owner, storage);
+        corrupt_payload(&path, b'a');
+        let record = topic_record();
+        let wakes_before = wakes.get();
+
+        let got = queues
+            .take(&topic, &record, &[PartitionId(0)], 3, 4 << 20)
+            .await
+            .unwrap();
+        let offsets: Vec<u64> = got.iter().map(|d| d.record.offset.0).collect();
+        assert_eq!(offsets, [1, 2]);
+        assert!(
+            wakes.get() > wakes_before,
+            "the consumers were not told the skip made room"
+        );
+    });
+}
+
 /// Records reserved for a take and left out of it by its byte budget go
 /// back, and consumers parked here are told: they may have found them
 /// reserved a moment before.
