@@ -211,6 +211,9 @@ impl ConsumeTally {
 struct Message<'a> {
     #[serde(borrow)]
     payload: &'a RawValue,
+    /// `base64` when the payload came back as base64 (it was not UTF-8).
+    #[serde(borrow, default)]
+    payload_encoding: Option<&'a str>,
     #[serde(borrow)]
     receipt_handle: &'a str,
 }
@@ -393,7 +396,7 @@ fn take_reply(
     let mut take = |message: &Message, pending: &mut Pending| {
         tally.received_records += 1;
         let mut e2e_us = None;
-        let id = match stamp::read_payload(message.payload.get().as_bytes()) {
+        let id = match read_message_payload(message) {
             Reading::Stamped { stamp, len } => match plan.own_run {
                 Some((run, size)) if stamp.run == run => {
                     if len == size {
@@ -552,6 +555,35 @@ async fn ack(
     Ok(())
 }
 
+/// Reads a consumed message's payload. The broker returns a payload verbatim
+/// only when it is JSON, as every stamped payload is; one that comes back as a
+/// JSON string or as base64 and starts like a stamped payload is a stamped
+/// payload that is no longer JSON, so damaged, not another writer's.
+fn read_message_payload(message: &Message<'_>) -> Reading {
+    let raw = message.payload.get().as_bytes();
+    if raw.first() != Some(&b'"') {
+        return stamp::read_payload(raw);
+    }
+    let Ok(text) = serde_json::from_slice::<std::borrow::Cow<'_, str>>(raw) else {
+        return Reading::Foreign;
+    };
+    let stamped_head = |bytes: &[u8]| bytes.starts_with(stamp::PAYLOAD_HEAD);
+    let damaged = match message.payload_encoding {
+        Some("base64") => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(text.as_bytes())
+                .is_ok_and(|bytes| stamped_head(&bytes))
+        }
+        _ => stamped_head(text.as_bytes()),
+    };
+    if damaged {
+        Reading::Damaged
+    } else {
+        Reading::Foreign
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -624,6 +656,39 @@ mod tests {
         );
         assert_eq!(tally.received_records, 3);
         assert_eq!((tally.foreign_records, tally.damaged_records), (1, 1));
+    }
+
+    /// A stamped payload damaged so that it is no longer JSON comes back as a
+    /// JSON string, or as base64 when it is no longer UTF-8 either: damaged,
+    /// not another writer's.
+    #[test]
+    fn a_stamped_payload_returned_as_text_or_base64_is_damaged() {
+        use base64::Engine;
+        let plan = plan(10);
+        let mut tally = ConsumeTally::new();
+        let mut pending = pending();
+        let torn = own_payload(4);
+        let torn = serde_json::to_string(&torn[..torn.len() - 1]).unwrap();
+        let mut flipped = own_payload(5).into_bytes();
+        flipped[20] = 0xff;
+        let flipped = base64::engine::general_purpose::STANDARD.encode(flipped);
+        let other = base64::engine::general_purpose::STANDARD.encode([0xffu8, 1, 2]);
+        let base64_message = |payload: &str, handle: &str| {
+            message(&format!("\"{payload}\""), handle).replace(
+                r#","timestamp":"#,
+                r#","payload_encoding":"base64","timestamp":"#,
+            )
+        };
+        let reply = format!(
+            r#"{{"messages":[{},{},{},{}]}}"#,
+            message(&torn, "1:2:3"),
+            base64_message(&flipped, "1:3:4"),
+            base64_message(&other, "1:4:5"),
+            message(r#""{\"bench\" but text""#, "1:5:6"),
+        );
+        take_reply(&plan, plan.max, reply.as_bytes(), &mut pending, &mut tally).unwrap();
+        assert_eq!(pending.ids, [None, None, None, None]);
+        assert_eq!((tally.damaged_records, tally.foreign_records), (2, 2));
     }
 
     #[test]
