@@ -545,6 +545,7 @@ mod tests {
             elapsed: Duration::from_secs(3),
             duplicate_records: 0,
             verdict: None,
+            drain_cut_short: None,
         };
         (settings, produce, consume, live.take_series())
     }

@@ -299,6 +299,17 @@ fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
     if let Some(v) = &c.verdict {
         assert!(settings.verify);
         if v.missing_records > 0 {
+            if let Some(limit) = c.drain_cut_short {
+                return Err(format!(
+                    "{} of {} acknowledged records were not consumed within the drain's limit \
+                     ({:.0} s after the producers stopped) while the consumers were still \
+                     acking: nothing shows them lost, but the run could not verify them; \
+                     add consumers or shorten the run",
+                    v.missing_records,
+                    v.produced_ok_records,
+                    limit.as_secs_f64()
+                ));
+            }
             return Err(format!(
                 "{} of {} acknowledged records were never consumed",
                 v.missing_records, v.produced_ok_records
@@ -592,5 +603,44 @@ mod tests {
             ..config()
         };
         assert_eq!(producers_used(&settings(batched)), 20);
+    }
+
+    /// A verify run whose drain hit its limit while consumers still acked
+    /// says so, rather than calling the records it did not reach lost; both
+    /// fail the run.
+    #[test]
+    fn a_drain_cut_short_is_not_reported_as_loss() {
+        let verify = settings(Config {
+            mode: Some(Mode::Flow),
+            verify: true,
+            ..config()
+        });
+        let outcome = |drain_cut_short| Outcome {
+            produce: None,
+            consume: Some(ConsumeSummary {
+                tally: ConsumeTally::new(),
+                elapsed: Duration::from_secs(1),
+                duplicate_records: 0,
+                verdict: Some(stamp::Verdict {
+                    produced_ok_records: 10,
+                    missing_records: 3,
+                    duplicate_records: 0,
+                    unknown_records: 0,
+                    untracked_records: 0,
+                }),
+                drain_cut_short,
+            }),
+            abandoned: false,
+            warnings: Vec::new(),
+            series: Series::default(),
+        };
+        let lost = judge(&verify, &outcome(None)).unwrap_err();
+        assert!(
+            lost.contains("3 of 10 acknowledged records were never consumed"),
+            "{lost}"
+        );
+        let cut = judge(&verify, &outcome(Some(Duration::from_secs(40)))).unwrap_err();
+        assert!(cut.contains("within the drain's limit (40 s"), "{cut}");
+        assert!(!cut.contains("never consumed"), "{cut}");
     }
 }

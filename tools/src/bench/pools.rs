@@ -78,7 +78,7 @@ pub(super) async fn run_pools(
     };
     let consume = match consume_plan {
         Some(plan) => {
-            await_drained(s, &plan, start, visibility).await;
+            let drain_cut_short = await_drained(s, &plan, start, visibility).await;
             plan.stop.set(true);
             let mut tally = ConsumeTally::new();
             for handle in consumers {
@@ -92,6 +92,7 @@ pub(super) async fn run_pools(
                 elapsed: end.saturating_duration_since(start),
                 duplicate_records: ledger.duplicate_records(),
                 verdict: s.verify.then(|| ledger.verdict()),
+                drain_cut_short,
             })
         }
         None => None,
@@ -151,20 +152,25 @@ async fn produce(
     Ok(summary)
 }
 
-/// How long the consumers may drain after the producers stopped.
-fn drain_max(s: &Settings) -> Duration {
-    match s.length {
-        Length::Timed(d) => DRAIN_MAX.max(d * 2),
-        _ => DRAIN_MAX,
-    }
+/// How long the consumers may drain after producers that ran for
+/// `producing` stopped, timed or counted alike.
+fn drain_max(producing: Duration) -> Duration {
+    DRAIN_MAX.max(producing * 2)
 }
 
 /// Waits until the consumers are done: in flow mode, once the producers have
 /// stopped, when every acknowledged record is consumed or none came for
 /// [`DRAIN_IDLE`] (at most [`drain_max`]); in consume mode at the end of the
-/// run's length or after [`DRAIN_IDLE`] without a message.
-async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant, visibility: Duration) {
+/// run's length or after [`DRAIN_IDLE`] without a message. Returns the drain's
+/// limit if a flow's drain ended there while the consumers were still acking.
+async fn await_drained(
+    s: &Settings,
+    plan: &ConsumePlan,
+    start: Instant,
+    visibility: Duration,
+) -> Option<Duration> {
     let from = Instant::now();
+    let drain_max = drain_max(from.saturating_duration_since(start));
     loop {
         let now = Instant::now();
         let idle = now.saturating_duration_since(plan.last_progress.get().max(from));
@@ -179,8 +185,7 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant, visibil
             Some(_) => visibility + LEASE_MARGIN,
             None => DRAIN_IDLE,
         };
-        let (waiting_for_leases, cap) =
-            lease_wait(from, drain_max(s), visibility, leases_back, now);
+        let (waiting_for_leases, cap) = lease_wait(from, drain_max, visibility, leases_back, now);
         let done = plan.stop.get()
             || interrupted()
             || (idle >= idle_limit && !waiting_for_leases)
@@ -194,7 +199,9 @@ async fn await_drained(s: &Settings, plan: &ConsumePlan, start: Instant, visibil
                 Mode::Produce | Mode::Ping => unreachable!("no consumers in this mode"),
             };
         if done {
-            return;
+            let cut_short =
+                s.mode == Mode::Flow && outstanding > 0 && now >= cap && idle < idle_limit;
+            return cut_short.then(|| cap.saturating_duration_since(from));
         }
         evloop::sleep(CONTROL_TICK).await;
     }

@@ -187,6 +187,10 @@ pub struct ConsumeSummary {
     pub duplicate_records: u64,
     /// With `--verify`: the ledger's verdict.
     pub verdict: Option<Verdict>,
+    /// When the drain ended at its time limit with records outstanding while
+    /// the consumers were still acking: that limit. Records not consumed then
+    /// were not drained, which says nothing about their loss.
+    pub drain_cut_short: Option<Duration>,
 }
 
 impl ConsumeSummary {
