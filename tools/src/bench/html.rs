@@ -167,22 +167,28 @@ fn figures(out: &mut String, run: &Run) {
     let words = run.settings.mode.sender_words();
     let mut rates = Vec::new();
     if let Some(p) = run.produce {
-        let mb = p.rate() * run.settings.size_bytes as f64 / 1e6;
         rates.push(vec![
             words.done.into(),
             p.ok_records.to_string(),
             format!("{:.0}", p.rate()),
-            format!("{mb:.2}"),
+            format!("{:.2}", p.megabytes_per_second()),
             go_duration(round_to_ms(p.elapsed)),
         ]);
     }
     if let Some(c) = run.consume {
-        let mb = c.consumed_rate() * run.settings.size_bytes as f64 / 1e6;
+        // Only a flow knows the size of what it consumes: it sent it.
+        let mb = match run.settings.mode {
+            Mode::Flow => format!(
+                "{:.2}",
+                c.consumed_rate() * run.settings.size_bytes as f64 / 1e6
+            ),
+            _ => "–".into(),
+        };
         rates.push(vec![
             "consumed (ack acknowledged)".into(),
             c.tally.consumed_records.to_string(),
             format!("{:.0}", c.consumed_rate()),
-            format!("{mb:.2}"),
+            mb,
             go_duration(round_to_ms(c.elapsed)),
         ]);
     }
@@ -538,7 +544,9 @@ mod tests {
             target_rate: None,
             send_lag: crate::bench::report::SendLag::default(),
             errors: std::collections::BTreeMap::new(),
-            record_bytes: 100,
+            // Not the settings' size: a ping's records carry none, and the
+            // page shows the bytes the producers sent.
+            record_bytes: 512,
         };
         let consume = ConsumeSummary {
             tally,
@@ -583,9 +591,9 @@ mod tests {
         );
         assert!(html.contains("<td>end-to-end</td><td>300</td>"), "{html}");
         assert!(html.contains("<td>ack (by status)</td><td>503×2</td>"));
-        // 200 records in 2 s of 256 bytes: 100 msg/s, 0.03 MB/s.
+        // 200 records in 2 s of 512 bytes: 100 msg/s, 0.05 MB/s.
         assert!(
-            html.contains("<td>produced (acknowledged)</td><td>200</td><td>100</td><td>0.03</td>"),
+            html.contains("<td>produced (acknowledged)</td><td>200</td><td>100</td><td>0.05</td>"),
             "{html}"
         );
         // Latency over time twice (produce-ack, end-to-end), throughput and

@@ -417,6 +417,11 @@ async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
         };
     }
     let mut outcome = measure(&s, show_progress, visibility).await;
+    if let Ok(outcome) = outcome.as_mut() {
+        if let Some(warning) = saturation_warning(outcome) {
+            outcome.warnings.push(warning);
+        }
+    }
     if s.fresh_topic {
         let deleted = match Conn::open(&s.server).await {
             Ok(mut conn) => client::delete_topic(&mut conn, &s.server, &s.topic).await,
@@ -427,6 +432,23 @@ async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
         }
     }
     outcome
+}
+
+/// A warning when a latency went past the histograms' bound, where it was
+/// recorded as the bound: the percentiles at the top are then floors.
+fn saturation_warning(outcome: &Outcome) -> Option<String> {
+    let mut highest = outcome.produce.as_ref().map_or(0, |p| p.latencies_us.max());
+    if let Some(c) = &outcome.consume {
+        highest = highest
+            .max(c.tally.e2e_latencies_us.max())
+            .max(c.tally.cycle_latencies_us.max());
+    }
+    (highest >= report::LATENCY_US_MAX).then(|| {
+        format!(
+            "some latencies were longer than {}, the longest the histograms hold, and count as that: the top percentiles are at least what they show",
+            report::go_duration(Duration::from_micros(report::LATENCY_US_MAX))
+        )
+    })
 }
 
 /// Opens the pools and runs them, with the ticker closing a window of the
@@ -642,5 +664,34 @@ mod tests {
         let cut = judge(&verify, &outcome(Some(Duration::from_secs(40)))).unwrap_err();
         assert!(cut.contains("within the drain's limit (40 s"), "{cut}");
         assert!(!cut.contains("never consumed"), "{cut}");
+    }
+
+    #[test]
+    fn latencies_past_the_histograms_bound_are_warned_of() {
+        let tally = || {
+            let mut tally = ConsumeTally::new();
+            tally.e2e_latencies_us.record(5_000).unwrap();
+            tally
+        };
+        let outcome = |tally| Outcome {
+            produce: None,
+            consume: Some(ConsumeSummary {
+                tally,
+                elapsed: Duration::from_secs(1),
+                duplicate_records: 0,
+                verdict: None,
+                drain_cut_short: None,
+            }),
+            abandoned: false,
+            warnings: Vec::new(),
+            series: Series::default(),
+        };
+        assert_eq!(saturation_warning(&outcome(tally())), None);
+        let mut tally = tally();
+        tally
+            .e2e_latencies_us
+            .saturating_record(10 * report::LATENCY_US_MAX);
+        let warning = saturation_warning(&outcome(tally)).unwrap();
+        assert!(warning.contains("longer than 1h0m0s"), "{warning}");
     }
 }
