@@ -514,9 +514,12 @@ impl Config {
 }
 
 /// `addr` with its port replaced by `port`: the host of `host:port`, `:port`,
-/// `[v6]:port`, a bare host or a bare IPv6 address is kept (a bare host must
-/// not turn into `:port`, which listens on every interface).
+/// `[v6]:port`, a bare host, `[v6]` or a bare IPv6 address is kept (a bare host
+/// must not turn into `:port`, which listens on every interface).
 fn with_port(addr: &str, port: u16) -> String {
+    if addr.starts_with('[') && addr.ends_with(']') {
+        return format!("{addr}:{port}");
+    }
     let host = match addr.rsplit_once(':') {
         None => addr.to_string(),
         Some((host, _)) if !host.contains(':') || host.ends_with(']') => host.to_string(),

@@ -68,6 +68,7 @@ fn each_layer_overrides_the_one_below() {
         (":7942", ":3000"),
         ("[::1]:7942", "[::1]:3000"),
         ("::1", "[::1]:3000"),
+        ("[::1]", "[::1]:3000"),
         ("localhost", "localhost:3000"),
     ] {
         let env = env_of(&[("NARAD_HTTP_ADDR", addr)]);
