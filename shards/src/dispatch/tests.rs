@@ -293,6 +293,24 @@ fn hung_commit_stops_counting_and_returns_what_queued_behind() {
     );
 }
 
+/// Records that arrive for a hung destination are skipped; when its commit
+/// lands they are read again at once, not at the next backstop.
+#[test]
+fn records_skipped_behind_a_hung_commit_come_back_as_it_lands() {
+    let mut h = Harness::new(2);
+    let c = commits(&h.produce(0, &[0]))[0].0;
+    h.produce(10, &[0]);
+    h.read(1_000);
+    assert_eq!(h.d.commits_in_flight(), (1, 1), "in flight, hung");
+    assert!(commits(&h.produce(1_001, &[0, 0])).is_empty());
+    let after = h.answer(1_050, c, CommitOutcome::Committed);
+    assert_eq!(
+        commits(&after).first().map(|c| c.2.clone()),
+        Some(vec![1, 2, 3]),
+        "re-read as the hung commit landed"
+    );
+}
+
 #[test]
 fn failed_commit_keeps_a_probe_and_retries_it_once_a_second() {
     let mut h = Harness::new(2);
