@@ -223,11 +223,12 @@ impl Source {
     }
 }
 
-/// A socket's place in its thread's epoll set. Dropping it forgets the socket;
-/// drop it before the socket closes (closing removes it from the set).
+/// A socket's place in its thread's epoll set. Dropping it takes the socket out
+/// of the set; drop it before the socket's descriptor closes.
 pub struct Registration {
     source: Rc<Source>,
     token: usize,
+    fd: RawFd,
     set: Rc<Set>,
 }
 
@@ -241,7 +242,12 @@ impl Registration {
         set.registered.set(set.registered.get() + 1);
         // Counted first: a driver finding nothing registered ends.
         set.ensure_driven();
-        Ok(Registration { source, token, set })
+        Ok(Registration {
+            source,
+            token,
+            fd,
+            set,
+        })
     }
 
     /// The socket's readiness.
@@ -252,7 +258,7 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.set.sources.deregister(self.token);
+        self.set.sources.remove(self.token, self.fd);
         let left = self.set.registered.get() - 1;
         self.set.registered.set(left);
         if left == 0 {
@@ -326,8 +332,19 @@ impl EpollSet {
         Ok((token, source))
     }
 
-    /// Forgets the source of `token`, whose socket is about to close (closing
-    /// removes it from the set).
+    /// Takes `fd`, registered as `token`, out of the set, and forgets its
+    /// source. Closing the descriptor is not enough: a socket whose descriptor
+    /// was duplicated (a lingering close keeps it open that way) stays in the
+    /// set, and its events would reach the next socket given the token.
+    pub fn remove(&self, token: usize, fd: RawFd) {
+        // SAFETY: EPOLL_CTL_DEL ignores the event pointer. A descriptor no
+        // longer in the set fails harmlessly.
+        unsafe { libc::epoll_ctl(self.fd(), libc::EPOLL_CTL_DEL, fd, std::ptr::null_mut()) };
+        self.deregister(token);
+    }
+
+    /// Forgets the source of `token`, whose socket is about to close: only for
+    /// a socket no other descriptor holds open (else see [`EpollSet::remove`]).
     pub fn deregister(&self, token: usize) {
         self.sources.borrow_mut()[token] = None;
         self.free.borrow_mut().push(token);
@@ -551,6 +568,35 @@ mod tests {
 
     async fn recv(source: &Source, fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
         poll_fn(|cx| source.poll_recv(fd, cx, buf)).await
+    }
+
+    /// A socket kept open by a second descriptor (as a lingering close keeps
+    /// it) sends no events under its old token once its registration is gone:
+    /// the next socket registered gets that token.
+    #[test]
+    fn a_duplicated_socket_leaves_the_set_with_its_registration() {
+        let set = EpollSet::new().unwrap();
+        let (old, mut old_peer) = nonblocking_pair();
+        let lingering = old.try_clone().unwrap();
+        let (token, _) = set.register(old.as_raw_fd()).unwrap();
+        set.remove(token, old.as_raw_fd());
+        drop(old);
+        let (new, _new_peer) = nonblocking_pair();
+        let (reused, _) = set.register(new.as_raw_fd()).unwrap();
+        assert_eq!(reused, token, "the token is reused");
+        old_peer.write_all(b"late bytes").unwrap();
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
+        // SAFETY: `events` is valid for its length.
+        let n = unsafe { libc::epoll_wait(set.fd(), events.as_mut_ptr(), 8, 200) };
+        assert!(n >= 0);
+        for event in &events[..n as usize] {
+            let (flags, to) = (event.events, event.u64);
+            assert!(
+                !(to == reused as u64 && flags & libc::EPOLLIN as u32 != 0),
+                "the new socket was told of bytes sent to the old one"
+            );
+        }
+        drop(lingering);
     }
 
     #[test]
