@@ -22,7 +22,8 @@
 //! test of an interrupted delete; `NARAD_DEBUG_PANIC=create:<topic>` panics the
 //! control thread when a create of that topic is proposed, which stops the node
 //! like a shard's panic; `NARAD_DEBUG_PANIC=retention:<topic>` panics the reaper
-//! whenever it asks for that topic's retention, for the test of its restarts.
+//! whenever it asks for that topic's retention, for the test that it skips the
+//! topic's partitions and goes on.
 //! Release binaries never read it.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

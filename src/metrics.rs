@@ -417,6 +417,7 @@ fn register_zeroes() {
         ("http", "5xx"),
         ("storage", "fsync_poisoned"),
         ("storage", "retention_unlink"),
+        ("storage", "retention_panic"),
     ] {
         ::metrics::counter!("narad_errors_total", "component" => component, "kind" => kind)
             .absolute(0);

@@ -57,6 +57,7 @@ fn counters_follow_a_known_sequence_of_requests() {
         "narad_ack_rejected_total",
         r#"narad_errors_total{component="storage",kind="fsync_poisoned"}"#,
         r#"narad_errors_total{component="storage",kind="retention_unlink"}"#,
+        r#"narad_errors_total{component="storage",kind="retention_panic"}"#,
     ] {
         assert_eq!(fresh.get(series), Some(&0.0), "{series} in {fresh:?}");
     }

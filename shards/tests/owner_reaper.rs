@@ -182,6 +182,46 @@ fn aged_segments_are_deleted_and_the_oldest_offset_moves() {
     });
 }
 
+/// A retention run that panics on one partition skips it (counted as a
+/// failure) and goes on with the others: left to end the run, the same
+/// panic would end every run after it too, and no partition of the shard
+/// would ever be reaped again.
+#[test]
+fn a_panic_on_one_partition_does_not_keep_the_others_from_retention() {
+    const DOOMED: &str = "doomed";
+    let disk = SimDisk::new(6, SimFaults::default());
+    run_local(None, async move {
+        const DOOMED_ID: IncarnationId = IncarnationId(0xdead);
+        let live = Box::new(|topic: &str, id: IncarnationId, p: PartitionId| {
+            ((topic == TOPIC && id == ID) || (topic == DOOMED && id == DOOMED_ID))
+                && p.0 < PARTITIONS
+        });
+        let owner = Owner::with_reopen_backoff(disk.clone(), log_config(), live, Duration::ZERO);
+        owner.set_retention(Box::new(|topic, _| {
+            assert_ne!(topic, DOOMED, "retention of {topic} panics");
+            Some(Retention::Age(HOUR))
+        }));
+        for partition in 0..2 {
+            commit(&owner, partition, &batch("a", 4)).await;
+        }
+        let (reply, answer) = oneshot::channel();
+        let records = vec![OwnedRecord {
+            key: None,
+            payload: b"doomed".to_vec().into(),
+        }];
+        owner.commit(Arc::from(DOOMED), DOOMED_ID, PartitionId(0), records, reply);
+        answer.await.unwrap().unwrap();
+
+        let totals = owner.reap_open(unix_ms() + 2 * HOUR_MS).await;
+        assert_eq!(totals.failures, 1, "{totals:?}");
+        assert_eq!(totals.segments_deleted, 2, "{totals:?}");
+        for partition in 0..2 {
+            assert_eq!(oldest_and_next(&owner, partition).await, (4, 4));
+        }
+        owner.close_all().await;
+    });
+}
+
 #[test]
 fn a_full_disk_that_fails_the_roll_still_gets_its_aged_segments_deleted() {
     let disk = SimDisk::new(5, SimFaults::default());

@@ -226,8 +226,15 @@ impl ColdWalk {
             if owner.is_open(candidate) {
                 continue;
             }
-            let retention =
-                owner.retention_now(&candidate.topic, candidate.incarnation, candidate.partition);
+            let retention = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                owner.retention_now(&candidate.topic, candidate.incarnation, candidate.partition)
+            }));
+            let Ok(retention) = retention else {
+                metrics::counter!("narad_cold_retention_panics_total").increment(1);
+                tracing::error!(topic = %candidate.topic, partition = candidate.partition.0, "the cold retention walk panicked on a partition; skipped");
+                totals.failures += 1;
+                continue;
+            };
             let reap = matches!(retention, Some(Retention::Age(_)));
             let measure = retention.is_some()
                 && !owner.was_measured(candidate.incarnation, candidate.partition);
@@ -357,8 +364,18 @@ impl<S: Storage> Owner<S> {
             if self.closing.get() {
                 break;
             }
-            self.reap_slot(&slot, now_ms, Visit::OpenOnly, &mut totals)
-                .await;
+            // A panic on one partition skips it, as in the cold walk: ending
+            // the run, it would end every later run at the same partition, and
+            // no other partition of the shard would be reaped again.
+            let run = self.reap_slot(&slot, now_ms, Visit::OpenOnly, &mut totals);
+            let ran =
+                futures_lite::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run)).await;
+            if ran.is_err() {
+                metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "retention_panic")
+                    .increment(1);
+                tracing::error!(topic = %slot.topic, partition = slot.partition.0, "retention panicked on a partition; skipped");
+                totals.failures += 1;
+            }
         }
         totals
     }
