@@ -247,9 +247,27 @@ impl<S: Storage> PartitionLog<S> {
         mark: &AppendMark,
     ) -> Result<CommitIo, LogError> {
         let write_start = Instant::now();
-        self.prepare_active(mark.len() + commit_bytes).await?;
+        let end = mark.len() + commit_bytes;
+        self.prepare_active(end).await?;
         let sync_start = Instant::now();
-        if let Err(e) = self.active.file.append_durable_from(frames).await {
+        // A write that grows the file (no zeros prepared ahead of it) is never
+        // one durable write: an `O_DSYNC` direct write relies on the file
+        // system making the new size durable with it, which some kernels' ext4
+        // got wrong, while `fdatasync` after the write makes it durable on
+        // every one (as the WAL does).
+        let written = if end > self.active.prepared_bytes {
+            match self.active.file.append_from(frames).await {
+                Ok(()) => self.active.file.sync().await.map_err(|e| {
+                    // Whatever the sync reports came after the write went out:
+                    // never a clean refusal.
+                    std::io::Error::other(format!("sync after a growing write failed: {e}"))
+                }),
+                Err(e) => Err(e),
+            }
+        } else {
+            self.active.file.append_durable_from(frames).await
+        };
+        if let Err(e) = written {
             if e.kind() == std::io::ErrorKind::StorageFull {
                 // Refused for space before it went out: the blocks of earlier
                 // commits are untouched, and the caller rewinds.

@@ -23,7 +23,8 @@
 //! every scanner takes as the end of the data. Sealing trims the file to its data,
 //! so sealed segments hold frames and nothing else.
 //! A `prep_chunk_bytes` of 0 (the broker's `storage.log_prealloc` off) writes no
-//! zeros: commits extend the file, and each fdatasync commits the new size.
+//! zeros: commits extend the file, each as a plain write and an fdatasync that
+//! commits the new size (never one `O_DSYNC` write that grows the file).
 //!
 //! Invariants: segment bases increase and each sealed segment holds exactly the
 //! offsets from its base to the next segment's base; a segment is sealed only
