@@ -6,6 +6,7 @@
 # Usage:
 #   benches/ab.sh OLD_BINARY NEW_BINARY ROUNDS [narad bench flags...]
 #   PREFILL=10 benches/ab.sh old new 3 --mode consume --consumers 64 --max 100
+#   BROKER_CONFIG=off.json benches/ab.sh old new 3 --batch 100   # broker --config
 #
 # Each run starts a fresh broker (one shard pinned to CPU 0, a data directory of
 # its own), creates topic `t` with 6 partitions and fills it for PREFILL seconds
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 OLD=$1
@@ -68,7 +69,8 @@ run_once() {
     rm -rf "$dir"
     mkdir -p "$dir"
     NARAD_HTTP_MAX_CONSUME_IN_FLIGHT_PER_IDENTITY=100000 taskset -c 0 "$binary" serve --dev \
-        --port 0 --shards 1 --data-dir "$dir/data" --log-format text > "$dir/log" 2>&1 &
+        --port 0 --shards 1 --data-dir "$dir/data" --log-format text \
+        ${BROKER_CONFIG:+--config "$BROKER_CONFIG"} > "$dir/log" 2>&1 &
     BROKER=$!
     local addr= ready=
     for _ in $(seq 100); do
