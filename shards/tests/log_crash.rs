@@ -210,6 +210,14 @@ fn every_acknowledged_commit_survives_crashes() {
         return;
     }
     for seed in 0..SEEDS {
-        run_seed(seed);
+        // Every failure names its seed, a panic inside the log included.
+        let ran = std::panic::catch_unwind(|| run_seed(seed));
+        if let Err(panic) = ran {
+            eprintln!("log crash test failed: seed={seed}");
+            eprintln!(
+                "replay with NARAD_LOG_CRASH_SEED={seed} cargo test -p narad-shards --test log_crash"
+            );
+            std::panic::resume_unwind(panic);
+        }
     }
 }
