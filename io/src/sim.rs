@@ -579,15 +579,24 @@ impl BlockFile for SimFile {
     /// The write, then a sync of just its sectors that is in flight for one turn
     /// of the executor like `sync_data`: a crash before it completes leaves any
     /// subset of them, and `EIO` from it leaves each one's fate unknown.
+    ///
+    /// A write that grows the file makes nothing past the old end durable: an
+    /// `O_DSYNC` direct write that extends a file leaves its new size to the
+    /// file system, which some kernels' ext4 did not make durable with it. Its
+    /// sectors past the old end stay as an unsynced write's until a sync. (A
+    /// durable write inside a size an earlier write set is durable whole: the
+    /// sync it carries commits that size too.)
     async fn write_durable_with(
         &self,
         pos: u64,
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()> {
+        let old_end = self.disk.inner.borrow().inodes[&self.inode].current.len() as u64;
         self.write_with(pos, len, fill).await?;
         let sector = SECTOR_BYTES as u64;
-        self.sync_sectors(pos / sector..(pos + len as u64).div_ceil(sector))
+        let end = (pos + len as u64).div_ceil(sector).min(old_end / sector);
+        self.sync_sectors(pos / sector..end.max(pos / sector))
             .await?;
         self.disk.inner.borrow_mut().stats.durable_writes += 1;
         Ok(())

@@ -27,6 +27,7 @@
         feature = "broken-ack-before-fsync",
         feature = "broken-ack-state-no-anchor",
         feature = "broken-checkpoint-past-uncommitted",
+        feature = "broken-growing-dsync",
         feature = "broken-log-unmasked",
         feature = "broken-no-readback",
         feature = "broken-no-torn-truncation"

@@ -255,7 +255,10 @@ impl<S: Storage> PartitionLog<S> {
         // system making the new size durable with it, which some kernels' ext4
         // got wrong, while `fdatasync` after the write makes it durable on
         // every one (as the WAL does).
-        let written = if end > self.active.prepared_bytes {
+        let grows = end > self.active.prepared_bytes;
+        #[cfg(feature = "broken-growing-dsync")]
+        let grows = grows && false;
+        let written = if grows {
             match self.active.file.append_from(frames).await {
                 Ok(()) => self.active.file.sync().await.map_err(|e| {
                     // Whatever the sync reports came after the write went out:

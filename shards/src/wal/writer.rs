@@ -290,6 +290,8 @@ pub(super) async fn flush_loop<S: Storage>(
                 // durable with it, which some kernels' ext4 got wrong, while
                 // `fdatasync` after the write makes it durable on every one.
                 let grows = wal.inner.shared.borrow().active_grows;
+                #[cfg(feature = "broken-growing-dsync")]
+                let grows = grows && false;
                 if wal.inner.config.durable_writes
                     && !grows
                     && job.roll_points.is_empty()
