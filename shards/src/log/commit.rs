@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use narad_io::append::AppendMark;
-use narad_io::{align_down, Storage};
+use narad_io::{align_down, align_up, Storage};
 
 use super::cache::CachedFrame;
 use super::envelope::{encode_envelope, envelope_len, KEY_BYTES_MAX};
@@ -255,7 +255,7 @@ impl<S: Storage> PartitionLog<S> {
         // system making the new size durable with it, which some kernels' ext4
         // got wrong, while `fdatasync` after the write makes it durable on
         // every one (as the WAL does).
-        let grows = end > self.active.prepared_bytes;
+        let grows = align_up(end) > self.active.file_bytes;
         #[cfg(feature = "broken-growing-dsync")]
         let grows = grows && false;
         let written = if grows {
@@ -280,6 +280,7 @@ impl<S: Storage> PartitionLog<S> {
             tracing::error!(dir = %self.dir, error = %e, "partition log durable write failed; log poisoned until reopened");
             return Err(LogError::SyncFailed(e));
         }
+        self.active.file_bytes = self.active.file_bytes.max(align_up(end));
         let io = CommitIo {
             write: sync_start - write_start,
             sync: sync_start.elapsed(),

@@ -283,6 +283,7 @@ async fn recover_active<S: Storage>(
         base,
         file: appender,
         prepared_bytes: align_down(size).max(align_up(data_bytes)),
+        file_bytes: size,
         tail_block: bytes[align_down(data_bytes) as usize..data_bytes as usize].to_vec(),
         index,
         first_commit_ms,
@@ -314,6 +315,7 @@ impl<S: Storage> PartitionLog<S> {
                 .await
                 .map_err(io_err("prepare segment"))?;
             self.active.prepared_bytes = from + len;
+            self.active.file_bytes = self.active.file_bytes.max(from + len);
         }
         Ok(())
     }
@@ -346,7 +348,10 @@ impl<S: Storage> PartitionLog<S> {
         let first = futures_lite::future::poll_once(&mut write).await;
         let end = from + chunk;
         match first {
-            Some(Ok(())) => self.active.prepared_bytes = end,
+            Some(Ok(())) => {
+                self.active.prepared_bytes = end;
+                self.active.file_bytes = self.active.file_bytes.max(end);
+            }
             // The next commit that needs the space prepares it inline.
             Some(Err(e)) => {
                 tracing::warn!(dir = %self.dir, error = %e, "partition log could not prepare ahead");
@@ -364,6 +369,7 @@ impl<S: Storage> PartitionLog<S> {
         };
         preparing.write.await.map_err(io_err("prepare segment"))?;
         self.active.prepared_bytes = self.active.prepared_bytes.max(preparing.end);
+        self.active.file_bytes = self.active.file_bytes.max(preparing.end);
         Ok(())
     }
 
@@ -503,6 +509,7 @@ impl<S: Storage> PartitionLog<S> {
                 base,
                 file: appender,
                 prepared_bytes: 0,
+                file_bytes: 0,
                 tail_block: Vec::new(),
                 index: SparseIndex::new(base),
                 first_commit_ms: None,

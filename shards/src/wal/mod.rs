@@ -431,8 +431,12 @@ impl<S: Storage> Wal<S> {
             .segments
             .back()
             .expect("a segment");
-        let flusher =
-            narad_io::rt::spawn_local(writer::flush_loop(wal.clone(), active, active_first));
+        let flusher = narad_io::rt::spawn_local(writer::flush_loop(
+            wal.clone(),
+            active,
+            active_first,
+            active_file_bytes,
+        ));
         let upkeep = narad_io::rt::spawn_local(upkeep::upkeep_loop(wal.clone(), checkpoint_file));
         wal.inner.tasks.borrow_mut().extend([flusher, upkeep]);
         if wal.inner.config.prealloc {

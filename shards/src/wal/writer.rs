@@ -268,11 +268,13 @@ pub(super) async fn flush_loop<S: Storage>(
     wal: Wal<S>,
     active: AppendFile<Rc<S::File>>,
     active_first: Seq,
+    active_file_bytes: u64,
 ) {
     let mut writer = Writer {
         wal: wal.clone(),
         active,
         active_first,
+        file_bytes: active_file_bytes,
         device_bytes_sealed: 0,
     };
     // A batch written whose last run is not synced yet.
@@ -285,11 +287,13 @@ pub(super) async fn flush_loop<S: Storage>(
                     break;
                 };
                 // A write that grows the file (a segment made empty because
-                // nothing was prepared) is never one durable write: an `O_DSYNC`
+                // nothing was prepared, a batch that runs past the end of a
+                // prepared one, a recycled segment shorter than the segment
+                // size now configured) is never one durable write: an `O_DSYNC`
                 // direct write relies on the file system making the new size
                 // durable with it, which some kernels' ext4 got wrong, while
                 // `fdatasync` after the write makes it durable on every one.
-                let grows = wal.inner.shared.borrow().active_grows;
+                let grows = writer.active.len() + job.buf.len() as u64 > writer.file_bytes;
                 #[cfg(feature = "broken-growing-dsync")]
                 let grows = grows && false;
                 if wal.inner.config.durable_writes
@@ -504,6 +508,9 @@ struct Writer<S: Storage> {
     active: AppendFile<Rc<S::File>>,
     /// First sequence number of the active segment.
     active_first: Seq,
+    /// The active segment file's size, as far as this writer's writes and
+    /// its opening tell: a write that ends past it grows the file.
+    file_bytes: u64,
     /// Device bytes written to segments before the active one.
     device_bytes_sealed: u64,
 }
@@ -596,6 +603,7 @@ impl<S: Storage> Writer<S> {
                 }
                 Durability::Later => self.active.append(&[run]).await?,
             }
+            self.file_bytes = self.file_bytes.max(narad_io::align_up(self.active.len()));
             run_start = run_end;
         }
         Ok(())
@@ -620,16 +628,20 @@ impl<S: Storage> Writer<S> {
                 .await?;
         }
         let file = Rc::new(inner.storage.open(&name, OpenMode::CreateOrOpen).await?);
+        // A recycled segment may be shorter than the segment size now set.
+        let file_bytes = file.size().await?;
         self.device_bytes_sealed += self.active.device_bytes_written();
         let old = std::mem::replace(&mut self.active, AppendFile::open_at(file, 0).await?);
         self.active_first = first;
+        self.file_bytes = file_bytes;
         old.into_file().close().await?;
         {
             let mut sh = inner.shared.borrow_mut();
             sh.stats.rolls += 1;
             sh.stats.prepared_rolls += u64::from(prepared);
             sh.stats.early_rolls += u64::from(prepared && sh.active_grows);
-            sh.active_grows = !prepared;
+            sh.active_grows =
+                !prepared || file_bytes < narad_io::align_up(inner.config.segment_bytes_max);
             // A preparation that finished during this roll saw the old segment.
             sh.roll_onto_prepared_if_growing();
         }
