@@ -7,7 +7,9 @@
 //! [`DispatchProgress`]. The disk crashes at a random operation, losing power or
 //! only the process (its unsynced writes stay readable until a later power loss);
 //! the WAL must then open, and every acknowledged record must be either committed by the
-//! model or readable from the recovered checkpoint on, with intact bytes.
+//! model or readable from the recovered checkpoint on, with intact bytes. Now and
+//! then the open itself crashes part-way (in its torn-tail erase, its syncs, its
+//! removals) before the open that is checked.
 //!
 //! A failure prints the seed; `NARAD_TEST_SEED=<seed>` replays just that seed and
 //! `NARAD_CRASH_SEEDS=<n>` runs more of them.
@@ -64,6 +66,21 @@ fn config(rng: &mut ChaCha8Rng) -> WalConfig {
 async fn life(disk: SimDisk, model: Rc<RefCell<Model>>, seed: u64, life: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (life as u64) << 32);
     let config = config(&mut rng);
+    if life > 0 && rng.random_bool(0.3) {
+        // A crash in the middle of recovery itself (its torn-tail erase, its
+        // syncs, its removals): the next open recovers from whatever that left.
+        disk.crash_at_op(disk.ops() + rng.random_range(1..6));
+        if let Ok(wal) = Wal::open(disk.clone(), "wal", config.clone()).await {
+            disk.crash();
+            drop(wal);
+        }
+        disk.crash();
+        if rng.random_bool(0.5) {
+            disk.reboot();
+        } else {
+            disk.restart_process();
+        }
+    }
     let wal = match Wal::open(disk.clone(), "wal", config.clone()).await {
         Ok(wal) => wal,
         Err(e) => panic!("seed {seed} life {life}: recovery failed: {e}"),
