@@ -134,6 +134,21 @@ fn a_take_dropped_during_a_read_releases_what_it_held() {
     });
 }
 
+/// Commits `n` records of 100 KB to partition 0, one frame each, payload `i`
+/// filled with `'a' + i`: too large for the log's read window to serve a
+/// corrupted one from memory.
+async fn commit_large(owner: &Rc<Owner>, topic: &Arc<str>, n: u8) {
+    for i in 0..n {
+        let (reply, answer) = oneshot::channel();
+        let records = vec![OwnedRecord {
+            key: None,
+            payload: vec![b'a' + i; 100_000].into(),
+        }];
+        owner.commit(topic.clone(), ID, PartitionId(0), records, reply);
+        answer.await.unwrap().unwrap();
+    }
+}
+
 /// Every record of partition 0 of the topic in the log files under `path`
 /// whose payload starts with `byte` repeated gets one byte of its frame's
 /// stored payload flipped. Frames are found by walking the segment files,
@@ -188,16 +203,8 @@ fn a_take_that_only_skips_corrupt_records_wakes_the_consumers() {
     narad_io::rt::run_local(None, async move {
         let (owner, storage) = uncached_owner(&path);
         let topic: Arc<str> = Arc::from("t");
-        // One frame per record: offsets 0 to 11, payloads 'a' to 'l'.
-        for i in 0..12u8 {
-            let (reply, answer) = oneshot::channel();
-            let records = vec![OwnedRecord {
-                key: None,
-                payload: vec![b'a' + i; 100_000].into(),
-            }];
-            owner.commit(topic.clone(), ID, PartitionId(0), records, reply);
-            answer.await.unwrap().unwrap();
-        }
+        // Offsets 0 to 11, payloads 'a' to 'l'.
+        commit_large(&owner, &topic, 12).await;
         let (queues, wakes) = counting_wakes(owner, storage);
         let record = topic_record();
         let partitions = [PartitionId(0)];
@@ -257,16 +264,7 @@ fn a_take_that_skips_corrupt_records_and_returns_others_wakes_the_consumers() {
     narad_io::rt::run_local(None, async move {
         let (owner, storage) = uncached_owner(&path);
         let topic: Arc<str> = Arc::from("t");
-        // One frame per record, large enough to be read from the device.
-        for i in 0..3u8 {
-            let (reply, answer) = oneshot::channel();
-            let records = vec![OwnedRecord {
-                key: None,
-                payload: vec![b'a' + i; 100_000].into(),
-            }];
-            owner.commit(topic.clone(), ID, PartitionId(0), records, reply);
-            answer.await.unwrap().unwrap();
-        }
+        commit_large(&owner, &topic, 3).await;
         let (queues, wakes) = counting_wakes(owner, storage);
         corrupt_payload(&path, b'a');
         let record = topic_record();
