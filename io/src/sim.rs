@@ -9,7 +9,12 @@
 //! zeros past the durable end). So a torn write can leave a hole in front of sectors
 //! that did survive, which is what a real disk with a volatile cache is allowed to
 //! do. Directory operations are durable when they return, as the
-//! [`Storage`](crate::file::Storage) contract says.
+//! [`Storage`](crate::file::Storage) contract says (each syncs its directory
+//! before it returns); a crash that falls on one, between its change and that
+//! sync, leaves the change on the disk or not, by the seeded generator: a
+//! rename done or not, a created file there or not, each file of a batch
+//! removal ([`Storage::remove_in`](crate::file::Storage::remove_in)) or of a
+//! removed directory gone or back.
 //!
 //! Faults, all drawn from the one seed so a failing test replays exactly:
 //! - `fdatasync`, or the sync half of a durable write, fails with `EIO`
@@ -22,7 +27,8 @@
 //!   [`SimDisk::flip_next_read_at`]); the stored bytes stay intact.
 //! - reads of a chosen file fail with `EIO`, as a medium error would
 //!   ([`SimDisk::set_unreadable`]).
-//! - a crash at the N-th write or sync ([`SimDisk::crash_at_op`]).
+//! - a crash at the N-th write, sync or change of a directory
+//!   ([`SimDisk::crash_at_op`]).
 //!
 //! A `sync_data` is in flight for one turn of the executor: it covers the writes
 //! that returned before it was called, lets every other ready task run (which may
@@ -81,6 +87,9 @@ struct FileData {
     /// a failed sync cannot leave them pending, since the kernel marks a page
     /// whose writeback failed clean and no later sync writes it again.
     cached_sectors: BTreeSet<u64>,
+    /// Sectors under a write still in flight ([`SimDisk::set_slow_writes`]),
+    /// with how many: a sync issued meanwhile does not cover them.
+    in_flight: BTreeMap<u64, u32>,
     length_dirty: bool,
 }
 
@@ -165,13 +174,14 @@ impl SimDisk {
         }
     }
 
-    /// Crashes when the operation counter (writes and syncs) reaches `op`: that
-    /// operation and everything after it fail until [`SimDisk::reboot`].
+    /// Crashes when the operation counter (writes, syncs and changes of a
+    /// directory) reaches `op`: that operation and everything after it fail
+    /// until [`SimDisk::reboot`].
     pub fn crash_at_op(&self, op: u64) {
         self.inner.borrow_mut().crash_at_op = Some(op);
     }
 
-    /// Writes and syncs performed so far.
+    /// Writes, syncs and changes of a directory performed so far.
     pub fn ops(&self) -> u64 {
         self.inner.borrow().ops
     }
@@ -208,6 +218,11 @@ impl SimDisk {
         inner.crashed = false;
         inner.crash_at_op = None;
         inner.generation += 1;
+        // The dead process's writes in flight land, or not, as the device
+        // decides; none of them returns to anyone.
+        for data in inner.inodes.values_mut() {
+            data.in_flight.clear();
+        }
     }
 
     /// The next `n` successful-looking syncs fail with `EIO` instead.
@@ -292,7 +307,8 @@ impl SimDisk {
     /// Every write from now on stays in flight for one turn of the executor
     /// before it returns (applied when issued, as a device may), so other
     /// tasks run while it is out: as on a real disk, where a write is a round
-    /// trip. Off by default, writes return at once.
+    /// trip. A sync issued while it is out does not cover it. Off by default,
+    /// writes return at once.
     pub fn set_slow_writes(&self, slow: bool) {
         self.inner.borrow_mut().slow_writes = slow;
     }
@@ -356,6 +372,17 @@ impl SimDisk {
         Ok(())
     }
 
+    /// Counts a change of a directory as an operation. If the crash falls on
+    /// it, `Err` says whether the change reached the disk before the power
+    /// went (it was made, its directory sync was not): the caller makes it
+    /// or not, then fails with the crash.
+    fn tick_namespace(inner: &mut Inner) -> Result<(), bool> {
+        match Self::tick(inner) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(inner.rng.random_bool(0.5)),
+        }
+    }
+
     fn check_handle(inner: &Inner, generation: u64) -> io::Result<()> {
         if inner.crashed || generation != inner.generation {
             return Err(crashed_error());
@@ -391,6 +418,7 @@ fn settle_after_crash(data: &mut FileData, rng: &mut ChaCha8Rng) {
     data.durable = image;
     data.dirty_sectors.clear();
     data.cached_sectors.clear();
+    data.in_flight.clear();
     data.length_dirty = false;
 }
 
@@ -454,6 +482,9 @@ impl SimFile {
         for s in pos / sector..(end as u64).div_ceil(sector) {
             data.dirty_sectors.insert(s);
             data.cached_sectors.remove(&s);
+            if inner.slow_writes {
+                *data.in_flight.entry(s).or_default() += 1;
+            }
         }
         inner.stats.writes += 1;
         inner.stats.bytes_written += bytes.len() as u64;
@@ -472,6 +503,7 @@ impl SimFile {
             let data = &inner.inodes[&self.inode];
             data.dirty_sectors
                 .range(sectors.clone())
+                .filter(|s| !data.in_flight.contains_key(s))
                 .map(|&s| (s, sector_bytes(&data.current, s).to_vec()))
                 .collect()
         };
@@ -558,7 +590,20 @@ impl BlockFile for SimFile {
     async fn write_at(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
         if self.apply_write(pos, bytes)? {
             yield_once().await;
-            SimDisk::check_handle(&self.disk.inner.borrow(), self.generation)?;
+            let mut inner = self.disk.inner.borrow_mut();
+            SimDisk::check_handle(&inner, self.generation)?;
+            let data = inner
+                .inodes
+                .get_mut(&self.inode)
+                .expect("open inode exists");
+            let sector = SECTOR_BYTES as u64;
+            for s in pos / sector..(pos + bytes.len() as u64).div_ceil(sector) {
+                let count = data.in_flight.get_mut(&s).expect("counted at issue");
+                *count -= 1;
+                if *count == 0 {
+                    data.in_flight.remove(&s);
+                }
+            }
         }
         Ok(())
     }

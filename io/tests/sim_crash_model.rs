@@ -468,6 +468,37 @@ fn a_read_flip_changes_one_returned_bit_and_not_the_disk() {
 }
 
 #[test]
+fn a_sync_issued_while_a_write_is_in_flight_does_not_cover_it() {
+    let mut kept = [false; 2];
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            let block = pattern(BLOCK_BYTES, seed);
+            disk.set_slow_writes(true);
+            // The write goes out first and is still in flight when the sync
+            // is issued beside it; both have returned before the crash.
+            let (written, synced) =
+                futures_lite::future::zip(file.write_at(0, &block), file.sync_data()).await;
+            written.unwrap();
+            synced.unwrap();
+            disk.crash();
+            disk.reboot();
+            let survived = disk.contents("f").unwrap_or_default() == block;
+            kept[usize::from(survived)] = true;
+            // Once it has returned, a sync covers it.
+            let file = open(&disk, "f").await;
+            file.write_at(0, &block).await.unwrap();
+            file.sync_data().await.unwrap();
+            disk.crash();
+            disk.reboot();
+            assert_eq!(disk.contents("f").unwrap(), block, "seed {seed}");
+        });
+    }
+    assert_eq!(kept, [true, true], "lost and kept both seen");
+}
+
+#[test]
 fn a_renamed_file_keeps_its_contents_across_a_crash() {
     block_on(async {
         let disk = new_disk(10);
@@ -489,6 +520,108 @@ fn a_renamed_file_keeps_its_contents_across_a_crash() {
         assert_eq!(buf, data);
         assert_eq!(disk.list("").await.unwrap(), vec!["segment"]);
     });
+}
+
+/// Runs `change` with the crash set on its first operation, on a fresh disk
+/// holding a synced file `d/f0`..`d/f3` each, for every seed; returns, per
+/// seed, which of the paths `watched` exist after the reboot.
+fn after_a_crash_on(
+    change: impl Fn(SimDisk) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool>>>,
+    watched: &[&str],
+) -> Vec<Vec<bool>> {
+    (0..SEEDS_MAX)
+        .map(|seed| {
+            block_on(async {
+                let disk = new_disk(seed);
+                disk.create_dir_all("d").await.unwrap();
+                for i in 0..4 {
+                    let file = open(&disk, &format!("d/f{i}")).await;
+                    file.write_at(0, &pattern(BLOCK_BYTES, i)).await.unwrap();
+                    file.sync_data().await.unwrap();
+                }
+                disk.crash_at_op(disk.ops() + 1);
+                assert!(
+                    !change(disk.clone()).await,
+                    "seed {seed}: the change failed"
+                );
+                assert!(disk.is_crashed(), "seed {seed}");
+                disk.reboot();
+                for i in 0..4 {
+                    if let Some(bytes) = disk.contents(&format!("d/f{i}")) {
+                        assert_eq!(bytes, pattern(BLOCK_BYTES, i), "seed {seed}");
+                    }
+                }
+                watched
+                    .iter()
+                    .map(|path| disk.contents(path).is_some())
+                    .collect()
+            })
+        })
+        .collect()
+}
+
+/// Whether every path of the outcomes was seen both present and missing.
+fn each_seen_both_ways(outcomes: &[Vec<bool>]) -> bool {
+    (0..outcomes[0].len()).all(|i| outcomes.iter().any(|o| o[i]) && outcomes.iter().any(|o| !o[i]))
+}
+
+#[test]
+fn a_crash_on_a_rename_leaves_it_done_or_not() {
+    let outcomes = after_a_crash_on(
+        |disk| Box::pin(async move { disk.rename("d/f0", "d/g").await.is_ok() }),
+        &["d/f0", "d/g"],
+    );
+    assert!(
+        outcomes.iter().all(|o| o[0] != o[1]),
+        "one name, never both"
+    );
+    assert!(each_seen_both_ways(&outcomes));
+}
+
+#[test]
+fn a_crash_on_a_creating_open_leaves_the_file_there_or_not() {
+    let outcomes = after_a_crash_on(
+        |disk| Box::pin(async move { disk.open("d/new", OpenMode::CreateOrOpen).await.is_ok() }),
+        &["d/new"],
+    );
+    assert!(each_seen_both_ways(&outcomes));
+}
+
+#[test]
+fn a_crash_inside_a_batch_removal_leaves_each_removal_so_far_done_or_not() {
+    let outcomes = after_a_crash_on(
+        |disk| {
+            Box::pin(async move {
+                // The crash falls on the third removal; the fourth never starts.
+                disk.crash_at_op(disk.ops() + 3);
+                let names: Vec<String> = (0..4).map(|i| format!("f{i}")).collect();
+                let (removed, outcome) = disk.remove_in("d", &names).await;
+                assert_eq!(removed, 2);
+                outcome.is_ok()
+            })
+        },
+        &["d/f0", "d/f1", "d/f2", "d/f3"],
+    );
+    assert!(outcomes.iter().all(|o| o[3]), "the removal never reached");
+    assert!(each_seen_both_ways(
+        &outcomes[..]
+            .iter()
+            .map(|o| o[..3].to_vec())
+            .collect::<Vec<_>>()
+    ));
+}
+
+#[test]
+fn a_crash_on_removing_a_directory_leaves_it_gone_or_partly_removed() {
+    let outcomes = after_a_crash_on(
+        |disk| Box::pin(async move { disk.remove_dir_all("d").await.is_ok() }),
+        &["d/f0", "d/f1", "d/f2", "d/f3"],
+    );
+    assert!(each_seen_both_ways(&outcomes));
+    assert!(outcomes.iter().any(|o| o.iter().all(|&present| !present)));
+    assert!(outcomes
+        .iter()
+        .any(|o| o.iter().any(|&p| p) && o.iter().any(|&p| !p)));
 }
 
 #[test]
@@ -542,10 +675,12 @@ fn crash_at_op_stops_that_operation_and_every_later_one() {
         let disk = new_disk(13);
         let file = open(&disk, "f").await;
         let block = pattern(BLOCK_BYTES, 13);
-        disk.crash_at_op(3);
+        // Creating the file was the first operation.
+        assert_eq!(disk.ops(), 1);
+        disk.crash_at_op(4);
         file.write_at(0, &block).await.unwrap();
         file.sync_data().await.unwrap();
-        assert_eq!(disk.ops(), 2);
+        assert_eq!(disk.ops(), 3);
         assert!(file.write_at(BLOCK_BYTES as u64, &block).await.is_err());
         assert!(disk.is_crashed());
         disk.reboot();

@@ -540,6 +540,7 @@ fn run_seed(seed: u64) {
             if rng.random_bool(0.7) {
                 disk.crash_at_op(disk.ops() + rng.random_range(1..150));
             }
+            disk.set_slow_writes(rng.random_bool(0.5));
             let mut anchors: BTreeMap<u32, (usize, Vec<u8>)> = BTreeMap::new();
             for _ in 0..rng.random_range(5..60) {
                 now += rng.random_range(0..250) * MS;

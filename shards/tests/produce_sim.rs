@@ -293,6 +293,9 @@ async fn check_recovery(disk: &SimDisk, wal: &Wal<SimDisk>, model: &Model, seed:
 
 async fn life(disk: SimDisk, model: Rc<RefCell<Model>>, seed: u64, life: usize, faults: bool) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ ((life as u64) << 40));
+    // Half the lives run with writes in flight while other tasks run (a sync
+    // issued meanwhile does not cover them), as on a device.
+    disk.set_slow_writes(rng.random_bool(0.5));
     let wal = Wal::open(disk.clone(), "ingress/shard-0", wal_config())
         .await
         .unwrap_or_else(|e| panic!("seed {seed} life {life}: WAL recovery failed: {e}"));

@@ -66,6 +66,9 @@ fn config(rng: &mut ChaCha8Rng) -> WalConfig {
 async fn life(disk: SimDisk, model: Rc<RefCell<Model>>, seed: u64, life: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (life as u64) << 32);
     let config = config(&mut rng);
+    // Half the lives run with writes in flight while other tasks run (a sync
+    // issued meanwhile does not cover them), as on a device.
+    disk.set_slow_writes(rng.random_bool(0.5));
     if life > 0 && rng.random_bool(0.3) {
         // A crash in the middle of recovery itself (its torn-tail erase, its
         // syncs, its removals): the next open recovers from whatever that left.

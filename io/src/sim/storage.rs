@@ -1,5 +1,6 @@
 //! [`SimDisk`] as a [`Storage`]: the namespace of files, durable as the
-//! operations return.
+//! operations return; a crash that falls on one leaves its change made or
+//! not (see [`SimDisk::tick_namespace`]).
 
 use super::*;
 
@@ -19,9 +20,15 @@ impl Storage for SimDisk {
                     return Err(io::Error::from_raw_os_error(libc::ENOENT));
                 }
                 let inode = inner.next_inode;
-                inner.next_inode += 1;
-                inner.inodes.insert(inode, FileData::default());
-                inner.names.insert(path.to_string(), inode);
+                let crashed = SimDisk::tick_namespace(inner);
+                if crashed != Err(false) {
+                    inner.next_inode += 1;
+                    inner.inodes.insert(inode, FileData::default());
+                    inner.names.insert(path.to_string(), inode);
+                }
+                if crashed.is_err() {
+                    return Err(crashed_error());
+                }
                 if inner.fail_create_of.as_deref() == Some(path) {
                     inner.fail_create_of = None;
                     return Err(io::Error::from_raw_os_error(libc::EIO));
@@ -42,11 +49,17 @@ impl Storage for SimDisk {
         if inner.crashed {
             return Err(crashed_error());
         }
-        let inode = inner
-            .names
-            .remove(from)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
-        inner.names.insert(to.to_string(), inode);
+        if !inner.names.contains_key(from) {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        let crashed = SimDisk::tick_namespace(&mut inner);
+        if crashed != Err(false) {
+            let inode = inner.names.remove(from).expect("checked above");
+            inner.names.insert(to.to_string(), inode);
+        }
+        if crashed.is_err() {
+            return Err(crashed_error());
+        }
         if inner.fail_rename_of.as_deref() == Some(from) {
             inner.fail_rename_of = None;
             return Err(io::Error::from_raw_os_error(libc::EIO));
@@ -63,22 +76,46 @@ impl Storage for SimDisk {
             inner.fail_remove_of = None;
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        inner.names.remove(path);
-        Ok(())
+        if !inner.names.contains_key(path) {
+            return Ok(());
+        }
+        let crashed = SimDisk::tick_namespace(&mut inner);
+        if crashed != Err(false) {
+            inner.names.remove(path);
+        }
+        crashed.map_err(|_| crashed_error())
     }
 
+    /// Each removal is a crash point; a crash on one leaves every removal of
+    /// the batch so far (its directory not yet synced) made or undone, each
+    /// by its own draw.
     async fn remove_in(&self, dir: &str, names: &[String]) -> (usize, io::Result<()>) {
-        let mut removed = 0;
-        for name in names {
-            if let Err(e) = self.remove(&crate::file::join(dir, name)).await {
-                return (removed, Err(e));
-            }
-            removed += 1;
-        }
-        let mut inner = self.inner.borrow_mut();
+        let mut guard = self.inner.borrow_mut();
+        let inner = &mut *guard;
         if inner.crashed {
-            return (removed, Err(crashed_error()));
+            return (0, Err(crashed_error()));
         }
+        let mut unsynced: Vec<(String, u64)> = Vec::new();
+        for (removed, name) in names.iter().enumerate() {
+            let path = crate::file::join(dir, name);
+            if inner.fail_remove_of.as_deref() == Some(path.as_str()) {
+                inner.fail_remove_of = None;
+                return (removed, Err(io::Error::from_raw_os_error(libc::EIO)));
+            }
+            let Some(inode) = inner.names.remove(&path) else {
+                continue;
+            };
+            unsynced.push((path, inode));
+            if SimDisk::tick_namespace(inner).is_err() {
+                for (path, inode) in unsynced {
+                    if inner.rng.random_bool(0.5) {
+                        inner.names.insert(path, inode);
+                    }
+                }
+                return (removed, Err(crashed_error()));
+            }
+        }
+        let removed = names.len();
         if removed > 0 && inner.fail_dir_sync_of.as_deref() == Some(dir) {
             inner.fail_dir_sync_of = None;
             return (removed, Err(io::Error::from_raw_os_error(libc::EIO)));
@@ -91,12 +128,20 @@ impl Storage for SimDisk {
         if inner.crashed {
             return Err(crashed_error());
         }
+        let mut levels = Vec::new();
         let mut rel = String::new();
         for part in path.split('/') {
             rel = crate::file::join(&rel, part);
-            inner.dirs.insert(rel.clone());
+            levels.push(rel.clone());
         }
-        Ok(())
+        if levels.iter().all(|level| inner.dirs.contains(level)) {
+            return Ok(());
+        }
+        let crashed = SimDisk::tick_namespace(&mut inner);
+        if crashed != Err(false) {
+            inner.dirs.extend(levels);
+        }
+        crashed.map_err(|_| crashed_error())
     }
 
     async fn remove_dir_all(&self, path: &str) -> io::Result<()> {
@@ -104,11 +149,27 @@ impl Storage for SimDisk {
         if inner.crashed {
             return Err(crashed_error());
         }
+        if !inner.dirs.contains(path) {
+            return Ok(());
+        }
         let prefix = format!("{path}/");
+        match SimDisk::tick_namespace(&mut inner) {
+            Ok(()) | Err(true) => {}
+            // Its entry in the parent was not synced: the directory is back,
+            // with whichever of its files' removals reached the disk undone.
+            Err(false) => {
+                let Inner { names, rng, .. } = &mut *inner;
+                names.retain(|name, _| !name.starts_with(&prefix) || rng.random_bool(0.5));
+                return Err(crashed_error());
+            }
+        }
         inner.names.retain(|name, _| !name.starts_with(&prefix));
         inner
             .dirs
             .retain(|dir| dir != path && !dir.starts_with(&prefix));
+        if inner.crashed {
+            return Err(crashed_error());
+        }
         Ok(())
     }
 
