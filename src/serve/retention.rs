@@ -86,19 +86,39 @@ pub(super) async fn supervise_reaper(
     config: ReaperConfig,
     shard: Rc<Shard>,
 ) {
+    let index = shard.index;
+    restart_after_panics(
+        || reaper::run(owner.clone(), config.clone(), owned_partitions(&shard)),
+        || owner.is_closing(),
+        REAPER_RESTART_AFTER,
+        || {
+            ::metrics::counter!("narad_reaper_restarts").increment(1);
+            tracing::error!(
+                shard = index,
+                "the retention reaper panicked; it starts again in a second"
+            );
+        },
+    )
+    .await
+}
+
+/// Runs what `start` makes until it returns, or panics while `closing` says
+/// so; after any other panic calls `restarted` and, `after` later, starts it
+/// again.
+async fn restart_after_panics<F: std::future::Future<Output = ()>>(
+    mut start: impl FnMut() -> F,
+    closing: impl Fn() -> bool,
+    after: std::time::Duration,
+    mut restarted: impl FnMut(),
+) {
     loop {
-        let run = reaper::run(owner.clone(), config.clone(), owned_partitions(&shard));
         let outcome =
-            futures_lite::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(run)).await;
-        if outcome.is_ok() || owner.is_closing() {
+            futures_lite::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(start())).await;
+        if outcome.is_ok() || closing() {
             return;
         }
-        ::metrics::counter!("narad_reaper_restarts").increment(1);
-        tracing::error!(
-            shard = shard.index,
-            "the retention reaper panicked; it starts again in a second"
-        );
-        narad_io::rt::sleep(REAPER_RESTART_AFTER).await;
+        restarted();
+        narad_io::rt::sleep(after).await;
     }
 }
 
@@ -126,4 +146,51 @@ fn owned_partitions(shard: &Rc<Shard>) -> narad_shards::produce::OwnedPartitions
         }
         owned
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use super::restart_after_panics;
+
+    /// Runs `restart_after_panics` over a run that panics `panics` times and
+    /// then returns; `closing_after` makes `closing` true from that start on.
+    /// Returns (starts, restarts).
+    fn supervise(panics: u32, closing_after: Option<u32>) -> (u32, u32) {
+        let (starts, restarts) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
+        let (s, r) = (starts.clone(), restarts.clone());
+        narad_io::rt::run_local(None, async move {
+            let started = s.clone();
+            restart_after_panics(
+                move || {
+                    started.set(started.get() + 1);
+                    let n = started.get();
+                    async move {
+                        if n <= panics {
+                            panic!("run {n} panics, as the test asks");
+                        }
+                    }
+                },
+                move || closing_after.is_some_and(|from| s.get() >= from),
+                Duration::from_millis(1),
+                move || r.set(r.get() + 1),
+            )
+            .await
+        });
+        (starts.get(), restarts.get())
+    }
+
+    #[test]
+    fn a_panicked_run_starts_again_and_each_restart_is_counted() {
+        assert_eq!(supervise(0, None), (1, 0));
+        assert_eq!(supervise(2, None), (3, 2));
+    }
+
+    #[test]
+    fn a_run_that_panics_while_closing_is_not_started_again() {
+        assert_eq!(supervise(5, Some(2)), (2, 1));
+    }
 }
