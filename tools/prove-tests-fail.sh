@@ -23,6 +23,7 @@ variants=(
   "broken-log-unmasked|narad-shards|log_faults|partition log frames carry payloads unmasked, so recovery takes a frame forged inside one for the log's"
   "broken-ack-state-no-anchor|narad-shards|consumer_state|the consumer-state committer writes its window into the durable anchor slot"
   "broken-growing-dsync|narad-shards|log_crash|a partition commit that grows its segment file is one O_DSYNC write, whose new size the file system may lose"
+  "broken-growing-dsync|narad-shards|wal_crash|the same for a WAL batch that grows its segment file"
 )
 # A kill lands at a random moment, so a real-process test may need more than one
 # run to catch its variant (three runs in a row once missed it on a loaded

@@ -8,6 +8,13 @@
 //! the block already held, so a torn rewrite cannot damage bytes that an earlier
 //! sync made durable (a sector is written whole or not at all).
 //!
+//! A durable append that grows the file is never one `O_DSYNC` write: such a
+//! direct write leaves the file's new size to the file system, which some
+//! kernels' ext4 did not make durable with it, while an `fdatasync` after the
+//! write makes it durable on every one. [`AppendFile`] knows the file's size
+//! (from its opening, its own writes, and what the caller tells it of writes
+//! made beside it) and sends such an append as a write and a sync.
+//!
 //! A write that fails leaves the logical length where it was: the caller decides
 //! whether the file is still usable (the partition log rewinds to its high
 //! watermark with [`AppendFile::rewind`]; the WAL latches).
@@ -47,11 +54,15 @@ pub struct AppendFile<F> {
     /// The previous tail's allocation, reused for the next one.
     scratch: Vec<u8>,
     device_bytes_written: u64,
+    /// The file's size as far as this handle knows: an append whose blocks
+    /// end past it grows the file.
+    file_bytes: u64,
 }
 
 impl<F: BlockFile> AppendFile<F> {
     /// Starts appending at `len`, reading the partial block before it from the
-    /// device. Bytes past `len` are ignored and will be overwritten.
+    /// device, and the file's size. Bytes past `len` are ignored and will be
+    /// overwritten.
     ///
     /// Every later append rewrites that block, so a bad read here would write a
     /// flipped bit over durable data: the block is read until two reads in a row
@@ -82,12 +93,14 @@ impl<F: BlockFile> AppendFile<F> {
             }
             tail.extend_from_slice(&block[..tail_len]);
         }
+        let file_bytes = file.size().await?;
         Ok(Self {
             file,
             len,
             tail,
             scratch: Vec::new(),
             device_bytes_written: 0,
+            file_bytes,
         })
     }
 
@@ -105,6 +118,34 @@ impl<F: BlockFile> AppendFile<F> {
     /// blocks included: the numerator of write amplification.
     pub fn device_bytes_written(&self) -> u64 {
         self.device_bytes_written
+    }
+
+    /// The file's size as far as this handle knows.
+    pub fn file_bytes(&self) -> u64 {
+        self.file_bytes
+    }
+
+    /// Says that writes made beside this handle (zeros prepared ahead of the
+    /// appends) grew the file to at least `bytes`.
+    pub fn grew_to(&mut self, bytes: u64) {
+        self.file_bytes = self.file_bytes.max(bytes);
+    }
+
+    /// Says that the file was cut to `bytes` beside this handle (a sealed
+    /// segment trimmed to its data).
+    pub fn truncated_to(&mut self, bytes: u64) {
+        self.file_bytes = self.file_bytes.min(bytes);
+    }
+
+    /// Whether appending `added` bytes would grow the file, so that a durable
+    /// append of them would be a write and a sync.
+    pub fn would_grow(&self, added: u64) -> bool {
+        self.grows_to(align_up(self.len + added))
+    }
+
+    /// Whether blocks ending at `end` grow the file.
+    fn grows_to(&self, end: u64) -> bool {
+        cfg!(not(feature = "broken-growing-dsync")) && end > self.file_bytes
     }
 
     /// The underlying file, for reads and syncs.
@@ -128,12 +169,13 @@ impl<F: BlockFile> AppendFile<F> {
     /// [`AppendFile::append`] that returns only once the appended bytes are
     /// durable, each device write an `O_DSYNC` one
     /// ([`BlockFile::write_durable_with`]): a commit in one device round trip
-    /// instead of two. Earlier appends not yet synced are not made durable by it.
-    /// An error of kind [`io::ErrorKind::StorageFull`] means every device write
-    /// that failed was refused before it was issued (the others are durable), so
-    /// the bytes before the append are as they were; after any other error the
-    /// blocks the append covered, the rewritten partial block among them, are
-    /// unknown.
+    /// instead of two. Earlier appends not yet synced are not made durable by it,
+    /// unless the append grows the file: then it is plain writes and an
+    /// `fdatasync` (see the module doc), which makes them durable too. An error
+    /// of kind [`io::ErrorKind::StorageFull`] means every device write that
+    /// failed was refused before it was issued, so the bytes before the append
+    /// are as they were; after any other error the blocks the append covered,
+    /// the rewritten partial block among them, are unknown.
     pub async fn append_durable(&mut self, parts: &[&[u8]]) -> io::Result<()> {
         self.append_as(parts, Durability::Now).await
     }
@@ -170,8 +212,20 @@ impl<F: BlockFile> AppendFile<F> {
             parts,
         };
         let padded_len = align_up(end - start) as usize;
-        let result = write_pieces(&self.file, start, padded_len, &data, durability).await;
+        let result = if durability == Durability::Now && self.grows_to(start + padded_len as u64) {
+            match write_pieces(&self.file, start, padded_len, &data, Durability::Later).await {
+                // Whatever the sync reports came after the write went out:
+                // never a clean refusal.
+                Ok(()) => self.file.sync_data().await.map_err(|e| {
+                    io::Error::other(format!("sync after a growing write failed: {e}"))
+                }),
+                Err(e) => Err(e),
+            }
+        } else {
+            write_pieces(&self.file, start, padded_len, &data, durability).await
+        };
         if result.is_ok() {
+            self.file_bytes = self.file_bytes.max(start + padded_len as u64);
             let new_tail_start = (align_down(end) - start) as usize;
             let mut tail = std::mem::take(&mut self.scratch);
             tail.clear();
@@ -206,6 +260,7 @@ impl<F: BlockFile> AppendFile<F> {
         )
         .await?;
         self.device_bytes_written += align_up(self.tail.len() as u64);
+        self.file_bytes = self.file_bytes.max(align_up(self.len));
         Ok(())
     }
 
@@ -449,8 +504,9 @@ mod tests {
             Ok(())
         }
 
+        /// Prepared far ahead: every durable append is `O_DSYNC` writes.
         async fn size(&self) -> io::Result<u64> {
-            Ok(0)
+            Ok(1 << 40)
         }
 
         async fn truncate(&self, _: u64) -> io::Result<()> {

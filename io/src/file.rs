@@ -51,9 +51,12 @@ pub trait BlockFile {
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()>;
 
-    /// [`BlockFile::write_with`] that returns only once these bytes, and the file
-    /// size that reaches them, are durable: one `O_DSYNC` write instead of a
-    /// write and an `fdatasync`, so one device round trip. Other writes not yet
+    /// [`BlockFile::write_with`] that returns only once these bytes are
+    /// durable: one `O_DSYNC` write instead of a write and an `fdatasync`, so
+    /// one device round trip. Only inside the file's size: a write that grows
+    /// the file leaves the new size to the file system, which some kernels'
+    /// ext4 did not make durable with it (`AppendFile` sends such a write as a
+    /// write and a sync; see [`crate::append`]). Other writes not yet
     /// synced are not made durable by it. If it fails, which of its sectors
     /// survive is unknown, as after a failed `sync_data`, with one exception:
     /// an error of kind [`io::ErrorKind::StorageFull`] means the write was

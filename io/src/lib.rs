@@ -22,6 +22,11 @@
 //! created it (the mesh's channel ends move to their shard once, at startup).
 //! Nothing in this crate takes a lock.
 
+#[cfg(all(not(debug_assertions), feature = "broken-growing-dsync"))]
+compile_error!(
+    "the broken-* features exist only to show that tests fail; never build them in release"
+);
+
 pub mod append;
 pub mod dma;
 pub mod file;

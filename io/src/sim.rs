@@ -87,10 +87,20 @@ struct FileData {
     /// a failed sync cannot leave them pending, since the kernel marks a page
     /// whose writeback failed clean and no later sync writes it again.
     cached_sectors: BTreeSet<u64>,
-    /// Sectors under a write still in flight ([`SimDisk::set_slow_writes`]),
-    /// with how many: a sync issued meanwhile does not cover them.
-    in_flight: BTreeMap<u64, u32>,
+    /// Sectors under a write still in flight ([`SimDisk::set_slow_writes`]):
+    /// a sync issued meanwhile covers only the bytes they held before it.
+    in_flight: BTreeMap<u64, InFlightSector>,
     length_dirty: bool,
+}
+
+/// A sector under writes still in flight.
+struct InFlightSector {
+    /// How many.
+    writes: u32,
+    /// The sector's bytes before the first of them (shorter, or empty, at the
+    /// end of the file): what a sync issued while they are out may make
+    /// durable, since the device holds either these or the new ones.
+    completed: Vec<u8>,
 }
 
 struct Inner {
@@ -307,8 +317,9 @@ impl SimDisk {
     /// Every write from now on stays in flight for one turn of the executor
     /// before it returns (applied when issued, as a device may), so other
     /// tasks run while it is out: as on a real disk, where a write is a round
-    /// trip. A sync issued while it is out does not cover it. Off by default,
-    /// writes return at once.
+    /// trip. A sync issued while it is out covers what its sectors held
+    /// before it, not its own bytes; one its caller stops waiting for still
+    /// lands. Off by default, writes return at once.
     pub fn set_slow_writes(&self, slow: bool) {
         self.inner.borrow_mut().slow_writes = slow;
     }
@@ -467,6 +478,19 @@ impl SimFile {
             .inodes
             .get_mut(&self.inode)
             .expect("open inode exists");
+        let sector = SECTOR_BYTES as u64;
+        let sectors = pos / sector..(end as u64).div_ceil(sector);
+        if inner.slow_writes {
+            for s in sectors.clone() {
+                data.in_flight
+                    .entry(s)
+                    .or_insert_with(|| InFlightSector {
+                        writes: 0,
+                        completed: sector_bytes(&data.current, s).to_vec(),
+                    })
+                    .writes += 1;
+            }
+        }
         if data.current.len() < end {
             data.current.resize(end, 0);
             data.length_dirty = true;
@@ -478,13 +502,9 @@ impl SimFile {
                 inner.flip_write_at = None;
             }
         }
-        let sector = SECTOR_BYTES as u64;
-        for s in pos / sector..(end as u64).div_ceil(sector) {
+        for s in sectors {
             data.dirty_sectors.insert(s);
             data.cached_sectors.remove(&s);
-            if inner.slow_writes {
-                *data.in_flight.entry(s).or_default() += 1;
-            }
         }
         inner.stats.writes += 1;
         inner.stats.bytes_written += bytes.len() as u64;
@@ -503,8 +523,11 @@ impl SimFile {
             let data = &inner.inodes[&self.inode];
             data.dirty_sectors
                 .range(sectors.clone())
-                .filter(|s| !data.in_flight.contains_key(s))
-                .map(|&s| (s, sector_bytes(&data.current, s).to_vec()))
+                .map(|&s| match data.in_flight.get(&s) {
+                    Some(out) => (s, out.completed.clone()),
+                    None => (s, sector_bytes(&data.current, s).to_vec()),
+                })
+                .filter(|(_, bytes)| !bytes.is_empty())
                 .collect()
         };
         // In flight: other tasks run, and may write (even over covered sectors).
@@ -528,7 +551,14 @@ impl SimFile {
             // direct read shows the device's.)
             let Inner { rng, inodes, .. } = inner;
             let data = inodes.get_mut(&self.inode).expect("open inode exists");
-            let dirty: Vec<u64> = data.dirty_sectors.range(sectors).copied().collect();
+            // A sector under a write still out keeps its fate for later: the
+            // write lands after this sync whatever it reported.
+            let dirty: Vec<u64> = data
+                .dirty_sectors
+                .range(sectors)
+                .filter(|s| !data.in_flight.contains_key(s))
+                .copied()
+                .collect();
             for s in dirty {
                 let start = (s as usize * SECTOR_BYTES).min(data.current.len());
                 let end = (start + SECTOR_BYTES).min(data.current.len());
@@ -586,24 +616,45 @@ impl SimFile {
     }
 }
 
+/// A write in flight; dropping it counts it landed.
+struct Landing<'a> {
+    file: &'a SimFile,
+    sectors: std::ops::Range<u64>,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.file.disk.inner.borrow_mut();
+        // After a reboot or a restart of the process the counts were cleared.
+        if inner.generation != self.file.generation {
+            return;
+        }
+        let data = inner
+            .inodes
+            .get_mut(&self.file.inode)
+            .expect("open inode exists");
+        for s in self.sectors.clone() {
+            let out = data.in_flight.get_mut(&s).expect("counted at issue");
+            out.writes -= 1;
+            if out.writes == 0 {
+                data.in_flight.remove(&s);
+            }
+        }
+    }
+}
+
 impl BlockFile for SimFile {
     async fn write_at(&self, pos: u64, bytes: &[u8]) -> io::Result<()> {
         if self.apply_write(pos, bytes)? {
+            // Lands when it returns, or when its caller drops it: the device
+            // finishes a write whoever stopped waiting for it.
+            let _landing = Landing {
+                file: self,
+                sectors: pos / SECTOR_BYTES as u64
+                    ..(pos + bytes.len() as u64).div_ceil(SECTOR_BYTES as u64),
+            };
             yield_once().await;
-            let mut inner = self.disk.inner.borrow_mut();
-            SimDisk::check_handle(&inner, self.generation)?;
-            let data = inner
-                .inodes
-                .get_mut(&self.inode)
-                .expect("open inode exists");
-            let sector = SECTOR_BYTES as u64;
-            for s in pos / sector..(pos + bytes.len() as u64).div_ceil(sector) {
-                let count = data.in_flight.get_mut(&s).expect("counted at issue");
-                *count -= 1;
-                if *count == 0 {
-                    data.in_flight.remove(&s);
-                }
-            }
+            SimDisk::check_handle(&self.disk.inner.borrow(), self.generation)?;
         }
         Ok(())
     }

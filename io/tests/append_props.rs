@@ -251,3 +251,45 @@ fn large_appends_land_byte_for_byte_with_zero_padding() {
         }
     });
 }
+
+/// A durable append inside the file's size is one durable write; one that
+/// grows the file is a plain write and a sync, whose bytes survive a power loss
+/// under the simulated disk's model of growing `O_DSYNC` writes. The size comes
+/// from the opening, the appends, and what the caller says it prepared.
+#[test]
+fn a_durable_append_that_grows_the_file_is_a_write_and_a_sync() {
+    for seed in 0..64 {
+        block_on(async {
+            let disk = SimDisk::new(seed, SimFaults::default());
+            let raw = open_file(&disk).await;
+            raw.write_at(0, &vec![0u8; 8192]).await.unwrap();
+            raw.sync_data().await.unwrap();
+            let mut file = AppendFile::open_at(raw, 0).await.unwrap();
+            assert_eq!(file.file_bytes(), 8192);
+            let before = disk.stats();
+            // Inside the prepared size: one durable write, no separate sync.
+            file.append_durable(&[&[1u8; 5000]]).await.unwrap();
+            let inside = disk.stats();
+            assert_eq!(inside.durable_writes - before.durable_writes, 1);
+            assert_eq!(inside.syncs, before.syncs);
+            assert!(!file.would_grow(3000) && file.would_grow(3500));
+            // Past it: a plain write and a sync.
+            file.append_durable(&[&[2u8; 5000]]).await.unwrap();
+            let grown = disk.stats();
+            assert_eq!(grown.durable_writes, inside.durable_writes, "seed {seed}");
+            assert_eq!(grown.syncs - inside.syncs, 1, "seed {seed}");
+            assert_eq!(file.file_bytes(), 12288);
+            // Zeros written beside the handle, and said so: durable writes again.
+            file.file().write_at(12288, &vec![0u8; 4096]).await.unwrap();
+            file.file().sync_data().await.unwrap();
+            file.grew_to(16384);
+            file.append_durable(&[&[3u8; 100]]).await.unwrap();
+            assert_eq!(disk.stats().durable_writes, grown.durable_writes + 1);
+            disk.crash();
+            disk.reboot();
+            let bytes = disk.contents("log").unwrap();
+            let want: Vec<u8> = [vec![1u8; 5000], vec![2u8; 5000], vec![3u8; 100]].concat();
+            assert_eq!(&bytes[..want.len()], &want[..], "seed {seed}");
+        });
+    }
+}

@@ -175,9 +175,13 @@ async fn write_budget_refuses_the_crossing_write(storage: DmaStorage) -> io::Res
 
 /// Durable appends go out through the file's `O_DSYNC` descriptor, which is
 /// opened through the first one, so a file renamed after it was opened still
-/// gets its own bytes.
+/// gets its own bytes. The file is prepared (zeros written and synced) first:
+/// a durable append that grows a file is a write and a sync instead.
 async fn durable_appends_after_a_rename(storage: DmaStorage) -> io::Result<()> {
-    let mut file = AppendFile::open_at(storage.open("a", OpenMode::CreateOrOpen).await?, 0).await?;
+    let prepared = storage.open("a", OpenMode::CreateOrOpen).await?;
+    prepared.write_at(0, &vec![0u8; 2 << 20]).await?;
+    prepared.sync_data().await?;
+    let mut file = AppendFile::open_at(prepared, 0).await?;
     file.append_durable(&[b"first "]).await?;
     assert!(
         file.file().has_durable_descriptor(),

@@ -499,6 +499,81 @@ fn a_sync_issued_while_a_write_is_in_flight_does_not_cover_it() {
 }
 
 #[test]
+fn a_sync_beside_a_rewrite_in_flight_keeps_the_bytes_that_were_there() {
+    let mut seen = [false; 2];
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            let (old, new) = (pattern(BLOCK_BYTES, seed), pattern(BLOCK_BYTES, seed + 1));
+            file.write_at(0, &old).await.unwrap();
+            disk.set_slow_writes(true);
+            let (written, synced) =
+                futures_lite::future::zip(file.write_at(0, &new), file.sync_data()).await;
+            written.unwrap();
+            synced.unwrap();
+            disk.crash();
+            disk.reboot();
+            // The device held the old bytes or the new ones when the sync
+            // ran, never what was there before both: each sector is one of
+            // the two.
+            let got = disk.contents("f").unwrap();
+            for (s, sector) in got.chunks(SECTOR_BYTES).enumerate() {
+                let range = s * SECTOR_BYTES..(s + 1) * SECTOR_BYTES;
+                let is_new = sector == &new[range.clone()];
+                assert!(is_new || sector == &old[range], "seed {seed} sector {s}");
+                seen[usize::from(is_new)] = true;
+            }
+        });
+    }
+    assert_eq!(seen, [true, true], "old and new sectors both seen");
+}
+
+#[test]
+fn a_write_whose_caller_stopped_waiting_still_lands_for_a_later_sync() {
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            let block = pattern(BLOCK_BYTES, seed);
+            disk.set_slow_writes(true);
+            let mut write = Box::pin(file.write_at(0, &block));
+            assert!(futures_lite::future::poll_once(&mut write).await.is_none());
+            drop(write);
+            file.sync_data().await.unwrap();
+            disk.crash();
+            disk.reboot();
+            assert_eq!(disk.contents("f").unwrap(), block, "seed {seed}");
+        });
+    }
+}
+
+#[test]
+fn a_crash_on_creating_directories_keeps_the_outer_levels_or_none() {
+    let mut kept = std::collections::BTreeSet::new();
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            disk.crash_at_op(1);
+            assert!(disk.create_dir_all("a/b/c").await.is_err());
+            disk.reboot();
+            let levels = ["a", "a/b", "a/b/c"].map(|dir| {
+                let parent = dir.rsplit_once('/').map_or("", |(p, _)| p);
+                let name = dir.rsplit('/').next().unwrap().to_string();
+                block_on(disk.list(parent)).unwrap().contains(&name)
+            });
+            let depth = levels.iter().take_while(|&&there| there).count();
+            assert!(
+                levels[depth..].iter().all(|&there| !there),
+                "seed {seed}: {levels:?}"
+            );
+            kept.insert(depth);
+        });
+    }
+    assert_eq!(kept.len(), 4, "every depth seen: {kept:?}");
+}
+
+#[test]
 fn a_renamed_file_keeps_its_contents_across_a_crash() {
     block_on(async {
         let disk = new_disk(10);

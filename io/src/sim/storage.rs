@@ -88,7 +88,8 @@ impl Storage for SimDisk {
 
     /// Each removal is a crash point; a crash on one leaves every removal of
     /// the batch so far (its directory not yet synced) made or undone, each
-    /// by its own draw.
+    /// by its own draw: looser than a journaling file system, which keeps a
+    /// prefix of them, as a file system without a journal may.
     async fn remove_in(&self, dir: &str, names: &[String]) -> (usize, io::Result<()>) {
         let mut guard = self.inner.borrow_mut();
         let inner = &mut *guard;
@@ -137,11 +138,21 @@ impl Storage for SimDisk {
         if levels.iter().all(|level| inner.dirs.contains(level)) {
             return Ok(());
         }
-        let crashed = SimDisk::tick_namespace(&mut inner);
-        if crashed != Err(false) {
-            inner.dirs.extend(levels);
+        match SimDisk::tick_namespace(&mut inner) {
+            Ok(()) | Err(true) => {}
+            // Each level's entry is synced after the one above it: the
+            // outer levels may be there, the inner ones not.
+            Err(false) => {
+                let kept = inner.rng.random_range(0..levels.len());
+                inner.dirs.extend(levels.into_iter().take(kept));
+                return Err(crashed_error());
+            }
         }
-        crashed.map_err(|_| crashed_error())
+        inner.dirs.extend(levels);
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        Ok(())
     }
 
     async fn remove_dir_all(&self, path: &str) -> io::Result<()> {

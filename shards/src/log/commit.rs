@@ -8,7 +8,8 @@
 //! 2. roll first if the commit would overflow the segment or the segment is old;
 //! 3. prepare zeroed space;
 //! 4. append every frame in one durable (`O_DSYNC`) device write: the write and
-//!    its sync in one round trip;
+//!    its sync in one round trip (a write and an `fdatasync` where it grows the
+//!    file, with no zeros prepared ahead: see `narad_io::append`);
 //! 5. read the just-written bytes back from the device (O_DIRECT in production,
 //!    so it is the disk that answers, not a cache) and verify each frame's CRC,
 //!    offsets and flags, and that the bytes are the ones written;
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use narad_io::append::AppendMark;
-use narad_io::{align_down, align_up, Storage};
+use narad_io::{align_down, Storage};
 
 use super::cache::CachedFrame;
 use super::envelope::{encode_envelope, envelope_len, KEY_BYTES_MAX};
@@ -250,27 +251,9 @@ impl<S: Storage> PartitionLog<S> {
         let end = mark.len() + commit_bytes;
         self.prepare_active(end).await?;
         let sync_start = Instant::now();
-        // A write that grows the file (no zeros prepared ahead of it) is never
-        // one durable write: an `O_DSYNC` direct write relies on the file
-        // system making the new size durable with it, which some kernels' ext4
-        // got wrong, while `fdatasync` after the write makes it durable on
-        // every one (as the WAL does).
-        let grows = align_up(end) > self.active.file_bytes;
-        #[cfg(feature = "broken-growing-dsync")]
-        let grows = grows && false;
-        let written = if grows {
-            match self.active.file.append_from(frames).await {
-                Ok(()) => self.active.file.sync().await.map_err(|e| {
-                    // Whatever the sync reports came after the write went out:
-                    // never a clean refusal.
-                    std::io::Error::other(format!("sync after a growing write failed: {e}"))
-                }),
-                Err(e) => Err(e),
-            }
-        } else {
-            self.active.file.append_durable_from(frames).await
-        };
-        if let Err(e) = written {
+        // One `O_DSYNC` write, or a write and a sync where it grows the file
+        // (no zeros prepared ahead of it): see `narad_io::append`.
+        if let Err(e) = self.active.file.append_durable_from(frames).await {
             if e.kind() == std::io::ErrorKind::StorageFull {
                 // Refused for space before it went out: the blocks of earlier
                 // commits are untouched, and the caller rewinds.
@@ -280,7 +263,6 @@ impl<S: Storage> PartitionLog<S> {
             tracing::error!(dir = %self.dir, error = %e, "partition log durable write failed; log poisoned until reopened");
             return Err(LogError::SyncFailed(e));
         }
-        self.active.file_bytes = self.active.file_bytes.max(align_up(end));
         let io = CommitIo {
             write: sync_start - write_start,
             sync: sync_start.elapsed(),

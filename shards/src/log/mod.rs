@@ -306,10 +306,6 @@ struct ActiveSegment<F> {
     file: AppendFile<F>,
     /// Bytes of the file that exist on the device (zeros past the data).
     prepared_bytes: u64,
-    /// The file's size as opening found it and the writes since left it
-    /// (`prepared_bytes` may exceed it by the rest of the data's last block):
-    /// a commit whose blocks end past it grows the file.
-    file_bytes: u64,
     /// The data bytes of the file's last, partial block: every append rewrites
     /// them, so the read-back checks they are still there.
     tail_block: Vec<u8>,

@@ -283,7 +283,6 @@ async fn recover_active<S: Storage>(
         base,
         file: appender,
         prepared_bytes: align_down(size).max(align_up(data_bytes)),
-        file_bytes: size,
         tail_block: bytes[align_down(data_bytes) as usize..data_bytes as usize].to_vec(),
         index,
         first_commit_ms,
@@ -315,7 +314,7 @@ impl<S: Storage> PartitionLog<S> {
                 .await
                 .map_err(io_err("prepare segment"))?;
             self.active.prepared_bytes = from + len;
-            self.active.file_bytes = self.active.file_bytes.max(from + len);
+            self.active.file.grew_to(from + len);
         }
         Ok(())
     }
@@ -350,7 +349,7 @@ impl<S: Storage> PartitionLog<S> {
         match first {
             Some(Ok(())) => {
                 self.active.prepared_bytes = end;
-                self.active.file_bytes = self.active.file_bytes.max(end);
+                self.active.file.grew_to(end);
             }
             // The next commit that needs the space prepares it inline.
             Some(Err(e)) => {
@@ -369,7 +368,7 @@ impl<S: Storage> PartitionLog<S> {
         };
         preparing.write.await.map_err(io_err("prepare segment"))?;
         self.active.prepared_bytes = self.active.prepared_bytes.max(preparing.end);
-        self.active.file_bytes = self.active.file_bytes.max(preparing.end);
+        self.active.file.grew_to(preparing.end);
         Ok(())
     }
 
@@ -455,12 +454,15 @@ impl<S: Storage> PartitionLog<S> {
         );
         // A zero chunk landing after the trim would grow the sealed file again.
         self.finish_preparing().await?;
-        let file = self.active.file.file();
-        file.truncate(data_bytes)
+        self.active
+            .file
+            .file()
+            .truncate(data_bytes)
             .await
             .map_err(io_err("trim segment"))?;
+        self.active.file.truncated_to(data_bytes);
         self.active.prepared_bytes = align_up(data_bytes);
-        if let Err(e) = file.sync_data().await {
+        if let Err(e) = self.active.file.sync().await {
             self.poisoned = true;
             return Err(LogError::SyncFailed(e));
         }
@@ -509,7 +511,6 @@ impl<S: Storage> PartitionLog<S> {
                 base,
                 file: appender,
                 prepared_bytes: 0,
-                file_bytes: 0,
                 tail_block: Vec::new(),
                 index: SparseIndex::new(base),
                 first_commit_ms: None,

@@ -375,7 +375,6 @@ impl<S: Storage> Wal<S> {
             checkpoint_file,
             spares,
             prep_ready,
-            active_file_bytes,
         } = recovered;
         let shared = Shared {
             staging: Vec::new(),
@@ -395,7 +394,7 @@ impl<S: Storage> Wal<S> {
             active_bytes: active.len(),
             segments,
             roll_requested: false,
-            active_grows: active_file_bytes < narad_io::align_up(config.segment_bytes_max),
+            active_grows: active.file_bytes() < narad_io::align_up(config.segment_bytes_max),
             spares,
             prep_ready,
             prep_running: false,
@@ -431,12 +430,8 @@ impl<S: Storage> Wal<S> {
             .segments
             .back()
             .expect("a segment");
-        let flusher = narad_io::rt::spawn_local(writer::flush_loop(
-            wal.clone(),
-            active,
-            active_first,
-            active_file_bytes,
-        ));
+        let flusher =
+            narad_io::rt::spawn_local(writer::flush_loop(wal.clone(), active, active_first));
         let upkeep = narad_io::rt::spawn_local(upkeep::upkeep_loop(wal.clone(), checkpoint_file));
         wal.inner.tasks.borrow_mut().extend([flusher, upkeep]);
         if wal.inner.config.prealloc {

@@ -7,7 +7,7 @@
 //! The pipeline. A batch that fits one write run, taken when nothing is in
 //! flight, goes out as one durable (`O_DSYNC`) write: write and sync in one
 //! device round trip, and the batch staged meanwhile goes next. Other batches
-//! (several runs, or a segment roll) are written and then synced while the next
+//! (several runs, a segment roll, or a write that grows the file) are written and then synced while the next
 //! batch, if one is staged by then, is written: at most one sync and one write
 //! are in flight, the write is issued only after the previous write completed
 //! (both rewrite the partial block between them), and a batch is released only
@@ -47,9 +47,6 @@ pub(super) struct Recovered<F> {
     pub checkpoint_file: CheckpointFile<F>,
     pub spares: Vec<String>,
     pub prep_ready: bool,
-    /// The size of the active segment's file: smaller than a segment when it
-    /// was made empty and grows with each write.
-    pub active_file_bytes: u64,
 }
 
 fn corrupt(name: &str, e: ScanError) -> WalError {
@@ -113,7 +110,6 @@ pub(super) async fn recover<S: Storage>(
             checkpoint_file,
             spares,
             prep_ready,
-            active_file_bytes: 0,
         });
     }
     let oldest = segments[0];
@@ -153,7 +149,6 @@ pub(super) async fn recover<S: Storage>(
         .await
         .map_err(|e| corrupt(&name, e))?;
     let resume_bytes = erase_torn_run(&file, &end).await?;
-    let active_file_bytes = file.size().await?;
     // Frames a killed process wrote but never synced are readable and valid, and
     // the scan took them: make them durable before they count as such (before
     // the dispatcher reads them and before a roll can seal this segment).
@@ -189,7 +184,6 @@ pub(super) async fn recover<S: Storage>(
         checkpoint_file,
         spares,
         prep_ready,
-        active_file_bytes,
     })
 }
 
@@ -268,13 +262,11 @@ pub(super) async fn flush_loop<S: Storage>(
     wal: Wal<S>,
     active: AppendFile<Rc<S::File>>,
     active_first: Seq,
-    active_file_bytes: u64,
 ) {
     let mut writer = Writer {
         wal: wal.clone(),
         active,
         active_first,
-        file_bytes: active_file_bytes,
         device_bytes_sealed: 0,
     };
     // A batch written whose last run is not synced yet.
@@ -289,13 +281,10 @@ pub(super) async fn flush_loop<S: Storage>(
                 // A write that grows the file (a segment made empty because
                 // nothing was prepared, a batch that runs past the end of a
                 // prepared one, a recycled segment shorter than the segment
-                // size now configured) is never one durable write: an `O_DSYNC`
-                // direct write relies on the file system making the new size
-                // durable with it, which some kernels' ext4 got wrong, while
-                // `fdatasync` after the write makes it durable on every one.
-                let grows = writer.active.len() + job.buf.len() as u64 > writer.file_bytes;
-                #[cfg(feature = "broken-growing-dsync")]
-                let grows = grows && false;
+                // size now configured) is a write and a sync either way (see
+                // `narad_io::append`): the pipeline below overlaps the sync
+                // with the next batch's write.
+                let grows = writer.active.would_grow(job.buf.len() as u64);
                 if wal.inner.config.durable_writes
                     && !grows
                     && job.roll_points.is_empty()
@@ -508,9 +497,6 @@ struct Writer<S: Storage> {
     active: AppendFile<Rc<S::File>>,
     /// First sequence number of the active segment.
     active_first: Seq,
-    /// The active segment file's size, as far as this writer's writes and
-    /// its opening tell: a write that ends past it grows the file.
-    file_bytes: u64,
     /// Device bytes written to segments before the active one.
     device_bytes_sealed: u64,
 }
@@ -603,7 +589,6 @@ impl<S: Storage> Writer<S> {
                 }
                 Durability::Later => self.active.append(&[run]).await?,
             }
-            self.file_bytes = self.file_bytes.max(narad_io::align_up(self.active.len()));
             run_start = run_end;
         }
         Ok(())
@@ -628,12 +613,11 @@ impl<S: Storage> Writer<S> {
                 .await?;
         }
         let file = Rc::new(inner.storage.open(&name, OpenMode::CreateOrOpen).await?);
-        // A recycled segment may be shorter than the segment size now set.
-        let file_bytes = file.size().await?;
         self.device_bytes_sealed += self.active.device_bytes_written();
         let old = std::mem::replace(&mut self.active, AppendFile::open_at(file, 0).await?);
+        // A recycled segment may be shorter than the segment size now set.
+        let file_bytes = self.active.file_bytes();
         self.active_first = first;
-        self.file_bytes = file_bytes;
         old.into_file().close().await?;
         {
             let mut sh = inner.shared.borrow_mut();
