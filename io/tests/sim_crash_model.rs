@@ -467,6 +467,20 @@ fn a_read_flip_changes_one_returned_bit_and_not_the_disk() {
     });
 }
 
+/// Writes `bytes` at the start of `f` with a sync issued while the write is
+/// still in flight (both return before the crash), then loses power; returns
+/// what `f` holds after.
+async fn write_beside_a_sync_then_crash(disk: &SimDisk, file: &SimFile, bytes: &[u8]) -> Vec<u8> {
+    disk.set_slow_writes(true);
+    let (written, synced) =
+        futures_lite::future::zip(file.write_at(0, bytes), file.sync_data()).await;
+    written.unwrap();
+    synced.unwrap();
+    disk.crash();
+    disk.reboot();
+    disk.contents("f").unwrap_or_default()
+}
+
 #[test]
 fn a_sync_issued_while_a_write_is_in_flight_does_not_cover_it() {
     let mut kept = [false; 2];
@@ -475,16 +489,7 @@ fn a_sync_issued_while_a_write_is_in_flight_does_not_cover_it() {
             let disk = new_disk(seed);
             let file = open(&disk, "f").await;
             let block = pattern(BLOCK_BYTES, seed);
-            disk.set_slow_writes(true);
-            // The write goes out first and is still in flight when the sync
-            // is issued beside it; both have returned before the crash.
-            let (written, synced) =
-                futures_lite::future::zip(file.write_at(0, &block), file.sync_data()).await;
-            written.unwrap();
-            synced.unwrap();
-            disk.crash();
-            disk.reboot();
-            let survived = disk.contents("f").unwrap_or_default() == block;
+            let survived = write_beside_a_sync_then_crash(&disk, &file, &block).await == block;
             kept[usize::from(survived)] = true;
             // Once it has returned, a sync covers it.
             let file = open(&disk, "f").await;
@@ -507,17 +512,10 @@ fn a_sync_beside_a_rewrite_in_flight_keeps_the_bytes_that_were_there() {
             let file = open(&disk, "f").await;
             let (old, new) = (pattern(BLOCK_BYTES, seed), pattern(BLOCK_BYTES, seed + 1));
             file.write_at(0, &old).await.unwrap();
-            disk.set_slow_writes(true);
-            let (written, synced) =
-                futures_lite::future::zip(file.write_at(0, &new), file.sync_data()).await;
-            written.unwrap();
-            synced.unwrap();
-            disk.crash();
-            disk.reboot();
             // The device held the old bytes or the new ones when the sync
             // ran, never what was there before both: each sector is one of
             // the two.
-            let got = disk.contents("f").unwrap();
+            let got = write_beside_a_sync_then_crash(&disk, &file, &new).await;
             for (s, sector) in got.chunks(SECTOR_BYTES).enumerate() {
                 let range = s * SECTOR_BYTES..(s + 1) * SECTOR_BYTES;
                 let is_new = sector == &new[range.clone()];
