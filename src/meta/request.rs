@@ -143,9 +143,11 @@ pub fn parse_create(
 }
 
 /// The alter command for a `PATCH /v1/topics/{topic}` body against the topic as
-/// the request read it. A limit of 0 resets it to this node's default (for
-/// `retention_ms` too, as the reference's PATCH reads: 0 is "default" there, not
-/// "forever"); `partitions` may only grow, up to `topic.max_partitions`.
+/// the request read it. A cap of 0 resets it to this node's default;
+/// `retention_ms` follows the same rule as at create (0 keeps records
+/// forever, as the reference's field rules say, so a PATCH never shortens
+/// the retention of a topic asked to keep everything); `partitions` may only
+/// grow, up to `topic.max_partitions`.
 pub fn parse_alter(
     body: &[u8],
     current: &TopicRecord,
@@ -158,14 +160,9 @@ pub fn parse_alter(
         &ALTER_UNSUPPORTED,
         &ALTER_FIXED,
     )?;
-    let retention_ms = match field_u64(&fields, "retention_ms")? {
-        Some(0) => Some(defaults.default_retention_age_ms),
-        Some(r) => {
-            check_retention(r)?;
-            Some(r)
-        }
-        None => None,
-    };
+    let retention_ms = field_u64(&fields, "retention_ms")?
+        .map(|r| check_retention(r).map(|()| r))
+        .transpose()?;
     let or_default = |v: Option<u32>, default: u32| v.map(|v| if v == 0 { default } else { v });
     let max_in_flight_per_partition = or_default(
         field_u32(&fields, "max_in_flight_per_partition")?,

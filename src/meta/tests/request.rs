@@ -292,7 +292,7 @@ fn alter_needs_at_least_one_change() {
 }
 
 #[test]
-fn alter_takes_each_change_and_zero_means_the_default() {
+fn alter_takes_each_change_zero_caps_mean_the_default_and_zero_retention_forever() {
     let mut current = record("t", 1);
     current.retention_ms = 0;
     current.max_in_flight_per_partition = 5;
@@ -323,7 +323,8 @@ fn alter_takes_each_change_and_zero_means_the_default() {
     assert_eq!(
         alter_json(&current, reset).unwrap(),
         TopicChanges {
-            retention_ms: Some(604_800_000),
+            // Forever, as at create: never the node's default.
+            retention_ms: Some(0),
             max_in_flight_per_partition: Some(1024),
             max_acked_ahead_per_partition: Some(1024),
             partitions: None,
