@@ -6,7 +6,9 @@
 //! every open handle; [`SimDisk::reboot`] then decides the fate of every unsynced
 //! sector independently, from the seeded generator: it either carries its new bytes
 //! or keeps what the durable image had there (stale bytes of a recycled file, or
-//! zeros past the durable end). So a torn write can leave a hole in front of sectors
+//! zeros past the durable end); a sector written more than once since its last
+//! sync may come back with one of its last few unsynced versions instead of the
+//! newest. So a torn write can leave a hole in front of sectors
 //! that did survive, which is what a real disk with a volatile cache is allowed to
 //! do. Directory operations are durable when they return, as the
 //! [`Storage`](crate::file::Storage) contract says (each syncs its directory
@@ -90,8 +92,15 @@ struct FileData {
     /// Sectors under a write still in flight ([`SimDisk::set_slow_writes`]):
     /// a sync issued meanwhile covers only the bytes they held before it.
     in_flight: BTreeMap<u64, InFlightSector>,
+    /// Earlier unsynced contents of dirty sectors that were written again
+    /// before a sync, oldest first, at most [`VERSIONS_MAX`] each: a device's
+    /// cache may write any of them out before a crash, not only the newest.
+    versions: BTreeMap<u64, Vec<Vec<u8>>>,
     length_dirty: bool,
 }
+
+/// Earlier unsynced versions a sector keeps at most (the newest ones).
+const VERSIONS_MAX: usize = 3;
 
 /// A sector under writes still in flight.
 struct InFlightSector {
@@ -423,13 +432,22 @@ fn settle_after_crash(data: &mut FileData, rng: &mut ChaCha8Rng) {
         if image.len() < end {
             image.resize(end, 0);
         }
-        image[start..end].copy_from_slice(&data.current[start..end]);
+        // The newest bytes, or an earlier unsynced version of the same length.
+        let earlier = data.versions.get(&s).map_or(&[][..], Vec::as_slice);
+        let pick = rng.random_range(0..=earlier.len());
+        match earlier.get(pick) {
+            Some(version) if version.len() == end - start => {
+                image[start..end].copy_from_slice(version);
+            }
+            _ => image[start..end].copy_from_slice(&data.current[start..end]),
+        }
     }
     data.current = image.clone();
     data.durable = image;
     data.dirty_sectors.clear();
     data.cached_sectors.clear();
     data.in_flight.clear();
+    data.versions.clear();
     data.length_dirty = false;
 }
 
@@ -489,6 +507,20 @@ impl SimFile {
                         completed: sector_bytes(&data.current, s).to_vec(),
                     })
                     .writes += 1;
+            }
+        }
+        // A dirty sector written again keeps its unsynced bytes as a version
+        // a crash may still leave.
+        for s in sectors.clone() {
+            if data.dirty_sectors.contains(&s) {
+                let earlier = sector_bytes(&data.current, s).to_vec();
+                let versions = data.versions.entry(s).or_default();
+                if versions.last() != Some(&earlier) {
+                    versions.push(earlier);
+                }
+                if versions.len() > VERSIONS_MAX {
+                    versions.remove(0);
+                }
             }
         }
         if data.current.len() < end {
@@ -578,6 +610,7 @@ impl SimFile {
                         }
                         data.durable[start..end].copy_from_slice(&data.current[start..end]);
                         data.dirty_sectors.remove(&s);
+                        data.versions.remove(&s);
                     }
                     1 => {}
                     _ => {
@@ -585,6 +618,7 @@ impl SimFile {
                             data.current[i] = data.durable.get(i).copied().unwrap_or(0);
                         }
                         data.dirty_sectors.remove(&s);
+                        data.versions.remove(&s);
                     }
                 }
             }
@@ -607,6 +641,10 @@ impl SimFile {
             if sector_bytes(&data.current, s) == &bytes[..] {
                 data.dirty_sectors.remove(&s);
             }
+            // Versions older than what is now durable can no longer come
+            // back (those written while the sync ran go with them: the model
+            // is kinder there than a device).
+            data.versions.remove(&s);
         }
         if data.dirty_sectors.is_empty() {
             data.durable.resize(data.current.len(), 0);
@@ -795,6 +833,8 @@ impl BlockFile for SimFile {
             }
         } else {
             data.current.truncate(len as usize);
+            let first_gone = (len as usize).div_ceil(SECTOR_BYTES) as u64;
+            data.versions.retain(|&s, _| s < first_gone);
         }
         data.length_dirty = true;
         Ok(())

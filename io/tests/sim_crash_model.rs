@@ -54,8 +54,8 @@ struct CrashOutcome {
 
 /// Appends random lengths with random syncs, crashes, reboots and checks the file
 /// sector by sector: below the synced length every byte must survive, and every
-/// sector is either wholly what the last sync made durable or wholly what was written
-/// after it.
+/// sector is wholly what the last sync made durable or wholly one of the
+/// versions written after it (the newest, or an earlier one written over).
 async fn crash_after_random_appends(seed: u64) -> CrashOutcome {
     let disk = new_disk(seed);
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -63,6 +63,8 @@ async fn crash_after_random_appends(seed: u64) -> CrashOutcome {
         .await
         .unwrap();
     let mut durable_image: Vec<u8> = Vec::new();
+    // What the file held after each append since the last sync.
+    let mut written_since: Vec<Vec<u8>> = Vec::new();
     let mut synced_len = 0usize;
     let appends = rng.random_range(1..20);
     for i in 0..appends {
@@ -70,10 +72,12 @@ async fn crash_after_random_appends(seed: u64) -> CrashOutcome {
         file.append(&[&pattern(len, seed * 1000 + i)])
             .await
             .unwrap();
+        written_since.push(disk.contents("log").unwrap());
         if rng.random_bool(0.3) {
             file.sync().await.unwrap();
             synced_len = file.len() as usize;
             durable_image = disk.contents("log").unwrap();
+            written_since.clear();
         }
     }
     // Always leave some unsynced bytes so that every seed exercises the tear.
@@ -98,15 +102,23 @@ async fn crash_after_random_appends(seed: u64) -> CrashOutcome {
         padded(&durable_image, span),
         padded(&at_crash, span),
     );
+    let earlier: Vec<Vec<u8>> = written_since
+        .iter()
+        .map(|image| padded(image, span))
+        .collect();
     let mut outcome = CrashOutcome {
         unsynced_kept: false,
         unsynced_lost: false,
     };
     for start in (0..span).step_by(SECTOR_BYTES) {
         let sector = start..(start + SECTOR_BYTES).min(span);
-        let (a, o, n) = (&after[sector.clone()], &old[sector.clone()], &new[sector]);
+        let (a, o, n) = (
+            &after[sector.clone()],
+            &old[sector.clone()],
+            &new[sector.clone()],
+        );
         assert!(
-            a == o || a == n,
+            a == o || a == n || earlier.iter().any(|image| a == &image[sector.clone()]),
             "seed {seed}: sector at {start} is a mix of old and new bytes"
         );
         if o != n {
@@ -569,6 +581,50 @@ fn a_crash_on_creating_directories_keeps_the_outer_levels_or_none() {
         });
     }
     assert_eq!(kept.len(), 4, "every depth seen: {kept:?}");
+}
+
+#[test]
+fn a_sector_written_again_before_a_sync_may_come_back_with_an_earlier_version() {
+    let mut seen = std::collections::BTreeSet::new();
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            let synced = vec![1u8; SECTOR_BYTES];
+            file.write_at(0, &padded(&synced, BLOCK_BYTES))
+                .await
+                .unwrap();
+            file.sync_data().await.unwrap();
+            // Three unsynced versions of the first sector, then a crash.
+            for version in 2..=4u8 {
+                file.write_at(0, &padded(&[version; SECTOR_BYTES], BLOCK_BYTES))
+                    .await
+                    .unwrap();
+            }
+            disk.crash();
+            disk.reboot();
+            let first = disk.contents("f").unwrap()[0];
+            assert!((1..=4).contains(&first), "seed {seed}: {first}");
+            seen.insert(first);
+            // Once synced, no earlier version comes back.
+            let file = open(&disk, "f").await;
+            file.write_at(0, &padded(&[5; SECTOR_BYTES], BLOCK_BYTES))
+                .await
+                .unwrap();
+            file.write_at(0, &padded(&[6; SECTOR_BYTES], BLOCK_BYTES))
+                .await
+                .unwrap();
+            file.sync_data().await.unwrap();
+            disk.crash();
+            disk.reboot();
+            assert_eq!(disk.contents("f").unwrap()[0], 6, "seed {seed}");
+        });
+    }
+    assert_eq!(
+        seen.len(),
+        4,
+        "the synced bytes and each unsynced version seen: {seen:?}"
+    );
 }
 
 #[test]
