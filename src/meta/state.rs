@@ -308,7 +308,10 @@ pub(super) fn check_retention(retention_ms: u64) -> Result<(), MetaError> {
 }
 
 /// `old` with `changes`; refuses an empty change, a partition count that does not
-/// grow, and values a record may not hold.
+/// grow, and values a record may not hold. A request checks that its partition
+/// count grows the topic as it read it (400 there), so one that does not grow
+/// it here lost a race with another alter: 409, as the reference answers a
+/// topic changed since it was read, which a client may read again and retry.
 fn altered(old: &TopicRecord, changes: &TopicChanges) -> Result<TopicRecord, MetaError> {
     if *changes == TopicChanges::default() {
         return Err(MetaError::Invalid(
@@ -327,8 +330,8 @@ fn altered(old: &TopicRecord, changes: &TopicChanges) -> Result<TopicRecord, Met
     }
     if let Some(partitions) = changes.partitions {
         if partitions <= old.partitions {
-            return Err(MetaError::Invalid(format!(
-                "partitions can only grow: {partitions} is not larger than the current {}",
+            return Err(MetaError::Conflict(format!(
+                "{CHANGED_SINCE_READ}: partitions is {} now, not below {partitions}",
                 old.partitions
             )));
         }
