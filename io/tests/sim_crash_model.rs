@@ -578,6 +578,30 @@ fn a_sector_written_again_before_a_sync_may_come_back_with_an_earlier_version() 
 }
 
 #[test]
+fn a_synced_truncate_keeps_its_length_across_a_crash() {
+    for seed in 0..SEEDS_MAX {
+        block_on(async {
+            let disk = new_disk(seed);
+            let file = open(&disk, "f").await;
+            let block = pattern(4 * BLOCK_BYTES, seed);
+            file.write_at(0, &block).await.unwrap();
+            file.sync_data().await.unwrap();
+            // Rewritten past the cut and not synced, then cut and synced: the
+            // shorter length is durable, whatever the rewrite left dirty.
+            file.write_at(2 * BLOCK_BYTES as u64, &pattern(2 * BLOCK_BYTES, !seed))
+                .await
+                .unwrap();
+            file.truncate(BLOCK_BYTES as u64 + 100).await.unwrap();
+            file.sync_data().await.unwrap();
+            disk.crash();
+            disk.reboot();
+            let after = disk.contents("f").unwrap();
+            assert_eq!(after, &block[..BLOCK_BYTES + 100], "seed {seed}");
+        });
+    }
+}
+
+#[test]
 fn crash_at_op_stops_that_operation_and_every_later_one() {
     block_on(async {
         let disk = new_disk(13);

@@ -364,8 +364,13 @@ impl BlockFile for SimFile {
             }
         } else {
             data.current.truncate(len as usize);
+            // Sectors wholly past the new end hold nothing a sync could make
+            // durable: the next sync makes the shorter length durable. (A write
+            // still in flight there keeps its count until it lands.)
             let first_gone = (len as usize).div_ceil(SECTOR_BYTES) as u64;
             data.versions.retain(|&s, _| s < first_gone);
+            data.dirty_sectors.retain(|&s| s < first_gone);
+            data.cached_sectors.retain(|&s| s < first_gone);
         }
         data.length_dirty = true;
         Ok(())
