@@ -95,7 +95,9 @@ struct FileData {
     /// Earlier unsynced contents of dirty sectors that were written again
     /// before a sync, oldest first, at most [`VERSIONS_MAX`] each: a device's
     /// cache may write any of them out before a crash, not only the newest.
-    versions: BTreeMap<u64, Vec<Vec<u8>>>,
+    /// (Each with its number from `version_seq`, which only grows.)
+    versions: BTreeMap<u64, Vec<(u64, Vec<u8>)>>,
+    version_seq: u64,
     length_dirty: bool,
 }
 
@@ -110,6 +112,9 @@ struct InFlightSector {
     /// end of the file): what a sync issued while they are out may make
     /// durable, since the device holds either these or the new ones.
     completed: Vec<u8>,
+    /// The newest version number when they went out: versions up to it are
+    /// `completed` or older, the later ones newer.
+    versions_upto: u64,
 }
 
 struct Inner {
@@ -436,7 +441,7 @@ fn settle_after_crash(data: &mut FileData, rng: &mut ChaCha8Rng) {
         let earlier = data.versions.get(&s).map_or(&[][..], Vec::as_slice);
         let pick = rng.random_range(0..=earlier.len());
         match earlier.get(pick) {
-            Some(version) if version.len() == end - start => {
+            Some((_, version)) if version.len() == end - start => {
                 image[start..end].copy_from_slice(version);
             }
             _ => image[start..end].copy_from_slice(&data.current[start..end]),

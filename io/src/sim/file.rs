@@ -29,6 +29,21 @@ impl SimFile {
             .expect("open inode exists");
         let sector = SECTOR_BYTES as u64;
         let sectors = pos / sector..(end as u64).div_ceil(sector);
+        // A dirty sector written again keeps its unsynced bytes as a version
+        // a crash may still leave.
+        for s in sectors.clone() {
+            if data.dirty_sectors.contains(&s) {
+                let earlier = sector_bytes(&data.current, s).to_vec();
+                let versions = data.versions.entry(s).or_default();
+                if versions.last().map(|(_, bytes)| bytes) != Some(&earlier) {
+                    data.version_seq += 1;
+                    versions.push((data.version_seq, earlier));
+                }
+                if versions.len() > VERSIONS_MAX {
+                    versions.remove(0);
+                }
+            }
+        }
         if inner.slow_writes {
             for s in sectors.clone() {
                 data.in_flight
@@ -36,22 +51,9 @@ impl SimFile {
                     .or_insert_with(|| InFlightSector {
                         writes: 0,
                         completed: sector_bytes(&data.current, s).to_vec(),
+                        versions_upto: data.version_seq,
                     })
                     .writes += 1;
-            }
-        }
-        // A dirty sector written again keeps its unsynced bytes as a version
-        // a crash may still leave.
-        for s in sectors.clone() {
-            if data.dirty_sectors.contains(&s) {
-                let earlier = sector_bytes(&data.current, s).to_vec();
-                let versions = data.versions.entry(s).or_default();
-                if versions.last() != Some(&earlier) {
-                    versions.push(earlier);
-                }
-                if versions.len() > VERSIONS_MAX {
-                    versions.remove(0);
-                }
             }
         }
         if data.current.len() < end {
@@ -78,7 +80,9 @@ impl SimFile {
     /// covers them all, a durable write just its own. Issued now, it covers the
     /// writes that returned before now, and no others.
     async fn sync_sectors(&self, sectors: std::ops::Range<u64>) -> io::Result<()> {
-        let covered: Vec<(u64, Vec<u8>)> = {
+        // (sector, the bytes the sync makes durable, the newest version
+        // number those bytes supersede)
+        let covered: Vec<(u64, Vec<u8>, u64)> = {
             let mut guard = self.disk.inner.borrow_mut();
             let inner = &mut *guard;
             SimDisk::check_handle(inner, self.generation)?;
@@ -87,10 +91,10 @@ impl SimFile {
             data.dirty_sectors
                 .range(sectors.clone())
                 .map(|&s| match data.in_flight.get(&s) {
-                    Some(out) => (s, out.completed.clone()),
-                    None => (s, sector_bytes(&data.current, s).to_vec()),
+                    Some(out) => (s, out.completed.clone(), out.versions_upto),
+                    None => (s, sector_bytes(&data.current, s).to_vec(), data.version_seq),
                 })
-                .filter(|(_, bytes)| !bytes.is_empty())
+                .filter(|(_, bytes, _)| !bytes.is_empty())
                 .collect()
         };
         // In flight: other tasks run, and may write (even over covered sectors).
@@ -163,7 +167,7 @@ impl SimFile {
         // syncs frequent, and a whole-file copy per sync dominates test time.
         // A covered sector written again while the sync ran stays dirty: its
         // newer bytes are not durable, though the covered ones are.
-        for (s, bytes) in covered {
+        for (s, bytes, superseded) in covered {
             let start = s as usize * SECTOR_BYTES;
             if data.durable.len() < start + bytes.len() {
                 data.durable.resize(start + bytes.len(), 0);
@@ -171,11 +175,16 @@ impl SimFile {
             data.durable[start..start + bytes.len()].copy_from_slice(&bytes);
             if sector_bytes(&data.current, s) == &bytes[..] {
                 data.dirty_sectors.remove(&s);
+                data.versions.remove(&s);
             }
             // Versions older than what is now durable can no longer come
-            // back (those written while the sync ran go with them: the model
-            // is kinder there than a device).
-            data.versions.remove(&s);
+            // back; those written over it later still can.
+            if let Some(versions) = data.versions.get_mut(&s) {
+                versions.retain(|&(seq, _)| seq > superseded);
+                if versions.is_empty() {
+                    data.versions.remove(&s);
+                }
+            }
         }
         if data.dirty_sectors.is_empty() {
             data.durable.resize(data.current.len(), 0);
