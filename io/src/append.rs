@@ -180,12 +180,6 @@ impl<F: BlockFile> AppendFile<F> {
         self.append_as(parts, Durability::Now).await
     }
 
-    /// [`AppendFile::append`] of bytes that `source` produces as they are
-    /// copied into the device's buffer (see [`AppendFile::append_durable_from`]).
-    pub async fn append_from<P: AppendSource + ?Sized>(&mut self, source: &P) -> io::Result<()> {
-        self.append_as(source, Durability::Later).await
-    }
-
     /// [`AppendFile::append_durable`] of bytes that `source` produces as they
     /// are copied into the device's buffer, so a caller that builds them from
     /// other bytes (masking them, say) never lays them out in memory first.

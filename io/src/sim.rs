@@ -29,7 +29,7 @@
 //!   [`SimDisk::flip_next_read_at`]); the stored bytes stay intact.
 //! - reads of a chosen file fail with `EIO`, as a medium error would
 //!   ([`SimDisk::set_unreadable`]).
-//! - a crash at the N-th write, sync or change of a directory
+//! - a crash at the N-th write, sync, truncate or change of a directory
 //!   ([`SimDisk::crash_at_op`]).
 //!
 //! A `sync_data` is in flight for one turn of the executor: it covers the writes
@@ -67,8 +67,8 @@ pub struct SimStats {
     pub syncs: u64,
     /// Calls to `write_at` that were applied.
     pub writes: u64,
-    /// Writes that were durable when they returned (`write_durable_with`); each
-    /// is also one of `writes`.
+    /// Writes through `write_durable_with`, durable when they returned except
+    /// past the file's old end when they grew it; each is also one of `writes`.
     pub durable_writes: u64,
     /// Writes that went to the page cache (`write_cached_at`); each is also
     /// one of `writes`: until a sync covers them their sectors may survive a
@@ -198,14 +198,14 @@ impl SimDisk {
         }
     }
 
-    /// Crashes when the operation counter (writes, syncs and changes of a
-    /// directory) reaches `op`: that operation and everything after it fail
+    /// Crashes when the operation counter (writes, syncs, truncates and
+    /// changes of a directory) reaches `op`: that operation and everything after it fail
     /// until [`SimDisk::reboot`].
     pub fn crash_at_op(&self, op: u64) {
         self.inner.borrow_mut().crash_at_op = Some(op);
     }
 
-    /// Writes, syncs and changes of a directory performed so far.
+    /// Writes, syncs, truncates and changes of a directory performed so far.
     pub fn ops(&self) -> u64 {
         self.inner.borrow().ops
     }

@@ -79,7 +79,7 @@ fn after_a_crash_on(
                 disk.crash_at_op(disk.ops() + 1);
                 assert!(
                     !change(disk.clone()).await,
-                    "seed {seed}: the change failed"
+                    "seed {seed}: the change returned Ok through the crash"
                 );
                 assert!(disk.is_crashed(), "seed {seed}");
                 disk.reboot();

@@ -145,8 +145,8 @@ pub fn parse_create(
 /// The alter command for a `PATCH /v1/topics/{topic}` body against the topic as
 /// the request read it. A cap of 0 resets it to this node's default;
 /// `retention_ms` follows the same rule as at create (0 keeps records
-/// forever, as the reference's field rules say, so a PATCH never shortens
-/// the retention of a topic asked to keep everything); `partitions` may only
+/// forever, as the reference's field rules say, so a PATCH of 0 never gives
+/// a topic asked to keep everything the node's finite default); `partitions` may only
 /// grow, up to `topic.max_partitions`.
 pub fn parse_alter(
     body: &[u8],

@@ -375,7 +375,10 @@ impl BlockFile for SimFile {
             data.current.truncate(len as usize);
             // Sectors wholly past the new end hold nothing a sync could make
             // durable: the next sync makes the shorter length durable. (A write
-            // still in flight there keeps its count until it lands.)
+            // still in flight there keeps its record until it lands, before-
+            // truncate bytes included: a write that grew the file back over
+            // that sector before then would share it. No caller does: the log
+            // waits for its zero chunks before it trims.)
             let first_gone = (len as usize).div_ceil(SECTOR_BYTES) as u64;
             data.versions.retain(|&s, _| s < first_gone);
             data.dirty_sectors.retain(|&s| s < first_gone);

@@ -7,8 +7,8 @@
 //! The pipeline. A batch that fits one write run, taken when nothing is in
 //! flight, goes out as one durable (`O_DSYNC`) write: write and sync in one
 //! device round trip, and the batch staged meanwhile goes next. Other batches
-//! (several runs, a segment roll, or a write that grows the file) are written and then synced while the next
-//! batch, if one is staged by then, is written: at most one sync and one write
+//! (several runs, a segment roll, or a write that grows the file) are written
+//! and then synced while the next batch, if one is staged by then, is written: at most one sync and one write
 //! are in flight, the write is issued only after the previous write completed
 //! (both rewrite the partial block between them), and a batch is released only
 //! by a sync issued after its own write completed. So at most two write runs are
