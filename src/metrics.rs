@@ -594,6 +594,14 @@ fn describe_storage() {
         "Segments the cold retention walk (over closed logs) deleted."
     );
     describe_counter!(
+        "narad_cold_retention_panics_total",
+        "Partitions the cold retention walk skipped because their visit panicked."
+    );
+    describe_counter!(
+        "narad_reaper_restarts",
+        "Times a shard's retention reaper panicked outside any one partition's run and started again."
+    );
+    describe_counter!(
         "narad_ack_rejected_total",
         "Kept at 0, as the reference exports it (ack refusals are in http_requests_total by status)."
     );

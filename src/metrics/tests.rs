@@ -119,6 +119,28 @@ fn the_housekeeping_series_are_described() {
 }
 
 #[test]
+fn every_series_registered_at_zero_is_described() {
+    let recorder = ShardedRecorder::default();
+    ::metrics::with_local_recorder(&recorder, || {
+        describe_all();
+        register_zeroes();
+    });
+    let text = recorder.render();
+    let samples: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(samples.len() >= 5, "{text}");
+    for line in samples {
+        let name = line
+            .split(['{', ' '])
+            .next()
+            .expect("a sample names its series");
+        assert!(
+            text.contains(&format!("# HELP {name} ")),
+            "{name} has no HELP line: {text}"
+        );
+    }
+}
+
+#[test]
 fn one_thread_reuses_its_cell() {
     let recorder = ShardedRecorder::default();
     ::metrics::with_local_recorder(&recorder, || {
