@@ -91,4 +91,28 @@ fn inspect_reports_a_stopped_nodes_wal_and_log_and_writes_nothing() {
 
     assert_eq!(listing(&wal), wal_before);
     assert_eq!(listing(&log), log_before);
+
+    // Pointed at the wrong directory, it says so and fails, rather than
+    // reporting an empty WAL or log.
+    for (what, dir) in [("wal", data.as_path()), ("log", incarnation.as_path())] {
+        let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+            .args(["inspect", what])
+            .arg(dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !output.status.success(),
+            "{what} {}: {stderr}",
+            dir.display()
+        );
+        assert!(
+            stderr.contains(if what == "wal" {
+                "no ingress WAL here"
+            } else {
+                "no partition log segments here"
+            }),
+            "{stderr}"
+        );
+    }
 }

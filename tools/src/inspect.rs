@@ -124,6 +124,17 @@ pub fn inspect_wal(dir: &Path) -> Result<String, String> {
 
 async fn wal_report(dir: PathBuf) -> Result<String, String> {
     let names = list(&dir)?;
+    // A WAL always holds its checkpoint and a segment: a directory with
+    // neither is another one, and an empty report would read as an empty WAL.
+    if !names
+        .iter()
+        .any(|n| n == CHECKPOINT_FILE || parse_segment_name(n).is_some())
+    {
+        return Err(format!(
+            "{}: no ingress WAL here (no checkpoint, no segment); a shard's WAL is <data dir>/ingress/shard-<n>",
+            dir.display()
+        ));
+    }
     let mut out = String::new();
     let checkpoint = if names.iter().any(|n| n == CHECKPOINT_FILE) {
         let file = ReadOnlyFile::open(&dir, CHECKPOINT_FILE).map_err(|e| e.to_string())?;
@@ -204,6 +215,13 @@ async fn log_report(dir: PathBuf) -> Result<String, String> {
     let names = list(&dir)?;
     let mut out = String::new();
     let bases: Vec<Offset> = names.iter().filter_map(|n| parse_log_name(n)).collect();
+    // An open log always keeps its active segment.
+    if bases.is_empty() {
+        return Err(format!(
+            "{}: no partition log segments here; a partition's log is <data dir>/topics/<topic>/<incarnation id>/p<partition, 5 digits>",
+            dir.display()
+        ));
+    }
     for base in &bases {
         let name = format!("{:020}.log", base.0);
         let file = ReadOnlyFile::open(&dir, &name).map_err(|e| e.to_string())?;
