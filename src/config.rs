@@ -283,6 +283,15 @@ impl Config {
         unknown
     }
 
+    /// The file-only key a `NARAD_*` name would spell (`NARAD_STORAGE_CODEC`
+    /// for `storage.codec`), so that its warning can say where the key is set.
+    pub fn file_only_key(env_name: &str) -> Option<&'static str> {
+        KEYS.iter()
+            .filter(|key| key.env.is_none())
+            .map(|key| key.name)
+            .find(|name| format!("NARAD_{}", name.replace('.', "_")).eq_ignore_ascii_case(env_name))
+    }
+
     fn apply_file(&mut self, path: &Path) -> Result<(), String> {
         let context = |e: String| format!("config file {}: {e}", path.display());
         let bytes = read_file_bounded(path).map_err(context)?;

@@ -96,7 +96,14 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     crate::cli::init_logging(&config.log);
     let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
     for name in Config::unknown_env(names) {
-        tracing::warn!(variable = %name, "{name} is set but configures nothing; ignored (a misspelt key?)");
+        match Config::file_only_key(&name) {
+            Some(key) => {
+                tracing::warn!(variable = %name, "{name} is set but {key} is read from the configuration file only; ignored")
+            }
+            None => {
+                tracing::warn!(variable = %name, "{name} is set but configures nothing; ignored (a misspelt key?)")
+            }
+        }
     }
     if config.security.enabled {
         return Err(

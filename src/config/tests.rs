@@ -456,6 +456,17 @@ fn narad_variables_that_configure_nothing_are_named() {
         Config::unknown_env(names),
         vec!["NARAD_HTTP_MAX_CONECTIONS", "NARAD_STORAGE_CODEC"]
     );
+    // A file-only key's spelling is told apart from a misspelling.
+    assert_eq!(
+        Config::file_only_key("NARAD_STORAGE_CODEC"),
+        Some("storage.codec")
+    );
+    assert_eq!(
+        Config::file_only_key("NARAD_STORAGE_READ_CACHE_BYTES"),
+        Some("storage.read_cache_bytes")
+    );
+    assert_eq!(Config::file_only_key("NARAD_HTTP_MAX_CONECTIONS"), None);
+    assert_eq!(Config::file_only_key("NARAD_HTTP_MAX_CONNECTIONS"), None);
 }
 
 #[test]
