@@ -333,12 +333,37 @@ pub async fn run_pump(shard: Rc<Shard>) {
         for notification in shard.waiters.take_notifications() {
             narad_io::rt::spawn_local(claim(shard.clone(), notification));
         }
-        // A kick that arrives while a topic is pumped is kept for the next round,
-        // so no wake is lost.
+        // Each topic in a task of its own, so a topic whose read stalls holds up
+        // only its own consumers; a kick that arrives while a topic is pumped is
+        // kept until that task ends, so no wake is lost.
         for kick in shard.waiters.take_kicked() {
-            pump_topic(&shard, kick).await;
+            narad_io::rt::spawn_local(pump_topic_task(shard.clone(), kick));
         }
     }
+}
+
+/// Pumps one topic, then reports it pumped however the pumping ended (a panic
+/// included), so the topic's next kick is served.
+async fn pump_topic_task(shard: Rc<Shard>, kick: Kick) {
+    struct Pumping {
+        shard: Rc<Shard>,
+        incarnation: IncarnationId,
+    }
+    impl Drop for Pumping {
+        fn drop(&mut self) {
+            self.shard.waiters.pumped(self.incarnation);
+            // The pump answered the parked consumers when the node began to
+            // stop; one this task put back on its FIFO since is answered now.
+            if self.shard.stopping.get() {
+                self.shard.waiters.release_all();
+            }
+        }
+    }
+    let _pumping = Pumping {
+        shard: shard.clone(),
+        incarnation: kick.incarnation,
+    };
+    pump_topic(&shard, kick).await;
 }
 
 async fn pump_topic(shard: &Rc<Shard>, kick: Kick) {

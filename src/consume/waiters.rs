@@ -98,8 +98,18 @@ impl Waiters {
         self.pump.notify();
     }
 
+    /// The kicked topics nobody pumps now; each is the caller's to pump until
+    /// it calls [`Waiters::pumped`].
     pub fn take_kicked(&self) -> Vec<Kick> {
         self.core.borrow_mut().take_kicked()
+    }
+
+    /// The pump is done with a topic: wakes it again if the topic was kicked
+    /// meanwhile.
+    pub fn pumped(&self, incarnation: IncarnationId) {
+        if self.core.borrow_mut().pumped(incarnation) {
+            self.pump.notify();
+        }
     }
 
     pub fn take_notifications(&self) -> Vec<Notification> {
@@ -228,5 +238,37 @@ impl Waiters {
     /// Forgets dead topic entries (nothing parked, no registration alive).
     pub fn sweep(&self, now_ms: u64) {
         self.core.borrow_mut().sweep(now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::future::{block_on, poll_once};
+
+    /// Whether the pump was woken since it last looked (and clears it).
+    fn woken(waiters: &Waiters) -> bool {
+        block_on(poll_once(waiters.pump.wait())).is_some()
+    }
+
+    #[test]
+    fn a_topic_kicked_while_it_is_pumped_wakes_the_pump_once_it_is_done() {
+        let waiters = Waiters::default();
+        let topic: Arc<str> = Arc::from("t");
+        let id = IncarnationId(1);
+        waiters.kick(id, &topic);
+        assert!(woken(&waiters));
+        assert_eq!(waiters.take_kicked().len(), 1);
+        // Kicked again while its task runs: the pump wakes, finds nothing to
+        // hand out, and is woken again when the task ends.
+        waiters.kick(id, &topic);
+        assert!(woken(&waiters));
+        assert!(waiters.take_kicked().is_empty());
+        assert!(!woken(&waiters));
+        waiters.pumped(id);
+        assert!(woken(&waiters), "the kick held back wakes the pump");
+        assert_eq!(waiters.take_kicked().len(), 1);
+        waiters.pumped(id);
+        assert!(!woken(&waiters), "nothing held back: no wake");
     }
 }

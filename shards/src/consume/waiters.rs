@@ -19,6 +19,11 @@
 //! popped; a FIFO is swept once it doubles past 64 entries, so a re-park costs
 //! O(1) amortized and a FIFO never holds more than about twice its live entries.
 //!
+//! Topics are pumped concurrently, each by one task at a time: [`Waiters::take_kicked`]
+//! hands out only topics not being pumped and marks them, and a kick for a topic
+//! being pumped waits until [`Waiters::pumped`]. So a topic whose read stalls (a
+//! slow disk under its cold records) holds up only its own consumers.
+//!
 //! Registrations: one per (topic, owner shard), shared by every consumer parked
 //! here. A consumer parking within [`SHARE_WINDOW`] of a registration whose token
 //! outlives its deadline shares it; a notification spends the owner's token, so
@@ -151,6 +156,8 @@ pub struct Notification {
 pub struct Waiters<D> {
     topics: BTreeMap<IncarnationId, TopicWait<D>>,
     kicked: Vec<Kick>,
+    /// Topics handed to the pump and not yet reported pumped.
+    pumping: Vec<IncarnationId>,
     notifications: Vec<Notification>,
 }
 
@@ -159,6 +166,7 @@ impl<D> Default for Waiters<D> {
         Waiters {
             topics: BTreeMap::new(),
             kicked: Vec::new(),
+            pumping: Vec::new(),
             notifications: Vec::new(),
         }
     }
@@ -230,8 +238,34 @@ impl<D> Waiters<D> {
         });
     }
 
+    /// The kicked topics nobody pumps now, marked as pumped from here until
+    /// [`Waiters::pumped`]; a kick for a topic being pumped stays until then.
     pub fn take_kicked(&mut self) -> Vec<Kick> {
-        std::mem::take(&mut self.kicked)
+        let pumping = &mut self.pumping;
+        let mut taken = Vec::new();
+        self.kicked.retain(|kick| {
+            if pumping.contains(&kick.incarnation) {
+                return true;
+            }
+            pumping.push(kick.incarnation);
+            taken.push(kick.clone());
+            false
+        });
+        taken
+    }
+
+    /// The pump is done with a topic [`Waiters::take_kicked`] handed out.
+    /// Returns whether it was kicked meanwhile: then the caller wakes the pump.
+    pub fn pumped(&mut self, incarnation: IncarnationId) -> bool {
+        let at = self.pumping.iter().position(|&i| i == incarnation);
+        let at = at.expect("a topic reported pumped was handed to the pump");
+        self.pumping.swap_remove(at);
+        self.kicked.iter().any(|k| k.incarnation == incarnation)
+    }
+
+    /// Topics being pumped now.
+    pub fn pumping_len(&self) -> usize {
+        self.pumping.len()
     }
 
     pub fn take_notifications(&mut self) -> Vec<Notification> {
@@ -491,6 +525,37 @@ mod tests {
         assert!(!queued.is_live() && !pinned.is_live());
         assert!(matches!(queued_answer.try_recv(), Err(oneshot::Canceled)));
         assert!(matches!(pinned_answer.try_recv(), Err(oneshot::Canceled)));
+    }
+
+    #[test]
+    fn a_topic_is_pumped_by_one_task_at_a_time_and_keeps_its_kicks_meanwhile() {
+        let mut waiters = Waiters::<u32>::default();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let (ia, ib) = (IncarnationId(1), IncarnationId(2));
+        let names = |kicks: Vec<Kick>| -> Vec<String> {
+            kicks.iter().map(|k| k.topic.to_string()).collect()
+        };
+        waiters.kick(ia, &a);
+        waiters.kick(ia, &a);
+        assert_eq!(names(waiters.take_kicked()), ["a"], "one kick per topic");
+        assert!(waiters.take_kicked().is_empty());
+        // Kicked while it is pumped: held back, and the other topic goes ahead.
+        waiters.kick(ia, &a);
+        waiters.kick(ib, &b);
+        assert_eq!(names(waiters.take_kicked()), ["b"]);
+        assert!(waiters.take_kicked().is_empty());
+        assert_eq!(waiters.pumping_len(), 2);
+        assert!(
+            waiters.pumped(ia),
+            "kicked meanwhile: the pump must run again"
+        );
+        assert_eq!(names(waiters.take_kicked()), ["a"]);
+        assert!(!waiters.pumped(ib), "not kicked meanwhile");
+        assert!(!waiters.pumped(ia));
+        assert_eq!(waiters.pumping_len(), 0);
+        // Done with, a topic is handed out again at its next kick.
+        waiters.kick(ib, &b);
+        assert_eq!(names(waiters.take_kicked()), ["b"]);
     }
 
     #[test]

@@ -89,6 +89,10 @@ impl Sim {
                 self.on_mesh(from, to, msg);
             }
             Ev::Pump(s, epoch) if self.shards[s].epoch == epoch => self.pump(s),
+            Ev::PumpTopic(s, epoch, id) if self.shards[s].epoch == epoch => {
+                self.pump_topic_task(s, id)
+            }
+            Ev::Pumped(s, epoch, id) if self.shards[s].epoch == epoch => self.pumped(s, id),
             Ev::ClaimStart(s, epoch, n) if self.shards[s].epoch == epoch => self.claim_start(s, n),
             Ev::Keeper(s, epoch) if self.shards[s].epoch == epoch => self.keeper(s),
             Ev::Purge(s, epoch) if self.shards[s].epoch == epoch => self.purge(s),
@@ -97,6 +101,8 @@ impl Sim {
             Ev::Act(h) => self.act(h),
             // A task of a shard that crashed since.
             Ev::Pump(..)
+            | Ev::PumpTopic(..)
+            | Ev::Pumped(..)
             | Ev::ClaimStart(..)
             | Ev::Keeper(..)
             | Ev::Purge(..)

@@ -125,8 +125,10 @@ const WAIT_MS_MAX: u64 = 9_000;
 const DRAIN_ARRIVE_PER_MILLE: u32 = 60;
 
 /// How long a parked consumer may wait for a record that is available somewhere:
-/// the keeper's interval plus register, pump, notify, pump, claim and answer.
-const NO_LOST_WAKE_MS: u64 = KEEPER_INTERVAL_MS + 4 * MESH_DELAY_MAX_MS + 4 * TASK_DELAY_MAX_MS;
+/// the keeper's interval plus register, pump, notify, pump, claim and answer,
+/// where a pump may wait for its topic's task before it (a pump, the task that
+/// ends, a pump, the task that serves).
+const NO_LOST_WAKE_MS: u64 = KEEPER_INTERVAL_MS + 4 * MESH_DELAY_MAX_MS + 8 * TASK_DELAY_MAX_MS;
 /// After a crash, the keeper renews every registration within this long; the
 /// same after a mesh stall ends (a notification stuck in it spent the token
 /// while its shard still counted the registration as live).

@@ -30,8 +30,28 @@ impl Sim {
             self.at(delay, Ev::ClaimStart(s, epoch, n));
         }
         for kick in self.shards[s].waiters.take_kicked() {
-            let t = self.topic_of(kick.incarnation);
-            self.pump_topic(s, t);
+            // `spawn_local(pump_topic_task(..))`: it runs after the pump yields.
+            let delay = self.rng.random_range(0..=TASK_DELAY_MAX_MS);
+            let epoch = self.shards[s].epoch;
+            self.at(delay, Ev::PumpTopic(s, epoch, kick.incarnation));
+        }
+    }
+
+    /// `pump_topic_task`: the topic is served at once, and its task ends a
+    /// while later (its reads took time), which is when it is reported pumped;
+    /// kicks meanwhile wait for that.
+    pub(crate) fn pump_topic_task(&mut self, s: usize, id: IncarnationId) {
+        let t = self.topic_of(id);
+        self.pump_topic(s, t);
+        let delay = self.rng.random_range(0..=TASK_DELAY_MAX_MS);
+        let epoch = self.shards[s].epoch;
+        self.at(delay, Ev::Pumped(s, epoch, id));
+    }
+
+    /// The end of `pump_topic_task`.
+    pub(crate) fn pumped(&mut self, s: usize, id: IncarnationId) {
+        if self.shards[s].waiters.pumped(id) {
+            self.wake_pump(s);
         }
     }
 

@@ -112,6 +112,10 @@ pub(crate) enum Ev {
         msg: Msg,
     },
     Pump(usize, u64),
+    /// The task that pumps one topic starts (`pump_topic_task`).
+    PumpTopic(usize, u64, IncarnationId),
+    /// That task ends: its topic is reported pumped.
+    Pumped(usize, u64, IncarnationId),
     ClaimStart(usize, u64, Notification),
     Keeper(usize, u64),
     Purge(usize, u64),
