@@ -79,6 +79,27 @@ const MEMLOCK_BYTES_MIN: u64 = 512 << 10;
 /// segments, the metadata log, the runtime's rings and eventfds.
 const OPEN_FILES_MARGIN: u64 = 2048;
 
+/// Descriptors an open partition log may hold: its active segment, that
+/// segment's `O_DSYNC` descriptor, and one sealed segment kept for reads.
+const DESCRIPTORS_PER_OPEN_LOG: u64 = 3;
+
+/// Descriptors kept out of the partition logs' budget besides the connections
+/// and the `consumer.ahead` files: WAL segments, the metadata log, the data
+/// directory's lock, the runtime's rings and eventfds.
+const DESCRIPTORS_RESERVED: u64 = 512;
+
+/// Partition logs each of `shards` shards keeps open at most: the soft
+/// open-file limit less the connection cap, the `consumer.ahead` files' share
+/// and a reserve, three descriptors a log, split evenly; at least 16 a shard,
+/// whatever the limit.
+fn open_logs_max(soft_limit: u64, max_connections: usize, shards: usize) -> usize {
+    let spare = soft_limit
+        .saturating_sub(max_connections as u64)
+        .saturating_sub(crate::consume::persist::held_files_descriptors(soft_limit))
+        .saturating_sub(DESCRIPTORS_RESERVED);
+    (spare / DESCRIPTORS_PER_OPEN_LOG / shards.max(1) as u64).max(16) as usize
+}
+
 /// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
 /// process may run on.
 pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
@@ -142,6 +163,12 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             "RLIMIT_NOFILE is below http.max_connections plus the files the broker keeps open: connections past it are refused at accept; raise it (systemd: LimitNOFILE=65536) or lower http.max_connections"
         );
     }
+    let open_logs_max = open_logs_max(open_files, config.http.max_connections, shards);
+    tracing::info!(
+        open_files,
+        open_logs_max_per_shard = open_logs_max,
+        "open partition logs are bounded by RLIMIT_NOFILE"
+    );
     let requested = config.listen_addr()?;
     let (sockets, addr) = narad_io::net::bind_reuseport_group(requested, shards)
         .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
@@ -210,6 +237,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             read_cache_bytes: config.storage.read_cache_bytes as usize,
             log_prealloc: config.storage.log_prealloc,
             zstd_level: config.storage.zstd_level(),
+            open_logs_max,
             leftovers: leftovers
                 .iter()
                 .filter(|&&old| old % shards == shard)
@@ -340,6 +368,8 @@ struct ShardStart {
     log_prealloc: bool,
     /// `storage.codec` and `storage.compression_level`: how new frames are stored.
     zstd_level: Option<i32>,
+    /// Partition logs the shard keeps open at most (see [`open_logs_max`]).
+    open_logs_max: usize,
     /// Indexes of WALs left by shards that no longer exist, for this shard to drain.
     leftovers: Vec<usize>,
     /// Shards whose dispatchers still run: owners close only when it reaches zero.
@@ -366,6 +396,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         read_cache_bytes,
         log_prealloc,
         zstd_level,
+        open_logs_max,
         leftovers,
         dispatching,
     } = start;
@@ -447,6 +478,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         ..log_defaults
     };
     let owner = Owner::new(storage.clone(), log_config, live);
+    owner.set_open_logs_max(open_logs_max);
     owner.set_retention(retention.retention_of(meta.clone()));
     let storage_metrics = Rc::new(crate::metrics::StorageMetrics::default());
     owner.set_observer(storage_metrics.clone());
@@ -694,4 +726,29 @@ fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File, String> {
         ));
     }
     Ok(file)
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::open_logs_max;
+
+    #[test]
+    fn the_open_log_budget_is_what_the_descriptor_limit_leaves_three_a_log() {
+        // 65,536: less 4,096 connections, 8,192 for consumer files, 512 kept.
+        assert_eq!(
+            open_logs_max(65_536, 4_096, 1),
+            (65_536 - 4_096 - 8_192 - 512) / 3
+        );
+        assert_eq!(
+            open_logs_max(65_536, 4_096, 2),
+            (65_536 - 4_096 - 8_192 - 512) / 3 / 2
+        );
+        // 20,000: the consumer files take a quarter.
+        assert_eq!(
+            open_logs_max(20_000, 4_096, 2),
+            (20_000 - 4_096 - 5_000 - 512) / 3 / 2
+        );
+        // A limit the connections alone exhaust still leaves a few a shard.
+        assert_eq!(open_logs_max(1_024, 4_096, 4), 16);
+    }
 }

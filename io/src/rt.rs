@@ -203,4 +203,10 @@ impl LocalLock {
             .expect("a LocalLock is never closed");
         LocalGuard { _permit: permit }
     }
+
+    /// The lock if it is free and nobody waits for it, without waiting.
+    pub fn try_lock(&self) -> Option<LocalGuard<'_>> {
+        let permit = self.semaphore.try_acquire_permit(1).ok()?;
+        Some(LocalGuard { _permit: permit })
+    }
 }

@@ -78,8 +78,13 @@ const DESCRIPTORS_PER_HELD_FILE: u64 = 2;
 /// file, split evenly over its shards (at least 2 files each).
 fn open_files_max(soft_limit: u64, shards: usize) -> usize {
     let shards = shards.max(1) as u64;
-    let node_descriptors = (soft_limit / 4).clamp(32, 8192);
-    (node_descriptors / DESCRIPTORS_PER_HELD_FILE / shards).max(2) as usize
+    (held_files_descriptors(soft_limit) / DESCRIPTORS_PER_HELD_FILE / shards).max(2) as usize
+}
+
+/// The node's descriptors for held `consumer.ahead` files: a quarter of the
+/// soft open-file limit, 32 to 8,192.
+pub fn held_files_descriptors(soft_limit: u64) -> u64 {
+    (soft_limit / 4).clamp(32, 8192)
 }
 
 /// Passes a stop makes over partitions whose final write or sync failed.

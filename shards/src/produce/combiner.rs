@@ -115,6 +115,12 @@ pub struct Owner<S: Storage> {
     pub(super) observer: RefCell<Option<Rc<dyn StorageObserver>>>,
     /// Logs open now, in a slot or taken out by a task using them.
     open_logs: Cell<usize>,
+    /// Logs this owner keeps open at most: an open past it first closes the
+    /// least recently used log nobody is using (see [`Owner::set_open_logs_max`]).
+    open_logs_max: Cell<usize>,
+    /// When the budget last made an open close another log, for a log line at
+    /// most once a minute.
+    budget_noted_at: Cell<Option<Instant>>,
     /// Partitions whose log was opened since this owner started, so whose
     /// shape the observer was told: the cold walk opens the others once.
     measured: RefCell<HashSet<SlotKey>>,
@@ -151,6 +157,8 @@ impl<S: Storage> Owner<S> {
             reaper_wake: Notify::default(),
             observer: RefCell::new(None),
             open_logs: Cell::new(0),
+            open_logs_max: Cell::new(usize::MAX),
+            budget_noted_at: Cell::new(None),
             measured: RefCell::new(HashSet::new()),
             closed_shapes: RefCell::new(HashMap::new()),
         })
@@ -165,6 +173,73 @@ impl<S: Storage> Owner<S> {
     /// Logs open now, those a task is using included.
     pub fn open_log_count(&self) -> usize {
         self.open_logs.get()
+    }
+
+    /// Keeps at most `max` logs open (each holds up to three descriptors: its
+    /// active segment, that segment's `O_DSYNC` descriptor and one sealed
+    /// segment for reads), so a node with more partitions than descriptors
+    /// closes and reopens logs instead of failing their commits with `EMFILE`.
+    /// A log in use is never closed for it, so the count can pass `max` while
+    /// every open log is busy.
+    pub fn set_open_logs_max(&self, max: usize) {
+        self.open_logs_max.set(max.max(1));
+    }
+
+    /// Closes least recently used logs nobody is using until one more log fits
+    /// the budget, or nothing more can be closed. Takes no lock it would wait
+    /// for: the caller holds its own slot's lock, and another opener may hold
+    /// another.
+    async fn make_room_for_a_log(&self, opening: &Slot<S>) {
+        let mut closed = 0;
+        while self.open_logs.get() >= self.open_logs_max.get() && !self.closing.get() {
+            let mut candidates: Vec<Rc<Slot<S>>> = self
+                .slots
+                .borrow()
+                .values()
+                .filter(|slot| !std::ptr::eq(slot.as_ref(), opening))
+                .filter(|slot| slot.log.borrow().is_some())
+                .cloned()
+                .collect();
+            candidates.sort_by_key(|slot| slot.last_used.get());
+            let mut evicted = false;
+            for slot in candidates {
+                let Some(_guard) = slot.lock.try_lock() else {
+                    continue;
+                };
+                let Some(log) = slot.log.borrow_mut().take() else {
+                    continue;
+                };
+                slot.cache.borrow_mut().take();
+                if let Err(e) = self.close_log(&slot, log).await {
+                    tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a partition log to stay within the open-log budget failed");
+                }
+                closed += 1;
+                evicted = true;
+                break;
+            }
+            if !evicted {
+                break;
+            }
+        }
+        if closed == 0 {
+            return;
+        }
+        let observer = self.observer.borrow().clone();
+        if let Some(observer) = observer {
+            observer.idle_evicted(closed);
+        }
+        let now = Instant::now();
+        let quiet = self
+            .budget_noted_at
+            .get()
+            .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(60));
+        if !quiet {
+            self.budget_noted_at.set(Some(now));
+            tracing::info!(
+                open_logs_max = self.open_logs_max.get(),
+                "partition logs in use exceed the open-log budget: the least recently used are closed and opened again when next needed (raise RLIMIT_NOFILE to keep more open)"
+            );
+        }
     }
 
     /// Closes a log taken out of `slot` whose use is over, and remembers its
@@ -434,6 +509,7 @@ impl<S: Storage> Owner<S> {
                 return Err("partition log failed recently; retrying shortly".into());
             }
         }
+        self.make_room_for_a_log(slot).await;
         let dir = super::partition_dir(&slot.topic, slot.incarnation, slot.partition);
         match open_at_or_above_settled(&self.storage, &dir, &self.config).await {
             Ok(log) => {
