@@ -87,6 +87,9 @@ pub(super) struct Slot<S: Storage> {
     pub(super) observer: Option<Rc<dyn PartitionObserver>>,
 }
 
+/// Failed opens of partition logs are logged at most once per this long.
+const OPEN_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+
 pub(super) type SlotKey = (IncarnationId, PartitionId);
 
 /// Whether an incarnation is the live topic under its name with the partition, in
@@ -121,6 +124,11 @@ pub struct Owner<S: Storage> {
     /// When the budget last made an open close another log, for a log line at
     /// most once a minute.
     budget_noted_at: Cell<Option<Instant>>,
+    /// When a failed open was last logged, and the failures not logged since:
+    /// thousands of partitions failing at once (a directory gone, a disk
+    /// refusing) log one line every [`OPEN_ERROR_LOG_EVERY`], not one each.
+    open_error_noted_at: Cell<Option<Instant>>,
+    open_errors_unlogged: Cell<u64>,
     /// Partitions whose log was opened since this owner started, so whose
     /// shape the observer was told: the cold walk opens the others once.
     measured: RefCell<HashSet<SlotKey>>,
@@ -159,6 +167,8 @@ impl<S: Storage> Owner<S> {
             open_logs: Cell::new(0),
             open_logs_max: Cell::new(usize::MAX),
             budget_noted_at: Cell::new(None),
+            open_error_noted_at: Cell::new(None),
+            open_errors_unlogged: Cell::new(0),
             measured: RefCell::new(HashSet::new()),
             closed_shapes: RefCell::new(HashMap::new()),
         })
@@ -525,7 +535,19 @@ impl<S: Storage> Owner<S> {
                 Ok(log)
             }
             Err(e) => {
-                tracing::error!(%dir, error = %e, "cannot open partition log");
+                let now = Instant::now();
+                let quiet = self
+                    .open_error_noted_at
+                    .get()
+                    .is_some_and(|at| now.saturating_duration_since(at) < OPEN_ERROR_LOG_EVERY);
+                if quiet {
+                    self.open_errors_unlogged
+                        .set(self.open_errors_unlogged.get() + 1);
+                } else {
+                    let unlogged = self.open_errors_unlogged.replace(0);
+                    self.open_error_noted_at.set(Some(now));
+                    tracing::error!(%dir, error = %e, failures_not_logged_since_the_last_line = unlogged, "cannot open partition log");
+                }
                 slot.retry_open_at
                     .set(Some(Instant::now() + self.reopen_backoff));
                 Err(format!("cannot open partition log {dir}: {e}"))

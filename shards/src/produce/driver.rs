@@ -482,7 +482,12 @@ fn apply<E: DispatchEnv, S: Storage>(
         } => {
             for seq in &seqs {
                 held.remove(seq);
-                tracing::warn!(topic = %topic, topic_id = %incarnation, partition = partition.0, seq = seq.0, "discarding undispatched record of a deleted topic incarnation");
+            }
+            // One line a discard, not a record: a deleted topic's backlog can
+            // be millions of records.
+            let (first, last) = (seqs.iter().min(), seqs.iter().max());
+            if let (Some(first), Some(last)) = (first, last) {
+                tracing::warn!(topic = %topic, topic_id = %incarnation, partition = partition.0, records = seqs.len(), first_seq = first.0, last_seq = last.0, "discarding undispatched records of a deleted topic incarnation");
             }
         }
         Action::Release { seqs } => {
