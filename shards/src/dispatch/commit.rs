@@ -243,6 +243,7 @@ impl Dispatcher {
             CommitOutcome::Committed => {
                 // A probe that lands ends the failure: what was turned away comes back.
                 rescan |= d.failing.take().is_some();
+                d.rerouting = false;
                 for held in &records {
                     assert!(self.held.remove(&held.seq));
                 }

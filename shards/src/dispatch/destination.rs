@@ -56,6 +56,8 @@ pub(super) struct Destination {
     /// its probe is due, or its owner is looked up again.
     pub retry_at: Option<Instant>,
     pub last_active: Instant,
+    /// Its records go to a sibling (told once in the log, until it recovers).
+    pub rerouting: bool,
 }
 
 impl Destination {
@@ -70,6 +72,7 @@ impl Destination {
             turned_away: false,
             retry_at: None,
             last_active: now,
+            rerouting: false,
         }
     }
 

@@ -122,7 +122,13 @@ impl Dispatcher {
             return self.hold_if_room(topic, record.partition);
         }
         match self.sibling(now, topic, record.partition, partitions, cluster) {
-            Some(sibling) => self.hold_if_room(topic, sibling),
+            Some(sibling) => {
+                let origin = self.dest_mut(topic, record.partition);
+                if !std::mem::replace(&mut origin.rerouting, true) {
+                    tracing::warn!(topic = %topic, partition = record.partition.0, sibling = sibling.0, owner_dead = dead, "a partition's commits keep failing: its records go to a sibling partition until it recovers (records produced with a key or a partition land elsewhere meanwhile)");
+                }
+                self.hold_if_room(topic, sibling)
+            }
             None => Route::Skip,
         }
     }
