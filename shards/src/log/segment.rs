@@ -10,7 +10,11 @@
 //! segment per partition is out of the question with thousands of partitions per
 //! node (and would double the disk they take). So the active segment is grown by
 //! *writing zeros* (allocated blocks, not unwritten extents, which measured ~2x
-//! slower) in chunks of `prep_chunk_bytes` (1 MiB) ahead of the write position.
+//! slower) in chunks ahead of the write position: as large as the data the
+//! segment holds, from a sixteenth of `prep_chunk_bytes` up to all of it (64 KiB
+//! to 1 MiB by default), so a partition that holds a few records takes 128 KiB
+//! of disk, not 2 MiB, and one written fast reaches full chunks within its first
+//! megabyte.
 //! Once a commit leaves less than a chunk prepared past its end, the next chunk's
 //! zeros are handed to the device and left in flight while the following
 //! commits use the space already prepared, so a commit stays one durable write
@@ -38,7 +42,7 @@ use std::rc::Rc;
 
 use narad_io::append::read_exact_at;
 use narad_io::file::{join, OpenMode};
-use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage};
+use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage, BLOCK_BYTES};
 
 use super::index::{index_file_name, load_index, persist_index, SparseIndex};
 use super::recovery::{frame_commit_ms, scan_sealed, scan_tail, TailScan};
@@ -291,11 +295,27 @@ async fn recover_active<S: Storage>(
     Ok((active, scan.next_offset, last_commit_ms, scan.gaps))
 }
 
+/// The zero chunk a segment holding data up to `end` is prepared by, for the
+/// configured (largest) chunk `max`: `end` rounded up to a power of two, at
+/// least a sixteenth of `max` (and 4 KiB), at most `max`; 0 when `max` is.
+pub(super) fn prep_chunk_for(end: u64, max: u64) -> u64 {
+    if max == 0 {
+        return 0;
+    }
+    let block = BLOCK_BYTES as u64;
+    let floor = align_down(max / 16).max(block).min(max);
+    end.max(1).next_power_of_two().clamp(floor, max)
+}
+
 impl<S: Storage> PartitionLog<S> {
+    fn prep_chunk_at(&self, end: u64) -> u64 {
+        prep_chunk_for(end, self.config.prep_chunk_bytes)
+    }
+
     /// Makes sure the active file exists on the device, zeroed, up to `end`, by
     /// writing zero chunks ahead of the write position (see the module docs).
     pub(super) async fn prepare_active(&mut self, end: u64) -> Result<(), LogError> {
-        let chunk = self.config.prep_chunk_bytes;
+        let chunk = self.prep_chunk_at(end);
         if chunk == 0 || end <= self.active.prepared_bytes {
             return Ok(());
         }
@@ -330,7 +350,7 @@ impl<S: Storage> PartitionLog<S> {
     /// submits it, and kept; awaiting it later collects the result. So the log
     /// needs no executor of its own and runs the same under the simulations.
     pub(super) async fn prepare_ahead(&mut self, end: u64) {
-        let chunk = self.config.prep_chunk_bytes;
+        let chunk = self.prep_chunk_at(end);
         let prepared = self.active.prepared_bytes;
         if chunk == 0
             || self.active.preparing.is_some()

@@ -1,0 +1,54 @@
+//! What the partition log's zeros ahead of its commits cost on disk: a segment
+//! holding a few records takes a small multiple of them, not a whole chunk, and
+//! one written fast soon prepares full chunks, so few commits change its size.
+
+use futures_lite::future::block_on;
+use narad_io::sim::{SimDisk, SimFaults};
+use narad_shards::log::{LogConfig, PartitionLog, RecordRef};
+
+const DIR: &str = "topics/t/p00000";
+const CHUNK: u64 = 1 << 20;
+
+async fn commit(log: &mut PartitionLog<SimDisk>, payload: &[u8], now_ms: u64) {
+    let records = [RecordRef { key: None, payload }];
+    log.commit_durable(&records, now_ms).await.expect("commit");
+}
+
+#[test]
+fn a_quiet_partition_takes_little_disk_and_a_busy_one_prepares_full_chunks() {
+    block_on(async {
+        let disk = SimDisk::new(3, SimFaults::default());
+        let config = LogConfig {
+            segment_bytes_max: 64 << 20,
+            prep_chunk_bytes: CHUNK,
+            ..LogConfig::default()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, config).await.unwrap();
+        let path = format!("{DIR}/{:020}.log", 0);
+        for i in 0..3 {
+            commit(&mut log, b"a small record", i).await;
+        }
+        let file_bytes = disk.contents(&path).unwrap().len() as u64;
+        assert!(
+            file_bytes <= CHUNK / 8,
+            "three small records take {file_bytes} bytes on disk"
+        );
+        let payload = vec![7u8; 4000];
+        let mut size_changes = 0;
+        let mut last = file_bytes;
+        for i in 0..1000 {
+            commit(&mut log, &payload, 10 + i).await;
+            let now = disk.contents(&path).unwrap().len() as u64;
+            let data = log.stats().size_bytes;
+            assert!(now >= data && now <= data + 2 * CHUNK, "{now} for {data}");
+            size_changes += usize::from(now != last);
+            last = now;
+        }
+        // About 4 MB written: the chunks double from 64 KiB to 1 MiB within
+        // the first MiB, then take a MiB at a time.
+        assert!(
+            size_changes <= 12,
+            "{size_changes} of 1,000 commits changed the file's size"
+        );
+    });
+}
