@@ -152,10 +152,10 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
         // A tick that primed partitions read their files first: not a lag.
         if !closing && took > tick && report.primed == 0 && due(&mut last_slow_tick_log) {
             tracing::warn!(
-                partitions,
+                written = partitions,
                 flush_took = ?took,
                 interval = ?tick,
-                "consumer offset commits cannot keep to their interval: persisted offsets lag acks by about the flush time"
+                "a pass of consumer offset writes took longer than its interval (its writes of `written` partitions and the syncs due with it; a slow disk): acks reach the disk about that much later"
             );
         }
         if let Some((waiting, oldest)) = committer.oldest_unsynced(Instant::now()) {
