@@ -164,15 +164,15 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         );
     }
     let open_logs_max = open_logs_max(open_files, config.http.max_connections, shards);
+    let requested = config.listen_addr()?;
+    let (sockets, addr) = narad_io::net::bind_reuseport_group(requested, shards)
+        .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
+    tracing::info!(%addr, shards, "listening");
     tracing::info!(
         open_files,
         open_logs_max_per_shard = open_logs_max,
         "open partition logs are bounded by RLIMIT_NOFILE"
     );
-    let requested = config.listen_addr()?;
-    let (sockets, addr) = narad_io::net::bind_reuseport_group(requested, shards)
-        .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
-    tracing::info!(%addr, shards, "listening");
     // On stdout too, whatever the log level: with `--port 0` this is the only
     // place the chosen port is told.
     {
