@@ -216,12 +216,8 @@ impl<S: Storage> Owner<S> {
                 let Some(_guard) = slot.lock.try_lock() else {
                     continue;
                 };
-                let Some(log) = slot.log.borrow_mut().take() else {
+                if !self.close_slot_log(&slot, "over the open-log budget").await {
                     continue;
-                };
-                slot.cache.borrow_mut().take();
-                if let Err(e) = self.close_log(&slot, log).await {
-                    tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a partition log to stay within the open-log budget failed");
                 }
                 closed += 1;
                 evicted = true;
@@ -276,6 +272,21 @@ impl<S: Storage> Owner<S> {
             );
         }
         closed
+    }
+
+    /// Closes the log in `slot` (the caller holds its lock), with its cache,
+    /// which gives back its share of the pool even if something still holds
+    /// the slot. Returns whether there was a log to close; a failed close is
+    /// logged, naming `why` it was closed.
+    pub(super) async fn close_slot_log(&self, slot: &Slot<S>, why: &str) -> bool {
+        let Some(log) = slot.log.borrow_mut().take() else {
+            return false;
+        };
+        slot.cache.borrow_mut().take();
+        if let Err(e) = self.close_log(slot, log).await {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, why, "closing a partition log failed");
+        }
+        true
     }
 
     /// Counts a log closed (or dropped after a failure) that was counted open.

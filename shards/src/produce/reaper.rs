@@ -484,15 +484,8 @@ impl<S: Storage> Owner<S> {
             if slot.retired.get() || !is_idle(&slot) {
                 continue;
             }
-            let Some(log) = slot.log.borrow_mut().take() else {
+            if !self.close_slot_log(&slot, "idle").await {
                 continue;
-            };
-            // Its cache goes with it (and gives back its share of the pool),
-            // as when a log closes any other way, even if something still
-            // holds the slot.
-            slot.cache.borrow_mut().take();
-            if let Err(e) = self.close_log(&slot, log).await {
-                tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing an idle partition log failed");
             }
             tracing::debug!(topic = %slot.topic, partition = slot.partition.0, "closed an idle partition log");
             closed += 1;
