@@ -311,7 +311,12 @@ async fn find_torn_frames<F: BlockFile>(
     let mut pos = bad_pos + 1;
     let size_bytes = file.size().await?;
     while pos + FRAME_HEADER_BYTES as u64 <= size_bytes {
-        let window = reader.bytes_at(file, pos, SCAN_CHUNK_BYTES).await?;
+        // What the buffer holds from `pos` on, read again only once fewer than
+        // a magic's bytes are left in it: asking for a whole chunk from every
+        // position would read the device again at each stale frame (a recycled
+        // segment holds tens of thousands), which made an idle restart take
+        // seconds.
+        let window = reader.bytes_at(file, pos, FRAME_MAGIC.len()).await?;
         let Some(hit) = window.windows(4).position(|w| w == FRAME_MAGIC) else {
             pos += window.len().saturating_sub(3).max(1) as u64;
             continue;
