@@ -89,14 +89,21 @@ fn rot_in_the_active_segment_keeps_later_commits_and_reports_the_gap() {
         // Synced bytes of the second commit rot on the platter.
         disk.rot(&segment_path(0), rotten_at as usize + 40, 3);
         for round in 0..2 {
+            // The first open takes the tail from the hint the clean close left,
+            // so only the reads below meet the rot; the second one has no hint
+            // (as after a crash) and its scan finds the gap.
+            if round == 1 {
+                disk.remove(&format!("{DIR}/tail.hint")).await.unwrap();
+            }
             let mut log = PartitionLog::open(disk.clone(), DIR, config())
                 .await
                 .unwrap();
-            assert_eq!(
-                log.corrupt_gaps(),
-                std::slice::from_ref(&rotten),
-                "round {round}"
-            );
+            let found_at_open: &[_] = if round == 0 {
+                &[]
+            } else {
+                std::slice::from_ref(&rotten)
+            };
+            assert_eq!(log.corrupt_gaps(), found_at_open, "round {round}");
             assert!(log.high_watermark() >= Offset(18), "later commits kept");
             let items = read_all(&mut log, 0).await;
             assert_records(&items[..5], 0..5);
@@ -357,10 +364,11 @@ async fn reopen_after_retention(disk: &SimDisk) {
         panic!()
     };
     assert_eq!(r.commit_time_ms, 3500);
+    let files = disk.list(DIR).await.unwrap();
     assert_eq!(
-        disk.list(DIR).await.unwrap().len(),
+        files.iter().filter(|n| *n != "tail.hint").count(),
         1,
-        "no stray index files"
+        "no stray index files: {files:?}"
     );
 }
 

@@ -125,13 +125,17 @@ impl<S: Storage> PartitionLog<S> {
         let data_bytes = self.active.file.len();
         let overflow = data_bytes + commit_bytes > self.config.segment_bytes_max;
         if data_bytes > 0 && (overflow || self.roll_due_by_age(now_ms, self.config.segment_ms)) {
-            self.roll().await?;
+            if let Err(e) = self.roll().await {
+                self.commit_failed = true;
+                return Err(e);
+            }
         }
         let mark = self.active.file.mark();
         let io = match self.write_sync_verify(&frames, commit_bytes, &mark).await {
             Ok(io) => io,
             Err(e) => {
                 self.active.file.rewind(&mark);
+                self.commit_failed = true;
                 return Err(e);
             }
         };
@@ -391,6 +395,7 @@ impl<S: Storage> PartitionLog<S> {
             self.active
                 .index
                 .note_frame(at, frame.base, frame.end(), interval, false);
+            self.active.last_frame_pos = Some(at);
             at += frame.len() as u64;
             self.high_watermark = frame.end();
             self.cache.borrow_mut().push(CachedFrame {

@@ -135,6 +135,14 @@ impl SparseIndex {
     pub fn encode(&self) -> Vec<u8> {
         let mut out =
             Vec::with_capacity(INDEX_HEADER_BYTES + self.entries.len() * INDEX_ENTRY_BYTES + 4);
+        self.encode_into(&mut out);
+        out.resize(align_up(out.len() as u64) as usize, 0);
+        out
+    }
+
+    /// Appends the image without its padding (the tail hint embeds it).
+    pub(super) fn encode_into(&self, out: &mut Vec<u8>) {
+        let start = out.len();
         out.extend_from_slice(&INDEX_MAGIC);
         out.push(INDEX_VERSION);
         out.extend_from_slice(&[0, 0, 0]);
@@ -143,15 +151,18 @@ impl SparseIndex {
         out.extend_from_slice(&self.data_bytes.to_be_bytes());
         out.extend_from_slice(&self.max_commit_ms.to_be_bytes());
         out.extend_from_slice(&(self.entries.len() as u32).to_be_bytes());
-        debug_assert_eq!(out.len(), INDEX_HEADER_BYTES);
+        debug_assert_eq!(out.len() - start, INDEX_HEADER_BYTES);
         for entry in &self.entries {
             out.extend_from_slice(&entry.offset.0.to_be_bytes());
             out.extend_from_slice(&entry.pos.to_be_bytes());
         }
-        let crc = crc32c::crc32c(&out);
+        let crc = crc32c::crc32c(&out[start..]);
         out.extend_from_slice(&crc.to_be_bytes());
-        out.resize(align_up(out.len() as u64) as usize, 0);
-        out
+    }
+
+    /// The last entry, if any.
+    pub(super) fn last_entry(&self) -> Option<IndexEntry> {
+        self.entries.last().copied()
     }
 
     /// Decodes a file image (trailing padding allowed). Returns `None` for anything

@@ -35,6 +35,7 @@ mod commit;
 pub use commit::{commit_bytes_bound, CommitIo};
 pub mod envelope;
 pub mod frame;
+mod hint;
 pub mod index;
 mod outgoing;
 mod read;
@@ -311,6 +312,9 @@ struct ActiveSegment<F> {
     tail_block: Vec<u8>,
     index: SparseIndex,
     first_commit_ms: Option<u64>,
+    /// Where the last frame starts, if the segment holds one (for the tail
+    /// hint).
+    last_frame_pos: Option<u64>,
     /// The zero chunk being written ahead of the appends, if any.
     preparing: Option<Preparing>,
 }
@@ -341,6 +345,9 @@ pub struct PartitionLog<S: Storage> {
     /// A commit's read-back failed after its sync: its frames may be durable
     /// past the high watermark, so an open could recover more than this shape.
     unsettled_tail: bool,
+    /// A commit failed since the open: what it left past the tail is unknown,
+    /// so the close writes no tail hint and the next open scans.
+    commit_failed: bool,
     /// The device time of the last commit, if it succeeded (for metrics).
     last_commit_io: Option<CommitIo>,
     /// Shared with the owner, which serves reads of the cached tail without
@@ -388,6 +395,7 @@ impl<S: Storage> PartitionLog<S> {
             last_commit_ms: opened.last_commit_ms,
             poisoned: false,
             unsettled_tail: false,
+            commit_failed: false,
             last_commit_io: None,
             cache,
             gaps: opened.gaps,
@@ -428,12 +436,35 @@ impl<S: Storage> PartitionLog<S> {
         if let Some((_, file)) = self.sealed_file.take() {
             file.close().await.map_err(io_err("close sealed segment"))?;
         }
+        self.store_tail_hint().await;
         self.active
             .file
             .into_file()
             .close()
             .await
             .map_err(io_err("close active segment"))
+    }
+
+    /// Writes the tail hint the next open starts from ([`hint`]), when
+    /// nothing since the open leaves the segment's end in doubt. A hint that
+    /// cannot be written costs that open a full scan, nothing else.
+    async fn store_tail_hint(&self) {
+        let in_doubt = self.poisoned
+            || self.unsettled_tail
+            || self.commit_failed
+            || !self.gaps.is_empty()
+            || self.active.index.data_bytes != self.active.file.len();
+        if in_doubt {
+            return;
+        }
+        let found = hint::TailHint {
+            first_commit_ms: self.active.first_commit_ms,
+            last_frame_pos: self.active.last_frame_pos,
+            index: self.active.index.clone(),
+        };
+        if let Err(e) = hint::store(&self.storage, &self.dir, &found).await {
+            tracing::debug!(dir = %self.dir, error = %e, "partition log could not write its tail hint");
+        }
     }
 
     /// The recent-frame cache, for reads that do not take the log (see

@@ -44,6 +44,7 @@ use narad_io::append::read_exact_at;
 use narad_io::file::{join, OpenMode};
 use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage, BLOCK_BYTES};
 
+use super::hint;
 use super::index::{index_file_name, load_index, persist_index, SparseIndex};
 use super::recovery::{frame_commit_ms, scan_sealed, scan_tail, TailScan};
 use super::{
@@ -148,7 +149,8 @@ pub(super) async fn open_segments<S: Storage>(
             index: None,
         });
     }
-    let recovered = recover_active(storage, dir, active_base, config).await?;
+    let hinted = names.iter().any(|n| n == hint::HINT_FILE);
+    let recovered = recover_active(storage, dir, active_base, config, hinted).await?;
     Ok(OpenedSegments {
         sealed,
         active: recovered.0,
@@ -167,7 +169,9 @@ const TAIL_READS_HARD_MAX: usize = 16;
 /// verifies frames to the segment's end.
 const INDEX_SCAN_READS_MAX: usize = 3;
 
-type Recovered<F> = (ActiveSegment<Rc<F>>, Offset, u64, Vec<Range<Offset>>);
+/// The recovered active segment, its end offset, its newest commit time and its
+/// corrupt gaps.
+pub(super) type Recovered<F> = (ActiveSegment<Rc<F>>, Offset, u64, Vec<Range<Offset>>);
 
 /// The end of the last non-zero byte.
 fn garbage_end(bytes: &[u8]) -> u64 {
@@ -178,13 +182,22 @@ fn garbage_end(bytes: &[u8]) -> u64 {
 }
 
 /// Scans the active segment for its verified tail and positions the appender
-/// after it.
+/// after it; with a tail hint in the directory (`hinted`) that still holds,
+/// takes the tail from it instead ([`hint`]).
 async fn recover_active<S: Storage>(
     storage: &S,
     dir: &str,
     base: Offset,
     config: &LogConfig,
+    hinted: bool,
 ) -> Result<Recovered<S::File>, LogError> {
+    if hinted {
+        if let Some(found) = hint::load(storage, dir, base).await {
+            if let Some(recovered) = hint::recover(storage, dir, base, config, found).await? {
+                return Ok(recovered);
+            }
+        }
+    }
     let path = join(dir, &segment_file_name(base));
     let file = storage
         .open(&path, OpenMode::CreateOrOpen)
@@ -290,6 +303,7 @@ async fn recover_active<S: Storage>(
         tail_block: bytes[align_down(data_bytes) as usize..data_bytes as usize].to_vec(),
         index,
         first_commit_ms,
+        last_frame_pos: scan.last_frame_pos.map(|p| p as u64),
         preparing: None,
     };
     Ok((active, scan.next_offset, last_commit_ms, scan.gaps))
@@ -534,6 +548,7 @@ impl<S: Storage> PartitionLog<S> {
                 tail_block: Vec::new(),
                 index: SparseIndex::new(base),
                 first_commit_ms: None,
+                last_frame_pos: None,
                 preparing: None,
             },
         );

@@ -1,0 +1,174 @@
+//! The tail hint a clean close leaves: the next open reads a few blocks, not the
+//! whole active segment, and comes back with the same log; a hint that no longer
+//! holds (commits after it, a failure before the close, damage) is never taken.
+
+use futures_lite::future::block_on;
+use narad_io::sim::{SimDisk, SimFaults};
+use narad_shards::ids::Offset;
+use narad_shards::log::{LogConfig, LogStats, PartitionLog, ReadItem, RecordRef};
+
+const DIR: &str = "topics/t/p00000";
+const HINT: &str = "topics/t/p00000/tail.hint";
+const PAYLOAD_BYTES: usize = 3000;
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 8 << 20,
+        prep_chunk_bytes: 256 << 10,
+        index_interval_bytes: 16 << 10,
+        segment_ms: 60_000,
+        ..LogConfig::default()
+    }
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    vec![(i % 251) as u8; PAYLOAD_BYTES]
+}
+
+async fn commit_n(log: &mut PartitionLog<SimDisk>, n: u64, now_ms: u64) {
+    for _ in 0..n {
+        let i = log.high_watermark().0;
+        let p = payload(i);
+        let records = [RecordRef {
+            key: None,
+            payload: &p,
+        }];
+        log.commit_durable(&records, now_ms).await.expect("commit");
+    }
+}
+
+/// Reads every record and checks each payload; returns how many there are.
+async fn read_all(log: &mut PartitionLog<SimDisk>) -> u64 {
+    let mut at = Offset(0);
+    while at < log.high_watermark() {
+        let batch = log.read(at, 100, 1 << 20).await.expect("read");
+        for item in batch.items {
+            let ReadItem::Record(record) = item else {
+                panic!("corrupt item {item:?}")
+            };
+            assert_eq!(record.payload.as_ref(), payload(record.offset.0).as_slice());
+        }
+        at = batch.next_offset;
+    }
+    at.0
+}
+
+/// Opens the log and returns it with the bytes the open read from the disk.
+async fn open_counting(disk: &SimDisk) -> (PartitionLog<SimDisk>, u64) {
+    let before = disk.stats().bytes_read;
+    let log = PartitionLog::open(disk.clone(), DIR, config())
+        .await
+        .expect("open");
+    (log, disk.stats().bytes_read - before)
+}
+
+/// Everything about the log's shape but the cache.
+fn shape(stats: LogStats) -> LogStats {
+    LogStats {
+        cache_bytes: 0,
+        ..stats
+    }
+}
+
+#[test]
+fn a_clean_close_spares_the_next_open_the_scan() {
+    block_on(async {
+        let disk = SimDisk::new(11, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit_n(&mut log, 1000, 5_000).await;
+        let before = shape(log.stats());
+        log.close().await.unwrap();
+        disk.restart_process();
+
+        let (mut log, read) = open_counting(&disk).await;
+        assert!(
+            read <= 64 << 10,
+            "an open after a clean close read {read} bytes of a {} byte segment",
+            before.size_bytes
+        );
+        assert_eq!(shape(log.stats()), before);
+        assert_eq!(read_all(&mut log).await, 1000);
+        // The log goes on where it was: commits land after the old tail, and
+        // the first commit time came back with the hint (the segment rolls by
+        // age from it).
+        commit_n(&mut log, 10, 6_000).await;
+        assert!(
+            log.maybe_roll(5_000 + 60_000).await.unwrap(),
+            "rolls by age"
+        );
+        commit_n(&mut log, 10, 65_001).await;
+        assert_eq!(read_all(&mut log).await, 1020);
+        drop(log);
+        disk.crash();
+        disk.reboot();
+        let (mut log, _) = open_counting(&disk).await;
+        assert_eq!(read_all(&mut log).await, 1020);
+    });
+}
+
+#[test]
+fn commits_after_the_hint_are_found_after_a_crash() {
+    block_on(async {
+        let disk = SimDisk::new(12, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit_n(&mut log, 500, 5_000).await;
+        log.close().await.unwrap();
+        // Reopened from the hint, committed to, and killed: the hint left by
+        // the close still names the old tail (a kill keeps its unsynced bytes).
+        let (mut log, _) = open_counting(&disk).await;
+        commit_n(&mut log, 7, 6_000).await;
+        drop(log);
+        disk.restart_process();
+        assert!(disk.contents(HINT).is_some());
+        let (mut log, read) = open_counting(&disk).await;
+        assert!(
+            read > 500 * PAYLOAD_BYTES as u64,
+            "a stale hint means a scan"
+        );
+        assert_eq!(log.high_watermark(), Offset(507));
+        assert_eq!(read_all(&mut log).await, 507);
+    });
+}
+
+#[test]
+fn no_hint_is_trusted_after_a_failure_or_damage() {
+    block_on(async {
+        let disk = SimDisk::new(13, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit_n(&mut log, 300, 5_000).await;
+        log.close().await.unwrap();
+        let hint = disk.contents(HINT).expect("a clean close writes a hint");
+
+        // A failed commit since the open: the close leaves the old hint as it
+        // was (the next open finds it stale and scans).
+        let (mut log, _) = open_counting(&disk).await;
+        disk.fail_next_syncs(1);
+        let p = payload(300);
+        let records = [RecordRef {
+            key: None,
+            payload: &p,
+        }];
+        assert!(log.commit_durable(&records, 6_000).await.is_err());
+        log.close().await.unwrap();
+        assert_eq!(disk.contents(HINT).unwrap(), hint, "no new hint");
+        disk.restart_process();
+        let (mut log, read) = open_counting(&disk).await;
+        assert!(read > 300 * PAYLOAD_BYTES as u64, "scanned: {read}");
+        let recovered = read_all(&mut log).await;
+        assert!(recovered == 300 || recovered == 301, "{recovered}");
+        log.close().await.unwrap();
+
+        // A hint damaged on the disk is refused; the scan finds the same log.
+        disk.rot(HINT, 40, 3);
+        disk.restart_process();
+        let (mut log, read) = open_counting(&disk).await;
+        assert!(read > 300 * PAYLOAD_BYTES as u64, "scanned: {read}");
+        assert_eq!(read_all(&mut log).await, recovered);
+    });
+}
