@@ -50,6 +50,7 @@ use narad_io::mesh::MeshEnd;
 use narad_io::net::StopReceiver;
 use narad_shards::log::cache::CachePool;
 use narad_shards::log::LogConfig;
+use narad_shards::log::{ScanGate, FULL_SCANS_AT_ONCE};
 use narad_shards::wal::{Wal, WalConfig};
 
 use narad_io::rt::Notify;
@@ -469,6 +470,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     let log_defaults = LogConfig::default();
     let log_config = LogConfig {
         cache_pool: Some(CachePool::new(read_cache_bytes)),
+        scan_gate: Some(ScanGate::new(FULL_SCANS_AT_ONCE)),
         zstd_level,
         prep_chunk_bytes: if log_prealloc {
             log_defaults.prep_chunk_bytes

@@ -175,6 +175,30 @@ impl Notify {
     }
 }
 
+/// An async semaphore for tasks of one shard, fair in arrival order.
+pub struct LocalSemaphore {
+    semaphore: glommio::sync::Semaphore,
+}
+
+impl LocalSemaphore {
+    /// A semaphore of `permits` permits.
+    pub fn new(permits: u64) -> Self {
+        LocalSemaphore {
+            semaphore: glommio::sync::Semaphore::new(permits),
+        }
+    }
+
+    /// Waits for a permit, held until the guard is dropped.
+    pub async fn acquire(&self) -> LocalGuard<'_> {
+        let permit = self
+            .semaphore
+            .acquire_permit(1)
+            .await
+            .expect("a LocalSemaphore is never closed");
+        LocalGuard { _permit: permit }
+    }
+}
+
 /// An async lock for tasks of one shard (a semaphore of one), fair in arrival order.
 pub struct LocalLock {
     semaphore: glommio::sync::Semaphore,

@@ -157,7 +157,7 @@ pub(super) async fn recover<S: Storage>(
     base: Offset,
     config: &LogConfig,
     hint: TailHint,
-) -> Result<Option<super::segment::Recovered<S::File>>, LogError> {
+) -> Result<Option<super::open::Recovered<S::File>>, LogError> {
     let data_bytes = hint.index.data_bytes;
     let shape_holds = match (hint.last_frame_pos, hint.first_commit_ms) {
         (Some(last), Some(_)) => {

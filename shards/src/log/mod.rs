@@ -13,8 +13,10 @@
 //!   append, read back from the device, verify, advance the high watermark;
 //!   failure handling.
 //! - `read.rs`: [`PartitionLog::read`]: cache first, then the index, then frames.
-//! - `segment.rs`: segment files, opening and recovery, preparation, roll,
-//!   retention, lazy loading of sealed segments' indexes.
+//! - `open.rs`: opening the directory: sealed segments set up unread, the
+//!   active one recovered from its tail hint (`hint.rs`) or a full scan.
+//! - `segment.rs`: segment files, preparation, roll, retention, lazy loading of
+//!   sealed segments' indexes.
 //! - [`recovery`]: byte scans: the verified tail at open, index rebuilds,
 //!   resynchronising after a corrupt frame.
 //! - [`index`]: the sparse offset index and its file.
@@ -37,13 +39,14 @@ pub mod envelope;
 pub mod frame;
 mod hint;
 pub mod index;
+mod open;
 mod outgoing;
 mod read;
 pub use read::read_cached;
 pub mod recovery;
 mod segment;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
 use std::io;
@@ -51,6 +54,7 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use bytes::Bytes;
+use narad_io::rt::{LocalGuard, LocalSemaphore};
 use narad_io::{AppendFile, BlockFile, Storage, BLOCK_BYTES};
 
 use self::cache::FrameCache;
@@ -106,6 +110,9 @@ pub struct LogConfig {
     /// A commit is cut into frames of about this many records-area bytes, so a
     /// reader decodes (and decompresses) a bounded amount to reach one record.
     pub frame_area_bytes_target: usize,
+    /// The shard's bound on full scans at open ([`ScanGate`]); `None`: no
+    /// bound.
+    pub scan_gate: Option<ScanGate>,
 }
 
 impl Default for LogConfig {
@@ -121,6 +128,7 @@ impl Default for LogConfig {
             index_interval_bytes: 128 * 1024,
             commit_bytes_max: 64 * 1024 * 1024,
             frame_area_bytes_target: 1024 * 1024,
+            scan_gate: None,
         }
     }
 }
@@ -162,6 +170,73 @@ impl LogConfig {
             return fail("segment_ms and retention_ms must be positive");
         }
         Ok(())
+    }
+}
+
+/// Full scans of active segments one shard runs at once by default (see
+/// [`ScanGate`]).
+pub const FULL_SCANS_AT_ONCE: usize = 2;
+
+/// Bounds the full scans of active segments running at once on one shard: each
+/// holds a whole segment in memory (see `open.rs`). Clones share the bound.
+#[derive(Clone)]
+pub struct ScanGate {
+    inner: Rc<ScanGateInner>,
+}
+
+struct ScanGateInner {
+    permits: LocalSemaphore,
+    running: Cell<usize>,
+    most: Cell<usize>,
+}
+
+/// Held while a full scan runs.
+pub(crate) struct ScanTicket<'a> {
+    gate: &'a ScanGateInner,
+    _permit: LocalGuard<'a>,
+}
+
+impl Drop for ScanTicket<'_> {
+    fn drop(&mut self) {
+        self.gate.running.set(self.gate.running.get() - 1);
+    }
+}
+
+impl ScanGate {
+    /// A gate letting `at_once` scans (at least 1) run together.
+    pub fn new(at_once: usize) -> Self {
+        Self {
+            inner: Rc::new(ScanGateInner {
+                permits: LocalSemaphore::new(at_once.max(1) as u64),
+                running: Cell::new(0),
+                most: Cell::new(0),
+            }),
+        }
+    }
+
+    /// Waits until a scan may start.
+    pub(crate) async fn enter(&self) -> ScanTicket<'_> {
+        let permit = self.inner.permits.acquire().await;
+        let running = self.inner.running.get() + 1;
+        self.inner.running.set(running);
+        self.inner.most.set(self.inner.most.get().max(running));
+        ScanTicket {
+            gate: &self.inner,
+            _permit: permit,
+        }
+    }
+
+    /// The most scans that ran at once through this gate.
+    pub fn most_at_once(&self) -> usize {
+        self.inner.most.get()
+    }
+}
+
+impl fmt::Debug for ScanGate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScanGate")
+            .field("running", &self.inner.running.get())
+            .finish()
     }
 }
 
@@ -378,7 +453,7 @@ impl<S: Storage> PartitionLog<S> {
     /// recovers its high watermark from the verified tail of the active segment.
     pub async fn open(storage: S, dir: &str, config: LogConfig) -> Result<Self, LogError> {
         config.validate()?;
-        let opened = segment::open_segments(&storage, dir, &config).await?;
+        let opened = open::open_segments(&storage, dir, &config).await?;
         let cache = match &config.cache_pool {
             Some(pool) => FrameCache::in_pool(config.cache_bytes_max, pool),
             None => Rc::new(RefCell::new(FrameCache::new(config.cache_bytes_max))),

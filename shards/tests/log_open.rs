@@ -1,11 +1,14 @@
-//! The tail hint a clean close leaves: the next open reads a few blocks, not the
-//! whole active segment, and comes back with the same log; a hint that no longer
-//! holds (commits after it, a failure before the close, damage) is never taken.
+//! Opening a partition log. The tail hint a clean close leaves: the next open
+//! reads a few blocks, not the whole active segment, and comes back with the same
+//! log; a hint that no longer holds (commits after it, a failure before the close,
+//! damage) is never taken. Full scans, which hold a whole segment in memory, run
+//! at most a gate's worth at once.
 
 use futures_lite::future::block_on;
+use narad_io::dma::DmaStorage;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::ids::Offset;
-use narad_shards::log::{LogConfig, LogStats, PartitionLog, ReadItem, RecordRef};
+use narad_shards::log::{LogConfig, LogStats, PartitionLog, ReadItem, RecordRef, ScanGate};
 
 const DIR: &str = "topics/t/p00000";
 const HINT: &str = "topics/t/p00000/tail.hint";
@@ -25,7 +28,7 @@ fn payload(i: u64) -> Vec<u8> {
     vec![(i % 251) as u8; PAYLOAD_BYTES]
 }
 
-async fn commit_n(log: &mut PartitionLog<SimDisk>, n: u64, now_ms: u64) {
+async fn commit_n<S: narad_io::Storage>(log: &mut PartitionLog<S>, n: u64, now_ms: u64) {
     for _ in 0..n {
         let i = log.high_watermark().0;
         let p = payload(i);
@@ -171,4 +174,52 @@ fn no_hint_is_trusted_after_a_failure_or_damage() {
         assert!(read > 300 * PAYLOAD_BYTES as u64, "scanned: {read}");
         assert_eq!(read_all(&mut log).await, recovered);
     });
+}
+
+/// Opens `partitions` logs that each need a full scan, all at once, through a
+/// gate letting `at_once` scans run together; returns the most that did, and
+/// checks every log came back whole.
+fn concurrent_scans(partitions: u64, at_once: usize) -> usize {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let root = dir.path().to_path_buf();
+    narad_io::rt::run_local(None, async move {
+        let storage = DmaStorage::new(root);
+        let path = |p: u64| format!("topics/t/p{p:05}");
+        for p in 0..partitions {
+            let mut log = PartitionLog::open(storage.clone(), &path(p), config())
+                .await
+                .unwrap();
+            commit_n(&mut log, 400, 5_000).await;
+            // Dropped, not closed: no hint, as after a crash.
+            drop(log);
+        }
+        let gate = ScanGate::new(at_once);
+        let cfg = LogConfig {
+            scan_gate: Some(gate.clone()),
+            ..config()
+        };
+        let opens: Vec<_> = (0..partitions)
+            .map(|p| {
+                let (storage, cfg, dir) = (storage.clone(), cfg.clone(), path(p));
+                narad_io::rt::spawn_local(async move {
+                    let log = PartitionLog::open(storage, &dir, cfg).await.unwrap();
+                    let hwm = log.high_watermark();
+                    log.close().await.unwrap();
+                    hwm
+                })
+            })
+            .collect();
+        for open in opens {
+            assert_eq!(open.await, Some(Offset(400)));
+        }
+        gate.most_at_once()
+    })
+}
+
+#[test]
+fn full_scans_run_a_gate_at_a_time() {
+    // Unbounded, the opens do overlap (so the bound below is not a given) ...
+    assert!(concurrent_scans(6, 64) >= 3, "the opens ran one by one");
+    // ... and the gate holds them to its bound.
+    assert_eq!(concurrent_scans(6, 2), 2);
 }
