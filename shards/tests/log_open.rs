@@ -85,7 +85,9 @@ fn a_clean_close_spares_the_next_open_the_scan() {
         log.close().await.unwrap();
         disk.restart_process();
 
+        let ops = disk.ops();
         let (mut log, read) = open_counting(&disk).await;
+        assert_eq!(disk.ops(), ops, "the open wrote or synced nothing");
         assert!(
             read <= 64 << 10,
             "an open after a clean close read {read} bytes of a {} byte segment",

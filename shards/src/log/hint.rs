@@ -34,6 +34,11 @@
 //! too: the next commit overwrites from the tail, and the scan rules refuse a
 //! frame that does not continue the commit before it.
 //!
+//! A hint in the directory, trusted or not, also spares the open its directory
+//! syncs: whatever open came first in this directory synced it and its parents
+//! before anything was committed there, and a hint is only written by a log
+//! opened after that (see `open.rs`).
+//!
 //! What a trusted hint skips is the scan for rot inside the segment: a frame
 //! that rotted since the close is found by the read that meets it (reads verify
 //! every frame and report unreadable ranges), not at open.

@@ -49,14 +49,21 @@ pub(super) async fn open_segments<S: Storage>(
     dir: &str,
     config: &LogConfig,
 ) -> Result<OpenedSegments<S::File>, LogError> {
-    storage
-        .create_dir_all(dir)
-        .await
-        .map_err(io_err("create partition dir"))?;
     let names = storage
         .list(dir)
         .await
         .map_err(io_err("list partition dir"))?;
+    // A tail hint means an earlier open made the directory and its parents
+    // durable (every open either syncs them here or finds a hint an earlier
+    // one left), so this open spares their syncs; otherwise, the directory may
+    // be new, or an earlier life may have died before its entry was durable.
+    let hinted = names.iter().any(|n| n == hint::HINT_FILE);
+    if !hinted {
+        storage
+            .create_dir_all(dir)
+            .await
+            .map_err(io_err("create partition dir"))?;
+    }
     let mut bases: Vec<Offset> = names.iter().filter_map(|n| parse_base(n, ".log")).collect();
     bases.sort();
     for name in &names {
@@ -91,7 +98,6 @@ pub(super) async fn open_segments<S: Storage>(
             index: None,
         });
     }
-    let hinted = names.iter().any(|n| n == hint::HINT_FILE);
     let recovered = recover_active(storage, dir, active_base, config, hinted).await?;
     Ok(OpenedSegments {
         sealed,
