@@ -97,8 +97,14 @@ fn a_clean_close_spares_the_next_open_the_scan() {
         assert_eq!(read_all(&mut log).await, 1000);
         // The log goes on where it was: commits land after the old tail, and
         // the first commit time came back with the hint (the segment rolls by
-        // age from it).
-        commit_n(&mut log, 10, 6_000).await;
+        // age from it). The first commit retires the hint it was opened from.
+        assert!(disk.contents(HINT).unwrap().iter().any(|&b| b != 0));
+        commit_n(&mut log, 1, 6_000).await;
+        assert!(
+            disk.contents(HINT).unwrap().iter().all(|&b| b == 0),
+            "the first commit after a hinted open zeroes the hint"
+        );
+        commit_n(&mut log, 9, 6_000).await;
         assert!(
             log.maybe_roll(5_000 + 60_000).await.unwrap(),
             "rolls by age"
@@ -110,6 +116,50 @@ fn a_clean_close_spares_the_next_open_the_scan() {
         disk.reboot();
         let (mut log, _) = open_counting(&disk).await;
         assert_eq!(read_all(&mut log).await, 1020);
+    });
+}
+
+#[test]
+fn a_bad_read_of_the_last_block_sends_the_open_to_the_scan() {
+    block_on(async {
+        let disk = SimDisk::new(14, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        // Small records, so the last block holds earlier frames before the
+        // last one: bytes the hint's check does not verify.
+        let small = |log: &PartitionLog<SimDisk>| payload(log.high_watermark().0)[..90].to_vec();
+        loop {
+            let p = small(&log);
+            let records = [RecordRef {
+                key: None,
+                payload: &p,
+            }];
+            log.commit_durable(&records, 5_000).await.unwrap();
+            let in_block = log.stats().size_bytes % 4096;
+            if log.high_watermark().0 > 100 && (1000..3000).contains(&in_block) {
+                break;
+            }
+        }
+        let end = log.stats().size_bytes;
+        let hwm = log.high_watermark();
+        log.close().await.unwrap();
+        disk.restart_process();
+        // The check's read of the last block returns an earlier frame's byte
+        // flipped; the appender's reads of that block do not.
+        let segment = format!("{DIR}/{:020}.log", 0);
+        disk.flip_next_read_at(&segment, end / 4096 * 4096 + 20, 2);
+        let (mut log, read) = open_counting(&disk).await;
+        assert!(read > end, "scanned after the reads disagreed: {read}");
+        assert_eq!(log.high_watermark(), hwm);
+        let p = small(&log);
+        let records = [RecordRef {
+            key: None,
+            payload: &p,
+        }];
+        log.commit_durable(&records, 6_000)
+            .await
+            .expect("a commit after the open");
     });
 }
 
@@ -148,25 +198,30 @@ fn no_hint_is_trusted_after_a_failure_or_damage() {
             .unwrap();
         commit_n(&mut log, 300, 5_000).await;
         log.close().await.unwrap();
-        let hint = disk.contents(HINT).expect("a clean close writes a hint");
+        assert!(disk.contents(HINT).is_some(), "a clean close writes a hint");
 
-        // A failed commit since the open: the close leaves the old hint as it
-        // was (the next open finds it stale and scans).
+        // A failed commit since the open: the close writes no hint (the one
+        // the open took was retired by the commit before), so the next open
+        // scans.
         let (mut log, _) = open_counting(&disk).await;
+        commit_n(&mut log, 1, 6_000).await;
         disk.fail_next_syncs(1);
-        let p = payload(300);
+        let p = payload(301);
         let records = [RecordRef {
             key: None,
             payload: &p,
         }];
         assert!(log.commit_durable(&records, 6_000).await.is_err());
         log.close().await.unwrap();
-        assert_eq!(disk.contents(HINT).unwrap(), hint, "no new hint");
+        assert!(
+            disk.contents(HINT).unwrap().iter().all(|&b| b == 0),
+            "no new hint"
+        );
         disk.restart_process();
         let (mut log, read) = open_counting(&disk).await;
         assert!(read > 300 * PAYLOAD_BYTES as u64, "scanned: {read}");
         let recovered = read_all(&mut log).await;
-        assert!(recovered == 300 || recovered == 301, "{recovered}");
+        assert!(recovered == 301 || recovered == 302, "{recovered}");
         log.close().await.unwrap();
 
         // A hint damaged on the disk is refused; the scan finds the same log.

@@ -22,17 +22,17 @@
 //!   carries its newest commit time;
 //! - the bytes after the data, to the end of the next block, are zeros.
 //!
-//! The last rule is what makes a stale hint harmless. A hint is never removed
-//! while its log is open, so after a later commit and a crash it still lies
-//! there, naming a tail that is no longer the end. But a commit is written at
-//! the data's end, and a commit that was acknowledged was made durable whole,
-//! its first bytes (the frame magic, never zero) included: so any acknowledged
-//! commit past the hint shows as non-zero bytes right after the hint's tail, and
-//! the open falls back to the full scan, which finds it. A commit torn by a
-//! crash with its first sectors lost may leave bytes further on; they were
-//! never acknowledged, and they are what a failed write leaves in a running log
-//! too: the next commit overwrites from the tail, and the scan rules refuse a
-//! frame that does not continue the commit before it.
+//! A hint is used once. A log opened from one zeroes it, synced, before its
+//! first commit (a log that only serves reads leaves it be), so no hint names
+//! a tail that a later commit passed. The last rule above guards the same
+//! thing a second way: a commit is written at the data's end, and a commit
+//! that was acknowledged was made durable whole, its first bytes (the frame
+//! magic, never zero) included, so any acknowledged commit past a hint shows
+//! as non-zero bytes right after the hint's tail and sends the open to the full
+//! scan. A commit torn by a crash with its first sectors lost may leave bytes
+//! further on; they were never acknowledged, and they are what a failed write
+//! leaves in a running log too: the next commit overwrites from the tail, and
+//! the scan rules refuse a frame that does not continue the commit before it.
 //!
 //! A hint in the directory, trusted or not, also spares the open its directory
 //! syncs: whatever open came first in this directory synced it and its parents
@@ -54,7 +54,7 @@ use super::frame::check_frame;
 use super::index::{SparseIndex, INDEX_FILE_BYTES_MAX};
 use super::recovery::frame_commit_ms;
 use super::segment::segment_file_name;
-use super::{io_err, ActiveSegment, LogConfig, LogError};
+use super::{ActiveSegment, LogConfig, LogError};
 use crate::ids::Offset;
 
 /// The hint's file name in the partition directory.
@@ -133,6 +133,26 @@ pub(super) async fn store<S: Storage>(storage: &S, dir: &str, hint: &TailHint) -
     written
 }
 
+/// Makes the hint useless before the first commit after an open that trusted
+/// it: zeros over it, synced (see the module docs). A missing hint is fine.
+pub(super) async fn retire<S: Storage>(storage: &S, dir: &str) -> io::Result<()> {
+    let file = match storage
+        .open(&join(dir, HINT_FILE), OpenMode::Existing)
+        .await
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let zeroed = async {
+        file.write_at(0, &[0u8; BLOCK_BYTES]).await?;
+        file.sync_data().await
+    }
+    .await;
+    file.close().await?;
+    zeroed
+}
+
 /// Reads the hint for the segment starting at `base`; `None` when there is
 /// none, it cannot be read, or it is not an intact hint of that segment.
 pub(super) async fn load<S: Storage>(storage: &S, dir: &str, base: Offset) -> Option<TailHint> {
@@ -185,9 +205,22 @@ pub(super) async fn recover<S: Storage>(
     };
     match check_tail(&file, &hint).await {
         Ok(Some((size, tail_block))) => {
-            let appender = AppendFile::open_at(Rc::new(file), data_bytes)
-                .await
-                .map_err(io_err("position appender"))?;
+            let file = Rc::new(file);
+            // The appender reads the last block again until two reads agree.
+            // The check verified only the last frame's bytes of that block:
+            // a read that disagrees means a bad read somewhere, so scan.
+            let agreed = match AppendFile::open_at(file.clone(), data_bytes).await {
+                Ok(appender) if appender.tail() == tail_block.as_slice() => Some(appender),
+                _ => None,
+            };
+            let Some(appender) = agreed else {
+                tracing::debug!(
+                    dir,
+                    "reads of the last block disagree; scanning the segment"
+                );
+                let _ = file.close().await;
+                return Ok(None);
+            };
             let active = ActiveSegment {
                 base,
                 file: appender,

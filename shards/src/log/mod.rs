@@ -423,6 +423,9 @@ pub struct PartitionLog<S: Storage> {
     /// A commit failed since the open: what it left past the tail is unknown,
     /// so the close writes no tail hint and the next open scans.
     commit_failed: bool,
+    /// The open trusted a tail hint, still on the disk: the next commit
+    /// retires it first ([`hint::retire`]).
+    hint_to_retire: bool,
     /// The device time of the last commit, if it succeeded (for metrics).
     last_commit_io: Option<CommitIo>,
     /// Shared with the owner, which serves reads of the cached tail without
@@ -471,6 +474,7 @@ impl<S: Storage> PartitionLog<S> {
             poisoned: false,
             unsettled_tail: false,
             commit_failed: false,
+            hint_to_retire: opened.from_hint,
             last_commit_io: None,
             cache,
             gaps: opened.gaps,

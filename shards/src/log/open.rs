@@ -32,6 +32,9 @@ pub(super) struct OpenedSegments<F> {
     pub next_offset: Offset,
     pub last_commit_ms: u64,
     pub gaps: Vec<Range<Offset>>,
+    /// The active segment was taken from its tail hint, which must be retired
+    /// before the next commit ([`hint::retire`]).
+    pub from_hint: bool,
 }
 
 fn parse_base(name: &str, suffix: &str) -> Option<Offset> {
@@ -98,13 +101,14 @@ pub(super) async fn open_segments<S: Storage>(
             index: None,
         });
     }
-    let recovered = recover_active(storage, dir, active_base, config, hinted).await?;
+    let (recovered, from_hint) = recover_active(storage, dir, active_base, config, hinted).await?;
     Ok(OpenedSegments {
         sealed,
         active: recovered.0,
         next_offset: recovered.1,
         last_commit_ms: recovered.2,
         gaps: recovered.3,
+        from_hint,
     })
 }
 
@@ -135,11 +139,11 @@ async fn recover_active<S: Storage>(
     base: Offset,
     config: &LogConfig,
     hinted: bool,
-) -> Result<Recovered<S::File>, LogError> {
+) -> Result<(Recovered<S::File>, bool), LogError> {
     if hinted {
         if let Some(found) = hint::load(storage, dir, base).await {
             if let Some(recovered) = hint::recover(storage, dir, base, config, found).await? {
-                return Ok(recovered);
+                return Ok((recovered, true));
             }
         }
     }
@@ -255,5 +259,5 @@ async fn recover_active<S: Storage>(
         last_frame_pos: scan.last_frame_pos.map(|p| p as u64),
         preparing: None,
     };
-    Ok((active, scan.next_offset, last_commit_ms, scan.gaps))
+    Ok(((active, scan.next_offset, last_commit_ms, scan.gaps), false))
 }
