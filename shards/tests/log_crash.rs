@@ -148,11 +148,21 @@ async fn run_cycle(
                 commit_time_ms: commit_ms,
             })
             .collect();
-        // A read-back failure is retried with the same records and time.
+        // A read-back failure is retried with the same records and time, and
+        // so is a failure to retire the tail hint (its sync failed) before
+        // anything was written.
         let mut outcome = Err(LogError::Poisoned);
         for _ in 0..5 {
             outcome = log.commit_durable(&records, *now_ms).await;
-            if !matches!(outcome, Err(LogError::ReadBackMismatch { .. })) {
+            let retried = matches!(
+                outcome,
+                Err(LogError::ReadBackMismatch { .. }
+                    | LogError::Io {
+                        op: "retire the tail hint",
+                        ..
+                    })
+            );
+            if !retried {
                 break;
             }
         }
@@ -165,7 +175,13 @@ async fn run_cycle(
             // A failed read-back whose repair of the shared block failed too
             // poisons the log: it must be reopened.
             Err(
-                LogError::ReadBackMismatch { .. } | LogError::SyncFailed(_) | LogError::Poisoned,
+                LogError::ReadBackMismatch { .. }
+                | LogError::SyncFailed(_)
+                | LogError::Poisoned
+                | LogError::Io {
+                    op: "retire the tail hint",
+                    ..
+                },
             ) => return expected,
             Err(e) => panic!("unexpected commit error {e}"),
         }

@@ -95,6 +95,13 @@ fn a_clean_close_spares_the_next_open_the_scan() {
         );
         assert_eq!(shape(log.stats()), before);
         assert_eq!(read_all(&mut log).await, 1000);
+        // Closed after reads alone, it leaves the hint as it found it, with
+        // no write, and the next open takes it again.
+        let ops = disk.ops();
+        log.close().await.unwrap();
+        assert_eq!(disk.ops(), ops, "a close after reads alone writes nothing");
+        let (mut log, read) = open_counting(&disk).await;
+        assert!(read <= 64 << 10, "the hint served again: {read}");
         // The log goes on where it was: commits land after the old tail, and
         // the first commit time came back with the hint (the segment rolls by
         // age from it). The first commit retires the hint it was opened from.

@@ -423,8 +423,9 @@ pub struct PartitionLog<S: Storage> {
     /// A commit failed since the open: what it left past the tail is unknown,
     /// so the close writes no tail hint and the next open scans.
     commit_failed: bool,
-    /// The open trusted a tail hint, still on the disk: the next commit
-    /// retires it first ([`hint::retire`]).
+    /// The open trusted a tail hint, still on the disk and still describing
+    /// the active segment: the next commit retires it first
+    /// ([`hint::retire`]), and a close before any commit or roll leaves it.
     hint_to_retire: bool,
     /// The device time of the last commit, if it succeeded (for metrics).
     last_commit_io: Option<CommitIo>,
@@ -533,7 +534,9 @@ impl<S: Storage> PartitionLog<S> {
             || self.commit_failed
             || !self.gaps.is_empty()
             || self.active.index.data_bytes != self.active.file.len();
-        if in_doubt {
+        // Opened from the hint on the disk and neither committed to nor
+        // rolled since: that hint still says all there is to say.
+        if in_doubt || self.hint_to_retire {
             return;
         }
         let found = hint::TailHint {

@@ -328,6 +328,9 @@ impl<S: Storage> PartitionLog<S> {
                 preparing: None,
             },
         );
+        // A hint on the disk names the sealed segment now: the next open
+        // passes it by, and the close writes one for the new segment.
+        self.hint_to_retire = false;
         assert!(
             self.sealed.back().is_none_or(|s| s.end == old.base),
             "segments are contiguous"
