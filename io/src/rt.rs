@@ -180,6 +180,11 @@ pub struct LocalSemaphore {
     semaphore: glommio::sync::Semaphore,
 }
 
+/// Held while a permit (or the lock) is taken.
+pub struct LocalGuard<'a> {
+    _permit: glommio::sync::Permit<'a>,
+}
+
 impl LocalSemaphore {
     /// A semaphore of `permits` permits.
     pub fn new(permits: u64) -> Self {
@@ -194,25 +199,26 @@ impl LocalSemaphore {
             .semaphore
             .acquire_permit(1)
             .await
-            .expect("a LocalSemaphore is never closed");
+            .expect("a local semaphore is never closed");
         LocalGuard { _permit: permit }
+    }
+
+    /// A permit if one is free and nobody waits for one, without waiting.
+    pub fn try_acquire(&self) -> Option<LocalGuard<'_>> {
+        let permit = self.semaphore.try_acquire_permit(1).ok()?;
+        Some(LocalGuard { _permit: permit })
     }
 }
 
 /// An async lock for tasks of one shard (a semaphore of one), fair in arrival order.
 pub struct LocalLock {
-    semaphore: glommio::sync::Semaphore,
-}
-
-/// Held while the lock is taken.
-pub struct LocalGuard<'a> {
-    _permit: glommio::sync::Permit<'a>,
+    semaphore: LocalSemaphore,
 }
 
 impl Default for LocalLock {
     fn default() -> Self {
         LocalLock {
-            semaphore: glommio::sync::Semaphore::new(1),
+            semaphore: LocalSemaphore::new(1),
         }
     }
 }
@@ -220,17 +226,11 @@ impl Default for LocalLock {
 impl LocalLock {
     /// Waits for the lock.
     pub async fn lock(&self) -> LocalGuard<'_> {
-        let permit = self
-            .semaphore
-            .acquire_permit(1)
-            .await
-            .expect("a LocalLock is never closed");
-        LocalGuard { _permit: permit }
+        self.semaphore.acquire().await
     }
 
     /// The lock if it is free and nobody waits for it, without waiting.
     pub fn try_lock(&self) -> Option<LocalGuard<'_>> {
-        let permit = self.semaphore.try_acquire_permit(1).ok()?;
-        Some(LocalGuard { _permit: permit })
+        self.semaphore.try_acquire()
     }
 }
