@@ -481,6 +481,10 @@ impl Storage for DmaStorage {
         })
     }
 
+    async fn size_of(&self, path: &str) -> io::Result<u64> {
+        Ok(std::fs::metadata(self.path(path))?.len())
+    }
+
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         glommio::io::rename(self.path(from), self.path(to)).await?;
         self.sync_parent(to).await?;

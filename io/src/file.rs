@@ -191,6 +191,10 @@ pub trait Storage: Clone + 'static {
     /// Opens a file for reading and writing.
     async fn open(&self, path: &str, mode: OpenMode) -> io::Result<Self::File>;
 
+    /// The size in bytes of the file at `path`, without opening it (one
+    /// `stat`): for files whose size is all a caller needs.
+    async fn size_of(&self, path: &str) -> io::Result<u64>;
+
     /// Renames `from` to `to`, replacing `to`, and syncs the directory.
     async fn rename(&self, from: &str, to: &str) -> io::Result<()>;
 

@@ -85,6 +85,11 @@ async fn rename_remove_list(storage: DmaStorage) -> io::Result<()> {
     tmp.close().await?;
     storage.rename("state/offset.tmp", "state/offset").await?;
     assert_eq!(storage.list("state").await?, vec!["offset"]);
+    assert_eq!(storage.size_of("state/offset").await?, BLOCK_BYTES as u64);
+    assert_eq!(
+        storage.size_of("state/none").await.err().map(|e| e.kind()),
+        Some(io::ErrorKind::NotFound)
+    );
 
     let renamed = storage.open("state/offset", OpenMode::Existing).await?;
     let mut buf = vec![0u8; BLOCK_BYTES];

@@ -56,6 +56,11 @@ fn a_renamed_file_keeps_its_contents_across_a_crash() {
         renamed.read_at(0, &mut buf).await.unwrap();
         assert_eq!(buf, data);
         assert_eq!(disk.list("").await.unwrap(), vec!["segment"]);
+        assert_eq!(disk.size_of("segment").await.unwrap(), BLOCK_BYTES as u64);
+        assert_eq!(
+            disk.size_of("segment.tmp").await.err().map(|e| e.kind()),
+            Some(std::io::ErrorKind::NotFound)
+        );
     });
 }
 

@@ -44,6 +44,17 @@ impl Storage for SimDisk {
         })
     }
 
+    async fn size_of(&self, path: &str) -> io::Result<u64> {
+        let inner = self.inner.borrow();
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        match inner.names.get(path) {
+            Some(inode) => Ok(inner.inodes[inode].current.len() as u64),
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+    }
+
     async fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         let mut inner = self.inner.borrow_mut();
         if inner.crashed {

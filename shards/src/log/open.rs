@@ -85,15 +85,13 @@ pub(super) async fn open_segments<S: Storage>(
     let mut sealed = VecDeque::with_capacity(bases.len());
     for (i, &base) in bases.iter().enumerate() {
         let end = bases.get(i + 1).copied().unwrap_or(active_base);
-        let path = join(dir, &segment_file_name(base));
-        let file = storage
-            .open(&path, OpenMode::Existing)
+        // Its size is all the open needs of it: a `stat`, not an open.
+        let file_bytes = storage
+            .size_of(&join(dir, &segment_file_name(base)))
             .await
-            .map_err(io_err("open sealed segment"))?;
-        let file_bytes = file.size().await.map_err(io_err("size sealed segment"))?;
+            .map_err(io_err("size sealed segment"))?;
         // Never trust a length from the disk beyond what the log could have written.
         let data_bytes = file_bytes.min(config.segment_file_bytes_max());
-        file.close().await.map_err(io_err("close sealed segment"))?;
         sealed.push_back(SealedSegment {
             base,
             end,

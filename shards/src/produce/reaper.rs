@@ -44,8 +44,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use narad_io::file::{join, OpenMode};
-use narad_io::{BlockFile, Storage};
+use narad_io::file::join;
+use narad_io::Storage;
 
 use super::combiner::{Owner, Slot};
 use crate::ids::{IncarnationId, PartitionId};
@@ -514,18 +514,11 @@ impl<S: Storage> Owner<S> {
         let segments: Vec<&String> = names.iter().filter(|n| n.ends_with(".log")).collect();
         match segments.as_slice() {
             [] => false,
-            [only] => {
-                let Ok(file) = self
-                    .storage
-                    .open(&join(&dir, only), OpenMode::Existing)
-                    .await
-                else {
-                    return false;
-                };
-                let size = file.size().await.unwrap_or(0);
-                let _ = file.close().await;
-                size > 0
-            }
+            [only] => self
+                .storage
+                .size_of(&join(&dir, only))
+                .await
+                .is_ok_and(|size| size > 0),
             _ => true,
         }
     }
