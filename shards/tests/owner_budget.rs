@@ -2,20 +2,20 @@
 //! least recently used one, and the closed partitions lose nothing: their next
 //! commit or read opens them again.
 
+mod owner_common;
+
 use std::ops::Range;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
-use futures_channel::oneshot;
 use narad_io::dma::DmaStorage;
 use narad_io::rt::run_local;
 use narad_io::Storage;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::{LogConfig, ReadItem};
-use narad_shards::produce::{CommitError, OwnedPartition, OwnedRecord, Owner};
+use narad_shards::produce::{OwnedPartition, Owner};
+use owner_common::{topic, TOPIC};
 
-const TOPIC: &str = "orders";
 const ID: IncarnationId = IncarnationId(0xb0d9e7);
 const PARTITIONS: u32 = 6;
 
@@ -31,29 +31,15 @@ fn owner_on<S: Storage>(storage: S) -> Rc<Owner<S>> {
     Owner::with_reopen_backoff(storage, config, live, Duration::ZERO)
 }
 
-fn topic() -> Arc<str> {
-    Arc::from(TOPIC)
-}
-
 fn owned(partition: u32) -> OwnedPartition {
-    OwnedPartition {
-        topic: topic(),
-        incarnation: ID,
-        partition: PartitionId(partition),
-    }
+    owner_common::owned(ID, partition)
 }
 
 async fn commit<S: Storage>(owner: &Rc<Owner<S>>, partition: u32, tag: &str) -> Range<Offset> {
-    let records = (0..3)
-        .map(|i| OwnedRecord {
-            key: None,
-            payload: format!("{tag}-{i}").into_bytes().into(),
-        })
-        .collect();
-    let (reply, answer) = oneshot::channel();
-    owner.commit(topic(), ID, PartitionId(partition), records, reply);
-    let committed: Result<Range<Offset>, CommitError> = answer.await.expect("the owner answers");
-    committed.expect("commit")
+    let payloads: Vec<String> = (0..3).map(|i| format!("{tag}-{i}")).collect();
+    owner_common::try_commit(owner, ID, partition, &payloads)
+        .await
+        .expect("commit")
 }
 
 /// Every payload of the partition, in offset order.

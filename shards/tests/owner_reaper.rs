@@ -7,6 +7,8 @@
 //! Commit times come from the wall clock, so the tests pass the reaper a "now" hours
 //! ahead of it rather than waiting; only the task test runs in real time.
 
+mod owner_common;
+
 use std::cell::Cell;
 use std::ops::Range;
 use std::rc::Rc;
@@ -24,8 +26,8 @@ use narad_shards::produce::reaper::{self, ColdWalk, ReaperConfig};
 use narad_shards::produce::{
     partition_dir, CommitError, OwnedPartition, OwnedRecord, Owner, ReadError, Retention,
 };
+use owner_common::{topic, TOPIC};
 
-const TOPIC: &str = "orders";
 const ID: IncarnationId = IncarnationId(0xfeed);
 const PARTITIONS: u32 = 3;
 const HOUR_MS: u64 = 3_600_000;
@@ -55,16 +57,8 @@ fn owner_on<S: Storage>(storage: S, retention: &Rc<Cell<Retention>>) -> Rc<Owner
     owner
 }
 
-fn topic() -> Arc<str> {
-    Arc::from(TOPIC)
-}
-
 fn owned(partition: u32) -> OwnedPartition {
-    OwnedPartition {
-        topic: topic(),
-        incarnation: ID,
-        partition: PartitionId(partition),
-    }
+    owner_common::owned(ID, partition)
 }
 
 /// Commits `payloads` to `partition` and waits for the offsets they took.
@@ -84,16 +78,7 @@ async fn try_commit<S: Storage>(
     partition: u32,
     payloads: &[String],
 ) -> Result<Range<Offset>, CommitError> {
-    let records = payloads
-        .iter()
-        .map(|p| OwnedRecord {
-            key: None,
-            payload: p.clone().into_bytes().into(),
-        })
-        .collect();
-    let (reply, answer) = oneshot::channel();
-    owner.commit(topic(), ID, PartitionId(partition), records, reply);
-    answer.await.expect("the owner answers")
+    owner_common::try_commit(owner, ID, partition, payloads).await
 }
 
 fn batch(tag: &str, n: usize) -> Vec<String> {

@@ -1,0 +1,46 @@
+//! What the owner tests share: the topic they commit to, and a commit that
+//! waits for the owner's answer.
+
+use std::ops::Range;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use futures_channel::oneshot;
+use narad_io::Storage;
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use narad_shards::produce::{CommitError, OwnedPartition, OwnedRecord, Owner};
+
+/// The topic every owner test commits to.
+pub const TOPIC: &str = "orders";
+
+pub fn topic() -> Arc<str> {
+    Arc::from(TOPIC)
+}
+
+/// Partition `partition` of the incarnation `id` of [`TOPIC`].
+pub fn owned(id: IncarnationId, partition: u32) -> OwnedPartition {
+    OwnedPartition {
+        topic: topic(),
+        incarnation: id,
+        partition: PartitionId(partition),
+    }
+}
+
+/// Commits one keyless record per payload and returns what the owner answered.
+pub async fn try_commit<S: Storage>(
+    owner: &Rc<Owner<S>>,
+    id: IncarnationId,
+    partition: u32,
+    payloads: &[String],
+) -> Result<Range<Offset>, CommitError> {
+    let records = payloads
+        .iter()
+        .map(|p| OwnedRecord {
+            key: None,
+            payload: p.clone().into_bytes().into(),
+        })
+        .collect();
+    let (reply, answer) = oneshot::channel();
+    owner.commit(topic(), id, PartitionId(partition), records, reply);
+    answer.await.expect("the owner answers")
+}
