@@ -15,6 +15,10 @@ build: ## Build every crate, optimised.
 run: ## Run a single-node broker in development mode.
 	$(CARGO) run --release -- serve --dev
 
+# The suite usually runs on a fresh clone, where incremental compilation only
+# writes caches nobody reads: a clean build without it takes a third less time.
+test prove-tests-fail: export CARGO_INCREMENTAL = 0
+
 # The proof that the tests can fail builds deliberately broken variants; it joins
 # the suite as soon as its script exists.
 test: ## The whole suite: format, lints, tests, and proof that the tests can fail.

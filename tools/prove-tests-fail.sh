@@ -41,8 +41,10 @@ for variant in "${variants[@]}"; do
   verdict="passed"
   for attempt in $(seq 1 "$attempts_max"); do
     # Enough seeds that a broken variant is caught; a run stops at its first failure.
+    # --workspace resolves the dependencies' features as the suite's own build
+    # did, so only the broken package and its dependents are built again.
     if NARAD_CRASH_SEEDS=400 CARGO_TARGET_DIR="$target_dir" \
-        cargo test -p "$package" --features "$feature" --test "$test" >"$log" 2>&1; then
+        cargo test --workspace --features "$package/$feature" --test "$test" >"$log" 2>&1; then
       continue
     elif grep -q "panicked" "$log"; then
       verdict="caught"
