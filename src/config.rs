@@ -339,6 +339,14 @@ impl Config {
         for key in KEYS {
             let Some(var) = key.env else { continue };
             if let Some(text) = env(var) {
+                // Empty is neither "unset" nor a value: which one was meant is
+                // a guess, and a wrong one would start a broker the operator
+                // did not configure.
+                if text.trim().is_empty() {
+                    return Err(format!(
+                        "{var} is set but empty: give it a value or unset it"
+                    ));
+                }
                 (key.set)(self, Raw::Text(&text)).map_err(|e| format!("{var}: {e}"))?;
             }
         }

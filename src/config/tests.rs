@@ -230,7 +230,18 @@ fn validation_explains_what_is_wrong() {
             "topic.default_partitions must be between 3 and 108",
         ),
         (&[("NARAD_LOG_LEVEL", "warnig")], "`warnig` is not a level"),
-        (&[("NARAD_LOG_LEVEL", "")], "log.level is empty"),
+        (
+            &[("NARAD_LOG_LEVEL", "")],
+            "NARAD_LOG_LEVEL is set but empty: give it a value or unset it",
+        ),
+        (
+            &[("NARAD_HTTP_ADDR", "")],
+            "NARAD_HTTP_ADDR is set but empty",
+        ),
+        (
+            &[("NARAD_HTTP_MAX_CONNECTIONS", " ")],
+            "NARAD_HTTP_MAX_CONNECTIONS is set but empty",
+        ),
         (&[("NARAD_LOG_LEVEL", " , ")], "log.level is empty"),
         (
             &[("NARAD_HTTP_READ_TIMEOUT", "3000000000000000h")],
