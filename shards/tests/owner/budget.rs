@@ -2,19 +2,17 @@
 //! least recently used one, and the closed partitions lose nothing: their next
 //! commit or read opens them again.
 
-mod owner_common;
-
 use std::ops::Range;
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::common::{topic, TOPIC};
 use narad_io::dma::DmaStorage;
 use narad_io::rt::run_local;
 use narad_io::Storage;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::log::{LogConfig, ReadItem};
 use narad_shards::produce::{OwnedPartition, Owner};
-use owner_common::{topic, TOPIC};
 
 const ID: IncarnationId = IncarnationId(0xb0d9e7);
 const PARTITIONS: u32 = 6;
@@ -32,12 +30,12 @@ fn owner_on<S: Storage>(storage: S) -> Rc<Owner<S>> {
 }
 
 fn owned(partition: u32) -> OwnedPartition {
-    owner_common::owned(ID, partition)
+    crate::common::owned(ID, partition)
 }
 
 async fn commit<S: Storage>(owner: &Rc<Owner<S>>, partition: u32, tag: &str) -> Range<Offset> {
     let payloads: Vec<String> = (0..3).map(|i| format!("{tag}-{i}")).collect();
-    owner_common::try_commit(owner, ID, partition, &payloads)
+    crate::common::try_commit(owner, ID, partition, &payloads)
         .await
         .expect("commit")
 }

@@ -3,15 +3,13 @@
 //! during every store is still synced once due; and a failed sync has the value
 //! stored again before a retry vouches for it.
 
-mod wal_common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use narad_io::rt::run_local;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::ids::Seq;
 use narad_shards::wal::{Wal, WalConfig};
-use wal_common::*;
 
 /// The checkpoint moves with every commit that lands, at low rates once a
 /// record: each store is a page-cache write, and only the lazy sync reaches the

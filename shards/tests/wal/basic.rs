@@ -1,10 +1,9 @@
 //! Ingress WAL behaviour on both disks: round trips, group commit, rolls,
 //! compaction and recycling, the checkpoint rules, the failure latch.
 
-mod wal_common;
-
 use std::time::Duration;
 
+use crate::common::*;
 use narad_io::dma::DmaStorage;
 use narad_io::rt::run_local;
 use narad_io::sim::{SimDisk, SimFaults};
@@ -13,7 +12,6 @@ use narad_shards::ids::Seq;
 use narad_shards::wal::checkpoint::CheckpointFile;
 use narad_shards::wal::segment::segment_name;
 use narad_shards::wal::{Wal, WalConfig, WalError};
-use wal_common::*;
 
 async fn round_trip<S: Storage>(storage: S, prealloc: bool) {
     let wal = Wal::open(storage.clone(), "wal", small_config(prealloc))

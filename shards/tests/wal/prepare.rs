@@ -2,15 +2,13 @@
 //! disk pauses and leaves nothing behind, a growing segment is left for a
 //! prepared one as soon as it is ready, and a short file is never recycled.
 
-mod wal_common;
-
+use crate::common::*;
 use narad_io::rt::run_local;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
 use narad_shards::ids::Seq;
 use narad_shards::wal::segment::segment_name;
 use narad_shards::wal::{Wal, WalConfig};
-use wal_common::*;
 
 #[test]
 fn a_preparation_that_fails_on_a_full_disk_pauses_and_leaves_no_partial_file() {

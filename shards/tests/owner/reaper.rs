@@ -7,14 +7,13 @@
 //! Commit times come from the wall clock, so the tests pass the reaper a "now" hours
 //! ahead of it rather than waiting; only the task test runs in real time.
 
-mod owner_common;
-
 use std::cell::Cell;
 use std::ops::Range;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::{topic, TOPIC};
 use futures_channel::oneshot;
 use narad_io::dma::DmaStorage;
 use narad_io::rt::{run_local, unix_ms};
@@ -26,7 +25,6 @@ use narad_shards::produce::reaper::{self, ColdWalk, ReaperConfig};
 use narad_shards::produce::{
     partition_dir, CommitError, OwnedPartition, OwnedRecord, Owner, ReadError, Retention,
 };
-use owner_common::{topic, TOPIC};
 
 const ID: IncarnationId = IncarnationId(0xfeed);
 const PARTITIONS: u32 = 3;
@@ -58,7 +56,7 @@ fn owner_on<S: Storage>(storage: S, retention: &Rc<Cell<Retention>>) -> Rc<Owner
 }
 
 fn owned(partition: u32) -> OwnedPartition {
-    owner_common::owned(ID, partition)
+    crate::common::owned(ID, partition)
 }
 
 /// Commits `payloads` to `partition` and waits for the offsets they took.
@@ -78,7 +76,7 @@ async fn try_commit<S: Storage>(
     partition: u32,
     payloads: &[String],
 ) -> Result<Range<Offset>, CommitError> {
-    owner_common::try_commit(owner, ID, partition, payloads).await
+    crate::common::try_commit(owner, ID, partition, payloads).await
 }
 
 fn batch(tag: &str, n: usize) -> Vec<String> {

@@ -2,13 +2,11 @@
 //! one holds stale frames past its valid tail, and the scan past that tail reads
 //! each byte of the rest of it about once, not a chunk at every stale frame.
 
-mod wal_common;
-
+use crate::common::*;
 use narad_io::rt::run_local;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::ids::Seq;
 use narad_shards::wal::{Wal, WalConfig};
-use wal_common::*;
 
 const SEGMENT_BYTES: u64 = 4 << 20;
 

@@ -3,15 +3,13 @@
 //! acknowledged record because of one bad read. And the writer's side of
 //! recovery's torn window: nothing is written once a sync has failed.
 
-mod wal_common;
-
+use crate::common::*;
 use narad_io::rt::run_local;
 use narad_io::sim::{yield_once, SimDisk, SimFaults};
 use narad_io::{align_down, BLOCK_BYTES};
 use narad_shards::ids::Seq;
 use narad_shards::wal::segment::segment_name;
 use narad_shards::wal::{Wal, WalConfig};
-use wal_common::*;
 
 const DIR: &str = "wal";
 
