@@ -113,7 +113,10 @@ pub const SHARDS_MAX: usize = 1024;
 fn parse_shards(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(n) if (1..=SHARDS_MAX).contains(&n) => Ok(n),
-        _ => Err(format!("want a number of shards from 1 to {SHARDS_MAX}")),
+        // clap names the flag even for a value from the environment.
+        _ => Err(format!(
+            "want a number of shards from 1 to {SHARDS_MAX} (from --shards or NARAD_SHARDS)"
+        )),
     }
 }
 

@@ -147,12 +147,18 @@ fn serve_refuses_a_shard_count_out_of_range_and_the_reference_flags_it_lacks() {
             "{message}"
         );
     }
-    let output = narad(&["serve", "--dev", "--port", "0"], dir.path())
-        .env("NARAD_SHARDS", "0")
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("1 to 1024"));
+    for shards in ["0", ""] {
+        let output = narad(&["serve", "--dev", "--port", "0"], dir.path())
+            .env("NARAD_SHARDS", shards)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "NARAD_SHARDS={shards}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            message.contains("1 to 1024") && message.contains("NARAD_SHARDS"),
+            "{message}"
+        );
+    }
 }
 
 /// `narad version` prints what `--version` does; `narad completion SHELL`
