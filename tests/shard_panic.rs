@@ -2,7 +2,8 @@
 //! process exits (non-zero) within bounded time, whether the panic comes before
 //! the shard has started or while it serves, and a restart over the same data
 //! keeps every acknowledged record. Uses the debug-build-only hook
-//! `NARAD_DEBUG_PANIC` (see `src/lifecycle.rs`).
+//! `NARAD_DEBUG_PANIC` (see `src/lifecycle.rs`). And a delete whose metadata
+//! sync failed, settled by the next start (`NARAD_DEBUG_META_SYNC_FAIL`).
 
 mod common;
 
@@ -162,6 +163,48 @@ fn a_delete_cut_short_after_it_applied_is_finished_at_the_next_start() {
     assert_eq!(gone.status, 404, "{gone:?}");
     // The start removed the deleted topic's data rather than keeping it as
     // data of unknown origin.
+    assert!(
+        !topic_dir.exists(),
+        "{} is still there",
+        topic_dir.display()
+    );
+    assert!(
+        !data.join("quarantine").exists(),
+        "the data went to quarantine"
+    );
+}
+
+/// A delete whose metadata sync failed has an unknown outcome: its bytes may
+/// be on disk. The node answers 500 and keeps the topic; the restart replays
+/// the delete and removes the data, which kept its delete marker for that
+/// (without it, the start would take the data for unknown and quarantine it).
+/// Uses the debug-build-only hook `NARAD_DEBUG_META_SYNC_FAIL`.
+#[test]
+fn a_delete_whose_metadata_sync_failed_is_settled_at_the_next_start() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let mut node = Node::start_in(&data, 1, &[("NARAD_DEBUG_META_SYNC_FAIL", "shaky")]);
+    let mut client = node.client();
+    create_topic(&mut client, "shaky");
+    for i in 0..6 {
+        produce_ok(&mut client, "shaky", "", format!("record-{i}").as_bytes());
+    }
+    wait_for_total(&mut client, "shaky", 3, 6, STOP_MAX);
+    let failed = client
+        .request("DELETE", "/v1/topics/shaky", &[], "")
+        .unwrap();
+    assert_eq!(failed.status, 500, "{failed:?}");
+    let kept = client.request("GET", "/v1/topics/shaky", &[], "").unwrap();
+    assert_eq!(kept.status, 200, "not applied before the restart: {kept:?}");
+    node.sigkill();
+    drop(node);
+    let topic_dir = data.join("topics").join("shaky");
+    assert!(topic_dir.exists(), "the data was left in place");
+
+    let node = Node::start_in(&data, 1, &[]);
+    let mut client = node.client();
+    let gone = client.request("GET", "/v1/topics/shaky", &[], "").unwrap();
+    assert_eq!(gone.status, 404, "the delete was replayed: {gone:?}");
     assert!(
         !topic_dir.exists(),
         "{} is still there",

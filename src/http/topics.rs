@@ -263,6 +263,13 @@ pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
                     }
                     tracing::info!(topic, id = %record.id, "topic deleted");
                 }
+                // A failed store may have made the delete durable all the
+                // same (its bytes written, their sync failed): the marker stays,
+                // so that the next start removes the data if the delete is
+                // replayed, and only the marker if it is not.
+                Err(MetaError::Io(e)) => {
+                    tracing::warn!(topic, error = %e, "a delete's outcome is unknown until the next start; its data keeps the delete marker");
+                }
                 // The marker goes only while the topic is still this
                 // incarnation: a delete that lost to another one (a retry)
                 // must not take away the winner's marker.

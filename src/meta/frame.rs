@@ -214,6 +214,10 @@ pub(super) fn decode_snapshot(file: &[u8]) -> Result<MetaState, String> {
     }
     let body: SnapshotBody =
         serde_json::from_slice(body).map_err(|e| format!("undecodable body: {e}"))?;
+    // No command could follow it: the next index would wrap to 0.
+    if body.version == u64::MAX {
+        return Err(format!("version {} is out of range", body.version));
+    }
     let mut state = MetaState {
         topics: BTreeMap::new(),
         version: body.version,

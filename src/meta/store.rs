@@ -79,7 +79,7 @@ impl MetaStore {
         }
         let mut state = recover_snapshot(dir)?;
         let log_path = dir.join(LOG_FILE);
-        let log_entries = replay_log(&log_path, &mut state)?;
+        let log_entries = replay_log(&log_path, &mut state, Tail::MayBeTorn)?;
         let log = open_append(&log_path).map_err(|e| io_error(&log_path, "cannot open", e))?;
         sync_dir(dir).map_err(|e| io_error(dir, "cannot sync", e))?;
         let mut store = MetaStore {
@@ -115,10 +115,14 @@ impl MetaStore {
         self.check_not_latched()?;
         assert_eq!(index, self.last_index + 1, "metadata log indexes are dense");
         let frame = encode_entry(cmd, index);
-        let written = self
-            .log
-            .write_all(&frame)
-            .and_then(|()| self.log.sync_data());
+        let written = self.log.write_all(&frame).and_then(|()| {
+            if debug_sync_fails(cmd) {
+                return Err(io::Error::other(
+                    "NARAD_DEBUG_META_SYNC_FAIL: an injected fdatasync failure",
+                ));
+            }
+            self.log.sync_data()
+        });
         if let Err(e) = written {
             let path = self.dir.join(LOG_FILE);
             return Err(self.latch(io_error(&path, "cannot append to", e)));
@@ -265,7 +269,7 @@ fn recover_snapshot(dir: &Path) -> Result<MetaState, MetaError> {
         // Absent only when a store that kept no fallback log (an older
         // version's) stopped inside its first snapshot taken by this one.
         if log_prev.exists() {
-            replay_log(&log_prev, &mut state)?;
+            replay_log(&log_prev, &mut state, Tail::Synced)?;
         }
         Ok(state)
     };
@@ -316,10 +320,39 @@ fn read_snapshot(path: &Path) -> Result<Option<MetaState>, SnapshotError> {
     })
 }
 
+/// The debug hook `NARAD_DEBUG_META_SYNC_FAIL=<topic>`, in debug builds only:
+/// the sync of the entry that deletes `<topic>` fails after its bytes were
+/// written, which leaves the delete's outcome unknown until the next start (the
+/// bytes are in the page cache, so a restart replays it).
+fn debug_sync_fails(cmd: &Command) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        static HOOK: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let hook = HOOK.get_or_init(|| std::env::var("NARAD_DEBUG_META_SYNC_FAIL").ok());
+        matches!((cmd, hook), (Command::DeleteTopic { name, .. }, Some(topic)) if name == topic)
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = cmd;
+        false
+    }
+}
+
+/// How a log may end.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tail {
+    /// The live log: its last append may have been torn by a crash.
+    MayBeTorn,
+    /// The fallback log: kept only once every entry in it was synced, so damage
+    /// at its end is corruption too, and cutting it off would drop an
+    /// acknowledged command.
+    Synced,
+}
+
 /// Applies the log's entries above `state.version` to `state`, cutting off a torn
-/// tail; returns how many entries the log holds. Creates an empty log if there is
-/// none.
-fn replay_log(path: &Path, state: &mut MetaState) -> Result<u64, MetaError> {
+/// tail if `tail` allows one; returns how many entries the log holds. Creates an
+/// empty log if there is none.
+fn replay_log(path: &Path, state: &mut MetaState, tail: Tail) -> Result<u64, MetaError> {
     let buf = match fs::read(path) {
         Ok(buf) => buf,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -338,6 +371,12 @@ fn replay_log(path: &Path, state: &mut MetaState) -> Result<u64, MetaError> {
                 let what = format!("unknown entry format {format} (written by a newer version?)");
                 return Err(damaged(path, at, &what));
             }
+            EntryRead::Incomplete if tail == Tail::Synced => {
+                return Err(damaged(path, at, "incomplete entry"));
+            }
+            EntryRead::Bad(reason) if tail == Tail::Synced => {
+                return Err(damaged(path, at, reason));
+            }
             EntryRead::Incomplete => {
                 end_at_damage(path, &buf, at, "incomplete entry")?;
                 break;
@@ -347,6 +386,9 @@ fn replay_log(path: &Path, state: &mut MetaState) -> Result<u64, MetaError> {
                 break;
             }
         };
+        if index == u64::MAX {
+            return Err(damaged(path, at, "index out of range"));
+        }
         if let Some(previous) = previous_index {
             if index != previous + 1 {
                 let what = format!("index {index} follows index {previous}");

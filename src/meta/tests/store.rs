@@ -324,6 +324,35 @@ fn a_snapshot_of_an_impossible_state_refuses_to_open() {
     assert_refused(MetaStore::open(&dir(&tmp)), 500, &["snapshot", "twice"]);
 }
 
+/// A version or index no command can follow (the next would wrap to 0 and be
+/// skipped as old at the next open) is refused, in a snapshot and in the log.
+#[test]
+fn a_version_at_the_end_of_the_range_refuses_to_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut state = MetaState::default();
+    state.apply(&create("t", 1)).unwrap();
+    state.version = u64::MAX;
+    fs::create_dir_all(dir(&tmp)).unwrap();
+    fs::write(dir(&tmp).join("snapshot"), encode_snapshot(&state)).unwrap();
+    assert_refused(
+        MetaStore::open(&dir(&tmp)),
+        500,
+        &["snapshot", "out of range"],
+    );
+
+    // One below is a snapshot, but the entry that follows it is not.
+    let tmp = tempfile::tempdir().unwrap();
+    state.version = u64::MAX - 1;
+    fs::create_dir_all(dir(&tmp)).unwrap();
+    fs::write(dir(&tmp).join("snapshot"), encode_snapshot(&state)).unwrap();
+    fs::write(
+        log_path(&dir(&tmp)),
+        encode_entry(&create("u", 2), u64::MAX),
+    )
+    .unwrap();
+    assert_refused(MetaStore::open(&dir(&tmp)), 500, &["index out of range"]);
+}
+
 #[test]
 fn a_failed_append_latches_the_store_until_reopened() {
     let (tmp, mut store, mut state) = populated();
@@ -499,6 +528,34 @@ fn a_lost_snapshot_with_a_lost_fallback_refuses_to_open_naming_both() {
     );
     // The damaged files are left as they were, for the operator.
     assert!(d.join("snapshot.prev").exists());
+}
+
+/// The fallback log holds only synced entries: damage at its end is not a torn
+/// write, and cutting it off would roll back an acknowledged command.
+#[test]
+fn a_damaged_end_of_the_fallback_log_refuses_to_open_rather_than_roll_back() {
+    for how in ["bit flip", "cut short"] {
+        let (tmp, mut store, mut state) = populated();
+        let d = dir(&tmp);
+        store.snapshot(&state).unwrap();
+        store.propose(&mut state, create("d", 4)).unwrap();
+        store.snapshot(&state).unwrap();
+        drop(store);
+        lose_snapshot(&d, "bit flip");
+        let mut prev = read(&d, "commands.log.prev");
+        assert!(!prev.is_empty(), "the fallback log holds the create");
+        match how {
+            "bit flip" => *prev.last_mut().unwrap() ^= 0x01,
+            _ => prev.truncate(prev.len() - 3),
+        }
+        fs::write(d.join("commands.log.prev"), &prev).unwrap();
+        assert_refused(
+            MetaStore::open(&d),
+            500,
+            &["commands.log.prev", "cannot stand in"],
+        );
+        assert_eq!(read(&d, "commands.log.prev"), prev, "{how}: left as it was");
+    }
 }
 
 #[test]
