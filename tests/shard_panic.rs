@@ -143,26 +143,37 @@ fn a_delete_cut_short_after_it_applied_is_finished_at_the_next_start() {
     let data = dir.path().join("data");
     let mut node = Node::start_in(&data, 1, &[("NARAD_DEBUG_PANIC", "delete:doomed")]);
     let mut client = node.client();
-    create_topic(&mut client, "doomed");
-    for i in 0..9 {
-        produce_ok(&mut client, "doomed", "", format!("record-{i}").as_bytes());
-    }
-    wait_for_total(&mut client, "doomed", 3, 9, STOP_MAX);
+    topic_with_records(&mut client, "doomed");
     // The shard panics after the delete is applied, before the data is set aside.
     let answer = client.request("DELETE", "/v1/topics/doomed", &[], "");
     assert!(answer.is_err(), "the panicking shard answered: {answer:?}");
     let status = node.wait_for_exit(STOP_MAX);
     assert!(!status.success(), "exit status {status:?}");
     drop(node);
-    let topic_dir = data.join("topics").join("doomed");
-    assert!(topic_dir.exists(), "the data was left in place");
+    restart_finds_the_delete_done(&data, "doomed");
+}
 
-    let node = Node::start_in(&data, 1, &[]);
+/// Creates `topic` and commits a few records to each of its partitions.
+fn topic_with_records(client: &mut Client, topic: &str) {
+    create_topic(client, topic);
+    for i in 0..9 {
+        produce_ok(client, topic, "", format!("record-{i}").as_bytes());
+    }
+    wait_for_total(client, topic, 3, 9, STOP_MAX);
+}
+
+/// Starts a node over `data`, which a stopped node left holding the data of
+/// `topic`, deleted: the topic is gone, and so is its data, removed rather than
+/// kept as data of unknown origin in quarantine.
+fn restart_finds_the_delete_done(data: &std::path::Path, topic: &str) {
+    let topic_dir = data.join("topics").join(topic);
+    assert!(topic_dir.exists(), "the data was left in place");
+    let node = Node::start_in(data, 1, &[]);
     let mut client = node.client();
-    let gone = client.request("GET", "/v1/topics/doomed", &[], "").unwrap();
+    let gone = client
+        .request("GET", &format!("/v1/topics/{topic}"), &[], "")
+        .unwrap();
     assert_eq!(gone.status, 404, "{gone:?}");
-    // The start removed the deleted topic's data rather than keeping it as
-    // data of unknown origin.
     assert!(
         !topic_dir.exists(),
         "{} is still there",
@@ -185,11 +196,7 @@ fn a_delete_whose_metadata_sync_failed_is_settled_at_the_next_start() {
     let data = dir.path().join("data");
     let mut node = Node::start_in(&data, 1, &[("NARAD_DEBUG_META_SYNC_FAIL", "shaky")]);
     let mut client = node.client();
-    create_topic(&mut client, "shaky");
-    for i in 0..6 {
-        produce_ok(&mut client, "shaky", "", format!("record-{i}").as_bytes());
-    }
-    wait_for_total(&mut client, "shaky", 3, 6, STOP_MAX);
+    topic_with_records(&mut client, "shaky");
     let failed = client
         .request("DELETE", "/v1/topics/shaky", &[], "")
         .unwrap();
@@ -198,22 +205,7 @@ fn a_delete_whose_metadata_sync_failed_is_settled_at_the_next_start() {
     assert_eq!(kept.status, 200, "not applied before the restart: {kept:?}");
     node.sigkill();
     drop(node);
-    let topic_dir = data.join("topics").join("shaky");
-    assert!(topic_dir.exists(), "the data was left in place");
-
-    let node = Node::start_in(&data, 1, &[]);
-    let mut client = node.client();
-    let gone = client.request("GET", "/v1/topics/shaky", &[], "").unwrap();
-    assert_eq!(gone.status, 404, "the delete was replayed: {gone:?}");
-    assert!(
-        !topic_dir.exists(),
-        "{} is still there",
-        topic_dir.display()
-    );
-    assert!(
-        !data.join("quarantine").exists(),
-        "the data went to quarantine"
-    );
+    restart_finds_the_delete_done(&data, "shaky");
 }
 
 #[test]

@@ -509,14 +509,20 @@ fn every_step_of_taking_a_snapshot_recovers_with_or_without_the_snapshot() {
     }
 }
 
-#[test]
-fn a_lost_snapshot_with_a_lost_fallback_refuses_to_open_naming_both() {
+/// A closed store that took two snapshots, the create of `d` between them: the
+/// fallback pair is the first snapshot and a log holding that create.
+fn closed_after_two_snapshots() -> (tempfile::TempDir, PathBuf) {
     let (tmp, mut store, mut state) = populated();
-    let d = dir(&tmp);
     store.snapshot(&state).unwrap();
     store.propose(&mut state, create("d", 4)).unwrap();
     store.snapshot(&state).unwrap();
-    drop(store);
+    let d = dir(&tmp);
+    (tmp, d)
+}
+
+#[test]
+fn a_lost_snapshot_with_a_lost_fallback_refuses_to_open_naming_both() {
+    let (_tmp, d) = closed_after_two_snapshots();
     lose_snapshot(&d, "bit flip");
     let mut prev = read(&d, "snapshot.prev");
     prev[20] ^= 0x01;
@@ -535,12 +541,7 @@ fn a_lost_snapshot_with_a_lost_fallback_refuses_to_open_naming_both() {
 #[test]
 fn a_damaged_end_of_the_fallback_log_refuses_to_open_rather_than_roll_back() {
     for how in ["bit flip", "cut short"] {
-        let (tmp, mut store, mut state) = populated();
-        let d = dir(&tmp);
-        store.snapshot(&state).unwrap();
-        store.propose(&mut state, create("d", 4)).unwrap();
-        store.snapshot(&state).unwrap();
-        drop(store);
+        let (_tmp, d) = closed_after_two_snapshots();
         lose_snapshot(&d, "bit flip");
         let mut prev = read(&d, "commands.log.prev");
         assert!(!prev.is_empty(), "the fallback log holds the create");
@@ -560,12 +561,7 @@ fn a_damaged_end_of_the_fallback_log_refuses_to_open_rather_than_roll_back() {
 
 #[test]
 fn a_snapshot_of_a_newer_format_is_refused_not_rolled_back() {
-    let (tmp, mut store, mut state) = populated();
-    let d = dir(&tmp);
-    store.snapshot(&state).unwrap();
-    store.propose(&mut state, create("d", 4)).unwrap();
-    store.snapshot(&state).unwrap();
-    drop(store);
+    let (_tmp, d) = closed_after_two_snapshots();
     let mut snapshot = read(&d, "snapshot");
     snapshot[4] = 2;
     fs::write(d.join("snapshot"), &snapshot).unwrap();
