@@ -19,8 +19,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use common::{
     batch_doc, batch_ok, create_topic, error_of, gzip, next_offsets, payload_texts, post_batch,
-    post_topic, produce, produce_ok, replay_all, unix_now_s, wait_for_records, wait_for_total,
-    wait_until, Client, Node, Response, JSON, OCTET, VISIBLE_WAIT_MAX,
+    post_topic, produce, produce_ok, unix_now_s, wait_for_payloads, wait_for_records,
+    wait_for_total, wait_until, Client, Node, Response, JSON, OCTET, VISIBLE_WAIT_MAX,
 };
 use serde_json::{json, Value};
 
@@ -725,30 +725,6 @@ fn active_log_bytes(data: &std::path::Path, topic: &str) -> u64 {
         .collect();
     assert_eq!(logs.len(), 1, "{logs:?}");
     std::fs::metadata(&logs[0]).unwrap().len()
-}
-
-/// Polls a partition until every one of `expected` is visible, and returns
-/// the distinct payloads in the order they first appear (a record committed
-/// twice counts once; anything not expected is kept and fails the caller).
-fn wait_for_payloads(
-    client: &mut Client,
-    topic: &str,
-    partition: u32,
-    expected: &[String],
-) -> Vec<String> {
-    let mut seen: Vec<String> = Vec::new();
-    let what = format!("{} distinct records in {topic}/{partition}", expected.len());
-    wait_until(VISIBLE_WAIT_MAX, &what, || {
-        let texts = payload_texts(&replay_all(client, topic, partition));
-        seen.clear();
-        for text in texts {
-            if !seen.contains(&text) {
-                seen.push(text);
-            }
-        }
-        expected.iter().all(|e| seen.contains(e)).then_some(())
-    });
-    seen
 }
 
 /// `storage.log_prealloc`: on (the default), the active segment is grown by

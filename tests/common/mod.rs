@@ -494,6 +494,30 @@ pub fn wait_for_records(
     seen
 }
 
+/// Polls a partition until every one of `expected` is visible, and returns
+/// the distinct payloads in the order they first appear (a record committed
+/// twice counts once; anything not expected is kept and fails the caller).
+pub fn wait_for_payloads(
+    client: &mut Client,
+    topic: &str,
+    partition: u32,
+    expected: &[String],
+) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let what = format!("{} distinct records in {topic}/{partition}", expected.len());
+    wait_until(VISIBLE_WAIT_MAX, &what, || {
+        let texts = payload_texts(&replay_all(client, topic, partition));
+        seen.clear();
+        for text in texts {
+            if !seen.contains(&text) {
+                seen.push(text);
+            }
+        }
+        expected.iter().all(|e| seen.contains(e)).then_some(())
+    });
+    seen
+}
+
 /// Polls every partition of `topic` until `total` records are visible in all
 /// (more is a failure), and returns each partition's records.
 pub fn wait_for_total(
