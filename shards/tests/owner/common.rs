@@ -26,6 +26,17 @@ pub fn owned(id: IncarnationId, partition: u32) -> OwnedPartition {
     }
 }
 
+/// One keyless record per payload.
+pub fn keyless(payloads: &[String]) -> Vec<OwnedRecord> {
+    payloads
+        .iter()
+        .map(|p| OwnedRecord {
+            key: None,
+            payload: p.clone().into_bytes().into(),
+        })
+        .collect()
+}
+
 /// Commits one keyless record per payload and returns what the owner answered.
 pub async fn try_commit<S: Storage>(
     owner: &Rc<Owner<S>>,
@@ -33,14 +44,13 @@ pub async fn try_commit<S: Storage>(
     partition: u32,
     payloads: &[String],
 ) -> Result<Range<Offset>, CommitError> {
-    let records = payloads
-        .iter()
-        .map(|p| OwnedRecord {
-            key: None,
-            payload: p.clone().into_bytes().into(),
-        })
-        .collect();
     let (reply, answer) = oneshot::channel();
-    owner.commit(topic(), id, PartitionId(partition), records, reply);
+    owner.commit(
+        topic(),
+        id,
+        PartitionId(partition),
+        keyless(payloads),
+        reply,
+    );
     answer.await.expect("the owner answers")
 }

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::{topic, TOPIC};
+use crate::common::{keyless, topic, TOPIC};
 use futures_channel::oneshot;
 use narad_io::dma::DmaStorage;
 use narad_io::rt::{run_local, unix_ms};
@@ -278,15 +278,8 @@ fn a_commit_racing_the_reaper_keeps_offsets_dense_and_records_intact() {
             // (ahead of their cycle) or a moment later (while a cycle writes).
             for i in 0..1 + round % 3 {
                 let payloads = batch(&format!("r{round}-{i}"), 1 + i);
-                let records = payloads
-                    .iter()
-                    .map(|p| OwnedRecord {
-                        key: None,
-                        payload: p.clone().into_bytes().into(),
-                    })
-                    .collect();
                 let (reply, answer) = oneshot::channel();
-                owner.commit(topic(), ID, PartitionId(2), records, reply);
+                owner.commit(topic(), ID, PartitionId(2), keyless(&payloads), reply);
                 answers.push((answer, payloads));
             }
             if round % 2 == 1 {
