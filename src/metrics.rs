@@ -24,14 +24,17 @@
 //!
 //! Map: this file holds the recorder and the traffic counters; [`poller`] sets
 //! the gauges every few seconds; [`storage`] holds the partition logs' series,
-//! fed by the owner's storage events.
+//! fed by the owner's storage events; [`wal`] the ingress WAL's, fed by its
+//! group commits.
 
 mod poller;
 mod storage;
+mod wal;
 pub use poller::{
     clear_queue_gauges, poll_once, run_poller, Behind, POLL_INTERVAL, QUEUE_LOADS_PER_POLL,
 };
 pub use storage::StorageMetrics;
+pub use wal::WalSeries;
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -459,6 +462,22 @@ fn describe_all() {
     describe_gauge!(
         "narad_ingress_dispatch_backlog_records",
         "Records in the ingress WALs not yet committed to their partitions."
+    );
+    describe_histogram!(
+        "narad_ingress_wal_sync_duration_seconds",
+        "Time from a group commit's write to its durability in the ingress WAL."
+    );
+    describe_counter!(
+        "narad_ingress_wal_syncs_total",
+        "Group commits made durable in the ingress WAL."
+    );
+    describe_counter!(
+        "narad_ingress_wal_synced_records_total",
+        "Records made durable in the ingress WAL."
+    );
+    describe_counter!(
+        "narad_ingress_wal_device_bytes_total",
+        "Bytes the ingress WAL wrote to its segments (padding and rewritten tail blocks included)."
     );
     describe_histogram!(
         "narad_produce_to_committed_seconds",

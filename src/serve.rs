@@ -447,6 +447,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
             return Err(format!("opening {dir}: {e}"));
         }
     };
+    wal.observe(Rc::new(crate::metrics::WalSeries::default()));
     tracing::info!(
         shard = index,
         next_seq = wal.next_seq().0,

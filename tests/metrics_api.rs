@@ -55,6 +55,8 @@ fn counters_follow_a_known_sequence_of_requests() {
         "narad_idle_logs_evicted_total",
         "narad_cold_retention_panics_total",
         "narad_ack_rejected_total",
+        "narad_ingress_wal_syncs_total",
+        "narad_ingress_wal_synced_records_total",
         r#"narad_errors_total{component="storage",kind="fsync_poisoned"}"#,
         r#"narad_errors_total{component="storage",kind="retention_unlink"}"#,
         r#"narad_errors_total{component="storage",kind="retention_panic"}"#,
@@ -118,6 +120,14 @@ fn counters_follow_a_known_sequence_of_requests() {
         ) >= 5.0
     );
     assert_eq!(sum(&samples, "narad_bytes_produced_total", &[topic]), 30.0);
+    // The ingress WALs made each record durable once, in group commits that
+    // each wrote at least a block.
+    let wal = |name: &str| sum(&samples, name, &[]);
+    assert_eq!(wal("narad_ingress_wal_synced_records_total"), 15.0);
+    let syncs = wal("narad_ingress_wal_syncs_total");
+    assert!((2.0..=15.0).contains(&syncs), "{syncs} group commits");
+    assert_eq!(wal("narad_ingress_wal_sync_duration_seconds_count"), syncs);
+    assert!(wal("narad_ingress_wal_device_bytes_total") >= 4096.0 * syncs);
     assert_eq!(
         sum(&samples, "narad_messages_consumed_total", &[topic]),
         3.0

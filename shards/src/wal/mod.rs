@@ -51,7 +51,7 @@ use std::io;
 use std::ops::Range;
 use std::rc::Rc;
 use std::task::{Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use narad_io::Storage;
 
@@ -186,6 +186,20 @@ struct Job {
     roll_points: Vec<usize>,
     first_seq: Seq,
     end_seq: Seq,
+    /// When the flush loop took the batch, which is when its write began
+    /// (reset at the take: a sealed batch may wait in the queue first).
+    taken: Instant,
+}
+
+/// What a WAL reports about its group commits as they become durable (for
+/// metrics). Called on the WAL's shard, once per batch, after its callers are
+/// released.
+pub trait WalObserver {
+    /// A batch of `records` records became durable `took` after the flush loop
+    /// took it (its write, and its sync when the write was not a durable one).
+    /// `device_bytes_total` is every byte the WAL has handed to the device
+    /// since it opened, padding and rewritten tail blocks included.
+    fn synced(&self, took: Duration, records: u64, device_bytes_total: u64);
 }
 
 /// A flushed (durable) batch of frames kept for readers.
@@ -294,6 +308,7 @@ impl Shared {
             roll_points: std::mem::take(&mut self.roll_points),
             first_seq,
             end_seq: self.next_seq,
+            taken: Instant::now(),
         };
         self.sealed_bytes += job.buf.len();
         self.sealed.push_back(job);
@@ -343,6 +358,7 @@ struct Inner<S: Storage> {
     key: frame::FrameKey,
     shared: RefCell<Shared>,
     tasks: RefCell<Vec<narad_io::rt::JoinHandle<()>>>,
+    observer: RefCell<Option<Rc<dyn WalObserver>>>,
 }
 
 /// A handle to one shard's ingress WAL. Clones share it.
@@ -417,6 +433,7 @@ impl<S: Storage> Wal<S> {
                 key,
                 shared: RefCell::new(shared),
                 tasks: RefCell::new(Vec::new()),
+                observer: RefCell::new(None),
             }),
         };
         wal.inner
@@ -559,6 +576,12 @@ impl<S: Storage> Wal<S> {
     /// Tasks waiting in [`Wal::wait_durable_past`] for the next flush.
     pub fn durable_listener_count(&self) -> usize {
         self.inner.shared.borrow().durable_listeners.len()
+    }
+
+    /// Reports every group commit that becomes durable from now on to
+    /// `observer` (replacing any observer set before).
+    pub fn observe(&self, observer: Rc<dyn WalObserver>) {
+        *self.inner.observer.borrow_mut() = Some(observer);
     }
 
     /// Every sequence number below this is durable.

@@ -378,8 +378,12 @@ fn finish<S: Storage>(
     };
     #[cfg(not(feature = "broken-ack-before-fsync"))]
     release(wal, &job, &result, device_bytes);
-    #[cfg(feature = "broken-ack-before-fsync")]
-    let _ = device_bytes;
+    if result.is_ok() {
+        if let Some(observer) = wal.inner.observer.borrow().as_ref() {
+            let records = job.end_seq.0 - job.first_seq.0;
+            observer.synced(job.taken.elapsed(), records, device_bytes);
+        }
+    }
     if let Err(e) = &result {
         tracing::error!(error = %e, "ingress WAL write failed; refusing appends until restart");
         // The first failure is the cause; later ones follow from the latch.
@@ -425,8 +429,9 @@ async fn take_job<S: Storage>(wal: &Wal<S>) -> Option<Job> {
 fn poll_take_job<S: Storage>(wal: &Wal<S>, cx: &mut Context<'_>) -> Poll<Option<Job>> {
     let mut guard = wal.inner.shared.borrow_mut();
     let sh = &mut *guard;
-    let job = if let Some(job) = sh.sealed.pop_front() {
+    let job = if let Some(mut job) = sh.sealed.pop_front() {
         sh.sealed_bytes -= job.buf.len();
+        job.taken = std::time::Instant::now();
         job
     } else if !sh.staging.is_empty() {
         let spare = std::mem::take(&mut sh.spare);
@@ -435,6 +440,7 @@ fn poll_take_job<S: Storage>(wal: &Wal<S>, cx: &mut Context<'_>) -> Poll<Option<
             roll_points: std::mem::take(&mut sh.roll_points),
             first_seq: sh.inflight_end,
             end_seq: sh.next_seq,
+            taken: std::time::Instant::now(),
         }
     } else {
         if sh.closing || sh.latched.is_some() {

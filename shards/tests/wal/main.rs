@@ -1,7 +1,7 @@
 //! The ingress WAL: round trips, group commit, rolls and recycling, the
-//! checkpoint, recovery under read faults, segment preparation, and what an
-//! open reads. One test binary, so the WAL's code is built once for all of them;
-//! the crash test (`wal_crash.rs`) stays apart, since the broken variants of
+//! checkpoint, recovery under read faults, segment preparation, what an open
+//! reads, and what the WAL reports to its observer. One test binary, so the
+//! WAL's code is built once for all of them; the crash test (`wal_crash.rs`) stays apart, since the broken variants of
 //! `tools/prove-tests-fail.sh` rebuild it on its own.
 
 mod basic;
@@ -9,5 +9,6 @@ mod checkpoint;
 #[path = "../wal_common/mod.rs"]
 mod common;
 mod faults;
+mod observer;
 mod prepare;
 mod recovery_reads;
