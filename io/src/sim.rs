@@ -78,6 +78,8 @@ pub struct SimStats {
     pub bytes_written: u64,
     /// Bytes read through `read_at`.
     pub bytes_read: u64,
+    /// The most `sync_data` calls that were in flight at once (on any file).
+    pub syncs_in_flight_max: u64,
 }
 
 #[derive(Default)]
@@ -142,6 +144,9 @@ struct Inner {
     flip_write_at: Option<(u64, u64, u8)>,
     /// Every write stays in flight for one turn of the executor.
     slow_writes: bool,
+    /// Turns of the executor a sync stays in flight.
+    sync_turns: u32,
+    syncs_in_flight: u64,
     capacity_bytes: Option<u64>,
     /// Inodes whose reads fail with `EIO`.
     unreadable: BTreeSet<u64>,
@@ -191,6 +196,8 @@ impl SimDisk {
                 flip_at: std::collections::VecDeque::new(),
                 flip_write_at: None,
                 slow_writes: false,
+                sync_turns: 1,
+                syncs_in_flight: 0,
                 unreadable: BTreeSet::new(),
                 capacity_bytes: None,
                 stats: SimStats::default(),
@@ -336,6 +343,13 @@ impl SimDisk {
     /// lands. Off by default, writes return at once.
     pub fn set_slow_writes(&self, slow: bool) {
         self.inner.borrow_mut().slow_writes = slow;
+    }
+
+    /// Every sync from now on stays in flight for `turns` turns of the executor
+    /// (at least one; one by default), so that other writes and syncs can be
+    /// issued while it is out.
+    pub fn set_sync_turns(&self, turns: u32) {
+        self.inner.borrow_mut().sync_turns = turns.max(1);
     }
 
     /// The bytes all files occupy now (what [`SimDisk::set_capacity`] limits).

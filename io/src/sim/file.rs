@@ -97,10 +97,20 @@ impl SimFile {
                 .filter(|(_, bytes, _)| !bytes.is_empty())
                 .collect()
         };
+        let turns = {
+            let mut inner = self.disk.inner.borrow_mut();
+            inner.syncs_in_flight += 1;
+            inner.stats.syncs_in_flight_max =
+                inner.stats.syncs_in_flight_max.max(inner.syncs_in_flight);
+            inner.sync_turns
+        };
         // In flight: other tasks run, and may write (even over covered sectors).
-        yield_once().await;
+        for _ in 0..turns {
+            yield_once().await;
+        }
         let mut guard = self.disk.inner.borrow_mut();
         let inner = &mut *guard;
+        inner.syncs_in_flight -= 1;
         SimDisk::check_handle(inner, self.generation)?;
         let spontaneous = inner.faults.sync_eio_ppm > 0
             && inner.rng.random_range(0..1_000_000) < inner.faults.sync_eio_ppm;

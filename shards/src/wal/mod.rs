@@ -196,7 +196,8 @@ struct Job {
 /// released.
 pub trait WalObserver {
     /// A batch of `records` records became durable `took` after the flush loop
-    /// took it (its write, and its sync when the write was not a durable one).
+    /// took it: its write, and its sync when the write was not a durable one
+    /// (whose start waits for the previous batch's sync, in the pipeline).
     /// `device_bytes_total` is every byte the WAL has handed to the device
     /// since it opened, padding and rewritten tail blocks included.
     fn synced(&self, took: Duration, records: u64, device_bytes_total: u64);

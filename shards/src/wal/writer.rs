@@ -16,7 +16,9 @@
 //! and once a sync has failed, no further run or roll is written (a later sync
 //! succeeding says nothing of the failed one's lost sectors).
 //! A batch that starts a segment waits for the sync in flight: the old segment
-//! is sealed only whole.
+//! is sealed only whole. So does a batch of more than one run, whose runs are
+//! synced one by one: its first sync would otherwise run beside the one in
+//! flight.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -327,7 +329,12 @@ pub(super) async fn flush_loop<S: Storage>(
                 poll_take_job(&wal, cx)
             })
             .await?;
-            if !next.roll_points.is_empty() {
+            // A batch that starts a segment, or that takes more than one run
+            // (each run but the last is synced before the next), waits for the
+            // sync in flight: a second sync must not run beside it, since one
+            // that succeeded before the first one failed would let a further
+            // run through.
+            if !next.roll_points.is_empty() || next.buf.len() > WRITE_RUN_BYTES_MAX {
                 return Some((next, None));
             }
             let result = writer.write_job(&next).await;

@@ -1,7 +1,8 @@
 //! Ingress WAL recovery on a device whose reads return a flipped bit now and then
 //! (the stored bytes stay intact): opening must never cut or overwrite an
 //! acknowledged record because of one bad read. And the writer's side of
-//! recovery's torn window: nothing is written once a sync has failed.
+//! recovery's torn window: nothing is written once a sync has failed, and no
+//! second sync runs beside the one in flight.
 
 use crate::common::*;
 use narad_io::rt::run_local;
@@ -217,6 +218,54 @@ fn no_run_is_written_after_a_failed_sync() {
                     "B's second run was written after the WAL latched ({turns} turns): \
                      {written} bytes in all"
                 );
+            }
+        });
+    }
+}
+
+/// A batch of several runs, staged while the previous batch's sync is in
+/// flight, is written only once that sync is done: each of its runs but the
+/// last is synced before the next, and a second sync beside the first could
+/// succeed before the first fails and let a further run through (past what
+/// recovery's torn window allows for). So no two syncs are ever in flight.
+#[test]
+fn a_batch_of_several_runs_waits_for_the_sync_in_flight() {
+    let run_bytes = 10 << 20;
+    for turns in 0..4 {
+        let disk = SimDisk::new(43, SimFaults::default());
+        disk.set_slow_writes(true);
+        disk.set_sync_turns(8);
+        run_local(None, {
+            let disk = disk.clone();
+            async move {
+                let config = WalConfig {
+                    segment_bytes_max: 64 << 20,
+                    prealloc: false,
+                    durable_writes: false,
+                    ..WalConfig::default()
+                };
+                let wal = Wal::open(disk.clone(), DIR, config).await.unwrap();
+                let a = payload_for(0, 4096);
+                let b1 = payload_for(1, run_bytes);
+                let b2 = payload_for(2, run_bytes);
+                let first = narad_io::rt::spawn_local({
+                    let wal = wal.clone();
+                    async move { wal.append(&record(&a, None)).await }
+                });
+                for _ in 0..turns {
+                    yield_once().await;
+                }
+                wal.append_many(&[record(&b1, None), record(&b2, None)])
+                    .await
+                    .unwrap();
+                first.await.unwrap().unwrap();
+                assert_eq!(read_all(&wal, Seq(0)).await.len(), 3);
+                assert_eq!(
+                    disk.stats().syncs_in_flight_max,
+                    1,
+                    "two syncs were in flight at once ({turns} turns)"
+                );
+                wal.close().await;
             }
         });
     }
