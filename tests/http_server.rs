@@ -188,6 +188,7 @@ fn a_client_that_never_finishes_its_body_is_answered_408_after_the_read_timeout(
     let rest = rest_after_one_second_timeout(&mut client);
     assert!(rest.starts_with("HTTP/1.1 408"), "{rest}");
     assert!(rest.contains("http.read_timeout"), "{rest}");
+    assert!(rest.contains("connection: close\r\n"), "{rest}");
 }
 
 /// A request answered before its body was read (413 past the cap, 415 for an
@@ -212,6 +213,7 @@ fn a_client_still_sending_its_body_reads_the_early_answer() {
             )
             .expect("the whole body is sent and the answer read");
         assert_eq!(too_large.status, 413, "{too_large:?}");
+        assert_eq!(too_large.header("connection"), Some("close"));
         assert!(client.is_closed_by_server());
 
         let mut client = node.client();
@@ -227,7 +229,52 @@ fn a_client_still_sending_its_body_reads_the_early_answer() {
             )
             .expect("the whole body is sent and the answer read");
         assert_eq!(unsupported.status, 415, "{unsupported:?}");
+        assert_eq!(unsupported.header("connection"), Some("close"));
     }
+}
+
+/// A body declared past a route's cap is refused at once, before the client
+/// sends it, and a client that asked `Expect: 100-continue` is not told to go
+/// on. An error answered to a request that carried a body says the server
+/// closes; a success keeps the connection.
+#[test]
+fn a_body_declared_past_the_cap_is_413_before_it_is_sent() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create_topic(&mut client, "declared");
+    let ok = client
+        .request(
+            "POST",
+            "/v1/topics/declared/produce",
+            &[("content-type", "application/octet-stream")],
+            "x",
+        )
+        .unwrap();
+    assert_eq!((ok.status, ok.header("connection")), (202, None));
+    for (path, length) in [
+        ("/v1/topics/declared/produce", 2 << 20),
+        ("/v1/topics", 2 << 20),
+        ("/v1/topics/declared/ack", 1 << 20),
+        ("/v1/topics/declared/produce/batch", 32 << 20),
+    ] {
+        let mut client = node.client();
+        let started = Instant::now();
+        write!(
+            client.stream,
+            "POST {path} HTTP/1.1\r\nhost: test\r\ncontent-type: application/json\r\n\
+             expect: 100-continue\r\ncontent-length: {length}\r\n\r\n"
+        )
+        .unwrap();
+        let answer = client.read_response(false).unwrap();
+        assert_eq!(answer.status, 413, "{path}: {answer:?}");
+        assert_eq!(answer.header("connection"), Some("close"), "{path}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{path}");
+    }
+    let unsupported = client
+        .request("POST", "/v1/topics/declared/produce", &[], "x")
+        .unwrap();
+    assert_eq!(unsupported.status, 415);
+    assert_eq!(unsupported.header("connection"), Some("close"));
 }
 
 #[test]

@@ -177,6 +177,13 @@ where
         message: "request body too large",
     };
     let declared = body.size_hint().exact();
+    // A declared length past the cap is refused before anything is read: the
+    // client does not send the body for nothing, and one that asked
+    // `Expect: 100-continue` is not told to go on (hyper sends the 100 only
+    // when the body is first read).
+    if declared.is_some_and(|n| n > limit_bytes as u64) {
+        return Err(Some(TOO_LARGE));
+    }
     let read = async {
         let mut body = std::pin::pin!(body);
         let mut first: Option<Bytes> = None;
@@ -286,6 +293,38 @@ mod tests {
                 read(17).await.unwrap_err().status,
                 StatusCode::PAYLOAD_TOO_LARGE
             );
+        });
+    }
+
+    /// A body that declares its `.0` bytes and must never be read.
+    struct Declared(u64);
+
+    impl hyper::body::Body for Declared {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+            panic!("a body declared past the cap was read");
+        }
+
+        fn size_hint(&self) -> hyper::body::SizeHint {
+            hyper::body::SizeHint::with_exact(self.0)
+        }
+    }
+
+    /// A declared length past the cap is refused before the body is read (and
+    /// so before hyper answers an `Expect: 100-continue`).
+    #[test]
+    fn a_declared_length_past_the_cap_is_413_before_the_body_is_read() {
+        narad_io::rt::run_local(None, async {
+            let second = std::time::Duration::from_secs(1);
+            let refused = read_body(Declared(17), 16, second).await.unwrap_err();
+            assert_eq!(refused.status, StatusCode::PAYLOAD_TOO_LARGE);
+            let refused = read_body(Declared(u64::MAX), 16, second).await.unwrap_err();
+            assert_eq!(refused.status, StatusCode::PAYLOAD_TOO_LARGE);
         });
     }
 

@@ -322,6 +322,23 @@ impl Drop for Slot {
     }
 }
 
+/// Bodies up to this size, sent with their headers, are drained by hyper when a
+/// handler answered without reading them, and the connection is kept.
+const DRAINED_BODY_BYTES_MAX: u64 = 64 << 10;
+
+/// Whether the answer to a request with a body of `declared` bytes (`None`:
+/// chunked) is one after which hyper may close the connection, because the
+/// body was left unread: a refusal before or while reading it (408, 413, 415,
+/// a full budget's 503), or any error to a body too large for hyper to drain.
+/// Such answers say `Connection: close`, so that a client's pool does not send
+/// its next request into a connection about to close.
+fn closes_after(status: hyper::StatusCode, declared: Option<u64>) -> bool {
+    let has_body = declared != Some(0);
+    let refused_body = matches!(status.as_u16(), 408 | 413 | 415 | 503);
+    let undrainable = declared.is_none_or(|n| n > DRAINED_BODY_BYTES_MAX);
+    has_body && !status.is_success() && (refused_body || undrainable)
+}
+
 async fn serve_connection(slot: Slot, mut stream: Stream) {
     let shared = slot.shared.clone();
     let (shard, id) = (shared.shard, slot.id);
@@ -348,13 +365,20 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             requests_seen.set(requests_seen.get() + 1);
             exchange.busy();
+            let declared = hyper::body::Body::size_hint(request.body()).exact();
             if let Some(peer) = peer {
                 request.extensions_mut().insert(peer);
             }
             let (routes, exchange) = (routes.clone(), exchange.clone());
             async move {
-                let response = routes.handle(request).await;
+                let mut response = routes.handle(request).await;
                 exchange.answered();
+                if closes_after(response.status(), declared) {
+                    response.headers_mut().insert(
+                        hyper::header::CONNECTION,
+                        hyper::header::HeaderValue::from_static("close"),
+                    );
+                }
                 Ok::<_, Infallible>(response)
             }
         })
