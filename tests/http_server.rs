@@ -270,11 +270,16 @@ fn a_body_declared_past_the_cap_is_413_before_it_is_sent() {
         assert_eq!(answer.header("connection"), Some("close"), "{path}");
         assert!(started.elapsed() < Duration::from_secs(5), "{path}");
     }
+    // An error to a small body keeps the connection: hyper drains the body.
     let unsupported = client
         .request("POST", "/v1/topics/declared/produce", &[], "x")
         .unwrap();
-    assert_eq!(unsupported.status, 415);
-    assert_eq!(unsupported.header("connection"), Some("close"));
+    assert_eq!(
+        (unsupported.status, unsupported.header("connection")),
+        (415, None)
+    );
+    let again = client.request("GET", "/healthz", &[], "").unwrap();
+    assert_eq!(again.status, 200);
 }
 
 #[test]
@@ -467,4 +472,47 @@ fn no_shard_serves_the_api_before_every_shard_has_recovered() {
             200
         );
     }
+}
+
+/// A client that sends its request and then shuts its writing side (as
+/// `printf … | nc -N` does) reads the answer: a produce is answered 202 and
+/// stored. A long-poll whose client does so is not waited out: it is answered
+/// 204 at once and takes nothing, so a record produced next goes to the next
+/// consumer rather than to a lease no one reads.
+#[test]
+fn a_client_that_shuts_its_writing_side_reads_the_answer() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create_topic(&mut client, "half");
+    for i in 0..5 {
+        let mut half = node.client();
+        write!(
+            half.stream,
+            "POST /v1/topics/half/produce?partition=0 HTTP/1.1\r\nhost: test\r\n\
+             content-type: application/octet-stream\r\ncontent-length: 4\r\n\r\nhc0{i}"
+        )
+        .unwrap();
+        half.stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let answer = half.read_response(false).expect("the answer is read");
+        assert_eq!(answer.status, 202, "{answer:?}");
+    }
+    assert_eq!(wait_for_records(&mut client, "half", 0, 5).len(), 5);
+
+    create_topic(&mut client, "idle");
+    let mut poller = node.client();
+    let started = Instant::now();
+    poller
+        .stream
+        .write_all(b"GET /v1/topics/idle/consume?wait=20s HTTP/1.1\r\nhost: test\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    poller.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let answer = poller.read_response(false).expect("the answer is read");
+    assert_eq!(answer.status, 204, "{answer:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "waited out");
+    produce_ok(&mut client, "idle", "", b"next");
+    let next = client
+        .request("GET", "/v1/topics/idle/consume?wait=5s", &[], "")
+        .unwrap();
+    assert_eq!(next.status, 200, "{next:?}");
 }

@@ -38,6 +38,9 @@ use std::time::{Duration, Instant};
 
 use crate::readiness::Registration;
 
+mod peer_end;
+pub use peer_end::PeerEnd;
+
 use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 /// Pending connections the kernel queues per listening socket before it refuses.
@@ -211,6 +214,8 @@ pub struct Stream {
     /// The peer closed its side (a read saw the end) or the socket failed:
     /// nothing more will come to read, so a close need not linger.
     peer_done: bool,
+    /// The same, for the handlers of this connection's requests.
+    peer_end: PeerEnd,
 }
 
 /// Where a connection's exchange stands, as its server tells the stream: a
@@ -297,6 +302,8 @@ pub struct Linger {
 impl Stream {
     fn new(socket: OwnedFd) -> io::Result<Stream> {
         let registration = Registration::new(socket.as_raw_fd())?;
+        let peer_end = PeerEnd::default();
+        registration.source().watch_end(peer_end.clone());
         Ok(Stream {
             registration,
             socket,
@@ -309,7 +316,18 @@ impl Stream {
             read_timer: None,
             linger: None,
             peer_done: false,
+            peer_end,
         })
+    }
+
+    /// Says when the peer has stopped sending (see [`PeerEnd`]).
+    pub fn peer_end(&self) -> PeerEnd {
+        self.peer_end.clone()
+    }
+
+    fn note_peer_done(&mut self) {
+        self.peer_done = true;
+        self.peer_end.set();
     }
 
     /// Bounds the waits between requests (see [`ReadLimits`]).
@@ -441,7 +459,7 @@ impl Stream {
         let filled = match polled {
             Poll::Ready(Ok(filled)) => filled,
             Poll::Ready(Err(e)) => {
-                self.peer_done = true;
+                self.note_peer_done();
                 return Poll::Ready(Err(e));
             }
             Poll::Pending if self.read_timed_out(cx) => {
@@ -456,7 +474,7 @@ impl Stream {
             self.note_request_bytes();
         }
         if filled == 0 && !buf.is_empty() {
-            self.peer_done = true;
+            self.note_peer_done();
         }
         if filled > 0 {
             // The peer sent something: the next write starts a response.

@@ -75,6 +75,8 @@ pub struct Source {
     writable: Cell<bool>,
     reader: RefCell<Option<Waker>>,
     writer: RefCell<Option<Waker>>,
+    /// Told when the end comes, whether or not anyone is reading then.
+    end_watch: RefCell<Option<crate::net::PeerEnd>>,
 }
 
 impl Source {
@@ -100,6 +102,9 @@ impl Source {
             self.readable.set(true);
             if events & ended != 0 {
                 self.ended.set(true);
+                if let Some(end) = self.end_watch.borrow().as_ref() {
+                    end.set();
+                }
             }
             Source::wake(&self.reader);
         }
@@ -118,6 +123,15 @@ impl Source {
             Source::park(&self.reader, cx);
             Poll::Pending
         }
+    }
+
+    /// Has `end` told when the peer's end (or a failure) comes, from the edge
+    /// that says so: a reader need not be waiting.
+    pub fn watch_end(&self, end: crate::net::PeerEnd) {
+        if self.ended.get() {
+            end.set();
+        }
+        *self.end_watch.borrow_mut() = Some(end);
     }
 
     /// Records that a read found nothing: the next edge will say when to try again.

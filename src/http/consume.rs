@@ -180,7 +180,27 @@ pub async fn consume<B>(
         failed: false,
     };
     let no_wait = wait.is_zero();
-    let result = flow::consume(shard, &name, record, consume_request).await;
+    let taken = flow::consume(shard, &name, record, consume_request);
+    // A client that stops sending is not waited for: the consume is dropped as
+    // it would be were the connection gone (what it took meanwhile goes back),
+    // and a client that only shut its writing side reads a 204.
+    let result = match super::peer_end_of(request) {
+        Some(end) => {
+            let ended = async {
+                end.ended().await;
+                None
+            };
+            match futures_lite::future::or(async { Some(taken.await) }, ended).await {
+                Some(result) => result,
+                None => {
+                    let mut response = no_content();
+                    response.extensions_mut().insert(super::routes::ClientGone);
+                    return response;
+                }
+            }
+        }
+        None => taken.await,
+    };
     watch.failed = result.is_err();
     let response = match result {
         Err(ConsumeError::NotFound) => not_found(topic),

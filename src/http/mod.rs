@@ -51,16 +51,27 @@ pub fn decimal<T: std::str::FromStr>(text: &str) -> Option<T> {
     text.parse().ok()
 }
 
-/// The client's address, which the server puts in every request's extensions:
-/// the identity of per-identity caps while security is off.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientAddr(pub std::net::IpAddr);
+/// The client, as the server puts it in every request's extensions: its
+/// address (the identity of per-identity caps while security is off), and
+/// whether it has stopped sending.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub addr: Option<std::net::IpAddr>,
+    pub end: narad_io::net::PeerEnd,
+}
 
 /// The identity per-identity caps count a request against: its client address
 /// (security is off); loopback for requests without one (in-process tests).
 pub fn identity_of<B>(request: &hyper::Request<B>) -> std::net::IpAddr {
     request
         .extensions()
-        .get::<ClientAddr>()
-        .map_or(std::net::IpAddr::from([127, 0, 0, 1]), |a| a.0)
+        .get::<Peer>()
+        .and_then(|p| p.addr)
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]))
+}
+
+/// Says when the request's client stops sending; `None` for requests that
+/// came from no connection (in-process tests).
+pub fn peer_end_of<B>(request: &hyper::Request<B>) -> Option<narad_io::net::PeerEnd> {
+    request.extensions().get::<Peer>().map(|p| p.end.clone())
 }

@@ -111,6 +111,13 @@ struct Unanswered<'r> {
 /// The status a request whose client went away is counted under.
 const CLIENT_GONE: u16 = 499;
 
+/// Marks an answer given because the client stopped sending while its request
+/// waited (a long-poll ended early): written for a client that only shut its
+/// writing side, and counted with status 499 like a request whose client went
+/// away.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientGone;
+
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
         if !self.armed {
@@ -234,7 +241,11 @@ impl Routes {
         };
         let response = self.answer(request, routed).await;
         unanswered.armed = false;
-        let series = self.series((endpoint, method, response.status()));
+        let status = match response.extensions().get::<ClientGone>() {
+            Some(_) => StatusCode::from_u16(CLIENT_GONE).expect("a valid status"),
+            None => response.status(),
+        };
+        let series = self.series((endpoint, method, status));
         series.requests.increment(1);
         series.duration.record(started.elapsed().as_secs_f64());
         if let Some(errors) = &series.server_errors {

@@ -146,6 +146,10 @@ impl ShardServer {
         builder
             .timer(ShardTimer)
             .keep_alive(true)
+            // A client that sends its request and then shuts its writing side
+            // still reads the answer; a long-poll watches for that end
+            // itself (`Peer::end`) and stops waiting.
+            .half_close(true)
             // hyper's header timer would start when it begins to wait for the
             // next request, so an idle connection would be cut at the read
             // timeout; the stream bounds both waits instead (`ReadLimits`).
@@ -328,13 +332,14 @@ const DRAINED_BODY_BYTES_MAX: u64 = 64 << 10;
 
 /// Whether the answer to a request with a body of `declared` bytes (`None`:
 /// chunked) is one after which hyper may close the connection, because the
-/// body was left unread: a refusal before or while reading it (408, 413, 415,
-/// a full budget's 503), or any error to a body too large for hyper to drain.
-/// Such answers say `Connection: close`, so that a client's pool does not send
-/// its next request into a connection about to close.
+/// body was left unread: a body refused as too large or too slow (413, 408),
+/// or any error to a body too large for hyper to drain (an early 415 or 404,
+/// a full budget's 503). Such answers say `Connection: close`, so that a
+/// client's pool does not send its next request into a connection about to
+/// close; an error to a small body keeps the connection.
 fn closes_after(status: hyper::StatusCode, declared: Option<u64>) -> bool {
     let has_body = declared != Some(0);
-    let refused_body = matches!(status.as_u16(), 408 | 413 | 415 | 503);
+    let refused_body = matches!(status.as_u16(), 408 | 413);
     let undrainable = declared.is_none_or(|n| n > DRAINED_BODY_BYTES_MAX);
     has_body && !status.is_success() && (refused_body || undrainable)
 }
@@ -359,16 +364,17 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
         exchange: exchange.clone(),
     });
     let requests_seen = Rc::new(Cell::new(0u64));
-    let peer = stream.peer_addr().ok().map(|a| super::ClientAddr(a.ip()));
+    let peer = super::Peer {
+        addr: stream.peer_addr().ok().map(|a| a.ip()),
+        end: stream.peer_end(),
+    };
     let service = {
         let (routes, requests_seen) = (shared.routes.clone(), requests_seen.clone());
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             requests_seen.set(requests_seen.get() + 1);
             exchange.busy();
             let declared = hyper::body::Body::size_hint(request.body()).exact();
-            if let Some(peer) = peer {
-                request.extensions_mut().insert(peer);
-            }
+            request.extensions_mut().insert(peer.clone());
             let (routes, exchange) = (routes.clone(), exchange.clone());
             async move {
                 let mut response = routes.handle(request).await;
