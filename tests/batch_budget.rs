@@ -40,9 +40,10 @@ fn a_compressed_batch_counts_what_it_decodes_to_in_the_batch_budget() {
         .stream
         .write_all(
             b"POST /v1/topics/packed/produce/batch HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/json\r\ncontent-length: 1048576\r\n\r\n{",
+              content-type: application/json\r\ncontent-length: 1572864\r\n\r\n",
         )
         .unwrap();
+    holder.stream.write_all(&vec![b' '; 1 << 20]).unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let squeezed = post_batch(&mut client, "packed", "", &headers, &packed);
     assert_eq!(squeezed.status, 503, "{squeezed:?}");
@@ -51,9 +52,10 @@ fn a_compressed_batch_counts_what_it_decodes_to_in_the_batch_budget() {
 }
 
 /// A batch holds in the budget what it has sent, not the largest body: a
-/// chunked body that stalls holds its few bytes, a batch alone in the budget
-/// is let through even when it decodes to more than the budget, and an
-/// encoding the server cannot decode is refused before the body is sent.
+/// chunked body that stalls holds its few bytes, and so do bodies declared
+/// large whose clients send nothing; a batch alone in the budget is let
+/// through even when it decodes to more than the budget; and an encoding the
+/// server cannot decode is refused before the body is sent.
 #[test]
 fn the_batch_budget_holds_what_batches_sent_and_lets_a_lone_one_through() {
     let node = Node::start(&[
@@ -79,6 +81,24 @@ fn the_batch_budget_holds_what_batches_sent_and_lets_a_lone_one_through() {
     let doc = batch_doc(&[json!({ "payload": big })]);
     batch_ok(&mut client, "held", &json, &doc, 1);
     drop(stalled);
+
+    // Connections that declared the largest bodies and send nothing hold
+    // nothing: a batch that fits goes through beside them.
+    let idle: Vec<_> = (0..4)
+        .map(|_| {
+            let mut idle = node.client();
+            idle.stream
+                .write_all(
+                    b"POST /v1/topics/held/produce/batch HTTP/1.1\r\nhost: test\r\n\
+                      content-type: application/json\r\ncontent-length: 16777216\r\n\r\n",
+                )
+                .unwrap();
+            idle
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    batch_ok(&mut client, "held", &json, &doc, 1);
+    drop(idle);
 
     // Alone, a batch decoding to 3 MB passes a 2 MiB budget.
     let doc = batch_doc(&[
@@ -106,5 +126,5 @@ fn the_batch_budget_holds_what_batches_sent_and_lets_a_lone_one_through() {
     let refused = unsent.read_response(false).unwrap();
     assert_eq!(refused.status, 415, "{refused:?}");
     assert!(started.elapsed() < Duration::from_secs(4));
-    wait_for_total(&mut client, "held", 3, 4, VISIBLE_WAIT_MAX);
+    wait_for_total(&mut client, "held", 3, 5, VISIBLE_WAIT_MAX);
 }

@@ -213,6 +213,13 @@ impl NodeState {
         })
     }
 
+    /// Whether `bytes` more would fit the batch body budget now (see
+    /// [`NodeState::try_reserve_batch_bytes`]), without holding them.
+    pub fn batch_bytes_would_fit(&self, bytes: u64) -> bool {
+        let held = self.batch_bytes.load(Ordering::Acquire);
+        held == 0 || held.saturating_add(bytes) <= self.batch_bytes_max
+    }
+
     /// Every shard has recovered its storage: `/readyz` answers 200 from now on.
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);

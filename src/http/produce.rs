@@ -191,10 +191,10 @@ where
     if let Err(refusal) = produce_input::batch::check_content_encoding(encoding.as_deref()) {
         return response::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, &refusal.message);
     }
-    // The body's room in the node's budget: a declared length is reserved
-    // before the body is read (so a body that cannot fit is refused before it
-    // is sent); an undeclared one is counted as it arrives, so a client that
-    // streams slowly, or not at all, holds only what it sent.
+    // The body's room in the node's budget is taken as the body arrives, so a
+    // client that streams slowly, or not at all, holds only what it sent: idle
+    // connections that declared large bodies cannot fill the budget. A
+    // declared length that would not fit now is refused before it is sent.
     let declared = request
         .headers()
         .get(CONTENT_LENGTH)
@@ -203,7 +203,10 @@ where
     if declared.is_some_and(|n| n > BATCH_BODY_BYTES_MAX as u64) {
         return response::error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large");
     }
-    let Some(mut permit) = api.node.try_reserve_batch_bytes(declared.unwrap_or(0)) else {
+    if declared.is_some_and(|n| !api.node.batch_bytes_would_fit(n)) {
+        return batch_budget_full();
+    }
+    let Some(mut permit) = api.node.try_reserve_batch_bytes(0) else {
         return batch_budget_full();
     };
     let identity = super::identity_of(&request);
@@ -211,7 +214,7 @@ where
         request.into_body(),
         BATCH_BODY_BYTES_MAX,
         api.body_read_timeout,
-        |piece| declared.is_some() || permit.try_grow(piece as u64),
+        |piece| permit.try_grow(piece as u64),
     )
     .await;
     let body: Bytes = match read {
