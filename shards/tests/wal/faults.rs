@@ -177,6 +177,27 @@ fn a_read_flip_while_erasing_a_torn_run_is_not_written_back() {
 /// follow: A's lost sectors, B's first run and its second would be three runs.
 /// B is staged after a varying number of executor turns, so that one of the
 /// runs takes it while A's sync is in flight.
+/// A WAL whose every batch is written and then synced beside the next one's
+/// write (the pipeline), into segments nothing was prepared for.
+fn pipelined_unprepared() -> WalConfig {
+    WalConfig {
+        segment_bytes_max: 64 << 20,
+        prealloc: false,
+        durable_writes: false,
+        ..WalConfig::default()
+    }
+}
+
+/// Payloads of a one-block batch A, then of a batch B of two `run_bytes`
+/// records, which takes two write runs.
+fn one_block_then_two_runs(run_bytes: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    (
+        payload_for(0, 4096),
+        payload_for(1, run_bytes),
+        payload_for(2, run_bytes),
+    )
+}
+
 #[test]
 fn no_run_is_written_after_a_failed_sync() {
     let run_bytes = 10 << 20;
@@ -186,16 +207,10 @@ fn no_run_is_written_after_a_failed_sync() {
         run_local(None, {
             let disk = disk.clone();
             async move {
-                let config = WalConfig {
-                    segment_bytes_max: 64 << 20,
-                    prealloc: false,
-                    durable_writes: false,
-                    ..WalConfig::default()
-                };
-                let wal = Wal::open(disk.clone(), DIR, config).await.unwrap();
-                let a = payload_for(0, 4096);
-                let b1 = payload_for(1, run_bytes);
-                let b2 = payload_for(2, run_bytes);
+                let wal = Wal::open(disk.clone(), DIR, pipelined_unprepared())
+                    .await
+                    .unwrap();
+                let (a, b1, b2) = one_block_then_two_runs(run_bytes);
                 let written_before = disk.stats().bytes_written;
                 disk.fail_next_syncs(1);
                 let first = narad_io::rt::spawn_local({
@@ -238,16 +253,10 @@ fn a_batch_of_several_runs_waits_for_the_sync_in_flight() {
         run_local(None, {
             let disk = disk.clone();
             async move {
-                let config = WalConfig {
-                    segment_bytes_max: 64 << 20,
-                    prealloc: false,
-                    durable_writes: false,
-                    ..WalConfig::default()
-                };
-                let wal = Wal::open(disk.clone(), DIR, config).await.unwrap();
-                let a = payload_for(0, 4096);
-                let b1 = payload_for(1, run_bytes);
-                let b2 = payload_for(2, run_bytes);
+                let wal = Wal::open(disk.clone(), DIR, pipelined_unprepared())
+                    .await
+                    .unwrap();
+                let (a, b1, b2) = one_block_then_two_runs(run_bytes);
                 let first = narad_io::rt::spawn_local({
                     let wal = wal.clone();
                     async move { wal.append(&record(&a, None)).await }
