@@ -157,7 +157,15 @@ fn create_get_and_list_follow_the_reference() {
         (names(&exact).len(), &exact["next_page_token"]),
         (5, &json!(""))
     );
-    for bad in ["limit=0", "limit=-1", "limit=abc", "limit=", "limit=1.5"] {
+    for bad in [
+        "limit=0",
+        "limit=-1",
+        "limit=abc",
+        "limit=",
+        "limit=1.5",
+        "limit=2&limit=1",
+        "page_token=a&page_token=b",
+    ] {
         let response = client
             .request("GET", &format!("/v1/topics?{bad}"), &[], "")
             .unwrap();

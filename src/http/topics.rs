@@ -83,7 +83,21 @@ fn unexpected(applied: &Applied) -> Response<Body> {
 pub fn list(shard: &Shard, query: Option<&str>) -> Response<Body> {
     let mut limit = LIST_LIMIT_DEFAULT;
     let mut token = String::new();
+    let (mut limit_seen, mut token_seen) = (false, false);
     for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        // As on every other route: a parameter given twice is refused rather
+        // than one of its values picked.
+        let seen = match &*name {
+            "limit" => &mut limit_seen,
+            "page_token" => &mut token_seen,
+            _ => continue,
+        };
+        if std::mem::replace(seen, true) {
+            return response::error(
+                StatusCode::BAD_REQUEST,
+                &format!("{name} given more than once"),
+            );
+        }
         match &*name {
             "limit" => match value.parse::<i64>() {
                 Ok(n) if n > 0 => limit = (n as usize).min(LIST_LIMIT_MAX),
