@@ -236,7 +236,8 @@ fn a_client_still_sending_its_body_reads_the_early_answer() {
 /// A body declared past a route's cap is refused at once, before the client
 /// sends it, and a client that asked `Expect: 100-continue` is not told to go
 /// on. An error answered to a request that carried a body says the server
-/// closes; a success keeps the connection.
+/// closes; a success keeps the connection. A transfer coding other than
+/// chunked is refused 501.
 #[test]
 fn a_body_declared_past_the_cap_is_413_before_it_is_sent() {
     let node = Node::start(&[]);
@@ -270,6 +271,19 @@ fn a_body_declared_past_the_cap_is_413_before_it_is_sent() {
         assert_eq!(answer.header("connection"), Some("close"), "{path}");
         assert!(started.elapsed() < Duration::from_secs(5), "{path}");
     }
+    // A transfer coding the server does not decode is refused, not stored.
+    let mut coded = node.client();
+    coded
+        .stream
+        .write_all(
+            b"POST /v1/topics/declared/produce HTTP/1.1\r\nhost: test\r\n\
+              content-type: application/octet-stream\r\ntransfer-encoding: gzip, chunked\r\n\r\n\
+              1\r\nx\r\n0\r\n\r\n",
+        )
+        .unwrap();
+    let refused = coded.read_response(false).unwrap();
+    assert_eq!(refused.status, 501, "{refused:?}");
+    assert_eq!(refused.header("connection"), Some("close"));
     // An error to a small body keeps the connection: hyper drains the body.
     let unsupported = client
         .request("POST", "/v1/topics/declared/produce", &[], "x")

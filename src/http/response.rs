@@ -12,7 +12,9 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::header::{HeaderMap, HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{
+    HeaderMap, HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER, TRANSFER_ENCODING,
+};
 use hyper::{Method, Response, StatusCode};
 
 /// Every response body: whole, in memory. Responses are small JSON documents or
@@ -131,6 +133,26 @@ pub fn content_type_guard(headers: &HeaderMap) -> Result<(), Refusal> {
             message: "Content-Type must be application/json or application/octet-stream (or send X-Narad-Client)",
         }),
     }
+}
+
+/// A body sent in a transfer coding other than `chunked`, the only one the
+/// server decodes, would be taken as its coded bytes: refused 501, as RFC 9112
+/// asks (6.1), before the body is read.
+pub fn transfer_coding_guard(headers: &HeaderMap) -> Result<(), Refusal> {
+    const NOT_CHUNKED: Refusal = Refusal {
+        status: StatusCode::NOT_IMPLEMENTED,
+        message: "Transfer-Encoding other than chunked is not supported (use Content-Encoding on a batch)",
+    };
+    for value in headers.get_all(TRANSFER_ENCODING) {
+        let codings = value.to_str().map_err(|_| NOT_CHUNKED)?;
+        if codings
+            .split(',')
+            .any(|c| !c.trim().eq_ignore_ascii_case("chunked"))
+        {
+            return Err(NOT_CHUNKED);
+        }
+    }
+    Ok(())
 }
 
 /// Reads a whole request body of at most `limit_bytes` within `timeout`
@@ -294,6 +316,28 @@ mod tests {
                 StatusCode::PAYLOAD_TOO_LARGE
             );
         });
+    }
+
+    #[test]
+    fn transfer_codings_other_than_chunked_are_501() {
+        for ok in [
+            &[][..],
+            &[("transfer-encoding", "chunked")],
+            &[("transfer-encoding", "Chunked")],
+        ] {
+            assert!(transfer_coding_guard(&headers(ok)).is_ok(), "{ok:?}");
+        }
+        for refused in [
+            &[("transfer-encoding", "gzip, chunked")][..],
+            &[("transfer-encoding", "chunked, ")],
+        ] {
+            let refusal = transfer_coding_guard(&headers(refused)).unwrap_err();
+            assert_eq!(refusal.status, StatusCode::NOT_IMPLEMENTED, "{refused:?}");
+        }
+        // Two header lines are one list.
+        let mut two = headers(&[("transfer-encoding", "gzip")]);
+        two.append(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        assert!(transfer_coding_guard(&two).is_err());
     }
 
     /// A body that declares its `.0` bytes and must never be read.

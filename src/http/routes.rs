@@ -305,6 +305,9 @@ impl Routes {
                 return refusal.into_response();
             }
         }
+        if let Err(refusal) = response::transfer_coding_guard(request.headers()) {
+            return refusal.into_response();
+        }
         match endpoint {
             Endpoint::Healthz => {
                 return response::json_static(StatusCode::OK, r#"{"status":"ok"}"#)
