@@ -211,10 +211,9 @@ pub struct Stream {
     read_timer: Option<(Instant, glommio::timer::Timer)>,
     /// See [`Stream::linger_on_close`]; `None`: a drop closes at once.
     linger: Option<Linger>,
-    /// The peer closed its side (a read saw the end) or the socket failed:
-    /// nothing more will come to read, so a close need not linger.
-    peer_done: bool,
-    /// The same, for the handlers of this connection's requests.
+    /// The peer closed its side (a read or an edge saw the end) or the socket
+    /// failed: nothing more will come to read, so a close need not linger. The
+    /// handlers of this connection's requests watch it too.
     peer_end: PeerEnd,
 }
 
@@ -315,7 +314,6 @@ impl Stream {
             request_started: None,
             read_timer: None,
             linger: None,
-            peer_done: false,
             peer_end,
         })
     }
@@ -326,7 +324,6 @@ impl Stream {
     }
 
     fn note_peer_done(&mut self) {
-        self.peer_done = true;
         self.peer_end.set();
     }
 
@@ -539,7 +536,7 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        let Some(linger) = self.linger.filter(|_| !self.peer_done) else {
+        let Some(linger) = self.linger.filter(|_| !self.peer_end.has_ended()) else {
             return;
         };
         // A stream dropped with its executor's leftover tasks, after the
