@@ -136,11 +136,13 @@ pub fn content_type_guard(headers: &HeaderMap) -> Result<(), Refusal> {
 }
 
 /// A body sent in a transfer coding other than `chunked`, the only one the
-/// server decodes, would be taken as its coded bytes: refused 501, as RFC 9112
-/// asks (6.1), before the body is read.
+/// server decodes, would be taken as its coded bytes: refused before the body
+/// is read. RFC 9112 (6.1) suggests 501; it is the client's input that is
+/// wrong, so it is a 400 here, as all bad input is, and stays out of the
+/// node's 5xx errors.
 pub fn transfer_coding_guard(headers: &HeaderMap) -> Result<(), Refusal> {
     const NOT_CHUNKED: Refusal = Refusal {
-        status: StatusCode::NOT_IMPLEMENTED,
+        status: StatusCode::BAD_REQUEST,
         message: "Transfer-Encoding other than chunked is not supported (use Content-Encoding on a batch)",
     };
     for value in headers.get_all(TRANSFER_ENCODING) {
@@ -319,7 +321,7 @@ mod tests {
     }
 
     #[test]
-    fn transfer_codings_other_than_chunked_are_501() {
+    fn transfer_codings_other_than_chunked_are_400() {
         for ok in [
             &[][..],
             &[("transfer-encoding", "chunked")],
@@ -332,7 +334,7 @@ mod tests {
             &[("transfer-encoding", "chunked, ")],
         ] {
             let refusal = transfer_coding_guard(&headers(refused)).unwrap_err();
-            assert_eq!(refusal.status, StatusCode::NOT_IMPLEMENTED, "{refused:?}");
+            assert_eq!(refusal.status, StatusCode::BAD_REQUEST, "{refused:?}");
         }
         // Two header lines are one list.
         let mut two = headers(&[("transfer-encoding", "gzip")]);
