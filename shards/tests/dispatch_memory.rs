@@ -13,8 +13,10 @@ use std::time::Duration;
 use narad_io::rt::{run_local, Notify};
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::dispatch::{Cluster, OwnerId, TopicMeta};
-use narad_shards::ids::{IncarnationId, PartitionId};
-use narad_shards::produce::{driver, CommitReply, DispatchEnv, DriverConfig, Mode, OwnedRecord};
+use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use narad_shards::produce::{
+    driver, CommitError, CommitReply, DispatchEnv, DriverConfig, Mode, OwnedRecord,
+};
 use narad_shards::wal::{IngressRecord, Wal, WalConfig};
 
 const PARTITIONS: u32 = 8;
@@ -244,5 +246,149 @@ fn drains_of_leftover_wals_share_one_budget() {
         "the own task held {} bytes and sent {}",
         seen[2].held_max,
         seen[2].sent
+    );
+}
+
+/// Owners that fail every commit to partitions below `failing` at once and
+/// take every other commit at once.
+#[derive(Default)]
+struct ProbeEnv {
+    failing: u32,
+    stopping: Cell<bool>,
+    stop: Notify,
+    /// Records the healthy partitions took.
+    committed: Cell<usize>,
+    /// The held bytes after the latest turn.
+    held_now: Cell<u64>,
+}
+
+struct WideView(u32);
+
+impl Cluster for WideView {
+    fn topic(&self, name: &str) -> Option<TopicMeta> {
+        (name == "wide").then_some(TopicMeta {
+            incarnation: INCARNATION,
+            partitions: self.0,
+        })
+    }
+    fn owner(&self, _: &str, partition: PartitionId) -> Option<OwnerId> {
+        Some(OwnerId {
+            node: 0,
+            shard: partition.0,
+        })
+    }
+    fn is_alive(&self, _: OwnerId) -> bool {
+        true
+    }
+    fn is_local(&self, _: OwnerId) -> bool {
+        true
+    }
+}
+
+impl DispatchEnv for ProbeEnv {
+    type View = WideView;
+
+    fn view(&self) -> WideView {
+        WideView(self.failing + 1)
+    }
+
+    fn commit(
+        &self,
+        _: Arc<str>,
+        _: IncarnationId,
+        partition: PartitionId,
+        records: Vec<OwnedRecord>,
+    ) -> Pin<Box<dyn Future<Output = CommitReply>>> {
+        let reply = if partition.0 < self.failing {
+            Err(CommitError::Failed("injected".into()))
+        } else {
+            self.committed.set(self.committed.get() + records.len());
+            Ok(Offset(0)..Offset(records.len() as u64))
+        };
+        Box::pin(std::future::ready(reply))
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.get()
+    }
+
+    fn stop_notify(&self) -> &Notify {
+        &self.stop
+    }
+
+    fn held_bytes(&self, bytes: u64) {
+        self.held_now.set(bytes);
+    }
+}
+
+/// A failing partition keeps one record as its probe for as long as it fails.
+/// The probe keeps only its own bytes alive, not the shared read buffer it
+/// was read into: probes of many failing partitions, each read far from the
+/// others, must not fill the held-bytes budget and stall the healthy ones.
+#[test]
+fn a_failing_partitions_probe_keeps_only_its_own_bytes() {
+    const FAILING: u32 = 32;
+    const HEALTHY_BETWEEN: usize = 256;
+    const RECORD_BYTES: usize = 4 << 10;
+    let (committed, held) = run_local(None, async move {
+        let disk = SimDisk::new(11, SimFaults::default());
+        let env = Rc::new(ProbeEnv {
+            failing: FAILING,
+            ..ProbeEnv::default()
+        });
+        let wal = Wal::open(disk, "ingress/shard-0", WalConfig::default())
+            .await
+            .unwrap();
+        let payload = vec![0xa5; RECORD_BYTES];
+        let record = |partition: u32| IngressRecord {
+            topic: "wide",
+            incarnation: INCARNATION,
+            partition: PartitionId(partition),
+            accept_time_ms: 1,
+            key: None,
+            payload: &payload,
+        };
+        // One record of each failing partition, a megabyte of healthy
+        // records between each two: every probe lands in a read buffer
+        // of its own.
+        for failing in 0..FAILING {
+            let mut batch = vec![record(failing)];
+            batch.extend((0..HEALTHY_BETWEEN).map(|_| record(FAILING)));
+            wal.append_many(&batch).await.unwrap();
+        }
+        let task = glommio::spawn_local(driver::run(
+            env.clone(),
+            wal.clone(),
+            "probes".into(),
+            Mode::Own,
+            DriverConfig {
+                backstop: Duration::from_millis(2),
+                stop_grace: Duration::from_millis(20),
+                read_bytes_max: 1 << 20,
+                held_bytes_max: 2 << 20,
+                ..DriverConfig::default()
+            },
+        ));
+        let healthy = FAILING as usize * HEALTHY_BETWEEN;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while env.committed.get() < healthy && std::time::Instant::now() < deadline {
+            narad_io::rt::sleep(Duration::from_millis(5)).await;
+        }
+        narad_io::rt::sleep(Duration::from_millis(20)).await;
+        let seen = (env.committed.get(), env.held_now.get());
+        env.stopping.set(true);
+        env.stop.notify();
+        task.await;
+        seen
+    });
+    let healthy = FAILING as usize * HEALTHY_BETWEEN;
+    assert_eq!(
+        committed, healthy,
+        "the healthy partition took {committed} of {healthy} records: probes stalled the reads"
+    );
+    let bound = FAILING as u64 * (RECORD_BYTES as u64 + 512);
+    assert!(
+        held <= bound,
+        "{FAILING} probes keep {held} bytes of read buffers alive, bound {bound}"
     );
 }

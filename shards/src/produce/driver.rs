@@ -49,9 +49,10 @@ pub const READ_CHUNK_BYTES: u64 = 16 << 20;
 /// Bytes of read buffers the records held may keep alive, past which nothing
 /// more is read until commits release some.
 pub const HELD_BYTES_MAX: u64 = 256 << 20;
-/// A read's keys and payloads share buffers of at most about this size: a
-/// record held for long (a failing partition's probe) keeps at most one such
-/// buffer alive, not the whole read.
+/// A read's keys and payloads share buffers of at most about this size, so
+/// that a record held a while keeps at most one such buffer alive, not the
+/// whole read. (One held for long, a failing partition's probe, is copied out
+/// into bytes of its own: see `HeldBytes::detach`.)
 const SHARED_BUFFER_BYTES: usize = 1 << 20;
 /// A read's first shared buffer; each next one doubles, up to
 /// [`SHARED_BUFFER_BYTES`]. At low rates a read holds a few records, and a
@@ -134,13 +135,35 @@ struct Visited {
 /// read that took it (the buffer lives until its last record is released).
 struct HeldBytes {
     /// Counts its buffer as held until the buffer's last record is released.
-    _charge: Rc<Charge>,
+    charge: Rc<Charge>,
     incarnation: IncarnationId,
     key: Option<Bytes>,
     payload: Bytes,
     /// When the accepting shard took the record (Unix ms), for the
     /// produce-to-committed histogram.
     accept_time_ms: u64,
+}
+
+impl HeldBytes {
+    /// Copies the key and payload into an allocation of their own, charged
+    /// alone, so that holding this record no longer keeps its read's shared
+    /// buffer alive.
+    fn detach(&mut self, total: &Rc<std::cell::Cell<u64>>) {
+        let key_len = self.key.as_ref().map_or(0, Bytes::len);
+        let len = key_len + self.payload.len();
+        if Rc::strong_count(&self.charge) == 1 && self.charge.bytes == len as u64 {
+            return; // detached by an earlier failure
+        }
+        let mut own = Vec::with_capacity(len);
+        if let Some(key) = &self.key {
+            own.extend_from_slice(key);
+        }
+        own.extend_from_slice(&self.payload);
+        let own = Bytes::from(own);
+        self.charge = Charge::new(own.len() as u64, total);
+        self.key = self.key.is_some().then(|| own.slice(..key_len));
+        self.payload = own.slice(key_len..);
+    }
 }
 
 /// One read buffer's bytes, counted in the total while any record of it is held.
@@ -287,7 +310,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                 held.insert(
                     v.seq,
                     HeldBytes {
-                        _charge: charge.clone(),
+                        charge: charge.clone(),
                         incarnation: v.incarnation,
                         key: v.key.map(|range| bytes.slice(range)),
                         payload: bytes.slice(v.payload),
@@ -303,13 +326,17 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         }
         let finished: Vec<(CommitId, CommitOutcome)> =
             outcomes.done.borrow_mut().drain(..).collect();
+        let mut failed: Vec<Seq> = Vec::new();
         for (commit, outcome) in finished {
-            if outcome == CommitOutcome::Committed {
-                for seq in commits.remove(&commit).unwrap_or_default() {
-                    held.remove(&seq);
+            let seqs = commits.remove(&commit).unwrap_or_default();
+            match outcome {
+                CommitOutcome::Committed => {
+                    for seq in seqs {
+                        held.remove(&seq);
+                    }
                 }
-            } else {
-                commits.remove(&commit);
+                CommitOutcome::Failed => failed.extend(seqs),
+                _ => {}
             }
             dispatcher.handle(now, Event::CommitDone { commit, outcome }, &cluster);
         }
@@ -332,6 +359,14 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                     &cluster,
                     action,
                 );
+            }
+        }
+        // A failed commit's destination keeps one record as its probe (the
+        // actions released the rest), for as long as the destination fails:
+        // it keeps its own bytes, not the shared read buffer around them.
+        for seq in failed {
+            if let Some(bytes) = held.get_mut(&seq) {
+                bytes.detach(&held_bytes);
             }
         }
         if mode == Mode::Drain
