@@ -68,6 +68,33 @@ fn health_readiness_and_route_errors_share_one_keep_alive_connection() {
     }
 }
 
+/// RFC 9112 (3.2): an HTTP/1.1 request without a Host header, and any with
+/// two, is answered 400 with a JSON error; HTTP/1.0 needs none.
+#[test]
+fn a_request_without_one_host_header_is_400() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    for head in [
+        "GET /healthz HTTP/1.1\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nhost: a\r\nhost: b\r\n\r\n",
+        "POST /v1/topics HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: 12\r\n\r\n{\"name\":\"h\"}",
+    ] {
+        client.stream.write_all(head.as_bytes()).unwrap();
+        let answer = client.read_response(false).unwrap();
+        assert_eq!(answer.status, 400, "{head:?}: {}", answer.body);
+        assert!(answer.body.contains("Host"), "{}", answer.body);
+        assert_eq!(answer.header("content-type"), Some("application/json"));
+    }
+    // Nothing was created by the refused request.
+    let topics = client.request("GET", "/v1/topics", &[], "").unwrap();
+    assert!(!topics.body.contains("\"h\""), "{}", topics.body);
+    let mut old = node.client();
+    old.stream
+        .write_all(b"GET /healthz HTTP/1.0\r\n\r\n")
+        .unwrap();
+    assert_eq!(old.read_response(false).unwrap().status, 200);
+}
+
 #[test]
 fn headers_over_the_limit_are_431() {
     let node = Node::start(&[]);

@@ -13,7 +13,7 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{
-    HeaderMap, HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, RETRY_AFTER, TRANSFER_ENCODING,
+    HeaderMap, HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, HOST, RETRY_AFTER, TRANSFER_ENCODING,
 };
 use hyper::{Method, Response, StatusCode};
 
@@ -155,6 +155,24 @@ pub fn transfer_coding_guard(headers: &HeaderMap) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+/// RFC 9112 (3.2): an HTTP/1.1 request without a `Host` header, or any
+/// request with more than one, is refused 400. Proxies and virtual hosting
+/// route on it, so a request whose target cannot be told is not served.
+pub fn host_guard(version: hyper::Version, headers: &HeaderMap) -> Result<(), Refusal> {
+    let mut hosts = headers.get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if version == hyper::Version::HTTP_11 => Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            message: "an HTTP/1.1 request needs a Host header",
+        }),
+        (Some(_), Some(_)) => Err(Refusal {
+            status: StatusCode::BAD_REQUEST,
+            message: "a request carries one Host header, not several",
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Reads a whole request body of at most `limit_bytes` within `timeout`
@@ -318,6 +336,22 @@ mod tests {
                 StatusCode::PAYLOAD_TOO_LARGE
             );
         });
+    }
+
+    #[test]
+    fn a_request_needs_one_host_header_from_http_1_1() {
+        use hyper::Version;
+        let host = headers(&[("host", "example")]);
+        assert!(host_guard(Version::HTTP_11, &host).is_ok());
+        assert!(host_guard(Version::HTTP_10, &HeaderMap::new()).is_ok());
+        let refusal = host_guard(Version::HTTP_11, &HeaderMap::new()).unwrap_err();
+        assert_eq!(refusal.status, StatusCode::BAD_REQUEST);
+        let mut two = host.clone();
+        two.append(HOST, HeaderValue::from_static("other"));
+        for version in [Version::HTTP_10, Version::HTTP_11] {
+            let refusal = host_guard(version, &two).unwrap_err();
+            assert_eq!(refusal.status, StatusCode::BAD_REQUEST, "{version:?}");
+        }
     }
 
     #[test]

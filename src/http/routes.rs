@@ -295,6 +295,9 @@ impl Routes {
         if self.api.node.is_draining() {
             return response::draining();
         }
+        if let Err(refusal) = response::host_guard(request.version(), request.headers()) {
+            return refusal.into_response();
+        }
         let (endpoint, topic) = match routed {
             Routed::Found { endpoint, topic } => (endpoint, topic),
             Routed::MethodNotAllowed { allow } => return response::method_not_allowed(&allow),
