@@ -100,7 +100,13 @@ pub fn fitted(state: &AckedState) -> AckedState {
 
 /// Decodes a slot; `None` when it is empty, torn, corrupt or of another version.
 pub fn decode(block: &[u8]) -> Option<SlotRecord> {
-    if block.len() < HEADER_BYTES + CRC_BYTES || block[..4] != MAGIC || block[4] != VERSION {
+    // The reserved bytes are zero in this version: a later one that gives
+    // them a meaning is not read as this one.
+    if block.len() < HEADER_BYTES + CRC_BYTES
+        || block[..4] != MAGIC
+        || block[4] != VERSION
+        || block[5..8] != [0; 3]
+    {
         return None;
     }
     let u64_at = |at: usize| -> Option<u64> {
@@ -230,6 +236,18 @@ mod tests {
             let covered_bits = (HEADER_BYTES + payload_len(&block) + CRC_BYTES) * 8;
             let bit = bit % covered_bits;
             block[bit / 8] ^= 1 << (bit % 8);
+            prop_assert_eq!(decode(&block), None);
+        }
+
+        #[test]
+        fn a_reserved_byte_set_is_rejected_even_when_checksummed(
+            gaps in proptest::collection::vec(0u64..1000, 0..300),
+            at in 5usize..8, value in 1u8..=255) {
+            let (mut block, _) = encode(3, &state_from(7, &gaps));
+            block[at] = value;
+            let crc_at = HEADER_BYTES + payload_len(&block);
+            let crc = crc32c::crc32c(&block[..crc_at]);
+            block[crc_at..crc_at + CRC_BYTES].copy_from_slice(&crc.to_le_bytes());
             prop_assert_eq!(decode(&block), None);
         }
 
