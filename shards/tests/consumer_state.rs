@@ -265,6 +265,30 @@ fn close_leaves_both_files_exact_and_durable() {
     }
 }
 
+/// A set of acks too large for a slot keeps its lowest offsets; the close
+/// says how many it left out (the restart delivers them again), and a set
+/// that fits leaves none out.
+#[test]
+fn a_close_reports_the_acks_a_slot_could_not_hold() {
+    let disk = disk_with_partitions(3, 2);
+    block_on(async {
+        let mut committer = Committer::new(disk.clone(), config(Duration::from_secs(60), 8));
+        // Gaps of 1,000,000 cost three varint bytes each: 2,000 do not fit.
+        let wide: Vec<u64> = (1..=2_000u64).map(|i| i * 1_000_000).collect();
+        let finals = [acked(0, &wide), acked(5, &[7, 9])];
+        let last = (0..2)
+            .map(|p| (key(p), dir(p), finals[p as usize].clone()))
+            .collect();
+        let report = committer.close(Instant::now(), last).await;
+        assert!(report.errors.is_empty(), "{report:?}");
+        let kept = load(&disk, &dir(0)).await.unwrap();
+        assert!(kept.ahead.len() < wide.len());
+        assert_eq!(kept.ahead[..], finals[0].ahead[..kept.ahead.len()]);
+        assert_eq!(report.cut, wide.len() - kept.ahead.len(), "{report:?}");
+        assert_eq!(load(&disk, &dir(1)).await.unwrap(), finals[1]);
+    });
+}
+
 #[test]
 fn a_close_whose_sync_failed_is_made_good_by_another_close() {
     let disk = disk_with_partitions(7, 2);

@@ -106,6 +106,10 @@ pub struct TickReport {
     pub errors: Vec<(PartitionKey, String)>,
     /// Partitions whose latest given state became durable in this call.
     pub durable: Vec<PartitionKey>,
+    /// Acked offsets above the frontier that the latest records written left
+    /// out (a set too large for a slot keeps its lowest offsets): after a
+    /// close, what a restart delivers again. Summed over partitions.
+    pub cut: usize,
 }
 
 /// One partition's bookkeeping.
@@ -139,6 +143,8 @@ struct Partition<F> {
     levelled_at: Option<Instant>,
     /// Order of the last window write, for evicting the least recently written.
     written_order: u64,
+    /// Acked offsets the latest window record left out: it did not fit.
+    cut: usize,
     /// The tick of each interval on which this partition is written out.
     turn: u64,
 }
@@ -255,6 +261,9 @@ impl<S: Storage> Committer<S> {
         for (key, partition) in self.partitions.iter_mut() {
             if partition.stranded {
                 report.errors.push((*key, stranded_message(&partition.dir)));
+            } else if partition.cut > 0 {
+                tracing::warn!(dir = %partition.dir, left_out = partition.cut, "stopping with acks that did not fit in consumer.ahead: the restart delivers them again");
+                report.cut += partition.cut;
             }
             if let Some(file) = partition.file.take() {
                 self.files_held -= 1;
@@ -379,7 +388,8 @@ impl<S: Storage> Committer<S> {
         assert_ne!(window, partition.anchor, "the anchor slot is never written");
         let seq = partition.seq + 1;
         let frontier = partition.state.frontier;
-        let (block, _kept) = slot::encode(seq, &partition.state);
+        let (block, kept) = slot::encode(seq, &partition.state);
+        let cut = partition.state.ahead.len() - kept;
         let (file, held) = self.descriptor(key).await?;
         let written = file
             .write_cached_at((window * SLOT_BYTES) as u64, &block)
@@ -395,6 +405,10 @@ impl<S: Storage> Committer<S> {
         partition.window = Some((seq, frontier));
         partition.unsynced_since.get_or_insert(now);
         partition.written_order = self.writes_total;
+        if cut > 0 && partition.cut == 0 {
+            tracing::warn!(dir = %partition.dir, acked_ahead = kept + cut, left_out = cut, "the acks above the lowest unacked offset do not fit in a consumer.ahead slot: the lowest are kept, and a restart delivers the rest again (lower max_acked_ahead_per_partition to avoid this)");
+        }
+        partition.cut = cut;
         self.write_pending.remove(&key);
         self.sync_pending.insert(key);
         report.written += 1;
@@ -668,6 +682,7 @@ impl<F> Partition<F> {
             levelled: None,
             levelled_at: None,
             written_order: 0,
+            cut: 0,
             turn,
         }
     }
