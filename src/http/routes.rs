@@ -462,6 +462,7 @@ mod tests {
         let request = Request::builder()
             .method(method)
             .uri(path)
+            .header("host", "test")
             .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
         let handling = routes.handle(request);
@@ -533,7 +534,10 @@ mod tests {
         // No POST endpoint exists yet; borrow the health endpoint to see the guard.
         routes.router.add(Method::POST, "/probe", Endpoint::Healthz);
         let post = |content_type: Option<&str>| {
-            let mut request = Request::builder().method(Method::POST).uri("/probe");
+            let mut request = Request::builder()
+                .method(Method::POST)
+                .uri("/probe")
+                .header("host", "test");
             if let Some(value) = content_type {
                 request = request.header("content-type", value);
             }
