@@ -22,7 +22,7 @@ use narad_shards::ids::{Offset, PartitionId};
 use narad_shards::log::{ReadItem, Record};
 use serde_json::value::RawValue;
 
-use super::produce_input::json_text::names_no_character;
+use super::produce_input::json_text::strict_readers_refuse;
 use super::response::{self, Body};
 use crate::broker::Shard;
 use crate::meta::TopicRecord;
@@ -100,14 +100,16 @@ impl MessageWriter {
 }
 
 /// A payload: the JSON value itself when it is valid JSON, a JSON string when
-/// it is other UTF-8 text, else base64 (returns true). JSON whose strings hold
-/// an escape that names no character (`"\ud800"`) goes as text: written
-/// verbatim it would make the whole reply unreadable to strict parsers.
+/// it is other UTF-8 text, else base64 (returns true). JSON that strict
+/// readers refuse (an escape that names no character, `"\ud800"`; a number
+/// past a double, `1e999`; nesting past `VERBATIM_DEPTH_MAX`) goes as text:
+/// written verbatim it would make the whole reply unreadable, and the message
+/// impossible to ack.
 fn write_payload(out: &mut Vec<u8>, payload: &[u8]) -> bool {
     if let Ok(text) = std::str::from_utf8(payload) {
         // The value without the white space around it.
         if let Ok(raw) = serde_json::from_str::<&RawValue>(text) {
-            if !names_no_character(raw.get()) {
+            if !strict_readers_refuse(raw.get()) {
                 out.extend_from_slice(raw.get().as_bytes());
                 return false;
             }
@@ -172,13 +174,21 @@ pub async fn replay(
             *response.status_mut() = StatusCode::NO_CONTENT;
             response
         }
-        Some(ReadItem::Corrupt(range)) => response::error(
-            StatusCode::GONE,
-            &format!(
-                "offsets {}..{} of partition {} are unreadable (corrupt on disk)",
-                range.start.0, range.end.0, partition.0
-            ),
-        ),
+        Some(ReadItem::Corrupt(range)) => {
+            let offsets = match range.end.0 - range.start.0 {
+                1 => format!("offset {} of partition {} is", range.start.0, partition.0),
+                _ => format!(
+                    "offsets {} to {} of partition {} are",
+                    range.start.0,
+                    range.end.0 - 1,
+                    partition.0
+                ),
+            };
+            response::error(
+                StatusCode::GONE,
+                &format!("{offsets} unreadable (corrupt on disk)"),
+            )
+        }
         Some(ReadItem::Record(r)) => {
             let body = message_json(topic, partition, &r, None);
             let mut response = Response::new(Body::new(bytes::Bytes::from(body)));
@@ -229,6 +239,13 @@ mod tests {
         receipt_handle: Option<&'a str>,
     }
 
+    /// Whether serde_json reads `json` where a batch consume's reply puts a
+    /// payload, three levels down.
+    fn strict_in_a_batch_reply(json: &str) -> bool {
+        let reply = format!(r#"{{"messages":[{{"payload":{json}}}]}}"#);
+        serde_json::from_str::<serde_json::Value>(&reply).is_ok()
+    }
+
     fn derived(topic: &str, partition: u32, r: &Record, handle: Option<&str>) -> Vec<u8> {
         let b64 = base64::engine::general_purpose::STANDARD;
         let (key, key_encoding) = match &r.key {
@@ -242,9 +259,7 @@ mod tests {
         let (payload, payload_encoding) = match std::str::from_utf8(&r.payload) {
             // Verbatim only what a strict parser reads.
             Ok(text) => match serde_json::from_str::<&RawValue>(text) {
-                Ok(raw) if serde_json::from_str::<serde_json::Value>(text).is_ok() => {
-                    (raw.to_owned(), None)
-                }
+                Ok(raw) if strict_in_a_batch_reply(raw.get()) => (raw.to_owned(), None),
                 _ => (quoted(text).unwrap(), None),
             },
             Err(_) => (quoted(&b64.encode(&r.payload)).unwrap(), Some("base64")),
@@ -280,6 +295,12 @@ mod tests {
             Just(br#" "\ud800" "#.to_vec()),
             Just(br#"{"k": ["\ud83d\ude00", "\\ud800", "\udc00x"]}"#.to_vec()),
             Just(br#"["\ud83d\ude00"]"#.to_vec()),
+            // JSON that strict readers refuse: a number past a double, deep
+            // nesting, and one level less.
+            Just(b"1e999".to_vec()),
+            Just(br#"{"n": [-2E+400]}"#.to_vec()),
+            Just(("[".repeat(125) + &"]".repeat(125)).into_bytes()),
+            Just(("[".repeat(124) + &"]".repeat(124)).into_bytes()),
         ]
     }
 

@@ -47,29 +47,72 @@ pub fn unescape_into(inner: &str, out: &mut Vec<u8>) -> Option<()> {
     Some(())
 }
 
-/// Whether some string in `json`, a JSON text the parser has accepted, holds an
-/// escape that names no character (a lone UTF-16 surrogate such as `\ud800`),
-/// which the parser lets through and stricter readers refuse. Only a text with
-/// a `\u` in it is walked, escape by escape.
-pub fn names_no_character(json: &str) -> bool {
+/// How deep a payload sent verbatim may nest. serde_json, the strictest
+/// common reader, refuses a document nested 128 deep, and a payload sits three
+/// levels down in a batch consume's reply (`{"messages":[{"payload":…`).
+pub const VERBATIM_DEPTH_MAX: usize = 124;
+
+/// Whether a strict reader would refuse `json`, a JSON text the parser has
+/// accepted, although the grammar allows it: a string escape that names no
+/// character (a lone UTF-16 surrogate such as `\ud800`), a number too large for
+/// a double (`1e999`), or nesting deeper than [`VERBATIM_DEPTH_MAX`]. A payload
+/// sent verbatim with any of these would make the whole reply unreadable, and
+/// its message impossible to ack. One pass: strings are skipped with memchr's
+/// vector search, stopping only at their escapes.
+pub fn strict_readers_refuse(json: &str) -> bool {
     let bytes = json.as_bytes();
-    if memchr::memmem::find(bytes, b"\\u").is_none() {
-        return false;
-    }
+    let mut depth = 0usize;
     let mut at = 0;
-    while let Some(found) = memchr::memchr(b'\\', &bytes[at..]) {
-        // Outside strings a JSON text has no backslash, so each one found from
-        // the start begins an escape.
-        let escape = &bytes[at + found + 1..];
-        let used = match escape.first() {
-            Some(b'u') => match unicode_escape(&escape[1..]) {
-                Some((_, used)) => used,
-                None => return true,
-            },
-            Some(_) => 1,
-            None => return false,
-        };
-        at += found + 1 + used;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => {
+                at += 1;
+                loop {
+                    let Some(found) = memchr::memchr2(b'"', b'\\', &bytes[at..]) else {
+                        return false; // unterminated: not a text the parser accepted
+                    };
+                    at += found;
+                    if bytes[at] == b'"' {
+                        at += 1;
+                        break;
+                    }
+                    // An escape: `\u` is checked, any other is two bytes.
+                    at += match bytes.get(at + 1) {
+                        Some(b'u') => match unicode_escape(&bytes[at + 2..]) {
+                            Some((_, used)) => 1 + used,
+                            None => return true,
+                        },
+                        _ => 2,
+                    };
+                }
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > VERBATIM_DEPTH_MAX {
+                    return true;
+                }
+                at += 1;
+            }
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                at += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = at;
+                while at < bytes.len()
+                    && matches!(bytes[at], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    at += 1;
+                }
+                let number = &json[start..at];
+                // Only an exponent or over 300 digits can pass f64::MAX.
+                let may_overflow = number.len() > 300 || number.bytes().any(|b| b | 0x20 == b'e');
+                if may_overflow && !number.parse::<f64>().is_ok_and(f64::is_finite) {
+                    return true;
+                }
+            }
+            _ => at += 1,
+        }
     }
     false
 }
@@ -146,13 +189,59 @@ mod tests {
             (r#"{"a":"\u00e9","b":[1,2]}"#, false),
             (r#"{"plain":true}"#, false),
         ] {
-            assert_eq!(names_no_character(json), lone, "{json}");
+            assert_eq!(strict_readers_refuse(json), lone, "{json}");
             // The parser that admitted the text agrees that it is JSON; a strict
             // decode of it agrees with the finding.
             assert!(serde_json::from_str::<&serde_json::value::RawValue>(json).is_ok());
             let strict = serde_json::from_str::<serde_json::Value>(json).is_ok();
             assert_eq!(strict, !lone, "{json}");
         }
+    }
+
+    /// What serde_json makes of `json` where a batch consume's reply puts a
+    /// payload: the oracle of [`strict_readers_refuse`].
+    fn strict_in_a_batch_reply(json: &str) -> bool {
+        let reply = format!(r#"{{"messages":[{{"payload":{json}}}]}}"#);
+        serde_json::from_str::<serde_json::Value>(&reply).is_ok()
+    }
+
+    #[test]
+    fn deep_nesting_and_huge_numbers_are_found_as_serde_json_finds_them() {
+        let nested = |depth: usize| "[".repeat(depth) + &"]".repeat(depth);
+        let objects = |depth: usize| r#"{"a":"#.repeat(depth) + "1" + &"}".repeat(depth);
+        let long_integer = "9".repeat(400);
+        for json in [
+            nested(VERBATIM_DEPTH_MAX - 1),
+            nested(VERBATIM_DEPTH_MAX),
+            nested(VERBATIM_DEPTH_MAX + 1),
+            nested(300),
+            objects(VERBATIM_DEPTH_MAX),
+            objects(VERBATIM_DEPTH_MAX + 1),
+            format!(r#"["[[[[", {}, "]]]]"]"#, nested(VERBATIM_DEPTH_MAX - 1)),
+            "1e999".into(),
+            "-1e999".into(),
+            "1E400".into(),
+            "1e308".into(),
+            "1.7976931348623157e308".into(),
+            "1.7976931348623159e308".into(),
+            "1e-999".into(),
+            "[0.5e+2, -0, 12345678901234567890123]".into(),
+            long_integer.clone(),
+            format!("[\"{long_integer}e999\", 1]"),
+            r#"{"e": "1e999", "n": 2e9}"#.into(),
+        ] {
+            assert!(serde_json::from_str::<&serde_json::value::RawValue>(&json).is_ok());
+            assert_eq!(
+                strict_readers_refuse(&json),
+                !strict_in_a_batch_reply(&json),
+                "{}",
+                &json[..json.len().min(80)]
+            );
+        }
+        assert!(!strict_readers_refuse(&nested(VERBATIM_DEPTH_MAX)));
+        assert!(strict_readers_refuse(&nested(VERBATIM_DEPTH_MAX + 1)));
+        assert!(strict_readers_refuse("1e999"));
+        assert!(strict_readers_refuse(&long_integer));
     }
 
     #[test]
@@ -173,7 +262,40 @@ mod tests {
         }
     }
 
+    /// JSON texts made of the parts that matter: nesting, numbers of every
+    /// size, strings with escapes (surrogates among them).
+    fn json_like() -> impl Strategy<Value = String> {
+        let number = prop_oneof![
+            "-?[0-9]{1,3}(\\.[0-9]{1,3})?([eE][-+]?[0-9]{1,3})?",
+            "[1-9][0-9]{290,320}",
+        ];
+        let string = "\"([a-z\\[\\]{}e1 ]|\\\\[nt\"\\\\]|\\\\u[dD][89abcAB][0-9a-f]{2}){0,6}\"";
+        let leaf = prop_oneof![number.boxed(), string.boxed(), Just("true".to_string())];
+        leaf.prop_recursive(140, 400, 3, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 1..3)
+                    .prop_map(|v| format!("[{}]", v.join(","))),
+                proptest::collection::vec(inner, 1..3).prop_map(|v| {
+                    let fields: Vec<String> = v
+                        .iter()
+                        .enumerate()
+                        .map(|(i, x)| format!("\"k{i}\":{x}"))
+                        .collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+            ]
+        })
+    }
+
     proptest! {
+        /// Whatever serde_json reads where a batch reply puts a payload is
+        /// sent verbatim, and nothing else.
+        #[test]
+        fn refuses_what_serde_json_refuses(json in json_like()) {
+            prop_assume!(serde_json::from_str::<&serde_json::value::RawValue>(&json).is_ok());
+            prop_assert_eq!(strict_readers_refuse(&json), !strict_in_a_batch_reply(&json), "{}", json);
+        }
+
         /// Any string, written by serde_json (with its escapes) and by hand with
         /// every character as `\uXXXX`, decodes back to itself.
         #[test]
