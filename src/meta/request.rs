@@ -110,14 +110,14 @@ pub fn parse_create(
         None => defaults.default_partitions,
         Some(p) => check_partitions(p, PARTITIONS_MIN, defaults)?,
     };
-    let retention_ms = match field_u64(&fields, "retention_ms")? {
+    let retention_ms = match field_ms(&fields, "retention_ms")? {
         None => defaults.default_retention_age_ms,
         Some(r) => {
             check_retention(r)?;
             r
         }
     };
-    let visibility_timeout_ms = field_u64(&fields, "visibility_timeout_ms")?
+    let visibility_timeout_ms = field_ms(&fields, "visibility_timeout_ms")?
         .map(|v| positive("visibility_timeout_ms", v))
         .transpose()?
         .unwrap_or(defaults.default_visibility_timeout_ms);
@@ -160,7 +160,7 @@ pub fn parse_alter(
         &ALTER_UNSUPPORTED,
         &ALTER_FIXED,
     )?;
-    let retention_ms = field_u64(&fields, "retention_ms")?
+    let retention_ms = field_ms(&fields, "retention_ms")?
         .map(|r| check_retention(r).map(|()| r))
         .transpose()?;
     let or_default = |v: Option<u32>, default: u32| v.map(|v| if v == 0 { default } else { v });
@@ -283,6 +283,21 @@ fn field_u64(fields: &Map<String, Value>, field: &str) -> Result<Option<u64>, Me
             .map(Some)
             .ok_or_else(|| wrong_type(field, "a non-negative integer", value)),
     }
+}
+
+/// A duration in milliseconds: at most `i64::MAX`, as the reference's
+/// 64-bit signed fields hold (and a client's clock arithmetic expects).
+fn field_ms(fields: &Map<String, Value>, field: &str) -> Result<Option<u64>, MetaError> {
+    let Some(value) = field_u64(fields, field)? else {
+        return Ok(None);
+    };
+    if value > i64::MAX as u64 {
+        return Err(MetaError::Invalid(format!(
+            "{field} must be at most {}, got {value}",
+            i64::MAX
+        )));
+    }
+    Ok(Some(value))
 }
 
 fn field_u32(fields: &Map<String, Value>, field: &str) -> Result<Option<u32>, MetaError> {

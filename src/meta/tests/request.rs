@@ -66,6 +66,42 @@ fn create_takes_every_field_given() {
     assert_eq!(record.max_acked_ahead_per_partition, u32::MAX);
 }
 
+/// Durations in milliseconds are 64-bit signed in the reference: past
+/// `i64::MAX` is bad input, at it is taken.
+#[test]
+fn millisecond_fields_stop_at_i64_max() {
+    let max = i64::MAX as u64;
+    for field in ["retention_ms", "visibility_timeout_ms"] {
+        let record = create_json(json!({"name": "t", field: max})).unwrap();
+        assert_eq!(
+            serde_json::to_value(&record).unwrap()[field].as_u64(),
+            Some(max)
+        );
+        assert_refused(
+            create_json(json!({"name": "t", field: max + 1})),
+            400,
+            &[field, "at most 9223372036854775807"],
+        );
+        assert_refused(
+            create_json(json!({"name": "t", field: u64::MAX})),
+            400,
+            &[field],
+        );
+    }
+    let current = create_json(json!({"name": "t"})).unwrap();
+    assert_eq!(
+        alter_json(&current, json!({"retention_ms": max}))
+            .unwrap()
+            .retention_ms,
+        Some(max)
+    );
+    assert_refused(
+        alter_json(&current, json!({"retention_ms": max + 1})),
+        400,
+        &["retention_ms", "at most"],
+    );
+}
+
 #[test]
 fn topic_names_follow_the_reference() {
     for good in [
@@ -163,7 +199,8 @@ fn retention_is_forever_or_at_least_an_hour() {
     let retention = |v: serde_json::Value| create_json(json!({"name": "t", "retention_ms": v}));
     assert_eq!(retention(json!(0)).unwrap().retention_ms, 0);
     assert_eq!(retention(json!(3_600_000)).unwrap().retention_ms, 3_600_000);
-    assert_eq!(retention(json!(u64::MAX)).unwrap().retention_ms, u64::MAX);
+    let max = i64::MAX as u64;
+    assert_eq!(retention(json!(max)).unwrap().retention_ms, max);
     for bad in [1, 1000, 3_599_999] {
         assert_refused(retention(json!(bad)), 400, &["retention_ms", "3600000"]);
     }
