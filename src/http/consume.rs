@@ -27,6 +27,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use narad_shards::ids::PartitionId;
 use serde::{Deserialize, Serialize};
 
+use super::produce_input::content;
 use super::response::{self, read_body, Body, CLIENT_HEADER};
 use super::routes::Api;
 use crate::broker::Shard;
@@ -478,6 +479,11 @@ fn settle_error(topic: &str, e: &SettleError) -> (StatusCode, String) {
     }
 }
 
+fn content_refusal(refused: &content::ContentRefusal) -> Response<Body> {
+    let (status, message) = refused.answer(ACK_BODY_BYTES_MAX);
+    response::error(status, &message)
+}
+
 async fn batch_ack<B>(
     api: &Api,
     shard: &Rc<Shard>,
@@ -490,6 +496,13 @@ where
     B: hyper::body::Body,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
+    // A compressed body is decoded as a batch produce's is; an encoding this
+    // server cannot decode is refused before the body is read.
+    let encoding = content::request_encoding(request.headers());
+    let encoding = match content::content_encoding(encoding.as_deref()) {
+        Ok(encoding) => encoding,
+        Err(refused) => return content_refusal(&refused),
+    };
     let body = match read_body(
         request.into_body(),
         ACK_BODY_BYTES_MAX,
@@ -499,6 +512,10 @@ where
     {
         Ok(body) => body,
         Err(refusal) => return refusal.into_response(),
+    };
+    let body = match content::decode_content(&body, encoding, ACK_BODY_BYTES_MAX) {
+        Ok(body) => body,
+        Err(refused) => return content_refusal(&refused),
     };
     if body.is_empty() {
         return bad_request("receipt_handle is missing: give it in the query, or a body {\"receipt_handles\":[...]}");

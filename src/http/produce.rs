@@ -14,7 +14,7 @@
 //! Which cores: the shard that accepted the connection; no cross-shard hop.
 
 use bytes::Bytes;
-use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+use hyper::header::CONTENT_LENGTH;
 use hyper::{Request, Response, StatusCode};
 use narad_shards::ids::{DenseIdMap, PartitionId};
 use narad_shards::wal::{IngressRecord, WalError};
@@ -178,15 +178,7 @@ where
     if let Err(message) = produce_input::batch_query_check(request.uri().query()) {
         return response::error(StatusCode::BAD_REQUEST, &message);
     }
-    // Several header lines are one list, as HTTP reads them, and a list of
-    // encodings is refused below like any other this server cannot decode.
-    let encodings: Vec<&str> = request
-        .headers()
-        .get_all(CONTENT_ENCODING)
-        .iter()
-        .map(|v| v.to_str().unwrap_or("\u{fffd}"))
-        .collect();
-    let encoding = (!encodings.is_empty()).then(|| encodings.join(", "));
+    let encoding = produce_input::content::request_encoding(request.headers());
     // An encoding this server cannot decode is refused before the body is read.
     if let Err(refusal) = produce_input::batch::check_content_encoding(encoding.as_deref()) {
         return response::error(StatusCode::UNSUPPORTED_MEDIA_TYPE, &refusal.message);

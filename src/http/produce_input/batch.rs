@@ -467,20 +467,8 @@ fn refusal(status: StatusCode, message: String) -> BatchRefusal {
 }
 
 fn content_refusal(refused: ContentRefusal) -> BatchRefusal {
-    match refused {
-        ContentRefusal::Unsupported(encoding) => refusal(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("unsupported content encoding {encoding:?}: send zstd, gzip or identity"),
-        ),
-        ContentRefusal::TooLarge => refusal(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body too large: at most {BATCH_BODY_BYTES_MAX} bytes decompressed"),
-        ),
-        ContentRefusal::Corrupt(reason) => refusal(
-            StatusCode::BAD_REQUEST,
-            format!("cannot decompress the request body: {reason}"),
-        ),
-    }
+    let (status, message) = refused.answer(BATCH_BODY_BYTES_MAX);
+    refusal(status, message)
 }
 
 /// A parse failure as a 400. Failures inside a message already name it (and where

@@ -56,6 +56,40 @@ pub enum ContentRefusal {
     Corrupt(String),
 }
 
+/// A request's `Content-Encoding`, `None` when it has none. Several header
+/// lines are one list, as HTTP reads them, and a list of encodings is refused
+/// by [`content_encoding`] like any other this server cannot decode.
+pub fn request_encoding(headers: &hyper::HeaderMap) -> Option<String> {
+    let encodings: Vec<&str> = headers
+        .get_all(hyper::header::CONTENT_ENCODING)
+        .iter()
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"))
+        .collect();
+    (!encodings.is_empty()).then(|| encodings.join(", "))
+}
+
+impl ContentRefusal {
+    /// The answer's status and message, for a body of at most `cap_bytes`
+    /// decompressed.
+    pub fn answer(&self, cap_bytes: usize) -> (hyper::StatusCode, String) {
+        use hyper::StatusCode;
+        match self {
+            ContentRefusal::Unsupported(encoding) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("unsupported content encoding {encoding:?}: send zstd, gzip or identity"),
+            ),
+            ContentRefusal::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body too large: at most {cap_bytes} bytes decompressed"),
+            ),
+            ContentRefusal::Corrupt(reason) => (
+                StatusCode::BAD_REQUEST,
+                format!("cannot decompress the request body: {reason}"),
+            ),
+        }
+    }
+}
+
 /// The encoding a `Content-Encoding` header value names.
 pub fn content_encoding(header: Option<&str>) -> Result<ContentEncoding, ContentRefusal> {
     let value = header.unwrap_or("").trim();
