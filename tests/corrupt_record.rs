@@ -31,19 +31,8 @@ fn a_rotten_record_is_410_on_replay_and_skipped_by_consumers() {
     drop(node);
 
     // Flip one byte in the middle of the middle frame.
-    let topic = data.join("topics").join("rot");
-    let incarnation = std::fs::read_dir(&topic)
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let partition = incarnation.join("p00000");
-    let segment = std::fs::read_dir(&partition)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|e| e == "log"))
-        .expect("a segment");
+    let segments = common::log_segments(&common::partition_dir(&data, "rot", 0));
+    let segment = segments.first().expect("a segment");
     let mut bytes = std::fs::read(&segment).unwrap();
     let used = bytes.iter().rposition(|&b| b != 0).expect("records") + 1;
     let frame = used / 3;

@@ -713,16 +713,7 @@ fn a_nearly_full_disk_refuses_produces_with_503_and_keeps_serving_consumers() {
 
 /// The size of the one `.log` file of partition 0 of `topic` under `data`.
 fn active_log_bytes(data: &std::path::Path, topic: &str) -> u64 {
-    let incarnations: Vec<_> = std::fs::read_dir(data.join("topics").join(topic))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .collect();
-    assert_eq!(incarnations.len(), 1, "{incarnations:?}");
-    let logs: Vec<_> = std::fs::read_dir(incarnations[0].join("p00000"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "log"))
-        .collect();
+    let logs = common::log_segments(&common::partition_dir(data, topic, 0));
     assert_eq!(logs.len(), 1, "{logs:?}");
     std::fs::metadata(&logs[0]).unwrap().len()
 }

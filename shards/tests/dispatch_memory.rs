@@ -24,13 +24,17 @@ const RECORDS: usize = 400;
 const PAYLOAD_BYTES: usize = 64 << 10;
 const INCARNATION: IncarnationId = IncarnationId(1);
 
-struct View;
+/// One topic, each partition on a shard of its own, all alive and local.
+struct View {
+    topic: &'static str,
+    partitions: u32,
+}
 
 impl Cluster for View {
     fn topic(&self, name: &str) -> Option<TopicMeta> {
-        (name == "big").then_some(TopicMeta {
+        (name == self.topic).then_some(TopicMeta {
             incarnation: INCARNATION,
-            partitions: PARTITIONS,
+            partitions: self.partitions,
         })
     }
     fn owner(&self, _: &str, partition: PartitionId) -> Option<OwnerId> {
@@ -64,7 +68,10 @@ impl DispatchEnv for Env {
     type View = View;
 
     fn view(&self) -> View {
-        View
+        View {
+            topic: "big",
+            partitions: PARTITIONS,
+        }
     }
 
     fn commit(
@@ -262,34 +269,14 @@ struct ProbeEnv {
     held_now: Cell<u64>,
 }
 
-struct WideView(u32);
-
-impl Cluster for WideView {
-    fn topic(&self, name: &str) -> Option<TopicMeta> {
-        (name == "wide").then_some(TopicMeta {
-            incarnation: INCARNATION,
-            partitions: self.0,
-        })
-    }
-    fn owner(&self, _: &str, partition: PartitionId) -> Option<OwnerId> {
-        Some(OwnerId {
-            node: 0,
-            shard: partition.0,
-        })
-    }
-    fn is_alive(&self, _: OwnerId) -> bool {
-        true
-    }
-    fn is_local(&self, _: OwnerId) -> bool {
-        true
-    }
-}
-
 impl DispatchEnv for ProbeEnv {
-    type View = WideView;
+    type View = View;
 
-    fn view(&self) -> WideView {
-        WideView(self.failing + 1)
+    fn view(&self) -> View {
+        View {
+            topic: "wide",
+            partitions: self.failing + 1,
+        }
     }
 
     fn commit(

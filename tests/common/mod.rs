@@ -594,3 +594,23 @@ pub fn batch_ok(
     assert_eq!(response.status, 202, "{response:?}");
     assert_eq!(json_of(&response), json!({ "accepted": count }));
 }
+
+/// The directory of partition `partition` of the one incarnation of `topic`
+/// under the data directory `data`.
+pub fn partition_dir(data: &Path, topic: &str, partition: u32) -> std::path::PathBuf {
+    let incarnations: Vec<_> = std::fs::read_dir(data.join("topics").join(topic))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    assert_eq!(incarnations.len(), 1, "{incarnations:?}");
+    incarnations[0].join(format!("p{partition:05}"))
+}
+
+/// The `.log` segment files of a partition directory.
+pub fn log_segments(partition: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(partition)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect()
+}
