@@ -33,7 +33,7 @@ fn a_rotten_record_is_410_on_replay_and_skipped_by_consumers() {
     // Flip one byte in the middle of the middle frame.
     let segments = common::log_segments(&common::partition_dir(&data, "rot", 0));
     let segment = segments.first().expect("a segment");
-    let mut bytes = std::fs::read(&segment).unwrap();
+    let mut bytes = std::fs::read(segment).unwrap();
     let used = bytes.iter().rposition(|&b| b != 0).expect("records") + 1;
     let frame = used / 3;
     assert!(
@@ -41,7 +41,7 @@ fn a_rotten_record_is_410_on_replay_and_skipped_by_consumers() {
         "three frames of about 250 bytes, {used} bytes used"
     );
     bytes[frame + frame / 2] ^= 0x55;
-    std::fs::write(&segment, &bytes).unwrap();
+    std::fs::write(segment, &bytes).unwrap();
 
     let node = Node::start_in(&data, 1, &[]);
     let mut client = node.client();
