@@ -95,6 +95,33 @@ fn a_request_without_one_host_header_is_400() {
     assert_eq!(old.read_response(false).unwrap().status, 200);
 }
 
+/// A query escape that does not decode is 400 and stores nothing, rather
+/// than a key of the escape's own text.
+#[test]
+fn a_query_with_a_broken_percent_escape_is_400() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create_topic(&mut client, "esc");
+    for query in ["key=%zz", "key=%", "partition=0&key=a%2"] {
+        let path = format!("/v1/topics/esc/produce?{query}");
+        let answer = client
+            .request("POST", &path, &[("content-type", "application/json")], "1")
+            .unwrap();
+        assert_eq!(answer.status, 400, "{query}: {answer:?}");
+        assert!(common::error_of(&answer).contains('%'), "{answer:?}");
+    }
+    assert_eq!(common::next_offsets(&mut client, "esc"), vec![0, 0, 0]);
+    let fine = client
+        .request(
+            "POST",
+            "/v1/topics/esc/produce?key=a%25b",
+            &[("content-type", "application/json")],
+            "1",
+        )
+        .unwrap();
+    assert_eq!(fine.status, 202, "{fine:?}");
+}
+
 #[test]
 fn headers_over_the_limit_are_431() {
     let node = Node::start(&[]);

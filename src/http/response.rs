@@ -175,6 +175,27 @@ pub fn host_guard(version: hyper::Version, headers: &HeaderMap) -> Result<(), Re
     }
 }
 
+/// A query whose percent-escapes do not decode (`%zz`, a `%` at the end) is
+/// refused 400: read leniently, the escape would stand for itself, and a
+/// `key=%zz` would place the record by bytes the client never meant.
+pub fn query_guard(query: Option<&str>) -> Result<(), Refusal> {
+    let Some(query) = query else {
+        return Ok(());
+    };
+    let bytes = query.as_bytes();
+    for at in memchr::memchr_iter(b'%', bytes) {
+        let escape = bytes.get(at + 1..at + 3);
+        if !escape.is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit)) {
+            return Err(Refusal {
+                status: StatusCode::BAD_REQUEST,
+                message:
+                    "the query holds a % not followed by two hex digits: percent-encode it as %25",
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Reads a whole request body of at most `limit_bytes` within `timeout`
 /// (`http.read_timeout`, which hyper applies to the headers only): 413 past the
 /// cap, 408 past the time, 400 when the body cannot be read (the client went away
@@ -336,6 +357,23 @@ mod tests {
                 StatusCode::PAYLOAD_TOO_LARGE
             );
         });
+    }
+
+    #[test]
+    fn a_query_whose_escapes_do_not_decode_is_400() {
+        for ok in [
+            None,
+            Some(""),
+            Some("key=a%20b"),
+            Some("key=%E2%82%ac&x=1"),
+            Some("a=%25"),
+        ] {
+            assert!(query_guard(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["key=%zz", "key=%", "key=%4", "a=1&key=%g0", "%%41"] {
+            let refusal = query_guard(Some(bad)).unwrap_err();
+            assert_eq!(refusal.status, StatusCode::BAD_REQUEST, "{bad}");
+        }
     }
 
     #[test]

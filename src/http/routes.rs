@@ -308,6 +308,9 @@ impl Routes {
                 return refusal.into_response();
             }
         }
+        if let Err(refusal) = response::query_guard(request.uri().query()) {
+            return refusal.into_response();
+        }
         if let Err(refusal) = response::transfer_coding_guard(request.headers()) {
             return refusal.into_response();
         }
