@@ -111,10 +111,14 @@ async fn consume_queue(
     let deadline = Instant::now() + request.wait;
     let deadline_ms = now_ms().saturating_add(request.wait.as_millis() as u64);
     let local = shard.local_partitions(record);
-    if !local.is_empty() {
+    // Records promised to other shards' claims are held for them: a consumer
+    // that arrives after the promise takes only the others (see serve_fifo).
+    let unpromised = shard.queues.unpromised(record);
+    if !local.is_empty() && unpromised != Some(0) {
+        let max = unpromised.map_or(request.max, |n| request.max.min(n as usize));
         let got = shard
             .queues
-            .take(topic, record, &local, request.max, TAKE_BYTES_MAX)
+            .take(topic, record, &local, max, TAKE_BYTES_MAX)
             .await?;
         if !got.is_empty() {
             return Ok(got);
@@ -134,7 +138,7 @@ async fn consume_queue(
     if request.wait.is_zero() || shard.stopping.get() {
         return Ok(Vec::new());
     }
-    let (waiter, answer) = Waiter::new(request.max, deadline_ms);
+    let (waiter, answer) = Waiter::new_at(request.max, now_ms(), deadline_ms);
     // Guarded from the moment it is parked: the pump may hand it records while
     // the registrations below wait for room on the mesh, and a request dropped
     // then must release them, not take them away until their leases lapse.
@@ -193,7 +197,7 @@ async fn consume_pinned_here(
     if !got.is_empty() || request.wait.is_zero() || shard.stopping.get() {
         return Ok(got);
     }
-    let (waiter, answer) = Waiter::new(request.max, deadline_ms);
+    let (waiter, answer) = Waiter::new_at(request.max, now_ms(), deadline_ms);
     shard
         .waiters
         .park(record.id, topic, Some(partition), waiter.clone());
@@ -319,6 +323,11 @@ pub async fn serve_consume_op(
             .queues
             .release_delivered(incarnation, &topic, &unreceived);
     }
+    // Consumers parked here were held back from the record this claim took:
+    // what is left is theirs now.
+    if claim.is_some() {
+        shard.waiters.kick(incarnation, &topic);
+    }
 }
 
 /// The shard's pump: serves parked consumers when records arrive or consumers
@@ -382,22 +391,50 @@ async fn pump_topic(shard: &Rc<Shard>, kick: Kick) {
     if local.is_empty() {
         return;
     }
+    // Tokens and this shard's own consumers take turns by arrival: the tokens
+    // other shards registered before the longest-parked consumer here arrived
+    // are spent first (all of them when nobody is parked here), one record
+    // each; the consumers here then take what is not promised.
+    if shard.queues.has_tokens(incarnation) {
+        let before = shard.waiters.head_parked_ms(incarnation);
+        spend_tokens(shard, &topic, &record, &local, before.unwrap_or(u64::MAX)).await;
+    }
     serve_fifo(shard, &topic, &record, None, &local).await;
     if !shard.waiters.has_parked(incarnation) && shard.queues.has_tokens(incarnation) {
-        shard.queues.load_all(&topic, &record, &local).await;
-        for (to, promise) in shard.queues.spend_tokens(&record) {
-            let op = Op::Notify {
-                topic: topic.clone(),
-                incarnation,
-                owner: shard.index,
-                promise,
-            };
-            shard.send(to, op).await;
-        }
+        spend_tokens(shard, &topic, &record, &local, u64::MAX).await;
     }
 }
 
-/// Hands records to the FIFO's consumers, head first, until one finds nothing.
+/// Spends the topic's tokens registered before `before_ms` on the records
+/// available here, one `Op::Notify` each, and serves the topic again once
+/// the promises lapse.
+async fn spend_tokens(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    local: &[PartitionId],
+    before_ms: u64,
+) {
+    shard.queues.load_all(topic, record, local).await;
+    let notify = shard.queues.spend_tokens(record, before_ms);
+    if !notify.is_empty() {
+        shard.waiters.kick_at_claim_deadline(record.id, topic);
+    }
+    for (to, promise) in notify {
+        let op = Op::Notify {
+            topic: topic.clone(),
+            incarnation: record.id,
+            owner: shard.index,
+            promise,
+        };
+        shard.send(to, op).await;
+    }
+}
+
+/// Hands records to the FIFO's consumers, head first, until one finds
+/// nothing. The topic's FIFO takes only records not promised to another
+/// shard's claim (a pinned consumer takes from its partition regardless); the
+/// claim, its pass, or the promise's deadline serves it again.
 async fn serve_fifo(
     shard: &Rc<Shard>,
     topic: &Arc<str>,
@@ -405,10 +442,21 @@ async fn serve_fifo(
     pinned: Option<PartitionId>,
     partitions: &[PartitionId],
 ) {
-    while let Some(waiter) = shard.waiters.pop_live(record.id, pinned) {
+    loop {
+        let unpromised = match pinned {
+            Some(_) => None,
+            None => shard.queues.unpromised(record),
+        };
+        if unpromised == Some(0) {
+            return;
+        }
+        let Some(waiter) = shard.waiters.pop_live(record.id, pinned) else {
+            return;
+        };
+        let max = unpromised.map_or(waiter.max, |n| waiter.max.min(n as usize));
         let taken = shard
             .queues
-            .take(topic, record, partitions, waiter.max, TAKE_BYTES_MAX)
+            .take(topic, record, partitions, max, TAKE_BYTES_MAX)
             .await;
         match taken {
             Ok(got) if !got.is_empty() => {

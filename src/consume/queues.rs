@@ -577,13 +577,22 @@ impl Queues {
         self.tokens.borrow().has_tokens(incarnation, now_ms())
     }
 
-    /// Spends one token per available record not already promised; returns the
-    /// shards to notify, each once.
-    pub fn spend_tokens(&self, record: &TopicRecord) -> Vec<(usize, PromiseId)> {
+    /// Spends one token per available record not already promised, of the
+    /// tokens registered before `before_ms`; returns the shards to notify,
+    /// each once.
+    pub fn spend_tokens(&self, record: &TopicRecord, before_ms: u64) -> Vec<(usize, PromiseId)> {
         let available = self.available(record);
         self.tokens
             .borrow_mut()
-            .spend(record.id, available, now_ms())
+            .spend_registered_before(record.id, available, now_ms(), before_ms)
+    }
+
+    /// How many records this shard's own consumers may take now: `None` when
+    /// no promise is outstanding (no bound), else the records available
+    /// beyond those promised to other shards, held for their claims.
+    pub fn unpromised(&self, record: &TopicRecord) -> Option<u64> {
+        let outstanding = self.tokens.borrow().outstanding(record.id, now_ms());
+        (outstanding > 0).then(|| self.available(record).saturating_sub(outstanding))
     }
 
     /// A notified shard claimed or passed: that promise is retired.

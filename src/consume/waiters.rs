@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use narad_io::rt::Notify;
-use narad_shards::consume::tokens::PromiseId;
+use narad_shards::consume::tokens::{PromiseId, CLAIM_DEADLINE};
 use narad_shards::consume::waiters as core;
 use narad_shards::ids::{IncarnationId, PartitionId};
 
@@ -43,6 +43,9 @@ pub struct Waiters {
     /// Topics whose consumers are served again after a pause, because a read
     /// of one of their partitions failed.
     pub retrying: RefCell<HashSet<IncarnationId>>,
+    /// Topics whose pump runs again at the deadline of a promise made (see
+    /// [`Waiters::kick_at_claim_deadline`]).
+    pub promised: RefCell<HashSet<IncarnationId>>,
 }
 
 impl Waiters {
@@ -80,6 +83,23 @@ impl Waiters {
         narad_io::rt::spawn_local(async move {
             narad_io::rt::sleep(READ_RETRY_AFTER).await;
             waiters.retrying.borrow_mut().remove(&incarnation);
+            waiters.kick(incarnation, &topic);
+        });
+    }
+
+    /// Serves the topic again once the promises made now have lapsed: the
+    /// consumers parked here are held back from promised records until their
+    /// claim, pass or deadline, and a promise whose notified shard never
+    /// answers is retired by nothing but the clock. One timer per topic: a
+    /// later promise is covered by the run it causes.
+    pub fn kick_at_claim_deadline(self: &Rc<Self>, incarnation: IncarnationId, topic: &Arc<str>) {
+        if !self.promised.borrow_mut().insert(incarnation) {
+            return;
+        }
+        let (waiters, topic) = (self.clone(), topic.clone());
+        narad_io::rt::spawn_local(async move {
+            narad_io::rt::sleep(CLAIM_DEADLINE + Duration::from_millis(1)).await;
+            waiters.promised.borrow_mut().remove(&incarnation);
             waiters.kick(incarnation, &topic);
         });
     }
@@ -146,6 +166,11 @@ impl Waiters {
     /// Whether a live unpinned consumer is parked on the topic.
     pub fn has_parked(&self, incarnation: IncarnationId) -> bool {
         self.core.borrow().has_parked(incarnation)
+    }
+
+    /// See [`core::Waiters::head_parked_ms`].
+    pub fn head_parked_ms(&self, incarnation: IncarnationId) -> Option<u64> {
+        self.core.borrow().head_parked_ms(incarnation)
     }
 
     /// See [`core::Waiters::registrations_needed`].

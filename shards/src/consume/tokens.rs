@@ -23,6 +23,13 @@
 //! One token per (requesting shard, topic): a registration replaces the shard's
 //! token rather than stacking one, and a spent token is gone (single use), so a
 //! stale token costs at most one notification.
+//!
+//! Tokens and the owner's own parked consumers share one order, by arrival: a
+//! token stands where its latest registration put it, and the pump spends the
+//! tokens registered before its longest-parked consumer arrived first
+//! ([`Tokens::spend_registered_before`]). A record promised is held for its
+//! claim: the pump serves its own consumers only from the records not promised
+//! ([`Tokens::outstanding`]), until the claim, the pass or the deadline.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -42,8 +49,9 @@ fn ms(d: Duration) -> u64 {
 /// The tokens and promises of one topic.
 #[derive(Default, Debug)]
 struct TopicTokens {
-    /// (requesting shard, expiry in ms), oldest registration first.
-    held: Vec<(usize, u64)>,
+    /// (requesting shard, expiry in ms, registered at in ms), oldest
+    /// registration first.
+    held: Vec<(usize, u64, u64)>,
     /// (notified shard, deadline in ms, promise id) of notifications sent and
     /// not yet claimed or passed, oldest first.
     outstanding: Vec<(usize, u64, PromiseId)>,
@@ -71,9 +79,20 @@ impl Tokens {
         now_ms: u64,
     ) {
         let entry = self.topics.entry(incarnation).or_default();
-        entry.held.retain(|(s, _)| *s != from);
+        let until = now_ms.saturating_add(ms(ttl));
+        // A renewal of a live token keeps its place: the consumers it stands
+        // for have waited since it was registered.
+        if let Some(live) = entry
+            .held
+            .iter_mut()
+            .find(|(s, expiry, _)| *s == from && *expiry > now_ms)
+        {
+            live.1 = until;
+            return;
+        }
+        entry.held.retain(|(s, _, _)| *s != from);
         if entry.held.len() < TOKENS_PER_TOPIC_MAX {
-            entry.held.push((from, now_ms.saturating_add(ms(ttl))));
+            entry.held.push((from, until, now_ms));
         }
         assert!(entry.held.len() <= TOKENS_PER_TOPIC_MAX);
     }
@@ -82,7 +101,7 @@ impl Tokens {
     pub fn has_tokens(&self, incarnation: IncarnationId, now_ms: u64) -> bool {
         self.topics
             .get(&incarnation)
-            .is_some_and(|t| t.held.iter().any(|&(_, until)| until > now_ms))
+            .is_some_and(|t| t.held.iter().any(|&(_, until, _)| until > now_ms))
     }
 
     /// Notifications of the topic sent and neither claimed, passed nor lapsed.
@@ -104,10 +123,22 @@ impl Tokens {
         available: u64,
         now_ms: u64,
     ) -> Vec<(usize, PromiseId)> {
+        self.spend_registered_before(incarnation, available, now_ms, u64::MAX)
+    }
+
+    /// [`Tokens::spend`], of the tokens registered before `before_ms` only
+    /// (those that arrived before the owner's longest-parked consumer).
+    pub fn spend_registered_before(
+        &mut self,
+        incarnation: IncarnationId,
+        available: u64,
+        now_ms: u64,
+        before_ms: u64,
+    ) -> Vec<(usize, PromiseId)> {
         let Some(entry) = self.topics.get_mut(&incarnation) else {
             return Vec::new();
         };
-        entry.held.retain(|&(_, until)| until > now_ms);
+        entry.held.retain(|&(_, until, _)| until > now_ms);
         entry
             .outstanding
             .retain(|&(_, deadline, _)| deadline > now_ms);
@@ -115,8 +146,8 @@ impl Tokens {
         let mut spare = available.saturating_sub(promised);
         let mut notify = Vec::new();
         // Bounded by the tokens held: every iteration removes one.
-        while spare > 0 && !entry.held.is_empty() {
-            let (shard, _) = entry.held.remove(0);
+        while spare > 0 && entry.held.first().is_some_and(|&(_, _, at)| at < before_ms) {
+            let (shard, _, _) = entry.held.remove(0);
             let promise = PromiseId(self.next_promise);
             self.next_promise += 1;
             let deadline = now_ms.saturating_add(ms(CLAIM_DEADLINE));
@@ -249,6 +280,33 @@ mod tests {
         assert!(tokens.spend(T, 1, lapsed + 2).is_empty());
         tokens.retire_notification(T, 1, again[0].1);
         assert_eq!(shards(&spent(&mut tokens, 1, lapsed + 3)), vec![3]);
+    }
+
+    #[test]
+    fn only_tokens_registered_before_the_given_time_are_spent() {
+        let mut tokens = Tokens::default();
+        let ttl = Duration::from_secs(5);
+        tokens.register(T, 1, ttl, 1_000);
+        tokens.register(T, 2, ttl, 1_200);
+        tokens.register(T, 3, ttl, 1_400);
+        let early = tokens.spend_registered_before(T, 3, 1_500, 1_300);
+        assert_eq!(shards(&early), vec![1, 2]);
+        // The one left arrived after: it waits for a spend without the bound.
+        assert!(tokens
+            .spend_registered_before(T, 3, 1_500, 1_400)
+            .is_empty());
+        assert_eq!(shards(&spent(&mut tokens, 3, 1_500)), vec![3]);
+        // A renewal of a live token keeps its place; one registered after
+        // its token lapsed (or was spent) goes to the back.
+        tokens.register(T, 1, ttl, 2_000);
+        tokens.register(T, 2, Duration::from_millis(50), 2_100);
+        tokens.register(T, 1, ttl, 2_200);
+        tokens.register(T, 2, ttl, 2_300);
+        assert_eq!(
+            shards(&tokens.spend_registered_before(T, 2, 2_400, 2_250)),
+            vec![1]
+        );
+        assert_eq!(shards(&spent(&mut tokens, 2, 2_400)), vec![2]);
     }
 
     #[test]

@@ -67,19 +67,33 @@ pub struct Waiter<D> {
     /// When it stops waiting, on the caller's millisecond clock: the
     /// registrations kept for it last no longer.
     pub deadline_ms: u64,
+    /// When it parked, on the same clock: its place beside the tokens other
+    /// shards left (see [`Waiters::head_parked_ms`]).
+    pub parked_ms: u64,
     reply: RefCell<Option<oneshot::Sender<D>>>,
 }
 
 impl<D> Waiter<D> {
-    pub fn new(max: usize, deadline_ms: u64) -> (Rc<Waiter<D>>, oneshot::Receiver<D>) {
+    /// A consumer that parks at `parked_ms` and waits until `deadline_ms`.
+    pub fn new_at(
+        max: usize,
+        parked_ms: u64,
+        deadline_ms: u64,
+    ) -> (Rc<Waiter<D>>, oneshot::Receiver<D>) {
         assert!(max > 0, "a consumer asks for at least one record");
         let (reply, answer) = oneshot::channel();
         let waiter = Rc::new(Waiter {
             max,
             deadline_ms,
+            parked_ms,
             reply: RefCell::new(Some(reply)),
         });
         (waiter, answer)
+    }
+
+    /// A consumer parked since the clock's start: ahead of every token.
+    pub fn new(max: usize, deadline_ms: u64) -> (Rc<Waiter<D>>, oneshot::Receiver<D>) {
+        Self::new_at(max, 0, deadline_ms)
     }
 
     /// Still waiting: not delivered to, not timed out, request not cancelled.
@@ -317,6 +331,18 @@ impl<D> Waiters<D> {
             !fifo.is_empty()
         });
         entry.pinned.keys().copied().collect()
+    }
+
+    /// When the first live unpinned consumer of the topic's FIFO parked: the
+    /// owner's pump serves the tokens registered before it first. `None`
+    /// when nobody is parked.
+    pub fn head_parked_ms(&self, incarnation: IncarnationId) -> Option<u64> {
+        let entry = self.topics.get(&incarnation)?;
+        entry
+            .queue
+            .iter()
+            .find(|w| w.is_live())
+            .map(|w| w.parked_ms)
     }
 
     /// Whether a live unpinned consumer is parked on the topic.

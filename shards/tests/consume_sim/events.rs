@@ -13,7 +13,7 @@ use narad_shards::ids::{Offset, PartitionId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::world::{Asker, Consumer, Ev, Held, Kind, Lease, Msg, Plan, Shard, Sim, State};
+use crate::world::{Asker, Consumer, Ev, Held, Kind, Lease, Msg, Plan, Shard, Sim, State, Steady};
 use crate::{
     DRAIN_ARRIVE_PER_MILLE, DRAIN_MS_MAX, RECORDS_PER_PARTITION_MAX, RUN_MS, TICK_MS, WAIT_MS_MAX,
 };
@@ -99,6 +99,10 @@ impl Sim {
             Ev::Persist(s, epoch) if self.shards[s].epoch == epoch => self.persist(s),
             Ev::Deadline(c) => self.deadline(c),
             Ev::Act(h) => self.act(h),
+            Ev::PromiseLapse(s, epoch, t) if self.shards[s].epoch == epoch => {
+                self.shards[s].promise_timer.remove(&t);
+                self.wake(s, t);
+            }
             // A task of a shard that crashed since.
             Ev::Pump(..)
             | Ev::PumpTopic(..)
@@ -106,7 +110,8 @@ impl Sim {
             | Ev::ClaimStart(..)
             | Ev::Keeper(..)
             | Ev::Purge(..)
-            | Ev::Persist(..) => {}
+            | Ev::Persist(..)
+            | Ev::PromiseLapse(..) => {}
         }
         self.collect_deliveries();
     }
@@ -120,6 +125,11 @@ impl Sim {
         if self.draining && self.now_ms >= RUN_MS + DRAIN_MS_MAX {
             let what = format!("the drain did not settle: {:?}", self.unsettled());
             self.report_failure(&what);
+        }
+        if let Some(steady) = self.steady.filter(|_| !self.draining) {
+            self.steady_tick(steady);
+            let next = self.rng.random_range(1..=TICK_MS);
+            return self.at(next, Ev::Tick);
         }
         if self.now_ms >= self.workload.until_ms {
             self.workload = Workload::roll(&mut self.rng, self.now_ms);
@@ -143,11 +153,38 @@ impl Sim {
         self.at(next, Ev::Tick);
     }
 
+    /// The fairness scenario's tick: one record to the next partition when
+    /// its time comes, and every shard's waiting consumers made up again.
+    fn steady_tick(&mut self, mut steady: Steady) {
+        if self.now_ms >= steady.next_produce_ms {
+            let p = PartitionId(steady.next_partition % self.topics[0].partitions);
+            steady.next_partition += 1;
+            steady.next_produce_ms = self.now_ms + steady.produce_every_ms;
+            self.produce_to(0, p, 1);
+        }
+        self.steady = Some(steady);
+        for s in 0..self.shards() {
+            let open = self
+                .consumers
+                .iter()
+                .filter(|c| c.shard == s && c.origin.is_none() && c.state != State::Done)
+                .count();
+            for _ in open..steady.consumers_per_shard {
+                self.arrive_as(s, 0, None, 1, WAIT_MS_MAX);
+            }
+        }
+    }
+
     /// `Queues::on_visible` on the owner after a commit.
     fn produce(&mut self) {
         let t = self.rng.random_range(0..self.topics.len());
         let p = PartitionId(self.rng.random_range(0..self.topics[t].partitions));
         let n = self.rng.random_range(1..=3);
+        self.produce_to(t, p, n);
+    }
+
+    /// `n` records committed to partition `p` of topic `t`.
+    fn produce_to(&mut self, t: usize, p: PartitionId, n: u64) {
         let disk = self.disk.get_mut(&(t, p)).unwrap();
         let hwm = Offset((disk.hwm.0 + n).min(RECORDS_PER_PARTITION_MAX));
         disk.hwm = hwm;
@@ -177,6 +214,18 @@ impl Sim {
         } else {
             self.rng.random_range(1..=WAIT_MS_MAX)
         };
+        self.arrive_as(s, t, pinned, max, wait_ms);
+    }
+
+    /// A consume request with these parameters lands on shard `s`.
+    fn arrive_as(
+        &mut self,
+        s: usize,
+        t: usize,
+        pinned: Option<PartitionId>,
+        max: usize,
+        wait_ms: u64,
+    ) {
         let c = self.consumers.len();
         self.consumers.push(Consumer {
             shard: s,

@@ -26,7 +26,10 @@ impl Sim {
             self.consumers[c].max,
         );
         let local = self.local_partitions(s, t);
-        if !local.is_empty() {
+        // Records promised to other shards' claims are held for them.
+        let unpromised = self.unpromised(s, t);
+        if !local.is_empty() && unpromised != Some(0) {
+            let max = unpromised.map_or(max, |n| max.min(n as usize));
             let got = self.take(s, t, &local, max);
             if !got.is_empty() {
                 return self.receive(c, got);
@@ -88,7 +91,7 @@ impl Sim {
     fn park(&mut self, c: usize, pinned: Option<PartitionId>) {
         let (s, t) = (self.consumers[c].shard, self.consumers[c].topic);
         let consumer = &self.consumers[c];
-        let (waiter, answer) = Waiter::new(consumer.max, consumer.deadline_ms);
+        let (waiter, answer) = Waiter::new_at(consumer.max, self.now_ms, consumer.deadline_ms);
         let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
         self.shards[s]
             .waiters
@@ -212,6 +215,10 @@ impl Sim {
                 self.answer(s, from, t, asker, got);
             }
         }
+        // Consumers parked on the owner were held back from what the claim took.
+        if claim.is_some() {
+            self.wake(s, t);
+        }
     }
 
     /// Whether the asker still holds the receiving end of its answer.
@@ -309,6 +316,10 @@ impl Sim {
         if was_parked && !got.is_empty() {
             self.served_ms.insert(key, self.now_ms);
         }
+        if origin.is_none() && key.2.is_none() && !self.draining {
+            self.delivered_per_shard[s] += got.len() as u64;
+        }
+
         if let Some(origin) = origin {
             let to = self.consumers[origin].shard;
             return self.answer(s, to, t, Asker::Pinned { consumer: origin }, got);

@@ -62,6 +62,12 @@
 //! `NARAD_TEST_SEED=<n>` replays one seed; `NARAD_SIM_SEEDS=<n>` runs more seeds
 //! (default 200) from a random base.
 //!
+//! A second test runs a fixed scenario instead of the random workload
+//! (`Sim::fair`): records at a steady pace, consumers always waiting on every
+//! shard, one shard owning none of the topic's partitions. Its consumers must
+//! get a fair part of the records: tokens take their turn beside an owner's own
+//! consumers.
+//!
 //! Files:
 //! - `world.rs`: the simulated node (topics, disk, shards, consumers, claims, mesh
 //!   messages, events) and the plumbing of every step (scheduling, the mesh, the
@@ -139,6 +145,39 @@ const CAPS: Caps = Caps {
     acked_ahead_max: 4_096,
 };
 const _: () = assert!(CAPS.in_flight_max as u64 > 2 * 6 * RECORDS_PER_PARTITION_MAX);
+
+/// Seeds of the fairness scenario by default.
+const FAIR_SEEDS_DEFAULT: u64 = 20;
+
+/// Consumers parked on a shard that owns none of the topic's partitions take
+/// their turn beside the owners' own consumers: the tokens their shard left
+/// stand in the owners' order by arrival, and a record promised to their claim
+/// is held for it. Four shards, two consumers always waiting on each: the
+/// shard without partitions must get at least half of its fair quarter.
+#[test]
+fn consumers_on_a_shard_without_partitions_get_their_turn() {
+    seeded::run(
+        "fair consume simulation",
+        "consume_sim",
+        FAIR_SEEDS_DEFAULT,
+        |seed| {
+            let mut sim = Sim::fair(seed);
+            sim.run();
+            let per_shard = sim.delivered_per_shard.clone();
+            let total: u64 = per_shard.iter().sum();
+            assert!(total >= 100, "seed {seed}: only {total} records delivered");
+            assert!(
+            per_shard[3] * 8 >= total,
+            "seed {seed}: shard 3 owns no partition and got {} of {total} records ({per_shard:?})",
+            per_shard[3]
+        );
+            sim.stats.insert("delivered before the drain", total);
+            sim.stats
+                .insert("delivered on the shard without partitions", per_shard[3]);
+            sim.stats
+        },
+    );
+}
 
 #[test]
 fn parked_consumers_get_every_record_across_shards() {

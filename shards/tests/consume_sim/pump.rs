@@ -67,20 +67,37 @@ impl Sim {
         if local.is_empty() {
             return;
         }
+        // Tokens registered before the longest-parked consumer here go first.
+        if self.shards[s].tokens.has_tokens(id, self.now_ms) {
+            let before = self.shards[s].waiters.head_parked_ms(id);
+            self.spend_tokens(s, t, &local, before.unwrap_or(u64::MAX));
+        }
         self.serve_fifo(s, t, None, &local);
         let now = self.now_ms;
         if self.shards[s].waiters.has_parked(id) || !self.shards[s].tokens.has_tokens(id, now) {
             return;
         }
-        // `load_all`, then `spend_tokens`.
-        for &p in &local {
+        self.spend_tokens(s, t, &local, u64::MAX);
+    }
+
+    /// `flow::spend_tokens`: `load_all`, then `Queues::spend_tokens`, one
+    /// `Op::Notify` each, and `kick_at_claim_deadline`.
+    fn spend_tokens(&mut self, s: usize, t: usize, local: &[PartitionId], before_ms: u64) {
+        let (id, now) = (self.topics[t].id, self.now_ms);
+        for &p in local {
             self.load(s, t, p);
         }
         let available = self.available_loaded(s, t);
         let ledger = self.ledger.entry((s, t)).or_default();
         ledger.retain(|&(_, deadline, _)| deadline > now);
         let promised = ledger.len() as u64;
-        let notify = self.shards[s].tokens.spend(id, available, now);
+        let notify = self.shards[s]
+            .tokens
+            .spend_registered_before(id, available, now, before_ms);
+        if !notify.is_empty() && self.shards[s].promise_timer.insert(t) {
+            let epoch = self.shards[s].epoch;
+            self.at(ms(CLAIM_DEADLINE) + 1, Ev::PromiseLapse(s, epoch, t));
+        }
         if notify.len() as u64 > available.saturating_sub(promised) {
             self.report_failure(&format!(
                 "shard {s} notified {notify:?} for t{t} with {available} available and {promised} promised"
@@ -114,9 +131,20 @@ impl Sim {
     ) {
         let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
         // Bounded: every round hands records to a consumer taken off the FIFO, or
-        // puts it back and stops.
-        while let Some(waiter) = self.shards[s].waiters.pop_live(id, pinned) {
-            let got = self.take(s, t, parts, waiter.max);
+        // puts it back and stops. The topic's FIFO takes only unpromised records.
+        loop {
+            let unpromised = match pinned {
+                Some(_) => None,
+                None => self.unpromised(s, t),
+            };
+            if unpromised == Some(0) {
+                return;
+            }
+            let Some(waiter) = self.shards[s].waiters.pop_live(id, pinned) else {
+                return;
+            };
+            let max = unpromised.map_or(waiter.max, |n| waiter.max.min(n as usize));
+            let got = self.take(s, t, parts, max);
             if got.is_empty() {
                 self.shards[s].waiters.push_front(id, &name, pinned, waiter);
                 return;

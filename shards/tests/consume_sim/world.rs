@@ -122,6 +122,8 @@ pub(crate) enum Ev {
     Persist(usize, u64),
     Deadline(usize),
     Act(u64),
+    /// `Waiters::kick_at_claim_deadline` fires: topic `t` is served again.
+    PromiseLapse(usize, u64, usize),
 }
 
 pub(crate) struct Topic {
@@ -154,6 +156,8 @@ pub(crate) struct Shard {
     pub(crate) tokens: Tokens,
     pub(crate) pump_scheduled: bool,
     pub(crate) keeper_running: bool,
+    /// Topics with a `kick_at_claim_deadline` timer running.
+    pub(crate) promise_timer: std::collections::BTreeSet<usize>,
 }
 
 impl Shard {
@@ -165,6 +169,7 @@ impl Shard {
             tokens: Tokens::default(),
             pump_scheduled: false,
             keeper_running: false,
+            promise_timer: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -224,9 +229,25 @@ pub(crate) struct Held {
 /// A promise the simulation counts: (notified shard, deadline in ms, id).
 pub(crate) type Promised = (usize, u64, PromiseId);
 
+/// The fairness scenario's workload (see `Sim::fair`): records at a steady
+/// pace, and on every shard the same number of consumers waiting, each one
+/// replaced as soon as it is answered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Steady {
+    pub(crate) consumers_per_shard: usize,
+    pub(crate) produce_every_ms: u64,
+    pub(crate) next_produce_ms: u64,
+    pub(crate) next_partition: u32,
+}
+
 pub(crate) struct Sim {
     pub(crate) seed: u64,
     pub(crate) workload: Workload,
+    /// Replaces the random workload until the drain (the fairness scenario).
+    pub(crate) steady: Option<Steady>,
+    /// Records delivered to unpinned consumers, per shard they arrived on,
+    /// before the drain.
+    pub(crate) delivered_per_shard: Vec<u64>,
     pub(crate) rng: ChaCha8Rng,
     pub(crate) now_ms: u64,
     pub(crate) seq: u64,
@@ -275,6 +296,32 @@ impl Sim {
                 visibility_ms: rng.random_range(300..3_000),
             })
             .collect();
+        Sim::with(seed, rng, shards, topics, calm)
+    }
+
+    /// The fairness scenario: 4 shards, one topic of 3 partitions on shards 0
+    /// to 2, so that shard 3 owns none; no crash, no stall; records every 60
+    /// ms; two consumers always waiting on every shard.
+    pub(crate) fn fair(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let topic = Topic {
+            id: IncarnationId(1),
+            name: Arc::from("t0"),
+            partitions: 3,
+            shift: 0,
+            visibility_ms: rng.random_range(300..3_000),
+        };
+        let mut sim = Sim::with(seed, rng, 4, vec![topic], true);
+        sim.steady = Some(Steady {
+            consumers_per_shard: 2,
+            produce_every_ms: 60,
+            next_produce_ms: 0,
+            next_partition: 0,
+        });
+        sim
+    }
+
+    fn with(seed: u64, mut rng: ChaCha8Rng, shards: usize, topics: Vec<Topic>, calm: bool) -> Self {
         let mut disk = BTreeMap::new();
         for (t, topic) in topics.iter().enumerate() {
             for p in 0..topic.partitions {
@@ -290,6 +337,8 @@ impl Sim {
         let mut sim = Sim {
             seed,
             workload,
+            steady: None,
+            delivered_per_shard: vec![0; shards],
             rng,
             now_ms: 1_000,
             seq: 0,
@@ -403,6 +452,14 @@ impl Sim {
             let epoch = self.shards[s].epoch;
             self.at(delay, Ev::Pump(s, epoch));
         }
+    }
+
+    /// `Queues::unpromised`: `None` without promises outstanding on owner `s`,
+    /// else the records its own consumers may take.
+    pub(crate) fn unpromised(&self, s: usize, t: usize) -> Option<u64> {
+        let id = self.topics[t].id;
+        let outstanding = self.shards[s].tokens.outstanding(id, self.now_ms);
+        (outstanding > 0).then(|| self.available_loaded(s, t).saturating_sub(outstanding))
     }
 
     /// The `wake` callback of `Queues`: kick the topic, wake the pump.
