@@ -66,6 +66,30 @@ fn create_takes_every_field_given() {
     assert_eq!(record.max_acked_ahead_per_partition, u32::MAX);
 }
 
+/// A field given twice is refused, on create and on alter, whatever the
+/// values: the request is ambiguous.
+#[test]
+fn a_field_given_twice_is_refused() {
+    assert_refused(
+        create_body(r#"{"name":"a","name":"b"}"#),
+        400,
+        &["duplicate field \"name\""],
+    );
+    assert_refused(
+        create_body(r#"{"name":"a","partitions":3,"partitions":3}"#),
+        400,
+        &["duplicate field"],
+    );
+    assert!(create_body(r#"{"name":"a","partitions":3}"#).is_ok());
+    let current = create_json(json!({"name": "t"})).unwrap();
+    let alter = parse_alter(
+        br#"{"retention_ms":3600000,"retention_ms":0}"#,
+        &current,
+        &defaults(),
+    );
+    assert_refused(alter, 400, &["duplicate field \"retention_ms\""]);
+}
+
 /// Durations in milliseconds are 64-bit signed in the reference: past
 /// `i64::MAX` is bad input, at it is taken.
 #[test]
