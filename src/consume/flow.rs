@@ -113,7 +113,7 @@ async fn consume_queue(
     let local = shard.local_partitions(record);
     // Records promised to other shards' claims are held for them: a consumer
     // that arrives after the promise takes only the others (see serve_fifo).
-    let unpromised = shard.queues.unpromised(record);
+    let unpromised = shard.queues.unpromised(record, &local);
     if !local.is_empty() && unpromised != Some(0) {
         let max = unpromised.map_or(request.max, |n| request.max.min(n as usize));
         let got = shard
@@ -416,7 +416,7 @@ async fn spend_tokens(
     before_ms: u64,
 ) {
     shard.queues.load_all(topic, record, local).await;
-    let notify = shard.queues.spend_tokens(record, before_ms);
+    let notify = shard.queues.spend_tokens(record, local, before_ms);
     if !notify.is_empty() {
         shard.waiters.kick_at_claim_deadline(record.id, topic);
     }
@@ -445,7 +445,7 @@ async fn serve_fifo(
     loop {
         let unpromised = match pinned {
             Some(_) => None,
-            None => shard.queues.unpromised(record),
+            None => shard.queues.unpromised(record, partitions),
         };
         if unpromised == Some(0) {
             return;

@@ -530,13 +530,13 @@ impl Queues {
 
     /// Records of the topic's loaded partitions here that a consume could take
     /// now, within the topic's caps.
-    fn available(&self, record: &TopicRecord) -> u64 {
+    fn available(&self, record: &TopicRecord, partitions: &[PartitionId]) -> u64 {
         let caps = caps_of(record);
-        self.parts
-            .borrow()
+        let parts = self.parts.borrow();
+        partitions
             .iter()
-            .filter(|((id, _), _)| *id == record.id)
-            .map(|(_, q)| {
+            .filter_map(|&p| parts.get(&(record.id, p)))
+            .map(|q| {
                 let q = q.borrow();
                 q.table.available_under(q.hwm, &caps)
             })
@@ -580,8 +580,13 @@ impl Queues {
     /// Spends one token per available record not already promised, of the
     /// tokens registered before `before_ms`; returns the shards to notify,
     /// each once.
-    pub fn spend_tokens(&self, record: &TopicRecord, before_ms: u64) -> Vec<(usize, PromiseId)> {
-        let available = self.available(record);
+    pub fn spend_tokens(
+        &self,
+        record: &TopicRecord,
+        partitions: &[PartitionId],
+        before_ms: u64,
+    ) -> Vec<(usize, PromiseId)> {
+        let available = self.available(record, partitions);
         self.tokens
             .borrow_mut()
             .spend_registered_before(record.id, available, now_ms(), before_ms)
@@ -590,9 +595,12 @@ impl Queues {
     /// How many records this shard's own consumers may take now: `None` when
     /// no promise is outstanding (no bound), else the records available
     /// beyond those promised to other shards, held for their claims.
-    pub fn unpromised(&self, record: &TopicRecord) -> Option<u64> {
+    pub fn unpromised(&self, record: &TopicRecord, partitions: &[PartitionId]) -> Option<u64> {
         let outstanding = self.tokens.borrow().outstanding(record.id, now_ms());
-        (outstanding > 0).then(|| self.available(record).saturating_sub(outstanding))
+        (outstanding > 0).then(|| {
+            self.available(record, partitions)
+                .saturating_sub(outstanding)
+        })
     }
 
     /// A notified shard claimed or passed: that promise is retired.
