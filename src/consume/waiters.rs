@@ -11,7 +11,7 @@
 //! expiries live on, so every consume-path deadline on a shard reads one clock.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +32,9 @@ pub type Waiter = core::Waiter<Vec<Delivered>>;
 /// (a failed log is opened again after a second too), not at once.
 pub const READ_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// Promise deadlines closer than this share one kick of the topic.
+pub const PROMISE_KICKS_APART: Duration = Duration::from_millis(10);
+
 /// One shard's parked consumers, and the wake-up of its pump.
 #[derive(Default)]
 pub struct Waiters {
@@ -43,9 +46,9 @@ pub struct Waiters {
     /// Topics whose consumers are served again after a pause, because a read
     /// of one of their partitions failed.
     pub retrying: RefCell<HashSet<IncarnationId>>,
-    /// Topics whose pump runs again at the deadline of a promise made (see
-    /// [`Waiters::kick_at_claim_deadline`]).
-    pub promised: RefCell<HashSet<IncarnationId>>,
+    /// Per topic, the deadlines of promises made, in order, while its timer
+    /// runs (see [`Waiters::kick_at_claim_deadline`]).
+    pub promised: RefCell<HashMap<IncarnationId, VecDeque<u64>>>,
 }
 
 impl Waiters {
@@ -87,20 +90,60 @@ impl Waiters {
         });
     }
 
-    /// Serves the topic again once the promises made now have lapsed: the
+    /// Serves the topic again at the deadline of a promise made now: the
     /// consumers parked here are held back from promised records until their
     /// claim, pass or deadline, and a promise whose notified shard never
-    /// answers is retired by nothing but the clock. One timer per topic: a
-    /// later promise is covered by the run it causes.
+    /// answers is retired by nothing but the clock. One timer task per topic
+    /// walks the deadlines in order, kicking at each (deadlines less than
+    /// [`PROMISE_KICKS_APART`] apart share one kick, at the later).
     pub fn kick_at_claim_deadline(self: &Rc<Self>, incarnation: IncarnationId, topic: &Arc<str>) {
-        if !self.promised.borrow_mut().insert(incarnation) {
+        let due = super::now_ms() + CLAIM_DEADLINE.as_millis() as u64 + 1;
+        let mut promised = self.promised.borrow_mut();
+        if let Some(dues) = promised.get_mut(&incarnation) {
+            // The running timer serves this deadline after the earlier ones.
+            match dues.back_mut() {
+                Some(last) if due - *last < PROMISE_KICKS_APART.as_millis() as u64 => *last = due,
+                _ => dues.push_back(due),
+            }
             return;
         }
+        promised.insert(incarnation, VecDeque::from([due]));
+        drop(promised);
         let (waiters, topic) = (self.clone(), topic.clone());
         narad_io::rt::spawn_local(async move {
-            narad_io::rt::sleep(CLAIM_DEADLINE + Duration::from_millis(1)).await;
-            waiters.promised.borrow_mut().remove(&incarnation);
-            waiters.kick(incarnation, &topic);
+            loop {
+                let next = waiters
+                    .promised
+                    .borrow()
+                    .get(&incarnation)
+                    .and_then(|dues| dues.front().copied());
+                let Some(next) = next else {
+                    return;
+                };
+                let now = super::now_ms();
+                if now < next {
+                    narad_io::rt::sleep(Duration::from_millis(next - now)).await;
+                    continue;
+                }
+                let done = {
+                    let mut promised = waiters.promised.borrow_mut();
+                    let dues = promised
+                        .get_mut(&incarnation)
+                        .expect("a timer's deadlines stay until it ends");
+                    while dues.front().is_some_and(|&d| d <= now) {
+                        dues.pop_front();
+                    }
+                    let done = dues.is_empty();
+                    if done {
+                        promised.remove(&incarnation);
+                    }
+                    done
+                };
+                waiters.kick(incarnation, &topic);
+                if done {
+                    return;
+                }
+            }
         });
     }
 
@@ -295,5 +338,43 @@ mod tests {
         assert_eq!(waiters.take_kicked().len(), 1);
         waiters.pumped(id);
         assert!(!woken(&waiters), "nothing held back: no wake");
+    }
+
+    /// Every promise's deadline kicks its topic, also one made while the
+    /// timer for an earlier promise already ran: a promise nobody answers
+    /// holds the consumers parked here back until its own deadline only.
+    #[test]
+    fn each_promise_deadline_kicks_the_topic_even_one_made_while_a_timer_runs() {
+        narad_io::rt::run_local(None, async {
+            let waiters = Rc::new(Waiters::default());
+            let topic: Arc<str> = Arc::from("t");
+            let id = IncarnationId(1);
+            let kicked = |waiters: &Waiters| {
+                let n = waiters.take_kicked().len();
+                if n > 0 {
+                    waiters.pumped(id);
+                }
+                n
+            };
+            let start = super::super::now_ms();
+            waiters.kick_at_claim_deadline(id, &topic);
+            narad_io::rt::sleep(Duration::from_millis(300)).await;
+            // A second promise, 300 ms later, and a third that shares its kick.
+            waiters.kick_at_claim_deadline(id, &topic);
+            waiters.kick_at_claim_deadline(id, &topic);
+            // Checks fall 150 ms or more from every deadline (501 and 801 ms).
+            narad_io::rt::sleep(Duration::from_millis(50)).await;
+            assert_eq!(kicked(&waiters), 0, "no deadline has passed");
+            narad_io::rt::sleep(Duration::from_millis(300)).await;
+            assert_eq!(kicked(&waiters), 1, "the first promise's deadline");
+            narad_io::rt::sleep(Duration::from_millis(350)).await;
+            assert_eq!(kicked(&waiters), 1, "the later promises' deadline");
+            assert!(waiters.promised.borrow().is_empty(), "the timer ended");
+            // A promise after the timer ended starts one again.
+            waiters.kick_at_claim_deadline(id, &topic);
+            narad_io::rt::sleep(Duration::from_millis(550)).await;
+            assert_eq!(kicked(&waiters), 1);
+            assert!(super::super::now_ms() - start >= 1_500);
+        });
     }
 }

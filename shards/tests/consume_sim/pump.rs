@@ -9,13 +9,15 @@
 //! promises: it never notifies more shards than the records available minus the
 //! promises outstanding.
 
+use std::collections::VecDeque;
+
 use narad_shards::consume::tokens::CLAIM_DEADLINE;
 use narad_shards::consume::waiters::{Notification, Renewal};
 use narad_shards::ids::{IncarnationId, PartitionId};
 use rand::Rng;
 
 use crate::world::{ms, Asker, Claim, Ev, Msg, Records, Sim};
-use crate::{KEEPER_INTERVAL_MS, RENEW_AFTER, TASK_DELAY_MAX_MS};
+use crate::{KEEPER_INTERVAL_MS, PROMISE_KICKS_APART_MS, RENEW_AFTER, TASK_DELAY_MAX_MS};
 
 impl Sim {
     /// `run_pump`, one round.
@@ -94,9 +96,22 @@ impl Sim {
         let notify = self.shards[s]
             .tokens
             .spend_registered_before(id, available, now, before_ms);
-        if !notify.is_empty() && self.shards[s].promise_timer.insert(t) {
-            let epoch = self.shards[s].epoch;
-            self.at(ms(CLAIM_DEADLINE) + 1, Ev::PromiseLapse(s, epoch, t));
+        if !notify.is_empty() {
+            // `kick_at_claim_deadline`.
+            let due = now + ms(CLAIM_DEADLINE) + 1;
+            match self.shards[s].promise_timer.get_mut(&t) {
+                Some(dues) => match dues.back_mut() {
+                    Some(last) if due - *last < PROMISE_KICKS_APART_MS => *last = due,
+                    _ => dues.push_back(due),
+                },
+                None => {
+                    self.shards[s]
+                        .promise_timer
+                        .insert(t, VecDeque::from([due]));
+                    let epoch = self.shards[s].epoch;
+                    self.at(due - now, Ev::PromiseLapse(s, epoch, t));
+                }
+            }
         }
         if notify.len() as u64 > available.saturating_sub(promised) {
             self.report_failure(&format!(

@@ -156,8 +156,9 @@ pub(crate) struct Shard {
     pub(crate) tokens: Tokens,
     pub(crate) pump_scheduled: bool,
     pub(crate) keeper_running: bool,
-    /// Topics with a `kick_at_claim_deadline` timer running.
-    pub(crate) promise_timer: std::collections::BTreeSet<usize>,
+    /// Per topic with a `kick_at_claim_deadline` timer running, the promise
+    /// deadlines it has yet to kick at, in order.
+    pub(crate) promise_timer: BTreeMap<usize, VecDeque<u64>>,
 }
 
 impl Shard {
@@ -169,7 +170,7 @@ impl Shard {
             tokens: Tokens::default(),
             pump_scheduled: false,
             keeper_running: false,
-            promise_timer: std::collections::BTreeSet::new(),
+            promise_timer: BTreeMap::new(),
         }
     }
 }
