@@ -155,8 +155,9 @@ const FAIR_SEEDS_DEFAULT: u64 = 20;
 /// Consumers parked on a shard that owns none of the topic's partitions take
 /// their turn beside the owners' own consumers: the tokens their shard left
 /// stand in the owners' order by arrival, and a record promised to their claim
-/// is held for it. Four shards, two consumers always waiting on each: the
-/// shard without partitions must get at least half of its fair quarter.
+/// is held for it. Four shards, two consumers always waiting on each: every
+/// shard, the one without partitions too, gets at least half of its fair
+/// quarter.
 #[test]
 fn consumers_on_a_shard_without_partitions_get_their_turn() {
     seeded::run(
@@ -169,11 +170,14 @@ fn consumers_on_a_shard_without_partitions_get_their_turn() {
             let per_shard = sim.delivered_per_shard.clone();
             let total: u64 = per_shard.iter().sum();
             assert!(total >= 100, "seed {seed}: only {total} records delivered");
-            assert!(
-            per_shard[3] * 8 >= total,
-            "seed {seed}: shard 3 owns no partition and got {} of {total} records ({per_shard:?})",
-            per_shard[3]
-        );
+            // Shard 3 owns no partition; the owners' own consumers must not be
+            // starved in its favour either.
+            for (s, &got) in per_shard.iter().enumerate() {
+                assert!(
+                    got * 8 >= total,
+                    "seed {seed}: shard {s} got {got} of {total} records ({per_shard:?})"
+                );
+            }
             sim.stats.insert("delivered before the drain", total);
             sim.stats
                 .insert("delivered on the shard without partitions", per_shard[3]);
