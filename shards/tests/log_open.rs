@@ -126,6 +126,46 @@ fn a_clean_close_spares_the_next_open_the_scan() {
     });
 }
 
+/// An active segment written with a larger segment size than the one
+/// configured now is not taken for a torn one: the open is refused and the
+/// file left as it was, and the sizes it was written with open it whole.
+#[test]
+fn a_segment_longer_than_the_configuration_allows_is_refused_not_cut() {
+    block_on(async {
+        let disk = SimDisk::new(17, SimFaults::default());
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        commit_n(&mut log, 100, 5_000).await;
+        drop(log);
+        // No clean close: the next open scans the segment.
+        disk.crash();
+        disk.reboot();
+        let segment = |disk: &SimDisk| {
+            let names = block_on(narad_io::Storage::list(disk, DIR)).unwrap();
+            let name = names.into_iter().find(|n| n.ends_with(".log")).unwrap();
+            disk.contents(&format!("{DIR}/{name}")).unwrap()
+        };
+        let before = segment(&disk);
+        let smaller = LogConfig {
+            segment_bytes_max: 64 << 10,
+            commit_bytes_max: 64 << 10,
+            prep_chunk_bytes: 0,
+            ..config()
+        };
+        let refused = PartitionLog::open(disk.clone(), DIR, smaller).await;
+        let error = refused.err().expect("the open is refused").to_string();
+        assert!(error.contains("past the"), "{error}");
+        assert_eq!(
+            segment(&disk),
+            before,
+            "the refused open changed the segment"
+        );
+        let (mut log, _) = open_counting(&disk).await;
+        assert_eq!(read_all(&mut log).await, 100);
+    });
+}
+
 #[test]
 fn a_bad_read_of_the_last_block_sends_the_open_to_the_scan() {
     block_on(async {

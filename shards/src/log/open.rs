@@ -158,6 +158,9 @@ async fn recover_active<S: Storage>(
     // An active segment never holds more than one segment or one commit plus a
     // preparation chunk; reading more would only read garbage.
     let readable = config.segment_file_bytes_max();
+    if size > readable {
+        refuse_data_past(&file, &path, readable, size).await?;
+    }
     let read_len = size.min(readable) as usize;
     let mut bytes = read_exact_at(&file, 0, read_len)
         .await
@@ -258,4 +261,34 @@ async fn recover_active<S: Storage>(
         preparing: None,
     };
     Ok(((active, scan.next_offset, last_commit_ms, scan.gaps), false))
+}
+
+/// An active segment longer than this configuration allows was written under
+/// a larger segment or commit size. Past the limit it may hold only zeros (a
+/// preparation chunk): anything else is acknowledged records, which a scan
+/// capped at the limit would take for a torn tail and cut. So the open is
+/// refused, and nothing is written, until the sizes it was written with are
+/// configured again.
+async fn refuse_data_past<F: BlockFile>(
+    file: &F,
+    path: &str,
+    readable: u64,
+    size: u64,
+) -> Result<(), LogError> {
+    const CHUNK_BYTES: u64 = 1 << 20;
+    let mut pos = readable;
+    while pos < size {
+        let len = (size - pos).min(CHUNK_BYTES) as usize;
+        let chunk = read_exact_at(file, pos, len)
+            .await
+            .map_err(io_err("read active segment"))?;
+        if let Some(at) = chunk.iter().position(|&b| b != 0) {
+            return Err(LogError::Config(format!(
+                "{path} holds data at byte {}, past the {readable} bytes a segment may span in this configuration: it was written with a larger segment or commit size, which must be configured again to open it",
+                pos + at as u64
+            )));
+        }
+        pos += len as u64;
+    }
+    Ok(())
 }
