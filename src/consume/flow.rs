@@ -113,9 +113,8 @@ async fn consume_queue(
     let local = shard.local_partitions(record);
     // Records promised to other shards' claims are held for them: a consumer
     // that arrives after the promise takes only the others (see serve_fifo).
-    let unpromised = shard.queues.unpromised(record, &local);
-    if !local.is_empty() && unpromised != Some(0) {
-        let max = unpromised.map_or(request.max, |n| request.max.min(n as usize));
+    let share = shard.queues.own_share(record, &local, request.max);
+    if let (false, Some(max)) = (local.is_empty(), share) {
         let got = shard
             .queues
             .take(topic, record, &local, max, TAKE_BYTES_MAX)
@@ -418,7 +417,11 @@ async fn spend_tokens(
     shard.queues.load_all(topic, record, local).await;
     let notify = shard.queues.spend_tokens(record, local, before_ms);
     if !notify.is_empty() {
-        shard.waiters.kick_at_claim_deadline(record.id, topic);
+        let queues = Rc::downgrade(&shard.queues);
+        let next = move |id| queues.upgrade().and_then(|q| q.next_promise_deadline(id));
+        shard
+            .waiters
+            .kick_at_claim_deadlines(record.id, topic, Box::new(next));
     }
     for (to, promise) in notify {
         let op = Op::Notify {
@@ -443,17 +446,17 @@ async fn serve_fifo(
     partitions: &[PartitionId],
 ) {
     loop {
-        let unpromised = match pinned {
-            Some(_) => None,
-            None => shard.queues.unpromised(record, partitions),
+        let share = match pinned {
+            Some(_) => Some(usize::MAX),
+            None => shard.queues.own_share(record, partitions, usize::MAX),
         };
-        if unpromised == Some(0) {
+        let Some(share) = share else {
             return;
-        }
+        };
         let Some(waiter) = shard.waiters.pop_live(record.id, pinned) else {
             return;
         };
-        let max = unpromised.map_or(waiter.max, |n| waiter.max.min(n as usize));
+        let max = waiter.max.min(share);
         let taken = shard
             .queues
             .take(topic, record, partitions, max, TAKE_BYTES_MAX)

@@ -592,15 +592,31 @@ impl Queues {
             .spend_registered_before(record.id, available, now_ms(), before_ms)
     }
 
-    /// How many records this shard's own consumers may take now: `None` when
-    /// no promise is outstanding (no bound), else the records available
-    /// beyond those promised to other shards, held for their claims.
-    pub fn unpromised(&self, record: &TopicRecord, partitions: &[PartitionId]) -> Option<u64> {
+    /// How many of `max` records a consumer of this shard may take now from
+    /// `partitions`: records promised to other shards' claims are held for
+    /// them, so only those beyond the promises outstanding; `None` when every
+    /// available record is promised (take nothing, wait for the claim, the
+    /// pass or the deadline).
+    pub fn own_share(
+        &self,
+        record: &TopicRecord,
+        partitions: &[PartitionId],
+        max: usize,
+    ) -> Option<usize> {
         let outstanding = self.tokens.borrow().outstanding(record.id, now_ms());
-        (outstanding > 0).then(|| {
-            self.available(record, partitions)
-                .saturating_sub(outstanding)
-        })
+        if outstanding == 0 {
+            return Some(max);
+        }
+        let spare = self
+            .available(record, partitions)
+            .saturating_sub(outstanding);
+        (spare > 0).then(|| max.min(usize::try_from(spare).unwrap_or(usize::MAX)))
+    }
+
+    /// When the next of the topic's promises lapses (see
+    /// [`Tokens::next_deadline`]).
+    pub fn next_promise_deadline(&self, incarnation: IncarnationId) -> Option<u64> {
+        self.tokens.borrow().next_deadline(incarnation, now_ms())
     }
 
     /// A notified shard claimed or passed: that promise is retired.

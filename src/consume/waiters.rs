@@ -11,13 +11,13 @@
 //! expiries live on, so every consume-path deadline on a shard reads one clock.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
 use narad_io::rt::Notify;
-use narad_shards::consume::tokens::{PromiseId, CLAIM_DEADLINE};
+use narad_shards::consume::tokens::PromiseId;
 use narad_shards::consume::waiters as core;
 use narad_shards::ids::{IncarnationId, PartitionId};
 
@@ -32,9 +32,6 @@ pub type Waiter = core::Waiter<Vec<Delivered>>;
 /// (a failed log is opened again after a second too), not at once.
 pub const READ_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Promise deadlines closer than this share one kick of the topic.
-pub const PROMISE_KICKS_APART: Duration = Duration::from_millis(10);
-
 /// One shard's parked consumers, and the wake-up of its pump.
 #[derive(Default)]
 pub struct Waiters {
@@ -46,9 +43,9 @@ pub struct Waiters {
     /// Topics whose consumers are served again after a pause, because a read
     /// of one of their partitions failed.
     pub retrying: RefCell<HashSet<IncarnationId>>,
-    /// Per topic, the deadlines of promises made, in order, while its timer
-    /// runs (see [`Waiters::kick_at_claim_deadline`]).
-    pub promised: RefCell<HashMap<IncarnationId, VecDeque<u64>>>,
+    /// Topics whose promise deadline timer runs (see
+    /// [`Waiters::kick_at_claim_deadlines`]).
+    pub promised: RefCell<HashSet<IncarnationId>>,
 }
 
 impl Waiters {
@@ -90,60 +87,31 @@ impl Waiters {
         });
     }
 
-    /// Serves the topic again at the deadline of a promise made now: the
-    /// consumers parked here are held back from promised records until their
-    /// claim, pass or deadline, and a promise whose notified shard never
-    /// answers is retired by nothing but the clock. One timer task per topic
-    /// walks the deadlines in order, kicking at each (deadlines less than
-    /// [`PROMISE_KICKS_APART`] apart share one kick, at the later).
-    pub fn kick_at_claim_deadline(self: &Rc<Self>, incarnation: IncarnationId, topic: &Arc<str>) {
-        let due = super::now_ms() + CLAIM_DEADLINE.as_millis() as u64 + 1;
-        let mut promised = self.promised.borrow_mut();
-        if let Some(dues) = promised.get_mut(&incarnation) {
-            // The running timer serves this deadline after the earlier ones.
-            match dues.back_mut() {
-                Some(last) if due - *last < PROMISE_KICKS_APART.as_millis() as u64 => *last = due,
-                _ => dues.push_back(due),
-            }
+    /// Serves the topic again at each deadline of its outstanding promises:
+    /// the consumers parked here are held back from promised records until
+    /// their claim, pass or deadline, and a promise whose notified shard never
+    /// answers is retired by nothing but the clock. One timer task per topic,
+    /// running while promises are outstanding; `next_deadline` answers the
+    /// earliest deadline still ahead (the tokens keep the deadlines).
+    pub fn kick_at_claim_deadlines(
+        self: &Rc<Self>,
+        incarnation: IncarnationId,
+        topic: &Arc<str>,
+        next_deadline: Box<dyn Fn(IncarnationId) -> Option<u64>>,
+    ) {
+        if !self.promised.borrow_mut().insert(incarnation) {
             return;
         }
-        promised.insert(incarnation, VecDeque::from([due]));
-        drop(promised);
         let (waiters, topic) = (self.clone(), topic.clone());
         narad_io::rt::spawn_local(async move {
-            loop {
-                let next = waiters
-                    .promised
-                    .borrow()
-                    .get(&incarnation)
-                    .and_then(|dues| dues.front().copied());
-                let Some(next) = next else {
-                    return;
-                };
-                let now = super::now_ms();
-                if now < next {
-                    narad_io::rt::sleep(Duration::from_millis(next - now)).await;
-                    continue;
-                }
-                let done = {
-                    let mut promised = waiters.promised.borrow_mut();
-                    let dues = promised
-                        .get_mut(&incarnation)
-                        .expect("a timer's deadlines stay until it ends");
-                    while dues.front().is_some_and(|&d| d <= now) {
-                        dues.pop_front();
-                    }
-                    let done = dues.is_empty();
-                    if done {
-                        promised.remove(&incarnation);
-                    }
-                    done
-                };
+            // Deadlines only grow (each is its promise's time plus one fixed
+            // delay), so one made while this sleeps is found after it wakes.
+            while let Some(due) = next_deadline(incarnation) {
+                let wait = due.saturating_sub(super::now_ms()) + 1;
+                narad_io::rt::sleep(Duration::from_millis(wait)).await;
                 waiters.kick(incarnation, &topic);
-                if done {
-                    return;
-                }
             }
+            waiters.promised.borrow_mut().remove(&incarnation);
         });
     }
 
@@ -345,8 +313,11 @@ mod tests {
     /// holds the consumers parked here back until its own deadline only.
     #[test]
     fn each_promise_deadline_kicks_the_topic_even_one_made_while_a_timer_runs() {
+        use narad_shards::consume::tokens::Tokens;
+
         narad_io::rt::run_local(None, async {
             let waiters = Rc::new(Waiters::default());
+            let tokens = Rc::new(RefCell::new(Tokens::default()));
             let topic: Arc<str> = Arc::from("t");
             let id = IncarnationId(1);
             let kicked = |waiters: &Waiters| {
@@ -356,13 +327,25 @@ mod tests {
                 }
                 n
             };
+            // A promise to shard `to`, and the pump's call to the timer.
+            let promise = |to: usize| {
+                let now = super::super::now_ms();
+                let mut t = tokens.borrow_mut();
+                t.register(id, to, Duration::from_secs(5), now);
+                let available = t.outstanding(id, now) + 1;
+                assert_eq!(t.spend(id, available, now).len(), 1);
+                drop(t);
+                let tokens = tokens.clone();
+                let next = move |id| tokens.borrow().next_deadline(id, super::super::now_ms());
+                waiters.kick_at_claim_deadlines(id, &topic, Box::new(next));
+            };
             let start = super::super::now_ms();
-            waiters.kick_at_claim_deadline(id, &topic);
+            promise(1);
             narad_io::rt::sleep(Duration::from_millis(300)).await;
-            // A second promise, 300 ms later, and a third that shares its kick.
-            waiters.kick_at_claim_deadline(id, &topic);
-            waiters.kick_at_claim_deadline(id, &topic);
-            // Checks fall 150 ms or more from every deadline (501 and 801 ms).
+            // Two more promises, 300 ms later, while the timer sleeps.
+            promise(2);
+            promise(3);
+            // Checks fall 150 ms or more from every deadline (500 and 800 ms).
             narad_io::rt::sleep(Duration::from_millis(50)).await;
             assert_eq!(kicked(&waiters), 0, "no deadline has passed");
             narad_io::rt::sleep(Duration::from_millis(300)).await;
@@ -371,7 +354,7 @@ mod tests {
             assert_eq!(kicked(&waiters), 1, "the later promises' deadline");
             assert!(waiters.promised.borrow().is_empty(), "the timer ended");
             // A promise after the timer ended starts one again.
-            waiters.kick_at_claim_deadline(id, &topic);
+            promise(4);
             narad_io::rt::sleep(Duration::from_millis(550)).await;
             assert_eq!(kicked(&waiters), 1);
             assert!(super::super::now_ms() - start >= 1_500);

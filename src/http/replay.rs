@@ -203,6 +203,7 @@ pub async fn replay(
 
 #[cfg(test)]
 mod tests {
+    use super::super::produce_input::json_text::strict_in_a_batch_reply;
     use super::*;
     use bytes::Bytes;
 
@@ -237,13 +238,6 @@ mod tests {
         timestamp_ms: u64,
         #[serde(skip_serializing_if = "Option::is_none")]
         receipt_handle: Option<&'a str>,
-    }
-
-    /// Whether serde_json reads `json` where a batch consume's reply puts a
-    /// payload, three levels down.
-    fn strict_in_a_batch_reply(json: &str) -> bool {
-        let reply = format!(r#"{{"messages":[{{"payload":{json}}}]}}"#);
-        serde_json::from_str::<serde_json::Value>(&reply).is_ok()
     }
 
     fn derived(topic: &str, partition: u32, r: &Record, handle: Option<&str>) -> Vec<u8> {

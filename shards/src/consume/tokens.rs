@@ -104,6 +104,18 @@ impl Tokens {
             .is_some_and(|t| t.held.iter().any(|&(_, until, _)| until > now_ms))
     }
 
+    /// The earliest deadline, after `now_ms`, of the topic's promises still
+    /// outstanding: when its consumers held back from them are served again.
+    pub fn next_deadline(&self, incarnation: IncarnationId, now_ms: u64) -> Option<u64> {
+        let topic = self.topics.get(&incarnation)?;
+        topic
+            .outstanding
+            .iter()
+            .map(|&(_, deadline, _)| deadline)
+            .filter(|&d| d > now_ms)
+            .min()
+    }
+
     /// Notifications of the topic sent and neither claimed, passed nor lapsed.
     pub fn outstanding(&self, incarnation: IncarnationId, now_ms: u64) -> u64 {
         self.topics.get(&incarnation).map_or(0, |t| {

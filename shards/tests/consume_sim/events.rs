@@ -100,23 +100,8 @@ impl Sim {
             Ev::Deadline(c) => self.deadline(c),
             Ev::Act(h) => self.act(h),
             Ev::PromiseLapse(s, epoch, t) if self.shards[s].epoch == epoch => {
-                // The timer task of `kick_at_claim_deadline`: kick at each
-                // deadline in turn, end after the last.
-                let now = self.now_ms;
-                let dues = self.shards[s]
-                    .promise_timer
-                    .get_mut(&t)
-                    .expect("a timer's deadlines");
-                while dues.front().is_some_and(|&d| d <= now) {
-                    dues.pop_front();
-                }
-                match dues.front().copied() {
-                    Some(next) => self.at(next - now, Ev::PromiseLapse(s, epoch, t)),
-                    None => {
-                        self.shards[s].promise_timer.remove(&t);
-                    }
-                }
                 self.wake(s, t);
+                self.promise_timer_sleep(s, t);
             }
             // A task of a shard that crashed since.
             Ev::Pump(..)

@@ -27,9 +27,8 @@ impl Sim {
         );
         let local = self.local_partitions(s, t);
         // Records promised to other shards' claims are held for them.
-        let unpromised = self.unpromised(s, t);
-        if !local.is_empty() && unpromised != Some(0) {
-            let max = unpromised.map_or(max, |n| max.min(n as usize));
+        let share = self.own_share(s, t, max);
+        if let (false, Some(max)) = (local.is_empty(), share) {
             let got = self.take(s, t, &local, max);
             if !got.is_empty() {
                 return self.receive(c, got);

@@ -140,9 +140,6 @@ const NO_LOST_WAKE_MS: u64 = KEEPER_INTERVAL_MS + 4 * MESH_DELAY_MAX_MS + 8 * TA
 /// while its shard still counted the registration as live).
 const AFTER_CRASH_MS: u64 = 5_000 + KEEPER_INTERVAL_MS + 500;
 
-/// `src/consume/waiters.rs`' `PROMISE_KICKS_APART`.
-const PROMISE_KICKS_APART_MS: u64 = 10;
-
 const CAPS: Caps = Caps {
     in_flight_max: 4_096,
     acked_ahead_max: 4_096,

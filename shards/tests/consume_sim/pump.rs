@@ -9,15 +9,13 @@
 //! promises: it never notifies more shards than the records available minus the
 //! promises outstanding.
 
-use std::collections::VecDeque;
-
 use narad_shards::consume::tokens::CLAIM_DEADLINE;
 use narad_shards::consume::waiters::{Notification, Renewal};
 use narad_shards::ids::{IncarnationId, PartitionId};
 use rand::Rng;
 
 use crate::world::{ms, Asker, Claim, Ev, Msg, Records, Sim};
-use crate::{KEEPER_INTERVAL_MS, PROMISE_KICKS_APART_MS, RENEW_AFTER, TASK_DELAY_MAX_MS};
+use crate::{KEEPER_INTERVAL_MS, RENEW_AFTER, TASK_DELAY_MAX_MS};
 
 impl Sim {
     /// `run_pump`, one round.
@@ -96,22 +94,10 @@ impl Sim {
         let notify = self.shards[s]
             .tokens
             .spend_registered_before(id, available, now, before_ms);
-        if !notify.is_empty() {
-            // `kick_at_claim_deadline`.
-            let due = now + ms(CLAIM_DEADLINE) + 1;
-            match self.shards[s].promise_timer.get_mut(&t) {
-                Some(dues) => match dues.back_mut() {
-                    Some(last) if due - *last < PROMISE_KICKS_APART_MS => *last = due,
-                    _ => dues.push_back(due),
-                },
-                None => {
-                    self.shards[s]
-                        .promise_timer
-                        .insert(t, VecDeque::from([due]));
-                    let epoch = self.shards[s].epoch;
-                    self.at(due - now, Ev::PromiseLapse(s, epoch, t));
-                }
-            }
+        if !notify.is_empty() && self.shards[s].promise_timer.insert(t) {
+            // `kick_at_claim_deadlines`: a timer that sleeps to the next
+            // deadline the tokens keep, kicks, and asks again.
+            self.promise_timer_sleep(s, t);
         }
         if notify.len() as u64 > available.saturating_sub(promised) {
             self.report_failure(&format!(
@@ -148,17 +134,17 @@ impl Sim {
         // Bounded: every round hands records to a consumer taken off the FIFO, or
         // puts it back and stops. The topic's FIFO takes only unpromised records.
         loop {
-            let unpromised = match pinned {
-                Some(_) => None,
-                None => self.unpromised(s, t),
+            let share = match pinned {
+                Some(_) => Some(usize::MAX),
+                None => self.own_share(s, t, usize::MAX),
             };
-            if unpromised == Some(0) {
+            let Some(share) = share else {
                 return;
-            }
+            };
             let Some(waiter) = self.shards[s].waiters.pop_live(id, pinned) else {
                 return;
             };
-            let max = unpromised.map_or(waiter.max, |n| waiter.max.min(n as usize));
+            let max = waiter.max.min(share);
             let got = self.take(s, t, parts, max);
             if got.is_empty() {
                 self.shards[s].waiters.push_front(id, &name, pinned, waiter);

@@ -156,9 +156,8 @@ pub(crate) struct Shard {
     pub(crate) tokens: Tokens,
     pub(crate) pump_scheduled: bool,
     pub(crate) keeper_running: bool,
-    /// Per topic with a `kick_at_claim_deadline` timer running, the promise
-    /// deadlines it has yet to kick at, in order.
-    pub(crate) promise_timer: BTreeMap<usize, VecDeque<u64>>,
+    /// Topics with a `kick_at_claim_deadlines` timer running.
+    pub(crate) promise_timer: BTreeSet<usize>,
 }
 
 impl Shard {
@@ -170,7 +169,7 @@ impl Shard {
             tokens: Tokens::default(),
             pump_scheduled: false,
             keeper_running: false,
-            promise_timer: BTreeMap::new(),
+            promise_timer: BTreeSet::new(),
         }
     }
 }
@@ -455,12 +454,31 @@ impl Sim {
         }
     }
 
-    /// `Queues::unpromised`: `None` without promises outstanding on owner `s`,
-    /// else the records its own consumers may take.
-    pub(crate) fn unpromised(&self, s: usize, t: usize) -> Option<u64> {
+    /// `Queues::own_share`: how many of `max` records a consumer of owner
+    /// `s` may take, beyond those promised; `None` when all are promised.
+    pub(crate) fn own_share(&self, s: usize, t: usize, max: usize) -> Option<usize> {
         let id = self.topics[t].id;
         let outstanding = self.shards[s].tokens.outstanding(id, self.now_ms);
-        (outstanding > 0).then(|| self.available_loaded(s, t).saturating_sub(outstanding))
+        if outstanding == 0 {
+            return Some(max);
+        }
+        let spare = self.available_loaded(s, t).saturating_sub(outstanding);
+        (spare > 0).then(|| max.min(spare as usize))
+    }
+
+    /// One turn of the `kick_at_claim_deadlines` timer task: sleep to the
+    /// next deadline the tokens keep, or end when none is left.
+    pub(crate) fn promise_timer_sleep(&mut self, s: usize, t: usize) {
+        let (id, now) = (self.topics[t].id, self.now_ms);
+        match self.shards[s].tokens.next_deadline(id, now) {
+            Some(due) => {
+                let epoch = self.shards[s].epoch;
+                self.at(due - now + 1, Ev::PromiseLapse(s, epoch, t));
+            }
+            None => {
+                self.shards[s].promise_timer.remove(&t);
+            }
+        }
     }
 
     /// The `wake` callback of `Queues`: kick the topic, wake the pump.

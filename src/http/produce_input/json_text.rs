@@ -148,6 +148,14 @@ fn hex4(bytes: &[u8]) -> Option<u32> {
     })
 }
 
+/// Whether serde_json reads `json` where a batch consume's reply puts a
+/// payload, three levels down: the tests' oracle of [`strict_readers_refuse`].
+#[cfg(test)]
+pub fn strict_in_a_batch_reply(json: &str) -> bool {
+    let reply = format!(r#"{{"messages":[{{"payload":{json}}}]}}"#);
+    serde_json::from_str::<serde_json::Value>(&reply).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -196,13 +204,6 @@ mod tests {
             let strict = serde_json::from_str::<serde_json::Value>(json).is_ok();
             assert_eq!(strict, !lone, "{json}");
         }
-    }
-
-    /// What serde_json makes of `json` where a batch consume's reply puts a
-    /// payload: the oracle of [`strict_readers_refuse`].
-    fn strict_in_a_batch_reply(json: &str) -> bool {
-        let reply = format!(r#"{{"messages":[{{"payload":{json}}}]}}"#);
-        serde_json::from_str::<serde_json::Value>(&reply).is_ok()
     }
 
     #[test]
