@@ -8,25 +8,28 @@
 
 use std::collections::BTreeMap;
 
+use narad_shards::consume::inflight::InFlight;
 use narad_shards::ids::{Offset, PartitionId};
 
 use crate::world::Sim;
 use crate::{AFTER_CRASH_MS, NO_LOST_WAKE_MS};
 
 impl Sim {
-    /// Records of a topic nobody holds on owner `o`, loaded or not.
+    /// Records of a topic on owner `o`, loaded or not, that a reservation could
+    /// take now: nobody holds them and the topic's caps leave room.
     pub(crate) fn available_on(&self, o: usize, t: usize, only: Option<PartitionId>) -> u64 {
+        let caps = self.topics[t].caps;
         let mut sum = 0;
         for p in self.local_partitions(o, t) {
             if only.is_some_and(|only| only != p) {
                 continue;
             }
             sum += match self.shards[o].parts.get(&(t, p)) {
-                Some(q) => q.table.available(q.hwm),
+                Some(q) => q.table.available_under(q.hwm, &caps),
                 None => {
+                    // As it would load: no leases, the persisted settled state.
                     let d = &self.disk[&(t, p)];
-                    let settled = d.ahead.iter().filter(|&&a| a < d.hwm).count() as u64;
-                    d.hwm.0.saturating_sub(d.frontier.0).saturating_sub(settled)
+                    InFlight::new(d.frontier, d.ahead.iter().copied()).available_under(d.hwm, &caps)
                 }
             };
         }

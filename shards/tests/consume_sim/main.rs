@@ -48,6 +48,11 @@
 //!   crash, tokens are rebuilt by the keeper's renewal, so the bound is relaxed by
 //!   the renewal period for that long; the same after a mesh stall).
 //!
+//! One topic in three has small caps (`max_in_flight_per_partition` and
+//! `max_acked_ahead_per_partition` of 1 to 6), so reservations find tables full
+//! while records wait; the availability every step and check counts is the
+//! broker's, under the topic's caps (`InFlight::available_under`).
+//!
 //! Now and then a mesh pair stalls for up to 1.5 s (longer than a promise's
 //! claim deadline), so claims and passes also arrive after their promise
 //! lapsed, sometimes beside a newer promise to the same shard. A third of the
@@ -140,11 +145,17 @@ const NO_LOST_WAKE_MS: u64 = KEEPER_INTERVAL_MS + 4 * MESH_DELAY_MAX_MS + 8 * TA
 /// while its shard still counted the registration as live).
 const AFTER_CRASH_MS: u64 = 5_000 + KEEPER_INTERVAL_MS + 500;
 
-const CAPS: Caps = Caps {
+/// Caps no workload reaches: every record of a partition can be leased at once.
+const CAPS_LARGE: Caps = Caps {
     in_flight_max: 4_096,
     acked_ahead_max: 4_096,
 };
-const _: () = assert!(CAPS.in_flight_max as u64 > 2 * 6 * RECORDS_PER_PARTITION_MAX);
+const _: () = assert!(CAPS_LARGE.in_flight_max as u64 > 2 * 6 * RECORDS_PER_PARTITION_MAX);
+/// One topic in this many has small caps (a few leases, a few acks ahead), so
+/// consumers find tables full with records waiting, and an ack that makes room
+/// must wake them (`Queues::settle`).
+const SMALL_CAPS_ONE_IN: u32 = 3;
+const SMALL_CAPS_MAX: usize = 6;
 
 /// Seeds of the fairness scenario by default.
 const FAIR_SEEDS_DEFAULT: u64 = 20;

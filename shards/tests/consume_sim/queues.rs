@@ -25,7 +25,7 @@ use narad_shards::ids::PartitionId;
 use rand::Rng;
 
 use crate::world::{Ev, Kind, Lease, PartQ, Records, Sim};
-use crate::{CAPS, PERSIST_INTERVAL_MS, PURGE_INTERVAL_MS};
+use crate::{PERSIST_INTERVAL_MS, PURGE_INTERVAL_MS};
 
 impl Sim {
     /// `Queues::take`: up to `max` records, staying on a partition until it runs dry.
@@ -44,7 +44,11 @@ impl Sim {
             }
             self.load(s, t, p);
             let want = max - out.len();
-            let (now, vis) = (self.now_ms, self.topics[t].visibility_ms);
+            let (now, vis, caps) = (
+                self.now_ms,
+                self.topics[t].visibility_ms,
+                self.topics[t].caps,
+            );
             // `InFlight::reserve` purges first; done here to see what it released,
             // which wakes the pump (see the module doc).
             let q = self.shards[s].parts.get_mut(&(t, p)).unwrap();
@@ -56,7 +60,7 @@ impl Sim {
             let mut reserved = Vec::new();
             while reserved.len() < want {
                 let nonce = rng.random();
-                match q.table.reserve(now, q.hwm, &CAPS, vis, nonce) {
+                match q.table.reserve(now, q.hwm, &caps, vis, nonce) {
                     Reserve::Reserved { offset, .. } => reserved.push((offset, nonce)),
                     Reserve::Empty | Reserve::Full => break,
                 }
@@ -152,13 +156,15 @@ impl Sim {
         }
     }
 
-    /// `Queues::available`: records of the topic's loaded partitions nobody holds.
+    /// `Queues::available`: records of the topic's loaded partitions nobody
+    /// holds that a reservation could take now, under the topic's caps.
     pub(crate) fn available_loaded(&self, s: usize, t: usize) -> u64 {
+        let caps = self.topics[t].caps;
         self.shards[s]
             .parts
             .iter()
             .filter(|((pt, _), _)| *pt == t)
-            .map(|(_, q)| q.table.available(q.hwm))
+            .map(|(_, q)| q.table.available_under(q.hwm, &caps))
             .sum()
     }
 
@@ -208,11 +214,16 @@ impl Sim {
             return self.count("settles stale (not loaded)");
         };
         let purged = q.table.purge_expired(now);
+        // An ack that makes room under the caps wakes, as `Queues::settle`
+        // does: a consumer may have parked on the full table.
+        let caps = self.topics[t].caps;
+        let capped = kind == Kind::Ack && q.table.available_under(q.hwm, &caps) == 0;
         let ok = match kind {
             Kind::Ack => q.table.ack(lease.offset, lease.nonce, now).is_ok(),
             Kind::Extend => q.table.extend(lease.offset, lease.nonce, now, vis).is_ok(),
             Kind::Nack => q.table.nack(lease.offset, lease.nonce, now).is_ok(),
         };
+        let uncapped = capped && ok && q.table.available_under(q.hwm, &caps) > 0;
         self.note(format!(
             "{kind:?} {lease:?} on {s}: ok {ok}, purged {purged} first"
         ));
@@ -222,6 +233,10 @@ impl Sim {
         }
         if !ok {
             return self.count("settles stale");
+        }
+        if uncapped {
+            self.count("acks that made room under the caps");
+            self.wake(s, t);
         }
         match kind {
             Kind::Ack => {

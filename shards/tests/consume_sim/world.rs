@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_channel::oneshot;
-use narad_shards::consume::inflight::InFlight;
+use narad_shards::consume::inflight::{Caps, InFlight};
 use narad_shards::consume::tokens::{PromiseId, Tokens};
 use narad_shards::consume::waiters::{Notification, Waiter, Waiters};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
@@ -26,8 +26,9 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::events::Workload;
 use crate::{
-    CALM_ONE_IN, MESH_DELAY_MAX_MS, MESH_STALL_MS, MESH_STALL_ONE_IN, PERSIST_INTERVAL_MS,
-    PURGE_INTERVAL_MS, TASK_DELAY_MAX_MS, TRACE_EVENTS_MAX,
+    CALM_ONE_IN, CAPS_LARGE, MESH_DELAY_MAX_MS, MESH_STALL_MS, MESH_STALL_ONE_IN,
+    PERSIST_INTERVAL_MS, PURGE_INTERVAL_MS, SMALL_CAPS_MAX, SMALL_CAPS_ONE_IN, TASK_DELAY_MAX_MS,
+    TRACE_EVENTS_MAX,
 };
 
 pub(crate) fn ms(d: Duration) -> u64 {
@@ -132,6 +133,8 @@ pub(crate) struct Topic {
     pub(crate) partitions: u32,
     pub(crate) shift: usize,
     pub(crate) visibility_ms: u64,
+    /// `max_in_flight_per_partition` and `max_acked_ahead_per_partition`.
+    pub(crate) caps: Caps,
 }
 
 /// What survives a crash: the log's high watermark and the persisted settled state.
@@ -294,6 +297,7 @@ impl Sim {
                 partitions: rng.random_range(1..=6),
                 shift: rng.random_range(0..shards),
                 visibility_ms: rng.random_range(300..3_000),
+                caps: roll_caps(&mut rng),
             })
             .collect();
         Sim::with(seed, rng, shards, topics, calm)
@@ -310,6 +314,7 @@ impl Sim {
             partitions: 3,
             shift: 0,
             visibility_ms: rng.random_range(300..3_000),
+            caps: CAPS_LARGE,
         };
         let mut sim = Sim::with(seed, rng, 4, vec![topic], true);
         sim.steady = Some(Steady {
@@ -494,5 +499,16 @@ impl Sim {
         self.at(purge, Ev::Purge(s, epoch));
         let persist = self.rng.random_range(1..=PERSIST_INTERVAL_MS);
         self.at(persist, Ev::Persist(s, epoch));
+    }
+}
+
+/// A topic's caps: now and then small ones (see the crate doc).
+fn roll_caps(rng: &mut ChaCha8Rng) -> Caps {
+    if rng.random_range(0..SMALL_CAPS_ONE_IN) != 0 {
+        return CAPS_LARGE;
+    }
+    Caps {
+        in_flight_max: rng.random_range(1..=SMALL_CAPS_MAX),
+        acked_ahead_max: rng.random_range(1..=SMALL_CAPS_MAX),
     }
 }
