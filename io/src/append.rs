@@ -233,28 +233,32 @@ impl<F: BlockFile> AppendFile<F> {
         result
     }
 
-    /// Writes the partial last block again from memory (nothing when the end is
-    /// block-aligned): repairs it after a write that may have damaged it. Not
-    /// durable until [`AppendFile::sync`].
-    pub async fn rewrite_tail(&mut self) -> io::Result<()> {
-        if self.tail.is_empty() {
+    /// Writes the partial last block again from memory, then zeros up to
+    /// `through` rounded up to a block: repairs the blocks an append wrote
+    /// before it was rewound, which may hold a damaged copy of the partial
+    /// block and bytes past the end that the next append need not cover.
+    /// Writes nothing when the end is block-aligned and `through` at most the
+    /// end. Not durable until [`AppendFile::sync`].
+    pub async fn rewrite_tail_zeroed_to(&mut self, through: u64) -> io::Result<()> {
+        let start = align_down(self.len);
+        let end = align_up(through.max(self.len));
+        if end == start {
             return Ok(());
         }
         let data = Concat {
             head: &self.tail,
             parts: &[0u8; 0][..],
         };
-        let start = align_down(self.len);
         write_pieces(
             &self.file,
             start,
-            align_up(self.tail.len() as u64) as usize,
+            (end - start) as usize,
             &data,
             Durability::Later,
         )
         .await?;
-        self.device_bytes_written += align_up(self.tail.len() as u64);
-        self.file_bytes = self.file_bytes.max(align_up(self.len));
+        self.device_bytes_written += end - start;
+        self.file_bytes = self.file_bytes.max(end);
         Ok(())
     }
 
@@ -528,6 +532,56 @@ mod tests {
             assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
             assert_eq!(file.len(), 0);
         });
+    }
+
+    /// Rewound after an append of several blocks, the file holds its bytes up
+    /// to the mark again and zeros over every other block the append wrote,
+    /// and nothing past those blocks changes; at an aligned mark the block
+    /// before it is not written.
+    #[test]
+    fn a_rewound_append_is_zeroed_through_the_blocks_it_wrote() {
+        use crate::file::OpenMode;
+        use crate::sim::{SimDisk, SimFaults};
+        use crate::Storage;
+
+        for head in [0, 100, BLOCK_BYTES] {
+            futures_lite::future::block_on(async {
+                let disk = SimDisk::new(1, SimFaults::default());
+                let file = disk.open("f", OpenMode::CreateOrOpen).await.unwrap();
+                let mut file = AppendFile::open_at(file, 0).await.unwrap();
+                file.append(&[&vec![1u8; head]]).await.unwrap();
+                let mark = file.mark();
+                file.append(&[&vec![2u8; 2 * BLOCK_BYTES + 300]])
+                    .await
+                    .unwrap();
+                let written = file.len();
+                let past = align_up(written);
+                file.file()
+                    .write_at(past, &[3u8; BLOCK_BYTES])
+                    .await
+                    .unwrap();
+                file.rewind(&mark);
+                let before = disk.stats().bytes_written;
+                file.rewrite_tail_zeroed_to(written).await.unwrap();
+                assert_eq!(
+                    disk.stats().bytes_written - before,
+                    past - align_down(head as u64),
+                    "head {head}: from the mark's block through the append's last"
+                );
+                let contents = disk.contents("f").unwrap();
+                assert!(contents[..head].iter().all(|&b| b == 1), "head {head}");
+                assert!(
+                    contents[head..past as usize].iter().all(|&b| b == 0),
+                    "head {head}"
+                );
+                assert!(
+                    contents[past as usize..].iter().all(|&b| b == 3),
+                    "head {head}"
+                );
+                assert_eq!(contents.len() as u64, past + BLOCK_BYTES as u64);
+                assert_eq!(file.len(), head as u64);
+            });
+        }
     }
 
     proptest::proptest! {

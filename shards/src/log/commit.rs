@@ -16,10 +16,14 @@
 //! 6. advance the high watermark, index the frames and cache them.
 //!
 //! A failure in 3 or 5, or a write in 4 refused for space, rewinds the appender
-//! to the mark taken before 3: the next commit overwrites whatever reached the
-//! disk above the high watermark, so a retry succeeds. Any other failure in 4
-//! also poisons the log: a failed sync leaves the file's content unknown until a
-//! reopen scans it. Invariant: the high watermark moves only at the end of step 6.
+//! to the mark taken before 3, so a retry succeeds. A failure in 5 comes after
+//! the frames reached the disk: before the commit returns, every block it wrote
+//! is repaired and synced (the first one written again from memory, the others
+//! zeroed), so none of its frames is left for a later, shorter commit and a
+//! crash to make recovery take for records (`repair_after_read_back`); if that
+//! fails, the log is poisoned. Any other failure in 4 also poisons the log: a
+//! failed sync leaves the file's content unknown until a reopen scans it.
+//! Invariant: the high watermark moves only at the end of step 6.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -287,7 +291,7 @@ impl<S: Storage> PartitionLog<S> {
         {
             self.active.file.rewind(mark);
             self.unsettled_tail = true;
-            self.repair_head().await;
+            self.repair_after_read_back(mark.len() + commit_bytes).await;
             return Err(e);
         }
         self.prepare_ahead(mark.len() + commit_bytes).await;
@@ -295,14 +299,27 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// After a read-back that failed once its fdatasync had succeeded, the device
-    /// may hold a damaged copy of the first block the commit wrote, whose head is
-    /// the end of the last acknowledged commit. Left so, a close or a crash would
-    /// have recovery cut that commit. So the block is written again from memory
-    /// at once, synced and read back; if any step fails, the log is poisoned and
-    /// commits nothing more until it is reopened.
+    /// may hold the commit's frames, whole or damaged, in every block it wrote,
+    /// up to `end`:
+    /// - the first block, whose head is the end of the last acknowledged commit:
+    ///   left damaged, a close or a crash would have recovery cut that commit;
+    /// - the blocks after it, holding frames whose CRCs may well verify. The
+    ///   next commit overwrites from the high watermark, but a shorter one
+    ///   leaves some of them past its end; were a later commit, starting there,
+    ///   torn by a crash, recovery could walk from its first frame on into the
+    ///   stale frames whose offsets follow (the offsets of both count from the
+    ///   same high watermark) and recover records never acknowledged as that
+    ///   commit.
+    ///
+    /// So the first block is written again from memory and every block after
+    /// it, through `end`, as zeros (what prepared space holds), then synced and
+    /// read back, before the failed commit returns and so before any other
+    /// commit: the device then holds exactly what the log does. If
+    /// any step fails, the log is poisoned and commits nothing more until it is
+    /// reopened (whose scan zeros whatever lies past the recovered tail).
     #[cfg_attr(feature = "broken-no-readback", allow(dead_code))]
-    async fn repair_head(&mut self) {
-        use narad_io::BlockFile;
+    async fn repair_after_read_back(&mut self, end: u64) {
+        use narad_io::{align_up, BlockFile};
 
         let head = self.active.tail_block.clone();
         assert_eq!(
@@ -310,16 +327,14 @@ impl<S: Storage> PartitionLog<S> {
             &head[..],
             "rewound to the last commit"
         );
-        if head.is_empty() {
-            return;
-        }
         let pos = align_down(self.active.file.len());
+        let len = (align_up(end) - pos) as usize;
         let file = &mut self.active.file;
         let repaired = async {
-            file.rewrite_tail().await?;
+            file.rewrite_tail_zeroed_to(end).await?;
             file.sync().await?;
             file.file()
-                .read_with(pos, narad_io::BLOCK_BYTES, |read| {
+                .read_with(pos, len, |read| {
                     read[..head.len()] == head[..] && read[head.len()..].iter().all(|&b| b == 0)
                 })
                 .await
@@ -327,11 +342,11 @@ impl<S: Storage> PartitionLog<S> {
         .await;
         match repaired {
             Ok(true) => {
-                tracing::warn!(dir = %self.dir, pos, "partition log wrote the last commit's final block again after a failed read-back")
+                tracing::warn!(dir = %self.dir, pos, end, "partition log wrote the last commit's final block again and zeroed the failed commit's blocks after a failed read-back")
             }
             outcome => {
                 self.poisoned = true;
-                tracing::error!(dir = %self.dir, pos, ?outcome, "partition log could not repair the last commit's final block after a failed read-back; log poisoned until reopened");
+                tracing::error!(dir = %self.dir, pos, end, ?outcome, "partition log could not repair the blocks of a commit whose read-back failed; log poisoned until reopened");
             }
         }
     }

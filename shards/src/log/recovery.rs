@@ -19,8 +19,15 @@
 //!   goes on. Anything less is a torn tail and is cut at the end of the last
 //!   complete commit; the next append overwrites it.
 //! - Stale bytes of a failed commit (rewound, then overwritten by a shorter retry)
-//!   cannot fake a complete commit either: their first-of-commit frame started at
-//!   the very position the retry overwrote.
+//!   cannot fake a complete commit on their own: their first-of-commit frame
+//!   started at the very position the retry overwrote. They could end one,
+//!   though: the commit after the retry starts where the retry ended, at the
+//!   offsets the failed commit's later frames carry, and where its frames fall
+//!   on theirs a crash that tears it (its first sectors kept, later ones lost)
+//!   would leave its first frame followed by theirs, up to their last-of-commit
+//!   frame. So no such frame is left on the disk: a commit whose read-back
+//!   fails has every block it wrote zeroed, past the one the last acknowledged
+//!   commit ends in, and synced before it returns (`commit.rs`).
 //!
 //! The cost of the rule, as for any log that recovers from its own tail: rot that
 //! hits the last commit of the active segment looks exactly like a torn write and
