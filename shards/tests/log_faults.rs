@@ -260,6 +260,129 @@ fn a_write_that_damages_the_last_commits_block_is_repaired_at_once() {
     });
 }
 
+/// Guards against the frames of a commit whose read-back failed outliving it.
+/// The failed commit F wrote offsets 7..10 at bytes 3584..5120, one 512-byte
+/// frame a record; its retry R is shorter (offset 7 alone) and succeeds; the
+/// next commit C (offsets 8..10) starts where R ended, so its frames fall on
+/// F's later ones, same offsets and positions. The power goes while C's write
+/// is unsynced: where C's first sector survives and its second does not, F's
+/// last frame (still on the disk had only the first block been repaired)
+/// would complete C's, and recovery would return F's record at offset 9, one
+/// never acknowledged there. Recovery must give back R, and C whole or not at
+/// all. Every seed draws another fate for C's sectors.
+#[test]
+fn a_failed_commits_frames_never_complete_a_later_torn_commit() {
+    use narad_shards::log::commit_bytes_bound;
+
+    // One record of this payload is one frame of exactly one sector.
+    let payload_len = 512 - commit_bytes_bound(None, 0);
+    let record = |tag: u8, i: u64| {
+        let mut payload = vec![tag; payload_len];
+        payload[..8].copy_from_slice(&i.to_be_bytes());
+        payload
+    };
+    let segment = format!("{DIR}/{:020}.log", 0);
+    let mut exposed = 0;
+    for prep_chunk_bytes in [0, 64 * 1024] {
+        let cfg = LogConfig {
+            prep_chunk_bytes,
+            frame_area_bytes_target: 1,
+            ..config()
+        };
+        for seed in 0..32u64 {
+            block_on(async {
+                let disk = SimDisk::new(seed, SimFaults::default());
+                let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
+                    .await
+                    .unwrap();
+                let commit = async |log: &mut PartitionLog<SimDisk>,
+                                    tag: u8,
+                                    offsets: std::ops::Range<u64>,
+                                    now_ms: u64| {
+                    let payloads: Vec<Vec<u8>> = offsets.map(|i| record(tag, i)).collect();
+                    let records: Vec<RecordRef> = payloads
+                        .iter()
+                        .map(|p| RecordRef {
+                            key: None,
+                            payload: p,
+                        })
+                        .collect();
+                    log.commit_durable(&records, now_ms).await
+                };
+                // Seven frames: the last acknowledged commit ends inside block 0.
+                assert_eq!(
+                    commit(&mut log, b'p', 0..7, 1).await.unwrap(),
+                    Offset(0)..Offset(7)
+                );
+                assert_eq!(log.stats().size_bytes, 3584);
+                // F: frames at 3584, 4096 and 4608; its read-back sees a flipped
+                // bit in block 1.
+                disk.flip_next_read_at(&segment, 4096 + 100, 1);
+                let failed = commit(&mut log, b'f', 7..10, 2).await;
+                assert!(
+                    matches!(failed, Err(LogError::ReadBackMismatch { .. })),
+                    "seed {seed}: {failed:?}"
+                );
+                assert!(!log.is_poisoned(), "seed {seed}: the repair succeeded");
+                // R, the shorter retry: acknowledged, it ends at 4096.
+                assert_eq!(
+                    commit(&mut log, b'r', 7..8, 3).await.unwrap(),
+                    Offset(7)..Offset(8)
+                );
+                assert_eq!(log.stats().size_bytes, 4096);
+                // C: its write lands, the power goes at its sync.
+                disk.crash_at_op(disk.ops() + 2);
+                let torn = commit(&mut log, b'c', 8..10, 4).await;
+                assert!(torn.is_err() && disk.is_crashed(), "seed {seed}: {torn:?}");
+                let written = disk.contents(&segment).unwrap();
+                drop(log);
+                disk.reboot();
+                let kept = disk.contents(&segment).unwrap();
+                let sector = |bytes: &[u8], s: usize| bytes[s * 512..(s + 1) * 512].to_vec();
+                if sector(&kept, 8) == sector(&written, 8)
+                    && sector(&kept, 9) != sector(&written, 9)
+                {
+                    exposed += 1;
+                }
+                let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
+                    .await
+                    .unwrap();
+                let hwm = log.high_watermark().0;
+                assert!(
+                    hwm == 8 || hwm == 10,
+                    "seed {seed}, prep {prep_chunk_bytes}: recovered up to {hwm}"
+                );
+                let items = read_all(&mut log, Offset(0)).await;
+                let found: Vec<(u64, Vec<u8>)> = items
+                    .into_iter()
+                    .map(|item| match item {
+                        ReadItem::Record(r) => (r.offset.0, r.payload.to_vec()),
+                        other => panic!("seed {seed}, prep {prep_chunk_bytes}: {other:?}"),
+                    })
+                    .collect();
+                let wanted: Vec<(u64, Vec<u8>)> = (0..7)
+                    .map(|i| (i, record(b'p', i)))
+                    .chain([(7, record(b'r', 7))])
+                    .chain((8..hwm.max(8)).map(|i| (i, record(b'c', i))))
+                    .collect();
+                let tags = |records: &[(u64, Vec<u8>)]| -> String {
+                    records.iter().map(|(_, p)| p[8] as char).collect()
+                };
+                assert!(
+                    found == wanted,
+                    "seed {seed}, prep {prep_chunk_bytes}: recovered the records of commits {:?}, acknowledged (and in flight) {:?}",
+                    tags(&found),
+                    tags(&wanted)
+                );
+            });
+        }
+    }
+    assert!(
+        exposed > 0,
+        "no seed kept C's first sector and lost its second"
+    );
+}
+
 /// Reopens the log on `disk`: it holds exactly records `0..n`, and takes two
 /// more after them.
 async fn reopened_holds_and_goes_on(disk: &SimDisk, n: u64) {
