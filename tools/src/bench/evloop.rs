@@ -192,9 +192,15 @@ impl Core {
     }
 
     /// Waits for socket events until `deadline` (`None`: until one comes;
-    /// a past deadline: just looks) and marks the sockets ready.
-    fn wait(&self, events: &mut [libc::epoll_event], deadline: Option<Instant>) -> io::Result<()> {
-        let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    /// a past deadline: just looks) and marks the sockets ready; `now` is the
+    /// current time.
+    fn wait(
+        &self,
+        events: &mut [libc::epoll_event],
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> io::Result<()> {
+        let timeout = deadline.map(|d| d.saturating_duration_since(now));
         let n = self.epoll_wait(events, timeout)?;
         self.sockets.dispatch(&events[..n]);
         Ok(())
@@ -271,14 +277,13 @@ fn drive<T: 'static>(core: &Core, future: impl Future<Output = T> + 'static) -> 
         if let Some(output) = main.state.borrow_mut().output.take() {
             return Ok(output);
         }
-        let next_timer = core.fire_timers(Instant::now());
+        // One clock read a turn: firing the timers takes no time to speak of,
+        // so the wait's timeout counts from the same instant.
+        let now = Instant::now();
+        let next_timer = core.fire_timers(now);
         let busy = !core.queue.slots.lock().expect("not poisoned").is_empty();
-        let deadline = if busy {
-            Some(Instant::now())
-        } else {
-            next_timer
-        };
-        core.wait(&mut events, deadline)
+        let deadline = if busy { Some(now) } else { next_timer };
+        core.wait(&mut events, deadline, now)
             .map_err(|e| format!("epoll_wait failed: {e}"))?;
     }
 }
@@ -345,17 +350,21 @@ pub fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> JoinHandl
     JoinHandle { state }
 }
 
-/// Sleeps for `duration`.
+/// Sleeps for `duration`, from the first poll (an `.await` right away, as
+/// every caller does).
 pub fn sleep(duration: Duration) -> Sleep {
     Sleep {
-        deadline: Instant::now() + duration,
+        duration,
         key: None,
     }
 }
 
-/// The future [`sleep`] returns.
+/// The future [`sleep`] returns. It reads the clock once, at its first poll:
+/// a request's timeout is polled at every wake of the request, and the timer
+/// it registers leaves the map only when it fires (or the sleep is dropped),
+/// so a later poll that finds it gone knows the deadline passed.
 pub struct Sleep {
-    deadline: Instant,
+    duration: Duration,
     key: Option<(Instant, u64)>,
 }
 
@@ -363,26 +372,27 @@ impl Future for Sleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if Instant::now() >= self.deadline {
-            return Poll::Ready(());
-        }
         let core = core();
         let mut timers = core.timers.borrow_mut();
         let key = match self.key {
-            Some(key) => key,
+            Some(key) => {
+                // A wake removes the entry; a spurious poll finds it still there.
+                match timers.get(&key) {
+                    None => return Poll::Ready(()),
+                    Some(w) if w.will_wake(cx.waker()) => return Poll::Pending,
+                    Some(_) => key,
+                }
+            }
             None => {
+                if self.duration.is_zero() {
+                    return Poll::Ready(());
+                }
                 let seq = core.timer_seq.get();
                 core.timer_seq.set(seq + 1);
-                (self.deadline, seq)
+                (Instant::now() + self.duration, seq)
             }
         };
-        // A wake removes the entry; a spurious poll finds it still there.
-        match timers.get(&key) {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => {
-                timers.insert(key, cx.waker().clone());
-            }
-        }
+        timers.insert(key, cx.waker().clone());
         drop(timers);
         self.key = Some(key);
         Poll::Pending
