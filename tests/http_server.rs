@@ -245,6 +245,58 @@ fn a_client_that_never_finishes_its_body_is_answered_408_after_the_read_timeout(
     assert!(rest.contains("connection: close\r\n"), "{rest}");
 }
 
+/// An error answered before a small body arrived (an unknown topic, an
+/// unsupported media type, a bad query) waits for the rest of the body and
+/// keeps the connection, as the answer says by not saying `Connection: close`:
+/// a client's pool reuses it and its next request is served. A body that does
+/// not come within the read timeout gets the same answer, saying the server
+/// closes.
+#[test]
+fn an_error_to_a_body_still_on_its_way_keeps_the_connection() {
+    let node = Node::start(&[("NARAD_HTTP_READ_TIMEOUT", "1s")]);
+    let mut client = node.client();
+    create_topic(&mut client, "late");
+    let cases = [
+        (
+            "/v1/topics/nothing/produce",
+            "application/octet-stream",
+            404,
+        ),
+        ("/v1/topics/late/produce", "text/plain", 415),
+        (
+            "/v1/topics/late/produce?partition=9",
+            "application/octet-stream",
+            400,
+        ),
+    ];
+    for (path, media, status) in cases {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: test\r\ncontent-type: {media}\r\n\
+             content-length: 10\r\n\r\n"
+        );
+        client.stream.write_all(head.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        client.stream.write_all(b"0123456789").unwrap();
+        let answer = client.read_response(false).unwrap();
+        assert_eq!(answer.status, status, "{path}: {answer:?}");
+        assert_eq!(answer.header("connection"), None, "{path}: {answer:?}");
+        let next = client.request("GET", "/healthz", &[], "").unwrap();
+        assert_eq!(next.status, 200, "{path}: the connection serves on");
+    }
+
+    // Half the body, then nothing: answered at the read timeout, and closed.
+    client
+        .stream
+        .write_all(
+            b"POST /v1/topics/nothing/produce HTTP/1.1\r\nhost: test\r\n\
+              content-type: application/octet-stream\r\ncontent-length: 10\r\n\r\n01234",
+        )
+        .unwrap();
+    let rest = rest_after_one_second_timeout(&mut client);
+    assert!(rest.starts_with("HTTP/1.1 404"), "{rest}");
+    assert!(rest.contains("connection: close\r\n"), "{rest}");
+}
+
 /// A request answered before its body was read (413 past the cap, 415 for an
 /// encoding the server cannot decode) reaches a client that is still sending
 /// the body: the server reads and drops the rest before it closes, rather than

@@ -326,22 +326,94 @@ impl Drop for Slot {
     }
 }
 
-/// Bodies up to this size, sent with their headers, are drained by hyper when a
-/// handler answered without reading them, and the connection is kept.
+/// Bodies up to this declared size that a handler answered without reading
+/// whole are read to their end before the answer goes (within
+/// `http.read_timeout`), and the connection is kept.
 const DRAINED_BODY_BYTES_MAX: u64 = 64 << 10;
 
 /// Whether the answer to a request with a body of `declared` bytes (`None`:
-/// chunked) is one after which hyper may close the connection, because the
-/// body was left unread: a body refused as too large or too slow (413, 408),
-/// or any error to a body too large for hyper to drain (an early 415 or 404,
-/// a full budget's 503). Such answers say `Connection: close`, so that a
-/// client's pool does not send its next request into a connection about to
-/// close; an error to a small body keeps the connection.
+/// chunked) is one after which the connection closes, because the body was
+/// left unread: a body refused as too large or too slow (413, 408), or any
+/// error to a body too large to drain (an early 415 or 404, a full budget's
+/// 503). Such answers say `Connection: close`, so that a client's pool does
+/// not send its next request into a connection about to close; an error to a
+/// small body is drained ([`HeldBody`]) and keeps the connection.
 fn closes_after(status: hyper::StatusCode, declared: Option<u64>) -> bool {
     let has_body = declared != Some(0);
     let refused_body = matches!(status.as_u16(), 408 | 413);
     let undrainable = declared.is_none_or(|n| n > DRAINED_BODY_BYTES_MAX);
     has_body && !status.is_success() && (refused_body || undrainable)
+}
+
+/// A request's body as the routes see it. A body small enough to drain is also
+/// held by the connection, so that one a route answered without reading
+/// (an early 404 or 415 to a body still on its way) can be read to its end
+/// before the answer goes: hyper itself reads on only what has already
+/// arrived, and otherwise closes the connection after the answer, which the
+/// answer did not announce. Bodies that are empty, chunked or larger are the
+/// routes' alone.
+enum HeldBody {
+    Owned(hyper::body::Incoming),
+    Shared(Rc<RefCell<hyper::body::Incoming>>),
+}
+
+impl HeldBody {
+    /// The body of a request declaring `declared` bytes, and the connection's
+    /// hold on it if it may need draining.
+    fn new(
+        body: hyper::body::Incoming,
+        declared: Option<u64>,
+    ) -> (HeldBody, Option<Rc<RefCell<hyper::body::Incoming>>>) {
+        match declared {
+            Some(n) if n > 0 && n <= DRAINED_BODY_BYTES_MAX => {
+                let held = Rc::new(RefCell::new(body));
+                (HeldBody::Shared(held.clone()), Some(held))
+            }
+            _ => (HeldBody::Owned(body), None),
+        }
+    }
+}
+
+impl hyper::body::Body for HeldBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        match self.get_mut() {
+            HeldBody::Owned(body) => std::pin::Pin::new(body).poll_frame(cx),
+            HeldBody::Shared(body) => std::pin::Pin::new(&mut *body.borrow_mut()).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            HeldBody::Owned(body) => body.is_end_stream(),
+            HeldBody::Shared(body) => body.borrow().is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            HeldBody::Owned(body) => body.size_hint(),
+            HeldBody::Shared(body) => body.borrow().size_hint(),
+        }
+    }
+}
+
+/// Reads what is left of a held body after its answer was made: whether it
+/// all arrived within `timeout`, so the connection can serve the next request.
+async fn drained(held: Rc<RefCell<hyper::body::Incoming>>, timeout: Duration) -> bool {
+    use hyper::body::Body as _;
+    if held.borrow().is_end_stream() {
+        return true;
+    }
+    let rest = HeldBody::Shared(held);
+    super::response::read_body(rest, DRAINED_BODY_BYTES_MAX as usize, timeout)
+        .await
+        .is_ok()
 }
 
 async fn serve_connection(slot: Slot, mut stream: Stream) {
@@ -370,16 +442,26 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
     };
     let service = {
         let (routes, requests_seen) = (shared.routes.clone(), requests_seen.clone());
-        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        let read_timeout = shared.read_timeout;
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             requests_seen.set(requests_seen.get() + 1);
             exchange.busy();
             let declared = hyper::body::Body::size_hint(request.body()).exact();
-            request.extensions_mut().insert(peer.clone());
+            let (mut parts, body) = request.into_parts();
+            parts.extensions.insert(peer.clone());
+            let (body, held) = HeldBody::new(body, declared);
+            let request = hyper::Request::from_parts(parts, body);
             let (routes, exchange) = (routes.clone(), exchange.clone());
             async move {
                 let mut response = routes.handle(request).await;
+                let mut closes = closes_after(response.status(), declared);
+                if let Some(held) = held {
+                    if !closes && !drained(held, read_timeout).await {
+                        closes = true;
+                    }
+                }
                 exchange.answered();
-                if closes_after(response.status(), declared) {
+                if closes {
                     response.headers_mut().insert(
                         hyper::header::CONNECTION,
                         hyper::header::HeaderValue::from_static("close"),
