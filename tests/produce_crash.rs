@@ -345,6 +345,13 @@ fn wal_disk_failure_answers_500_latches_and_keeps_what_was_acked() {
         }
     }
     assert!(!acked.is_empty(), "the first produce already failed");
+    // The node is no longer ready: a load balancer takes it out.
+    let ready = node
+        .served_client()
+        .request("GET", "/readyz", &[], "")
+        .unwrap();
+    assert_eq!(ready.status, 503, "/readyz after the latch: {}", ready.body);
+    assert!(ready.body.contains("ingress WAL failed"), "{}", ready.body);
     // Later produces keep failing, on the pool and on new connections.
     for (i, client) in pool.iter_mut().enumerate() {
         let r = produce(client, "?key=after", b"after the failure").unwrap();
@@ -382,6 +389,15 @@ fn wal_disk_failure_answers_500_latches_and_keeps_what_was_acked() {
     // The restart cleared the latch.
     let r = produce(&mut restarted.served_client(), "", b"after the restart").unwrap();
     assert_eq!(r.status, 202, "produce after the restart: {}", r.body);
+    let ready = restarted
+        .served_client()
+        .request("GET", "/readyz", &[], "")
+        .unwrap();
+    assert_eq!(
+        ready.status, 200,
+        "/readyz after the restart: {}",
+        ready.body
+    );
     eprintln!(
         "{produces} produces of {RECORD_BYTES} bytes, {} acknowledged; {before_restart} \
          records replayable before the restart, all acknowledged ones {replayed_after:?} after it",

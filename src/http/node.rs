@@ -37,6 +37,9 @@ pub struct NodeState {
     /// The data directory's file system is nearly full: produces are refused
     /// (see [`DiskGuard`]).
     disk_low: AtomicBool,
+    /// A shard's ingress WAL latched after a disk failure: that shard refuses
+    /// every produce until the node restarts, so the node is not ready.
+    wal_failed: AtomicBool,
 }
 
 /// When the data directory's free space runs low, produces are answered 503
@@ -131,7 +134,20 @@ impl NodeState {
             consumes: IdentityCap::new(u64::MAX),
             produces: None,
             disk_low: AtomicBool::new(false),
+            wal_failed: AtomicBool::new(false),
         }
+    }
+
+    /// A produce found its shard's ingress WAL latched.
+    pub fn note_wal_failed(&self) {
+        if !self.wal_failed.swap(true, Ordering::Relaxed) {
+            tracing::error!("an ingress WAL failed and refuses produces until the node restarts: /readyz answers 503");
+        }
+    }
+
+    /// Whether a shard's ingress WAL has latched since the start.
+    pub fn wal_failed(&self) -> bool {
+        self.wal_failed.load(Ordering::Relaxed)
     }
 
     /// Whether produces are refused for want of disk (see [`DiskGuard`]).

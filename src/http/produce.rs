@@ -19,6 +19,7 @@ use hyper::{Request, Response, StatusCode};
 use narad_shards::ids::{DenseIdMap, PartitionId};
 use narad_shards::wal::{IngressRecord, WalError};
 
+use super::node::NodeState;
 use super::produce_input::{self, BATCH_BODY_BYTES_MAX, PAYLOAD_BYTES_MAX};
 use super::response::{self, read_body, Body};
 use super::routes::Api;
@@ -35,12 +36,14 @@ fn accepted_empty() -> Response<Body> {
     response
 }
 
-/// The answer to a failed WAL append.
-fn wal_error(topic: &str, e: &WalError) -> Response<Body> {
+/// The answer to a failed WAL append. Any failure but these two is the WAL's
+/// latch, which makes the node unready (`/readyz`).
+fn wal_error(node: &NodeState, topic: &str, e: &WalError) -> Response<Body> {
     match e {
         WalError::Invalid(why) => response::error(StatusCode::BAD_REQUEST, why),
         WalError::Closed => response::draining(),
         other => {
+            node.note_wal_failed();
             tracing::error!(topic, error = %other, "http server error: produce not accepted");
             response::error(StatusCode::INTERNAL_SERVER_ERROR, &other.to_string())
         }
@@ -104,7 +107,9 @@ where
     let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);
     };
-    if api.node.disk_low() {
+    // A latched WAL answers its own 500 below: a 503 would have the client
+    // retry what no retry on this shard can do before a restart.
+    if api.node.disk_low() && !shard.wal.is_latched() {
         return disk_low();
     }
     let query = match produce_input::parse_produce_query(request.uri().query()) {
@@ -160,7 +165,7 @@ where
             series.produced(1, payload.len() as u64);
             accepted_empty()
         }
-        Err(e) => wal_error(topic, &e),
+        Err(e) => wal_error(&api.node, topic, &e),
     }
 }
 
@@ -172,7 +177,9 @@ where
     if !shard.meta.snapshot().topics.contains_key(topic) {
         return not_found(topic);
     }
-    if api.node.disk_low() {
+    // A latched WAL answers its own 500 below: a 503 would have the client
+    // retry what no retry on this shard can do before a restart.
+    if api.node.disk_low() && !shard.wal.is_latched() {
         return disk_low();
     }
     if let Err(message) = produce_input::batch_query_check(request.uri().query()) {
@@ -268,6 +275,6 @@ where
                 &serde_json::json!({ "accepted": ingress.len() }),
             )
         }
-        Err(e) => wal_error(topic, &e),
+        Err(e) => wal_error(&api.node, topic, &e),
     }
 }

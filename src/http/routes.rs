@@ -357,14 +357,29 @@ impl Routes {
         }
     }
 
+    /// `GET /readyz`: 503 until storage recovery is done, and for good once an
+    /// ingress WAL has latched (its shard refuses every produce until the node
+    /// restarts); ready but `degraded` while produces are refused for want of
+    /// disk, which passes by itself.
     fn readyz(&self) -> Response<Body> {
-        if self.api.node.is_ready() {
-            response::json_static(StatusCode::OK, r#"{"status":"ready"}"#)
-        } else {
+        let node = &self.api.node;
+        if !node.is_ready() {
             response::error(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not ready: storage recovery in progress",
             )
+        } else if node.wal_failed() {
+            response::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: an ingress WAL failed after a disk error and refuses produces until the node restarts",
+            )
+        } else if node.disk_low() {
+            response::json_static(
+                StatusCode::OK,
+                r#"{"status":"ready","degraded":["data_dir_low"]}"#,
+            )
+        } else {
+            response::json_static(StatusCode::OK, r#"{"status":"ready"}"#)
         }
     }
 }
@@ -507,6 +522,27 @@ mod tests {
             call(&routes, Method::GET, "/readyz"),
             (StatusCode::OK, r#"{"status":"ready"}"#.to_string())
         );
+        // Produces refused for want of disk: ready, degraded, until it passes.
+        let gib = 1 << 30;
+        assert!(node.note_disk(0, 100 * gib));
+        assert_eq!(
+            call(&routes, Method::GET, "/readyz"),
+            (
+                StatusCode::OK,
+                r#"{"status":"ready","degraded":["data_dir_low"]}"#.to_string()
+            )
+        );
+        assert!(!node.note_disk(50 * gib, 100 * gib));
+        assert_eq!(
+            call(&routes, Method::GET, "/readyz").1,
+            r#"{"status":"ready"}"#
+        );
+        // A latched WAL: not ready, for good; alive all the same.
+        node.note_wal_failed();
+        let (status, body) = call(&routes, Method::GET, "/readyz");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("ingress WAL failed"), "{body}");
+        assert_eq!(call(&routes, Method::GET, "/healthz").0, StatusCode::OK);
         node.start_draining();
         for path in ["/healthz", "/readyz", "/nowhere"] {
             let (status, body) = call(&routes, Method::GET, path);
