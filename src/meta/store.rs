@@ -91,15 +91,39 @@ impl MetaStore {
             latched: None,
         };
         if log_entries > 0 {
-            // What the log replayed may be in the page cache only: after a
-            // failed fsync (the store latched, the node was restarted) the
-            // kernel keeps the pages it could not write, marked clean, so no
-            // later sync writes them, and a power loss would leave a hole in
-            // the middle of the log, which recovery refuses. Writing the state
-            // afresh as a snapshot, with a new log, settles it on the disk.
-            store.snapshot(&state)?;
+            store.settle_replayed(&state)?;
         }
         Ok((store, state))
+    }
+
+    /// What the log replayed may be in the page cache only: after a failed
+    /// fsync (the store latched, the node was restarted) the kernel keeps the
+    /// pages it could not write, marked clean, so no later sync writes them,
+    /// and a power loss would leave a hole in the middle of the log, which
+    /// recovery refuses. Writing the state afresh as a snapshot, with a new
+    /// log, settles it on the disk.
+    ///
+    /// On a full disk there is no room for the snapshot, and a node must be
+    /// able to start there (to serve its data, and to be given room): then the
+    /// log's own bytes are written again over themselves, which takes no new
+    /// space, and synced. The snapshot's first step is tried alone so that a
+    /// full disk is found before any file was renamed.
+    fn settle_replayed(&mut self, state: &MetaState) -> Result<(), MetaError> {
+        let tmp = self.dir.join(SNAPSHOT_TMP_FILE);
+        match write_synced_or_full(&tmp, &encode_snapshot(state))? {
+            Ok(()) => self.snapshot(state),
+            Err(Full) => {
+                let _ = fs::remove_file(&tmp);
+                let log_path = self.dir.join(LOG_FILE);
+                rewrite_in_place(&log_path)
+                    .map_err(|e| io_error(&log_path, "cannot write again", e))?;
+                tracing::warn!(
+                    dir = %self.dir.display(),
+                    "no space for a metadata snapshot at open: the command log was written again in place instead"
+                );
+                Ok(())
+            }
+        }
     }
 
     /// The index of the last durable command.
@@ -464,6 +488,37 @@ fn create_dir(dir: &Path) -> Result<(), MetaError> {
 }
 
 /// Writes `bytes` as the whole of `path` and syncs it.
+/// [`write_synced`] that tells a full file system apart: `Err(Full)` when it
+/// has no room, any other failure as the error it is.
+fn write_synced_or_full(path: &Path, bytes: &[u8]) -> Result<Result<(), Full>, MetaError> {
+    #[cfg(test)]
+    if tests_hooks::SNAPSHOT_DISK_FULL.with(std::cell::Cell::get) {
+        return Ok(Err(Full));
+    }
+    let written = File::create(path).and_then(|mut file| {
+        file.write_all(bytes)?;
+        file.sync_all()
+    });
+    match written {
+        Ok(()) => Ok(Ok(())),
+        Err(e) if e.kind() == io::ErrorKind::StorageFull => Ok(Err(Full)),
+        Err(e) => Err(io_error(path, "cannot write", e)),
+    }
+}
+
+/// The file system had no room for a write.
+struct Full;
+
+/// Writes the file's bytes again over themselves and syncs them: makes durable
+/// what may be in the page cache only, with no new space.
+fn rewrite_in_place(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let bytes = fs::read(path)?;
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.write_all_at(&bytes, 0)?;
+    file.sync_data()
+}
+
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), MetaError> {
     let mut file = File::create(path).map_err(|e| io_error(path, "cannot create", e))?;
     file.write_all(bytes)
@@ -510,4 +565,13 @@ fn sync_dir(dir: &Path) -> io::Result<()> {
 
 fn io_error(path: &Path, what: &str, e: io::Error) -> MetaError {
     MetaError::Io(format!("{what} {}: {e}", path.display()))
+}
+
+/// Test-only switches.
+#[cfg(test)]
+pub(super) mod tests_hooks {
+    thread_local! {
+        /// The open's snapshot finds the file system full.
+        pub static SNAPSHOT_DISK_FULL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
 }

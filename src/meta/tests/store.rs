@@ -72,6 +72,38 @@ fn an_open_that_replayed_entries_writes_them_afresh() {
     );
 }
 
+/// On a full disk the open has no room for the snapshot: it writes the log's
+/// bytes again in place instead, renames nothing, and the node starts; the
+/// store takes commands as before, and the next open with room takes the
+/// snapshot.
+#[test]
+fn an_open_on_a_full_disk_settles_the_log_in_place() {
+    use crate::meta::store::tests_hooks::SNAPSHOT_DISK_FULL;
+    let (tmp, store, state) = populated();
+    drop(store);
+    let log_before = fs::read(log_path(&dir(&tmp))).unwrap();
+    SNAPSHOT_DISK_FULL.with(|full| full.set(true));
+    let opened = MetaStore::open(&dir(&tmp));
+    SNAPSHOT_DISK_FULL.with(|full| full.set(false));
+    let (mut store, mut reopened) = opened.expect("a full disk does not stop the open");
+    assert_eq!(reopened, state);
+    let names: Vec<String> = fs::read_dir(dir(&tmp))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["commands.log"],
+        "nothing renamed, nothing left behind"
+    );
+    assert_eq!(fs::read(log_path(&dir(&tmp))).unwrap(), log_before);
+    store.propose(&mut reopened, create("d", 4)).unwrap();
+    drop(store);
+    let (_, again) = open(&dir(&tmp));
+    assert_eq!(again.version, 6);
+    assert!(dir(&tmp).join("snapshot").exists());
+}
+
 #[test]
 fn commands_survive_a_reopen() {
     let (tmp, store, state) = populated();
