@@ -297,6 +297,8 @@ impl Config {
         let bytes = read_file_bounded(path).map_err(context)?;
         let value: Value =
             serde_json::from_slice(&bytes).map_err(|e| context(format!("invalid JSON: {e}")))?;
+        // A key set twice is ambiguous: refused, as the API refuses it.
+        crate::json::refuse_duplicate_keys(&bytes).map_err(context)?;
         self.apply_json(&value).map_err(context)
     }
 

@@ -32,6 +32,7 @@ pub mod consume;
 pub mod control;
 pub mod devtools;
 pub mod http;
+pub mod json;
 pub mod lifecycle;
 pub mod meta;
 pub mod metrics;

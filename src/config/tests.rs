@@ -148,6 +148,14 @@ fn unknown_internal_and_unsupported_file_keys_refuse_naming_the_key() {
         (r#"{"http": ":1"}"#, "`http` must be an object"),
         (r#"[1]"#, "top level must be a JSON object"),
         (r#"{"http": {"#, "invalid JSON"),
+        (
+            r#"{"http": {"addr": ":1", "addr": ":2"}}"#,
+            "duplicate field \"addr\"",
+        ),
+        (
+            r#"{"http": {"addr": ":1"}, "http": {"max_connections": 9}}"#,
+            "duplicate field \"http\"",
+        ),
     ] {
         let (_file, flags) = file(json);
         let error = Config::load(&flags, &no_env).unwrap_err();

@@ -248,7 +248,7 @@ fn parse_object(
     };
     // A field given twice is ambiguous: refused, as a batch produce refuses
     // it, rather than the last one taken.
-    serde_json::from_slice::<UniqueKeys>(body)
+    crate::json::refuse_duplicate_keys(body)
         .map_err(|e| MetaError::Invalid(format!("request body: {e}")))?;
     fields.retain(|field, value| {
         let not_given = match (field.as_str(), &*value) {
@@ -273,37 +273,6 @@ fn parse_object(
         }
     }
     Ok(fields)
-}
-
-/// A JSON object's top level read only to refuse a key given twice.
-struct UniqueKeys;
-
-impl<'de> serde::Deserialize<'de> for UniqueKeys {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Keys;
-        impl<'de> serde::de::Visitor<'de> for Keys {
-            type Value = UniqueKeys;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<UniqueKeys, A::Error> {
-                let mut seen = std::collections::HashSet::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    if !seen.insert(key.clone()) {
-                        return Err(serde::de::Error::custom(format!(
-                            "duplicate field \"{key}\""
-                        )));
-                    }
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
-                Ok(UniqueKeys)
-            }
-        }
-        deserializer.deserialize_map(Keys)
-    }
 }
 
 /// `field` as a non-negative integer, if present (a `null` was dropped as not
