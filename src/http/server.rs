@@ -327,7 +327,7 @@ impl Drop for Slot {
 }
 
 /// Bodies up to this declared size that a handler answered without reading
-/// whole are read to their end before the answer goes (within
+/// whole are read to their end after the answer goes (within
 /// `http.read_timeout`), and the connection is kept.
 const DRAINED_BODY_BYTES_MAX: u64 = 64 << 10;
 
@@ -337,7 +337,7 @@ const DRAINED_BODY_BYTES_MAX: u64 = 64 << 10;
 /// error to a body too large to drain (an early 415 or 404, a full budget's
 /// 503). Such answers say `Connection: close`, so that a client's pool does
 /// not send its next request into a connection about to close; an error to a
-/// small body is drained ([`HeldBody`]) and keeps the connection.
+/// small body is drained after it ([`HeldBody`]) and keeps the connection.
 fn closes_after(status: hyper::StatusCode, declared: Option<u64>) -> bool {
     let has_body = declared != Some(0);
     let refused_body = matches!(status.as_u16(), 408 | 413);
@@ -346,12 +346,14 @@ fn closes_after(status: hyper::StatusCode, declared: Option<u64>) -> bool {
 }
 
 /// A request's body as the routes see it. A body small enough to drain is also
-/// held by the connection, so that one a route answered without reading
-/// (an early 404 or 415 to a body still on its way) can be read to its end
-/// before the answer goes: hyper itself reads on only what has already
-/// arrived, and otherwise closes the connection after the answer, which the
-/// answer did not announce. Bodies that are empty, chunked or larger are the
-/// routes' alone.
+/// held by the connection, so that one a route answered without reading (an
+/// early 404 or 415 to a body still on its way) is read to its end after the
+/// answer went, and the connection serves the next request: hyper itself
+/// reads on only what has already arrived when the body is dropped, and
+/// otherwise closes the connection, which the answer did not announce. The
+/// answer does not wait for the body: a client may wait for it before sending
+/// the body, or never send it (then the connection closes at the read
+/// timeout). Bodies that are empty, chunked or larger are the routes' alone.
 enum HeldBody {
     Owned(hyper::body::Incoming),
     Shared(Rc<RefCell<hyper::body::Incoming>>),
@@ -403,17 +405,18 @@ impl hyper::body::Body for HeldBody {
     }
 }
 
-/// Reads what is left of a held body after its answer was made: whether it
-/// all arrived within `timeout`, so the connection can serve the next request.
-async fn drained(held: Rc<RefCell<hyper::body::Incoming>>, timeout: Duration) -> bool {
+/// Reads what is left of a held body, its answer made, in a task of its own
+/// while the answer goes out; a body that does not all arrive within
+/// `timeout` is dropped, and hyper closes the connection.
+fn drain_after_answer(held: Rc<RefCell<hyper::body::Incoming>>, timeout: Duration) {
     use hyper::body::Body as _;
     if held.borrow().is_end_stream() {
-        return true;
+        return;
     }
     let rest = HeldBody::Shared(held);
-    super::response::read_body(rest, DRAINED_BODY_BYTES_MAX as usize, timeout)
-        .await
-        .is_ok()
+    narad_io::rt::spawn_local(async move {
+        let _ = super::response::read_body(rest, DRAINED_BODY_BYTES_MAX as usize, timeout).await;
+    });
 }
 
 async fn serve_connection(slot: Slot, mut stream: Stream) {
@@ -454,11 +457,9 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
             let (routes, exchange) = (routes.clone(), exchange.clone());
             async move {
                 let mut response = routes.handle(request).await;
-                let mut closes = closes_after(response.status(), declared);
-                if let Some(held) = held {
-                    if !closes && !drained(held, read_timeout).await {
-                        closes = true;
-                    }
+                let closes = closes_after(response.status(), declared);
+                if let Some(held) = held.filter(|_| !closes) {
+                    drain_after_answer(held, read_timeout);
                 }
                 exchange.answered();
                 if closes {
