@@ -223,6 +223,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         _ => Rc::new(std::cell::Cell::new(0u64)),
     };
     let mut commits: DenseIdMap<CommitId, Vec<Seq>> = DenseIdMap::default();
+    let mut discards = DiscardNotes::default();
     let outcomes = Rc::new(Outcomes::default());
     let mut stop_deadline: Option<Instant> = None;
     tracing::info!(wal = %name, checkpoint = start.0, durable = wal.durable_next().0, "dispatcher started");
@@ -355,6 +356,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                     &mut dispatcher,
                     &mut held,
                     &mut commits,
+                    &mut discards,
                     &outcomes,
                     &cluster,
                     action,
@@ -436,6 +438,28 @@ fn observe_committed(accepted_ms: &[u64]) {
     }
 }
 
+/// The deleted incarnations whose discards were warned of: records produced
+/// while the delete went through keep arriving for a while, each discard a
+/// few records, and a warning each would flood the log.
+#[derive(Default)]
+struct DiscardNotes {
+    warned: std::collections::HashSet<IncarnationId>,
+}
+
+/// Incarnations remembered at most; past it the set starts again (a repeated
+/// warning is the only cost).
+const DISCARD_NOTES_MAX: usize = 1_024;
+
+impl DiscardNotes {
+    /// Whether this is the first discard of `incarnation` noted here.
+    fn first(&mut self, incarnation: IncarnationId) -> bool {
+        if self.warned.len() >= DISCARD_NOTES_MAX {
+            self.warned.clear();
+        }
+        self.warned.insert(incarnation)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn apply<E: DispatchEnv, S: Storage>(
     env: &Rc<E>,
@@ -444,6 +468,7 @@ fn apply<E: DispatchEnv, S: Storage>(
     dispatcher: &mut Dispatcher,
     held: &mut DenseIdMap<Seq, HeldBytes>,
     commits: &mut DenseIdMap<CommitId, Vec<Seq>>,
+    discards: &mut DiscardNotes,
     outcomes: &Rc<Outcomes>,
     cluster: &E::View,
     action: Action,
@@ -519,10 +544,15 @@ fn apply<E: DispatchEnv, S: Storage>(
                 held.remove(seq);
             }
             // One line a discard, not a record: a deleted topic's backlog can
-            // be millions of records.
+            // be millions of records. And one warning an incarnation: records
+            // still arriving for it are discarded a few at a time.
             let (first, last) = (seqs.iter().min(), seqs.iter().max());
             if let (Some(first), Some(last)) = (first, last) {
-                tracing::warn!(topic = %topic, topic_id = %incarnation, partition = partition.0, records = seqs.len(), first_seq = first.0, last_seq = last.0, "discarding undispatched records of a deleted topic incarnation");
+                if discards.first(incarnation) {
+                    tracing::warn!(topic = %topic, topic_id = %incarnation, partition = partition.0, records = seqs.len(), first_seq = first.0, last_seq = last.0, "discarding undispatched records of a deleted topic incarnation; later discards of it are logged at debug level");
+                } else {
+                    tracing::debug!(topic = %topic, topic_id = %incarnation, partition = partition.0, records = seqs.len(), first_seq = first.0, last_seq = last.0, "discarding undispatched records of a deleted topic incarnation");
+                }
             }
         }
         Action::Release { seqs } => {
@@ -550,5 +580,22 @@ fn apply<E: DispatchEnv, S: Storage>(
                 cluster,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_incarnation_is_warned_of_once_and_the_memory_stays_bounded() {
+        let mut notes = DiscardNotes::default();
+        assert!(notes.first(IncarnationId(1)));
+        assert!(!notes.first(IncarnationId(1)));
+        assert!(notes.first(IncarnationId(2)));
+        for id in 3..=(DISCARD_NOTES_MAX as u128 + 10) {
+            notes.first(IncarnationId(id));
+        }
+        assert!(notes.warned.len() <= DISCARD_NOTES_MAX);
     }
 }
