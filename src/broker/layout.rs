@@ -173,6 +173,14 @@ fn remove_in_background(dir: PathBuf) {
                 for dir in receive {
                     if let Err(e) = std::fs::remove_dir_all(&dir) {
                         tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a directory set aside for removal; the next start tries again");
+                        continue;
+                    }
+                    // A deleted topic's `topics/<name>/`, if no other
+                    // incarnation is in it (a recreate's makes it stay).
+                    if dir.extension().is_some_and(|e| e == "deleted") {
+                        if let Some(topic) = dir.parent() {
+                            let _ = std::fs::remove_dir(topic);
+                        }
                     }
                 }
             });
@@ -292,7 +300,7 @@ fn remove_orphans_with(
                 continue;
             }
             let quarantine = data_dir.join("quarantine");
-            let target = quarantine.join(format!("{name}.{id}"));
+            let target = quarantine_target(&quarantine, &name, &id);
             let moved =
                 std::fs::create_dir_all(&quarantine).and_then(|()| std::fs::rename(&path, &target));
             match moved {
@@ -306,6 +314,20 @@ fn remove_orphans_with(
         }
         let _ = std::fs::remove_dir(topic.path());
     }
+}
+
+/// Where unowned data of topic `name`, incarnation `id`, goes in `quarantine`:
+/// `<name>.<id>`, or `<name>.<id>.<n>` for the first `n` free when the same
+/// directory was quarantined before (quarantine is never emptied by the node).
+fn quarantine_target(quarantine: &Path, name: &str, id: &str) -> PathBuf {
+    let first = quarantine.join(format!("{name}.{id}"));
+    if !first.exists() {
+        return first;
+    }
+    (1u64..)
+        .map(|n| quarantine.join(format!("{name}.{id}.{n}")))
+        .find(|target| !target.exists())
+        .expect("a free name")
 }
 
 #[cfg(test)]
@@ -364,6 +386,43 @@ mod tests {
             .join("p00000")
             .join("segment");
         assert!(quarantined.exists());
+
+        // The same unknown directory again at a later start: quarantined
+        // beside the first, not left in place.
+        let again = incarnation(data, "unknown", &id(5), false);
+        remove_orphans(data, &live(&[("kept", 1), ("folded", 2)]));
+        assert!(!again.exists());
+        assert!(quarantined.exists());
+        let second = data
+            .join("quarantine")
+            .join(format!("unknown.{}.1", id(5)))
+            .join("p00000")
+            .join("segment");
+        assert!(second.exists());
+    }
+
+    /// The background removal of a deleted topic's data takes its
+    /// `topics/<name>/` with it, unless a newer incarnation lives there.
+    #[test]
+    fn removing_a_set_aside_topic_takes_its_empty_name_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path();
+        let gone = incarnation(data, "gone", &IncarnationId(3).to_string(), true);
+        let again = incarnation(data, "again", &IncarnationId(4).to_string(), true);
+        let recreated = incarnation(data, "again", &IncarnationId(5).to_string(), false);
+        set_aside(data, "gone", IncarnationId(3)).unwrap();
+        set_aside(data, "again", IncarnationId(4)).unwrap();
+        let removed = |dir: PathBuf| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while dir.exists() {
+                assert!(std::time::Instant::now() < deadline, "{dir:?} stays");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        };
+        removed(data.join("topics").join("gone"));
+        assert!(!gone.exists());
+        removed(again.with_extension("deleted"));
+        assert!(recreated.join("p00000").join("segment").exists());
     }
 
     #[test]
