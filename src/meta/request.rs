@@ -101,7 +101,8 @@ pub fn parse_create(
         &[],
     )?;
     let name = match fields.get("name") {
-        None => return Err(MetaError::Invalid("name is required".to_string())),
+        // A `null` is a field not given, as for every other field.
+        None | Some(Value::Null) => return Err(MetaError::Invalid("name is required".to_string())),
         Some(Value::String(name)) => name.clone(),
         Some(other) => return Err(wrong_type("name", "a string", other)),
     };
@@ -336,6 +337,12 @@ fn positive<T: PartialEq + Default>(field: &str, value: T) -> Result<T, MetaErro
 
 fn check_partitions(partitions: u32, min: u32, defaults: &TopicDefaults) -> Result<u32, MetaError> {
     let max = defaults.max_partitions;
+    if min > max {
+        // A topic created under a larger `topic.max_partitions` than now.
+        return Err(MetaError::Invalid(format!(
+            "partitions cannot grow past topic.max_partitions ({max}), got {partitions}"
+        )));
+    }
     if !(min..=max).contains(&partitions) {
         return Err(MetaError::Invalid(format!(
             "partitions must be between {min} and {max}, got {partitions}"

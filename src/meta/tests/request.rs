@@ -154,6 +154,11 @@ fn topic_names_follow_the_reference() {
     }
     assert_refused(create_json(json!({})), 400, &["name is required"]);
     assert_refused(
+        create_json(json!({"name": null})),
+        400,
+        &["name is required"],
+    );
+    assert_refused(
         create_json(json!({"name": 7})),
         400,
         &["name must be a string"],
@@ -411,6 +416,16 @@ fn alter_partitions_only_grow_up_to_the_maximum() {
     );
     let grown = alter_json(&current, json!({"partitions": 108})).unwrap();
     assert_eq!(grown.partitions, Some(108));
+    // Created under a larger maximum than the node's now: it cannot grow.
+    current.partitions = 108;
+    let mut lower = defaults();
+    lower.max_partitions = 10;
+    let body = json!({"partitions": 109}).to_string();
+    assert_refused(
+        parse_alter(body.as_bytes(), &current, &lower),
+        400,
+        &["cannot grow past topic.max_partitions (10), got 109"],
+    );
 }
 
 #[test]
