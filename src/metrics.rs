@@ -31,7 +31,8 @@ mod poller;
 mod storage;
 mod wal;
 pub use poller::{
-    clear_queue_gauges, poll_once, run_poller, Behind, POLL_INTERVAL, QUEUE_LOADS_PER_POLL,
+    clear_queue_gauges, note_disk_now, poll_once, run_poller, Behind, POLL_INTERVAL,
+    QUEUE_LOADS_PER_POLL,
 };
 pub use storage::StorageMetrics;
 pub use wal::WalSeries;

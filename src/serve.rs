@@ -202,8 +202,10 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             .with_produces_max(config.http.max_produce_in_flight_per_identity),
     );
     let settings = HttpSettings::from(&config.http);
+    crate::metrics::note_disk_now(&node, &data_dir);
     let wal_config = WalConfig {
         prealloc: config.storage.ingress_wal_prealloc,
+        disk_room: Some(node.disk_room()),
         ..WalConfig::default()
     };
     let wal_write_budget_bytes = debug_wal_write_budget_bytes()?;

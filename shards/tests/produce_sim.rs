@@ -172,6 +172,7 @@ fn wal_config() -> WalConfig {
         rotate_dispatched_bytes_min: 16 << 10,
         reader_cache_bytes_max: 64 << 10,
         durable_writes: true,
+        disk_room: None,
     }
 }
 

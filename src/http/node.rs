@@ -37,6 +37,9 @@ pub struct NodeState {
     /// The data directory's file system is nearly full: produces are refused
     /// (see [`DiskGuard`]).
     disk_low: AtomicBool,
+    /// The data directory's free bytes as last measured (`u64::MAX` before the
+    /// first measure): the WALs zero-fill a segment only with room for it.
+    disk_room: Arc<AtomicU64>,
     /// A shard's ingress WAL latched after a disk failure: that shard refuses
     /// every produce until the node restarts, so the node is not ready.
     wal_failed: AtomicBool,
@@ -134,6 +137,7 @@ impl NodeState {
             consumes: IdentityCap::new(u64::MAX),
             produces: None,
             disk_low: AtomicBool::new(false),
+            disk_room: Arc::new(AtomicU64::new(u64::MAX)),
             wal_failed: AtomicBool::new(false),
         }
     }
@@ -150,6 +154,12 @@ impl NodeState {
         self.wal_failed.load(Ordering::Relaxed)
     }
 
+    /// The data directory's free bytes as last measured, shared with the WALs
+    /// (`WalConfig::disk_room`).
+    pub fn disk_room(&self) -> Arc<AtomicU64> {
+        self.disk_room.clone()
+    }
+
     /// Whether produces are refused for want of disk (see [`DiskGuard`]).
     pub fn disk_low(&self) -> bool {
         self.disk_low.load(Ordering::Relaxed)
@@ -158,6 +168,7 @@ impl NodeState {
     /// Records the data directory's free and total bytes; returns whether
     /// produces are refused from now on, logging each change.
     pub fn note_disk(&self, available: u64, total: u64) -> bool {
+        self.disk_room.store(available, Ordering::Relaxed);
         let was = self.disk_low();
         let low = DiskGuard::low(available, total, was);
         if low != was {

@@ -81,12 +81,19 @@ const DISK_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// stops.
 async fn watch_disk(shard: Rc<crate::broker::Shard>, every: std::time::Duration) {
     while !shard.stopping.get() {
-        if let Some((available, total)) = disk_space(&shard.data_dir) {
-            ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
-            let low = shard.node.note_disk(available, total);
-            ::metrics::gauge!("narad_data_dir_low").set(if low { 1.0 } else { 0.0 });
-        }
+        note_disk_now(&shard.node, &shard.data_dir);
         narad_io::rt::sleep(every).await;
+    }
+}
+
+/// Measures the data directory's free space once and tells the disk guard
+/// and the gauges; the start does it before any WAL opens, so that none
+/// prepares a segment the disk has no room for.
+pub fn note_disk_now(node: &crate::http::node::NodeState, data_dir: &std::path::Path) {
+    if let Some((available, total)) = disk_space(data_dir) {
+        ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
+        let low = node.note_disk(available, total);
+        ::metrics::gauge!("narad_data_dir_low").set(if low { 1.0 } else { 0.0 });
     }
 }
 

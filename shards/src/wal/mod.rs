@@ -95,6 +95,12 @@ pub struct WalConfig {
     /// large for one run always take. Tests turn it off to reach the pipeline
     /// with small batches.
     pub durable_writes: bool,
+    /// The bytes free on the WAL's file system when last measured, kept up to
+    /// date by the caller (`None`: not measured). A segment is zero-filled only
+    /// with room for two: preparing one ahead must not take the last space a
+    /// file system has, which the partition logs and the metadata need too.
+    /// Recycling a spare takes no space and is not held back.
+    pub disk_room: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for WalConfig {
@@ -109,6 +115,7 @@ impl Default for WalConfig {
             rotate_dispatched_bytes_min: 1 << 20,
             reader_cache_bytes_max: 8 << 20,
             durable_writes: true,
+            disk_room: None,
         }
     }
 }
@@ -177,6 +184,8 @@ pub struct WalStats {
     pub checkpoint_syncs: u64,
     /// Segment preparations that failed (each is followed by a pause).
     pub preparations_failed: u64,
+    /// Zero-fills not started for want of room (`WalConfig::disk_room`).
+    pub preparations_held: u64,
 }
 
 /// A batch of staged frames, as the flush loop takes it.

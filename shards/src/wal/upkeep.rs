@@ -209,6 +209,16 @@ async fn full_size<S: Storage>(wal: &Wal<S>, path: &str) -> io::Result<bool> {
     Ok(bytes? >= narad_io::align_up(wal.inner.config.segment_bytes_max))
 }
 
+/// Whether the file system has room to zero-fill a segment: twice its size
+/// free, as last measured ([`super::WalConfig::disk_room`]).
+fn room_for_zero_fill(config: &super::WalConfig) -> bool {
+    let Some(room) = &config.disk_room else {
+        return true;
+    };
+    let segment = narad_io::align_up(config.segment_bytes_max);
+    room.load(std::sync::atomic::Ordering::Relaxed) >= segment.saturating_mul(2)
+}
+
 /// Starts preparing the next segment in the background unless one is ready or
 /// being prepared.
 pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
@@ -220,6 +230,14 @@ pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
         // The pause holds zero-filling back; a spare is renamed into place,
         // which takes no space.
         if sh.spares.is_empty() && sh.prep_retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        // Asked again at the next roll or compaction: the check costs nothing.
+        if sh.spares.is_empty() && !room_for_zero_fill(&wal.inner.config) {
+            sh.stats.preparations_held += 1;
+            tracing::debug!(
+                "ingress WAL: no room to prepare a segment; rolls create empty segments"
+            );
             return;
         }
         sh.prep_running = true;

@@ -49,6 +49,45 @@ fn a_preparation_that_fails_on_a_full_disk_pauses_and_leaves_no_partial_file() {
     });
 }
 
+/// With less room on the file system than two segments (as the broker last
+/// measured it), no segment is zero-filled: rolls create empty segments, and
+/// the WAL takes appends all the same. With room again, a preparation starts
+/// after the pause.
+#[test]
+fn no_segment_is_zero_filled_without_room_for_two() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let disk = SimDisk::new(14, SimFaults::default());
+    run_local(None, async move {
+        let room = Arc::new(AtomicU64::new(0));
+        let config = WalConfig {
+            spare_segments_max: 0,
+            disk_room: Some(room.clone()),
+            ..small_config(true)
+        };
+        let segment = config.segment_bytes_max;
+        room.store(2 * segment - 1, Ordering::Relaxed);
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let payload = vec![5u8; 1024];
+        while wal.stats().rolls < 3 {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        assert!(wal.stats().preparations_held > 0, "{:?}", wal.stats());
+        assert_eq!(wal.stats().prepared_rolls, 0, "{:?}", wal.stats());
+        assert!(!disk_names_contain(&disk, "next-segment.tmp"));
+        assert!(!disk_names_contain(&disk, "next-segment.prep"));
+        room.store(2 * segment, Ordering::Relaxed);
+        // The next roll asks again.
+        let rolls = wal.stats().rolls;
+        while wal.stats().rolls < rolls + 2 {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        wal.close().await;
+    });
+}
+
 /// The sizes of the WAL's files by name.
 async fn file_sizes(disk: &SimDisk) -> Vec<(String, u64)> {
     let mut sizes = Vec::new();
