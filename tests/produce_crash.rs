@@ -319,6 +319,7 @@ fn wal_disk_failure_answers_500_latches_and_keeps_what_was_acked() {
     let mut latched = [false; POOL_CLIENTS];
     let mut acked = HashSet::new();
     let mut produces = 0;
+    let mut server_errors = 0;
     // Round-robin over the pool until every connection's shard has failed: a
     // connection that saw a 500 must never see a 202 again.
     while !latched.iter().all(|&l| l) {
@@ -340,6 +341,7 @@ fn wal_disk_failure_answers_500_latches_and_keeps_what_was_acked() {
             500 => {
                 assert_error_body(&r);
                 latched[i] = true;
+                server_errors += 1;
             }
             other => panic!("produce {id}: {other} {}", r.body),
         }
@@ -357,6 +359,7 @@ fn wal_disk_failure_answers_500_latches_and_keeps_what_was_acked() {
         let r = produce(client, "?key=after", b"after the failure").unwrap();
         assert_eq!(r.status, 500, "connection {i} after the latch: {}", r.body);
         assert_error_body(&r);
+        server_errors += 1;
     }
     drop(pool);
     for attempt in 0..32 {
@@ -364,7 +367,19 @@ fn wal_disk_failure_answers_500_latches_and_keeps_what_was_acked() {
         let r = produce(&mut client, "", b"on a new connection").unwrap();
         assert_eq!(r.status, 500, "new connection {attempt}: {}", r.body);
         assert_error_body(&r);
+        server_errors += 1;
     }
+    // Every 500 is counted as an error, and nothing else (not /readyz's 503).
+    let metrics = node
+        .served_client()
+        .request("GET", "/metrics", &[], "")
+        .unwrap();
+    let counted = metrics
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"narad_errors_total{component="http",kind="5xx"} "#))
+        .expect("the 5xx error series");
+    assert_eq!(counted.parse::<f64>().unwrap(), server_errors as f64);
     // Reads are unaffected by the latch.
     let mut client = node.served_client();
     let topic = client

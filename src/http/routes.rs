@@ -41,6 +41,11 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// `/healthz` or `/readyz`, whose answers report the node's state.
+    fn is_probe(self) -> bool {
+        matches!(self, Endpoint::Healthz | Endpoint::Readyz)
+    }
+
     /// The route pattern, the `route` label of the HTTP metrics.
     pub fn pattern(self) -> &'static str {
         match self {
@@ -138,7 +143,8 @@ type SeriesLabels = (Option<Endpoint>, &'static str, u16);
 struct HttpSeries {
     requests: ::metrics::Counter,
     duration: ::metrics::Histogram,
-    /// `narad_errors_total{component="http",kind="5xx"}` for a 5xx status.
+    /// `narad_errors_total{component="http",kind="5xx"}` for a 5xx status, but
+    /// for the health and readiness probes.
     server_errors: Option<::metrics::Counter>,
     /// `narad_http_request_bytes_in_total` and `_response_bytes_out_total` of the
     /// route.
@@ -275,7 +281,11 @@ impl Routes {
         let series = Rc::new(HttpSeries {
             requests: ::metrics::counter!("narad_http_requests_total", &key),
             duration: ::metrics::histogram!("narad_http_request_duration_seconds", &key),
-            server_errors: status.is_server_error().then(|| {
+            // A probe's 503 (not ready while starting, stopping) is the
+            // node's state, answered as designed, not an error: counted, a
+            // restart would trip every alert on this series.
+            server_errors: (status.is_server_error() && !endpoint.is_some_and(Endpoint::is_probe))
+                .then(|| {
                 ::metrics::counter!("narad_errors_total", "component" => "http", "kind" => "5xx")
             }),
             bytes_in: ::metrics::counter!("narad_http_request_bytes_in_total", "route" => route),
