@@ -398,7 +398,7 @@ fn finish<S: Storage>(
             .shared
             .borrow_mut()
             .latched
-            .get_or_insert_with(|| Rc::from(e.to_string()));
+            .get_or_insert_with(|| Rc::from(latch_reason(e)));
         wake_all(wal);
     }
     if let Some(mut buf) = reusable {
@@ -412,6 +412,22 @@ fn finish<S: Storage>(
         }
     }
     result.is_ok()
+}
+
+/// Why the WAL latched, as every later append reports it, to clients too: the
+/// operating system's error ("No space left on device (os error 28)"),
+/// without the operation, path and descriptor the I/O layer appends to it
+/// (`…, op: Writing path: Some(…) with fd: Some(…)`); the log line above has
+/// those.
+fn latch_reason(e: &io::Error) -> String {
+    if let Some(code) = e.raw_os_error() {
+        return io::Error::from_raw_os_error(code).to_string();
+    }
+    let text = e.to_string();
+    match text.split_once(", op: ") {
+        Some((system, _)) => system.to_string(),
+        None => text,
+    }
 }
 
 /// Hands a flushed batch to the readers' memory; returns an evicted buffer to
@@ -647,4 +663,34 @@ impl<S: Storage> Writer<S> {
         }
         Ok(())
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::latch_reason;
+    use std::io;
+
+    #[test]
+    fn a_latch_reason_is_the_systems_error_without_the_io_layers_wrapping() {
+        let wrapped: io::Error = glommio::GlommioError::<()>::EnhancedIoError {
+            source: io::Error::from_raw_os_error(ENOSPC),
+            op: "Writing",
+            path: Some("/data/ingress/shard-0/00000001.seg".into()),
+            fd: Some(17),
+        }
+        .into();
+        assert!(wrapped.to_string().contains("fd"), "{wrapped}");
+        let reason = latch_reason(&wrapped);
+        assert!(reason.contains("os error 28"), "{reason}");
+        assert!(
+            !reason.contains("shard-0") && !reason.contains("17"),
+            "{reason}"
+        );
+        // An error of the WAL's own keeps its words.
+        let short = io::Error::other("short write: 4096 of 28672 bytes");
+        assert_eq!(latch_reason(&short), "short write: 4096 of 28672 bytes");
+    }
+
+    /// `ENOSPC` on Linux.
+    const ENOSPC: i32 = 28;
 }
