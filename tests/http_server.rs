@@ -281,6 +281,11 @@ fn an_error_to_a_body_still_on_its_way_keeps_the_connection() {
         let answer = client.read_response(false).unwrap();
         assert_eq!(answer.status, status, "{path}: {answer:?}");
         assert_eq!(answer.header("connection"), None, "{path}: {answer:?}");
+        if status == 404 {
+            // Idle past the read timeout: the body's bytes did not start a
+            // next request whose head the server would time.
+            std::thread::sleep(Duration::from_millis(1_500));
+        }
         let next = client.request("GET", "/healthz", &[], "").unwrap();
         assert_eq!(next.status, 200, "{path}: the connection serves on");
     }

@@ -407,15 +407,23 @@ impl hyper::body::Body for HeldBody {
 
 /// Reads what is left of a held body, its answer made, in a task of its own
 /// while the answer goes out; a body that does not all arrive within
-/// `timeout` is dropped, and hyper closes the connection.
-fn drain_after_answer(held: Rc<RefCell<hyper::body::Incoming>>, timeout: Duration) {
+/// `timeout` is dropped, and hyper closes the connection. The exchange ends
+/// (`answered`) once the body is in: bytes of the body must not count as the
+/// start of the next request, whose head the stream would then time.
+fn drain_after_answer(
+    held: Rc<RefCell<hyper::body::Incoming>>,
+    timeout: Duration,
+    exchange: Rc<ExchangeCell>,
+) {
     use hyper::body::Body as _;
     if held.borrow().is_end_stream() {
+        exchange.answered();
         return;
     }
     let rest = HeldBody::Shared(held);
     narad_io::rt::spawn_local(async move {
         let _ = super::response::read_body(rest, DRAINED_BODY_BYTES_MAX as usize, timeout).await;
+        exchange.answered();
     });
 }
 
@@ -458,10 +466,10 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
             async move {
                 let mut response = routes.handle(request).await;
                 let closes = closes_after(response.status(), declared);
-                if let Some(held) = held.filter(|_| !closes) {
-                    drain_after_answer(held, read_timeout);
+                match held.filter(|_| !closes) {
+                    Some(held) => drain_after_answer(held, read_timeout, exchange),
+                    None => exchange.answered(),
                 }
-                exchange.answered();
                 if closes {
                     response.headers_mut().insert(
                         hyper::header::CONNECTION,
