@@ -308,6 +308,36 @@ fn an_error_to_a_body_still_on_its_way_keeps_the_connection() {
     assert_eq!(rest_after_one_second_timeout(&mut client), "");
 }
 
+/// A body drained after its early answer ends the request as soon as its last
+/// byte is in: the idle timeout runs from there, not from the read timeout.
+#[test]
+fn a_drained_body_starts_the_idle_wait_once_it_is_in() {
+    let node = Node::start(&[
+        ("NARAD_HTTP_READ_TIMEOUT", "8s"),
+        ("NARAD_HTTP_IDLE_TIMEOUT", "1s"),
+    ]);
+    let mut client = node.client();
+    client
+        .stream
+        .write_all(
+            b"POST /v1/topics/nothing/produce HTTP/1.1\r\nhost: test\r\n\
+              content-type: application/octet-stream\r\ncontent-length: 10\r\n\r\n",
+        )
+        .unwrap();
+    let answer = client.read_response(false).unwrap();
+    assert_eq!(answer.status, 404, "{answer:?}");
+    client.stream.write_all(b"0123456789").unwrap();
+    let sent = Instant::now();
+    let mut rest = Vec::new();
+    let _ = client.stream.read_to_end(&mut rest);
+    let closed = sent.elapsed();
+    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+    assert!(
+        closed >= Duration::from_millis(800) && closed < Duration::from_secs(4),
+        "closed {closed:?} after the body: the idle timeout is 1 s"
+    );
+}
+
 /// A request answered before its body was read (413 past the cap, 415 for an
 /// encoding the server cannot decode) reaches a client that is still sending
 /// the body: the server reads and drops the rest before it closes, rather than

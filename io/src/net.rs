@@ -232,6 +232,9 @@ pub enum Exchange {
 /// A connection's [`Exchange`], moved by its server and read by its stream.
 pub struct ExchangeCell {
     now: Cell<Exchange>,
+    /// Requests begun on the connection: an end of one that comes late (a
+    /// body drained after its answer) must not end a later one.
+    begun: Cell<u64>,
     /// A read that found nothing while the connection was busy: it has no
     /// deadline yet, and must be polled again once one starts (hyper does not
     /// read again on its own after a read found nothing).
@@ -246,13 +249,26 @@ impl ExchangeCell {
                 since: Instant::now(),
                 fresh: true,
             }),
+            begun: Cell::new(0),
             parked_read: Cell::new(None),
         }
     }
 
-    /// A request's head was read: it is being served.
-    pub fn busy(&self) {
+    /// A request's head was read: it is being served. Returns its number,
+    /// for [`ExchangeCell::answered_for`].
+    pub fn busy(&self) -> u64 {
         self.now.set(Exchange::Busy);
+        self.begun.set(self.begun.get() + 1);
+        self.begun.get()
+    }
+
+    /// [`ExchangeCell::answered`], if request `request` (as [`ExchangeCell::busy`]
+    /// numbered it) is still the connection's latest: a later one that began
+    /// meanwhile is being served, and its end is its own.
+    pub fn answered_for(&self, request: u64) {
+        if self.begun.get() == request {
+            self.answered();
+        }
     }
 
     /// The request was answered: the wait for the next one starts.

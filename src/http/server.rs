@@ -338,11 +338,18 @@ const DRAINED_BODY_BYTES_MAX: u64 = 64 << 10;
 /// 503). Such answers say `Connection: close`, so that a client's pool does
 /// not send its next request into a connection about to close; an error to a
 /// small body is drained after it ([`HeldBody`]) and keeps the connection.
-fn closes_after(status: hyper::StatusCode, declared: Option<u64>) -> bool {
+/// An answer that says `Connection: close` itself (a stopping node's 503)
+/// closes whatever the body.
+fn closes_after<B>(response: &hyper::Response<B>, declared: Option<u64>) -> bool {
+    let says_close = response
+        .headers()
+        .get(hyper::header::CONNECTION)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+    let status = response.status();
     let has_body = declared != Some(0);
     let refused_body = matches!(status.as_u16(), 408 | 413);
     let undrainable = declared.is_none_or(|n| n > DRAINED_BODY_BYTES_MAX);
-    has_body && !status.is_success() && (refused_body || undrainable)
+    says_close || (has_body && !status.is_success() && (refused_body || undrainable))
 }
 
 /// A request's body as the routes see it. A body small enough to drain is also
@@ -406,24 +413,35 @@ impl hyper::body::Body for HeldBody {
 }
 
 /// Reads what is left of a held body, its answer made, in a task of its own
-/// while the answer goes out; a body that does not all arrive within
-/// `timeout` is dropped, and hyper closes the connection. The exchange ends
-/// (`answered`) once the body is in: bytes of the body must not count as the
-/// start of the next request, whose head the stream would then time.
+/// while the answer goes out, dropping the bytes; a body that does not all
+/// arrive within `timeout` is dropped, and hyper closes the connection. The
+/// exchange ends (`answered_for`) once the body is in, not when hyper next
+/// says the body ended (only when the next request comes): bytes of the body
+/// must not count as the start of the next request, whose head the stream
+/// would then time.
 fn drain_after_answer(
     held: Rc<RefCell<hyper::body::Incoming>>,
     timeout: Duration,
     exchange: Rc<ExchangeCell>,
+    request: u64,
 ) {
     use hyper::body::Body as _;
     if held.borrow().is_end_stream() {
-        exchange.answered();
+        exchange.answered_for(request);
         return;
     }
-    let rest = HeldBody::Shared(held);
     narad_io::rt::spawn_local(async move {
-        let _ = super::response::read_body(rest, DRAINED_BODY_BYTES_MAX as usize, timeout).await;
-        exchange.answered();
+        let mut rest = HeldBody::Shared(held);
+        let read = async {
+            loop {
+                match poll_fn(|cx| std::pin::Pin::new(&mut rest).poll_frame(cx)).await {
+                    Some(Ok(_)) if !rest.is_end_stream() => {}
+                    _ => return,
+                }
+            }
+        };
+        or(read, narad_io::rt::sleep(timeout)).await;
+        exchange.answered_for(request);
     });
 }
 
@@ -456,7 +474,7 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
         let read_timeout = shared.read_timeout;
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             requests_seen.set(requests_seen.get() + 1);
-            exchange.busy();
+            let request_number = exchange.busy();
             let declared = hyper::body::Body::size_hint(request.body()).exact();
             let (mut parts, body) = request.into_parts();
             parts.extensions.insert(peer.clone());
@@ -465,9 +483,10 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
             let (routes, exchange) = (routes.clone(), exchange.clone());
             async move {
                 let mut response = routes.handle(request).await;
-                let closes = closes_after(response.status(), declared);
+                // An answer after which the connection closes drains nothing.
+                let closes = closes_after(&response, declared);
                 match held.filter(|_| !closes) {
-                    Some(held) => drain_after_answer(held, read_timeout, exchange),
+                    Some(held) => drain_after_answer(held, read_timeout, exchange, request_number),
                     None => exchange.answered(),
                 }
                 if closes {
@@ -549,4 +568,47 @@ async fn answer_overflow(shared: Rc<Shared>, mut stream: Stream) {
     shared
         .overflow_answers
         .set(shared.overflow_answers.get() - 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(status: u16, close: bool) -> hyper::Response<()> {
+        let mut response = hyper::Response::new(());
+        *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+        if close {
+            response.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+        }
+        response
+    }
+
+    #[test]
+    fn which_answers_close_the_connection() {
+        let small = Some(10);
+        let large = Some(DRAINED_BODY_BYTES_MAX + 1);
+        for (status, declared, closes) in [
+            (202, small, false),
+            (202, None, false),
+            (404, Some(0), false),
+            (404, small, false),
+            (415, small, false),
+            (404, large, true),
+            (404, None, true),
+            (413, small, true),
+            (408, small, true),
+        ] {
+            assert_eq!(
+                closes_after(&answer(status, false), declared),
+                closes,
+                "{status} {declared:?}"
+            );
+        }
+        // A stopping node's 503 says it closes: nothing is drained after it.
+        assert!(closes_after(&answer(503, true), small));
+        assert!(closes_after(&answer(200, true), Some(0)));
+    }
 }

@@ -487,7 +487,6 @@ fn create_dir(dir: &Path) -> Result<(), MetaError> {
     Ok(())
 }
 
-/// Writes `bytes` as the whole of `path` and syncs it.
 /// [`write_synced`] that tells a full file system apart: `Err(Full)` when it
 /// has no room, any other failure as the error it is.
 fn write_synced_or_full(path: &Path, bytes: &[u8]) -> Result<Result<(), Full>, MetaError> {
@@ -501,7 +500,12 @@ fn write_synced_or_full(path: &Path, bytes: &[u8]) -> Result<Result<(), Full>, M
     });
     match written {
         Ok(()) => Ok(Ok(())),
-        Err(e) if e.kind() == io::ErrorKind::StorageFull => Ok(Err(Full)),
+        // A full disk, or a full quota.
+        Err(e)
+            if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(libc::EDQUOT) =>
+        {
+            Ok(Err(Full))
+        }
         Err(e) => Err(io_error(path, "cannot write", e)),
     }
 }
@@ -519,6 +523,7 @@ fn rewrite_in_place(path: &Path) -> io::Result<()> {
     file.sync_data()
 }
 
+/// Writes `bytes` as the whole of `path` and syncs it.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), MetaError> {
     let mut file = File::create(path).map_err(|e| io_error(path, "cannot create", e))?;
     file.write_all(bytes)

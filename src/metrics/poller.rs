@@ -300,11 +300,13 @@ pub fn poll_once(shard: &crate::broker::Shard) -> Vec<Behind> {
             .sum::<u64>();
     drop(leftovers);
     ::metrics::gauge!("narad_ingress_dispatch_backlog_records").set(backlog as f64);
-    ::metrics::gauge!("narad_ingress_wal_failed").set(if shard.wal.is_latched() {
-        1.0
-    } else {
-        0.0
-    });
+    let latched = shard.wal.is_latched();
+    ::metrics::gauge!("narad_ingress_wal_failed").set(if latched { 1.0 } else { 0.0 });
+    // A latch whose producers all went away before their answer is seen here,
+    // not by a produce: `/readyz` learns of it all the same.
+    if latched {
+        shard.node.note_wal_failed();
+    }
     ::metrics::gauge!("narad_open_partition_logs").set(shard.owner.open_log_count() as f64);
     // One shard speaks for the node's file system and its metadata (gauges sum
     // over shards).

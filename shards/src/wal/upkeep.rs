@@ -210,13 +210,20 @@ async fn full_size<S: Storage>(wal: &Wal<S>, path: &str) -> io::Result<bool> {
 }
 
 /// Whether the file system has room to zero-fill a segment: twice its size
-/// free, as last measured ([`super::WalConfig::disk_room`]).
+/// free, as last measured ([`super::WalConfig::disk_room`]). The segment is
+/// taken off the shared figure at once, so that the WALs of other shards,
+/// which read it too (all of them at a start), count what this one is about
+/// to write; the next measure replaces the figure.
 fn room_for_zero_fill(config: &super::WalConfig) -> bool {
+    use std::sync::atomic::Ordering;
     let Some(room) = &config.disk_room else {
         return true;
     };
     let segment = narad_io::align_up(config.segment_bytes_max);
-    room.load(std::sync::atomic::Ordering::Relaxed) >= segment.saturating_mul(2)
+    room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |free| {
+        (free >= segment.saturating_mul(2)).then(|| free - segment)
+    })
+    .is_ok()
 }
 
 /// Starts preparing the next segment in the background unless one is ready or

@@ -78,13 +78,48 @@ fn no_segment_is_zero_filled_without_room_for_two() {
         assert!(!disk_names_contain(&disk, "next-segment.tmp"));
         assert!(!disk_names_contain(&disk, "next-segment.prep"));
         room.store(2 * segment, Ordering::Relaxed);
-        // The next roll asks again.
+        // The next roll asks again, and takes the segment off the room.
         let rolls = wal.stats().rolls;
-        while wal.stats().rolls < rolls + 2 {
+        while wal.stats().rolls < rolls + 1 {
             wal.append(&record(&payload, None)).await.unwrap();
         }
         wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        assert_eq!(room.load(Ordering::Relaxed), segment);
         wal.close().await;
+    });
+}
+
+/// The WALs of several shards read one measure of the room: each takes its
+/// segment off it as it starts, so that with room for three segments (less a
+/// byte) one of two WALs opening together prepares and the other holds back.
+#[test]
+fn wals_sharing_one_measure_of_room_count_each_others_segments() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let disk = SimDisk::new(15, SimFaults::default());
+    run_local(None, async move {
+        let room = Arc::new(AtomicU64::new(0));
+        let config = WalConfig {
+            spare_segments_max: 0,
+            disk_room: Some(room.clone()),
+            ..small_config(true)
+        };
+        room.store(3 * config.segment_bytes_max - 1, Ordering::Relaxed);
+        let first = Wal::open(disk.clone(), "wal", config.clone())
+            .await
+            .unwrap();
+        let second = Wal::open(disk.clone(), "wal-2", config).await.unwrap();
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        assert_eq!(first.stats().preparations_held, 0, "{:?}", first.stats());
+        assert!(second.stats().preparations_held > 0, "{:?}", second.stats());
+        let names = futures_lite::future::block_on(disk.list("wal-2")).unwrap();
+        assert!(
+            !names.iter().any(|n| n.starts_with("next-segment")),
+            "{names:?}"
+        );
+        first.close().await;
+        second.close().await;
     });
 }
 
