@@ -145,3 +145,24 @@ mod stream_tests {
         });
     }
 }
+
+mod exchange_tests {
+    use super::super::*;
+
+    /// The late end of a request (its body drained after the answer) ends it
+    /// only while no later request has begun on the connection.
+    #[test]
+    fn a_late_end_of_a_request_never_ends_a_later_one() {
+        let exchange = ExchangeCell::fresh();
+        let first = exchange.busy();
+        let second = exchange.busy();
+        assert_ne!(first, second);
+        exchange.answered_for(first);
+        assert!(matches!(exchange.get(), Exchange::Busy));
+        exchange.answered_for(second);
+        assert!(matches!(
+            exchange.get(),
+            Exchange::Idle { fresh: false, .. }
+        ));
+    }
+}
