@@ -276,6 +276,7 @@ fn a_flow_run_consumes_every_record_it_produced() {
             "{summary}"
         );
         assert!(summary["e2e_latency"]["count"].as_u64().unwrap() > 0);
+        assert!(summary["consume_latency"]["count"].as_u64().unwrap() > 0);
         assert!(
             lines.iter().any(|l| l.starts_with("verify: ")),
             "{lines:#?}"

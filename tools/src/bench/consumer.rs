@@ -69,6 +69,13 @@ pub struct ConsumePlan {
     pub last_progress: Cell<Instant>,
     /// The run's running tallies, among them the messages consumed so far.
     pub live: Rc<Live>,
+    /// Consume-to-ack latency per reply and end-to-end latency per message,
+    /// all consumers together: one histogram each, kept warm in the cache by
+    /// every consumer's records, where one per consumer would be cold (see
+    /// `workload::Plan::latencies_us`). The run moves them into its merged
+    /// tally at the end.
+    pub cycle_latencies_us: RefCell<Histogram<u64>>,
+    pub e2e_latencies_us: RefCell<Histogram<u64>>,
 }
 
 impl ConsumePlan {
@@ -107,7 +114,26 @@ impl ConsumePlan {
             abandoned: Cell::new(false),
             last_progress: Cell::new(Instant::now()),
             live,
+            cycle_latencies_us: RefCell::new(report::latency_histogram()),
+            e2e_latencies_us: RefCell::new(report::latency_histogram()),
         }
+    }
+
+    /// Moves the latencies the consumers recorded into `tally`, the run's
+    /// merged one, once every consumer has ended.
+    pub fn hand_latencies_to(&self, tally: &mut ConsumeTally) -> Result<(), String> {
+        let merge_error = |e| format!("cannot merge latencies: {e}");
+        tally
+            .cycle_latencies_us
+            .add(&*self.cycle_latencies_us.borrow())
+            .map_err(merge_error)?;
+        tally
+            .e2e_latencies_us
+            .add(&*self.e2e_latencies_us.borrow())
+            .map_err(merge_error)?;
+        self.cycle_latencies_us.borrow_mut().reset();
+        self.e2e_latencies_us.borrow_mut().reset();
+        Ok(())
     }
 
     /// Makes the run ack at most `records` messages.
@@ -364,7 +390,9 @@ impl Cycle {
         }
         let now = Instant::now();
         let cycle_us = u64::try_from(now.duration_since(started).as_micros()).unwrap_or(u64::MAX);
-        tally.cycle_latencies_us.saturating_record(cycle_us.max(1));
+        plan.cycle_latencies_us
+            .borrow_mut()
+            .saturating_record(cycle_us.max(1));
         true
     }
 }
@@ -515,7 +543,7 @@ async fn ack(
             plan.ledger.borrow_mut().consumed(id);
         }
         if let Some(us) = pending.e2e_us[i] {
-            tally.e2e_latencies_us.saturating_record(us);
+            plan.e2e_latencies_us.borrow_mut().saturating_record(us);
             plan.live.delivered(us);
         }
     };

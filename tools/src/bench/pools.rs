@@ -84,6 +84,7 @@ pub(super) async fn run_pools(
             for handle in consumers {
                 tally.merge(&handle.await)?;
             }
+            plan.hand_latencies_to(&mut tally)?;
             abandoned |= plan.abandoned.get();
             let ledger = ledger.borrow();
             let end = tally.last_consumed.unwrap_or_else(Instant::now);
