@@ -162,7 +162,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub count: Option<u64>,
     /// Payload bytes per record (default 256; at least 12, the JSON frame
-    /// around the x's; 55 in flow mode, whose payload also carries an id and a
+    /// around the x's; 64 in flow mode, whose payload also carries an id and a
     /// send time).
     #[arg(long)]
     pub size: Option<usize>,

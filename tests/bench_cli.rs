@@ -484,6 +484,81 @@ fn a_server_that_never_answers_cannot_hang_a_run() {
     assert!(stderr.contains("no answer within"), "{stderr}");
 }
 
+/// A timed open loop lasts its time: at a rate low enough that its last
+/// request goes well before the end, the achieved rate is still the records
+/// over the whole run, not over the time to the last answer.
+#[test]
+fn a_slow_open_loop_reports_its_rate_over_the_whole_run() {
+    let node = Node::start(&[]);
+    let output = bench(
+        &node,
+        &[
+            "paced",
+            "--create",
+            "--rate",
+            "2",
+            "--duration",
+            "3",
+            "--json",
+            "-",
+        ],
+    );
+    assert!(output.status.success(), "{:?}", stderr_lines(&output));
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let seconds = summary["seconds"].as_f64().unwrap();
+    let rate = summary["rate"].as_f64().unwrap();
+    assert!(seconds >= 3.0, "{summary}");
+    assert!((1.5..=2.5).contains(&rate), "{summary}");
+    let lines = stderr_lines(&output);
+    assert!(
+        lines.iter().any(|l| l.contains("msg/s (target 2.00)")),
+        "{lines:#?}"
+    );
+}
+
+/// A Ctrl-C ends a run at once, whatever it waits for: an open loop's next
+/// request (due seconds later), or the answers of a server that never
+/// answers (the requests in flight get a short grace, not the whole
+/// `--timeout`).
+#[test]
+fn a_ctrl_c_ends_a_run_waiting_for_its_schedule_or_a_silent_server() {
+    let node = Node::start(&[]);
+    let (silent, _server) = silent_server();
+    let cases: [(String, &[&str]); 2] = [
+        (
+            format!("http://{}", node.addr),
+            &["slow", "--create", "--rate", "0.1", "--duration", "60"],
+        ),
+        (
+            format!("http://{silent}"),
+            &["orders", "--duration", "60", "--workers", "2"],
+        ),
+    ];
+    for (server, args) in cases {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
+            .args(["bench", "-s", &server])
+            .args(args)
+            .env_remove("NARAD_ADDR")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1_500));
+        // SAFETY: sends SIGINT to the child this test started.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let started = Instant::now();
+        exit_within(
+            &mut child,
+            started,
+            Duration::from_secs(6),
+            &format!("runs on after SIGINT ({args:?})"),
+        );
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("interrupted"), "{args:?}: {stderr}");
+    }
+}
+
 /// A server that answers every request `200 OK` with an empty JSON object, as
 /// something other than the broker listening on the port might.
 fn always_200_server() -> std::net::SocketAddr {

@@ -263,9 +263,14 @@ impl Conn {
         let timeout = self.timeout;
         let timed_out = async move {
             super::evloop::sleep(timeout).await;
+            // A Ctrl-C cuts the wait short (`evloop::Core::on_interrupt`).
+            let why = match super::interrupted() {
+                true => "no answer before the run was interrupted".to_string(),
+                false => format!("no answer within {timeout:?}"),
+            };
             Err(ResponseError::Io(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
-                format!("no answer within {timeout:?}"),
+                why,
             )))
         };
         let result = futures_lite::future::or(self.write_and_read(request, sink), timed_out).await;

@@ -102,8 +102,12 @@ struct Core {
     tasks: RefCell<Vec<Slot>>,
     free_tasks: RefCell<Vec<usize>>,
     queue: Arc<RunQueue>,
-    timers: RefCell<BTreeMap<(Instant, u64), Waker>>,
+    /// Each timer's waker, and whether a Ctrl-C cuts it short ([`pause`]).
+    timers: RefCell<BTreeMap<(Instant, u64), (Waker, bool)>>,
     timer_seq: Cell<u64>,
+    /// When the loop first saw the run interrupted, the timers registered
+    /// by then, and whether their grace ran out ([`Core::on_interrupt`]).
+    interrupt: Cell<Option<(Instant, u64, bool)>>,
     /// Cleared when the kernel has no `epoll_pwait2`.
     precise_wait: Cell<bool>,
 }
@@ -117,6 +121,7 @@ impl Core {
             queue: Arc::new(RunQueue::default()),
             timers: RefCell::new(BTreeMap::new()),
             timer_seq: Cell::new(0),
+            interrupt: Cell::new(None),
             precise_wait: Cell::new(true),
         })
     }
@@ -186,9 +191,47 @@ impl Core {
             if entry.key().0 > now {
                 return Some(entry.key().0);
             }
-            entry.remove().wake();
+            entry.remove().0.wake();
         }
         None
+    }
+
+    /// A Ctrl-C ends a run early (`super::interrupted`): at once, the waits of
+    /// the schedule ([`pause`]) end; after [`INTERRUPT_GRACE`], so do the
+    /// timeouts of requests still unanswered then (they fail as transport
+    /// errors), so a server that does not answer cannot hold the run for the
+    /// whole `--timeout`. Timers registered after the interrupt (the requests
+    /// that delete a fresh topic) keep their time. Returns the grace's end
+    /// while it runs, for the loop's wait.
+    fn on_interrupt(&self, now: Instant) -> Option<Instant> {
+        if !super::interrupted() {
+            return None;
+        }
+        let mut timers = self.timers.borrow_mut();
+        match self.interrupt.get() {
+            None => {
+                self.interrupt.set(Some((now, self.timer_seq.get(), false)));
+                timers.retain(|_, (waker, cut_short)| {
+                    if *cut_short {
+                        waker.wake_by_ref();
+                    }
+                    !*cut_short
+                });
+                Some(now + INTERRUPT_GRACE)
+            }
+            Some((at, _, false)) if now < at + INTERRUPT_GRACE => Some(at + INTERRUPT_GRACE),
+            Some((at, before, false)) => {
+                self.interrupt.set(Some((at, before, true)));
+                timers.retain(|&(_, seq), (waker, _)| {
+                    if seq < before {
+                        waker.wake_by_ref();
+                    }
+                    seq >= before
+                });
+                None
+            }
+            Some((_, _, true)) => None,
+        }
     }
 
     /// Waits for socket events until `deadline` (`None`: until one comes;
@@ -280,7 +323,11 @@ fn drive<T: 'static>(core: &Core, future: impl Future<Output = T> + 'static) -> 
         // One clock read a turn: firing the timers takes no time to speak of,
         // so the wait's timeout counts from the same instant.
         let now = Instant::now();
-        let next_timer = core.fire_timers(now);
+        let grace = core.on_interrupt(now);
+        let next_timer = match (core.fire_timers(now), grace) {
+            (Some(timer), Some(grace)) => Some(timer.min(grace)),
+            (timer, grace) => timer.or(grace),
+        };
         let busy = !core.queue.slots.lock().expect("not poisoned").is_empty();
         let deadline = if busy { Some(now) } else { next_timer };
         core.wait(&mut events, deadline, now)
@@ -350,12 +397,27 @@ pub fn spawn<T: 'static>(future: impl Future<Output = T> + 'static) -> JoinHandl
     JoinHandle { state }
 }
 
+/// How long a Ctrl-C leaves requests in flight to be answered.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
 /// Sleeps for `duration`, from the first poll (an `.await` right away, as
 /// every caller does).
 pub fn sleep(duration: Duration) -> Sleep {
     Sleep {
         duration,
         key: None,
+        cut_short: false,
+    }
+}
+
+/// [`sleep`] in a wait of the schedule (an open loop's next request), which
+/// a Ctrl-C ends at once: the run stops without waiting for a request it will
+/// not send.
+pub fn pause(duration: Duration) -> Sleep {
+    Sleep {
+        duration,
+        key: None,
+        cut_short: true,
     }
 }
 
@@ -366,6 +428,8 @@ pub fn sleep(duration: Duration) -> Sleep {
 pub struct Sleep {
     duration: Duration,
     key: Option<(Instant, u64)>,
+    /// Ended by a Ctrl-C ([`pause`]).
+    cut_short: bool,
 }
 
 impl Future for Sleep {
@@ -379,12 +443,12 @@ impl Future for Sleep {
                 // A wake removes the entry; a spurious poll finds it still there.
                 match timers.get(&key) {
                     None => return Poll::Ready(()),
-                    Some(w) if w.will_wake(cx.waker()) => return Poll::Pending,
+                    Some((w, _)) if w.will_wake(cx.waker()) => return Poll::Pending,
                     Some(_) => key,
                 }
             }
             None => {
-                if self.duration.is_zero() {
+                if self.duration.is_zero() || (self.cut_short && super::interrupted()) {
                     return Poll::Ready(());
                 }
                 let seq = core.timer_seq.get();
@@ -392,7 +456,7 @@ impl Future for Sleep {
                 (Instant::now() + self.duration, seq)
             }
         };
-        timers.insert(key, cx.waker().clone());
+        timers.insert(key, (cx.waker().clone(), self.cut_short));
         drop(timers);
         self.key = Some(key);
         Poll::Pending

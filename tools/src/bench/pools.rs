@@ -141,6 +141,15 @@ async fn produce(
             .elapsed
             .max(tally.finished.saturating_duration_since(start));
     }
+    // A timed run lasts its time, whenever its last answer came: an open loop
+    // at a low rate sends its last request well before the end, and its rate
+    // is the records over the whole time, not up to that answer. A run cut
+    // short (interrupted, abandoned) lasts what it ran.
+    if let Some(end) = plan.schedule.end() {
+        if !super::interrupted() && !plan.schedule.is_abandoned() {
+            summary.elapsed = summary.elapsed.max(end.saturating_duration_since(start));
+        }
+    }
     // Every worker has ended: the histogram they shared is complete.
     summary.latencies_us = plan.latencies_us.replace(report::latency_histogram());
     let unsent = plan.schedule.unsent();

@@ -105,7 +105,7 @@ impl Summary {
     /// or the same for other requests than produces: `ping: … req/s; …`.
     pub fn human_line_named(&self, name: &str, unit: &str) -> String {
         let target = match self.target_rate {
-            Some(rate) => format!(" (target {rate:.0})"),
+            Some(rate) => format!(" (target {})", rate_figure(rate)),
             None => String::new(),
         };
         let pct = |p| go_duration(round_latency(self.percentile_us(p)));
@@ -374,6 +374,17 @@ pub fn rank(p: f64, n: u64) -> u64 {
 
 /// The reference's percentile over sorted values: the definition the
 /// histogram's reading is tested against.
+/// An open loop's target as the line prints it: whole units from 10 up,
+/// else with two decimals (a target of 0.2 records a second is not 0). The
+/// achieved rate keeps the reference's whole units.
+fn rate_figure(rate: f64) -> String {
+    if rate >= 10.0 || rate == 0.0 {
+        format!("{rate:.0}")
+    } else {
+        format!("{rate:.2}")
+    }
+}
+
 #[cfg(test)]
 pub fn sorted_percentile(sorted: &[u64], p: f64) -> Option<u64> {
     debug_assert!(sorted.is_sorted());

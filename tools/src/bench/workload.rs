@@ -314,6 +314,14 @@ impl Schedule {
     }
 
     /// When the run started.
+    /// A timed schedule's end; `None` for a counted one.
+    pub fn end(&self) -> Option<Instant> {
+        match self.stop {
+            Stop::At(end) => Some(end),
+            Stop::Records(_) => None,
+        }
+    }
+
     pub fn start(&self) -> Instant {
         self.start
     }
@@ -391,7 +399,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn, mut tally: Tally) -> Tally {
         if let Some(due) = ticket.due {
             let now = Instant::now();
             if due > now {
-                super::evloop::sleep(due - now).await;
+                super::evloop::pause(due - now).await;
             }
         }
         let open = match link.get(&plan.server).await {
