@@ -568,50 +568,130 @@ fn always_200_server() -> std::net::SocketAddr {
 /// A server that answers the `n`th request (from 0, over all connections)
 /// with the status line `status(n)` and an empty JSON object.
 fn scripted_server(status: fn(usize) -> &'static str) -> std::net::SocketAddr {
-    use std::io::{Read, Write};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let served = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
         for conn in listener.incoming().take(8) {
-            let Ok(mut conn) = conn else { return };
+            let Ok(conn) = conn else { return };
             let served = served.clone();
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 1 << 16];
-                let mut pending = Vec::new();
-                loop {
-                    let Ok(n) = conn.read(&mut buf) else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    pending.extend_from_slice(&buf[..n]);
-                    // One answer per request head; the generator's bodies are
-                    // small and carry no blank line of their own.
-                    while let Some(end) = common::find(&pending, b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&pending[..end]).to_lowercase();
-                        let body = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length: "))
-                            .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-                        if pending.len() < end + 4 + body {
-                            break;
-                        }
-                        pending.drain(..end + 4 + body);
-                        let line = status(served.fetch_add(1, Ordering::SeqCst));
-                        let reply = format!(
-                            "HTTP/1.1 {line}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
-                        );
-                        if conn.write_all(reply.as_bytes()).is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
+            std::thread::spawn(move || answer_requests(conn, status, &served));
         }
     });
     addr
+}
+
+/// Answers each request on `conn` with `status(n)` (`n` counting the
+/// requests of every connection) and `{}`, until the connection ends.
+fn answer_requests(
+    mut conn: std::net::TcpStream,
+    status: fn(usize) -> &'static str,
+    served: &std::sync::atomic::AtomicUsize,
+) {
+    use std::io::{Read, Write};
+    let mut buf = vec![0u8; 1 << 16];
+    let mut pending = Vec::new();
+    loop {
+        let Ok(n) = conn.read(&mut buf) else { return };
+        if n == 0 {
+            return;
+        }
+        pending.extend_from_slice(&buf[..n]);
+        // One answer per request head; the generator's bodies are small and
+        // carry no blank line of their own.
+        while let Some(end) = common::find(&pending, b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&pending[..end]).to_lowercase();
+            let body = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+            if pending.len() < end + 4 + body {
+                break;
+            }
+            pending.drain(..end + 4 + body);
+            let line = status(served.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+            let reply = format!(
+                "HTTP/1.1 {line}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+            );
+            if conn.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// A server that reads the topic (200) and takes produces (202) for half a
+/// second, then goes away, refusing connections for `gap`, as a restarting
+/// broker does, and then takes produces on the same port again.
+fn server_that_goes_away_for(gap: Duration) -> std::net::SocketAddr {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    let status = |n| if n == 0 { "200 OK" } else { "202 Accepted" };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicUsize::new(0));
+    std::thread::spawn(move || {
+        listener.set_nonblocking(true).unwrap();
+        let started = Instant::now();
+        let mut open = Vec::new();
+        while started.elapsed() < Duration::from_millis(500) {
+            match listener.accept() {
+                Ok((conn, _)) => {
+                    conn.set_nonblocking(false).unwrap();
+                    open.push(conn.try_clone().unwrap());
+                    let served = served.clone();
+                    std::thread::spawn(move || answer_requests(conn, status, &served));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
+        drop(listener);
+        for conn in open {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+        std::thread::sleep(gap);
+        let listener = std::net::TcpListener::bind(addr).unwrap();
+        for conn in listener.incoming().take(16) {
+            let Ok(conn) = conn else { return };
+            let served = served.clone();
+            std::thread::spawn(move || answer_requests(conn, status, &served));
+        }
+    });
+    addr
+}
+
+/// A server that goes away for two seconds (a broker restarting) does not end
+/// the run: the workers open connections again until it is back, and a
+/// counted run gets its whole count acknowledged.
+#[test]
+fn a_run_goes_on_across_a_server_that_restarts() {
+    let addr = server_that_goes_away_for(Duration::from_secs(2));
+    let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["bench", "-s", &format!("http://{addr}"), "orders"])
+        .args([
+            "--count",
+            "400",
+            "--rate",
+            "200",
+            "--workers",
+            "2",
+            "--timeout",
+            "5",
+        ])
+        .env_remove("NARAD_ADDR")
+        .output()
+        .unwrap();
+    let lines = stderr_lines(&output);
+    assert!(
+        !lines.iter().any(|l| l.contains("ended early")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("produce: 400 ok")),
+        "{lines:#?}"
+    );
 }
 
 #[test]

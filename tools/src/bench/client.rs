@@ -104,20 +104,21 @@ impl Server {
     }
 }
 
-/// Reconnection attempts in a row after which a worker gives up, and the run
-/// stops: the server is gone.
-pub const RECONNECT_ATTEMPTS_MAX: u32 = 50;
+/// How long a worker tries to open a connection again before it gives up and
+/// the run stops (the server is gone), at most: long enough for a broker to
+/// restart, so that a run (`--verify` above all) goes on across it. A shorter
+/// `--timeout` shortens it.
+pub const RECONNECT_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
 /// The pause between two reconnection attempts.
-const RECONNECT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
-
-const _: () = assert!(RECONNECT_ATTEMPTS_MAX as u128 * RECONNECT_BACKOFF.as_millis() <= 5_000);
+const RECONNECT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A worker's connection, opened again after it failed: a failed open is
-/// followed by a pause, and after [`RECONNECT_ATTEMPTS_MAX`] of them in a row
-/// the worker gives up.
+/// followed by a pause, and once opens have failed for [`RECONNECT_WINDOW`]
+/// (or the server's timeout, if shorter) the worker gives up.
 pub struct Link {
     conn: Option<Conn>,
-    failed_opens: u32,
+    /// Since when opens have failed in a row.
+    failing_since: Option<std::time::Instant>,
 }
 
 /// What [`Link::get`] found.
@@ -133,7 +134,7 @@ impl Link {
     pub fn new(conn: Conn) -> Link {
         Link {
             conn: Some(conn),
-            failed_opens: 0,
+            failing_since: None,
         }
     }
 
@@ -152,15 +153,18 @@ impl Link {
         if self.conn.is_none() {
             match Conn::open(server).await {
                 Ok(fresh) => {
-                    self.failed_opens = 0;
+                    self.failing_since = None;
                     self.conn = Some(fresh);
                 }
                 Err(_) => {
-                    self.failed_opens += 1;
-                    if self.failed_opens >= RECONNECT_ATTEMPTS_MAX {
+                    let since = *self
+                        .failing_since
+                        .get_or_insert_with(std::time::Instant::now);
+                    if since.elapsed() >= RECONNECT_WINDOW.min(server.timeout) {
                         return Opened::GiveUp;
                     }
-                    super::evloop::sleep(RECONNECT_BACKOFF).await;
+                    // A Ctrl-C does not wait for the server to come back.
+                    super::evloop::pause(RECONNECT_BACKOFF).await;
                     return Opened::Retry;
                 }
             }
