@@ -155,6 +155,21 @@ fn a_missing_topic_and_bad_consume_flags_are_refused() {
         "{lines:#?}"
     );
 
+    // A counted consume of a topic with fewer messages says so, and fails.
+    let output = bench(
+        &node,
+        &["dry", "--create", "--mode", "consume", "--count", "10"],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let lines = stderr_lines(&output);
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .contains("0 of 10 messages consumed: the topic had no more"),
+        "{lines:#?}"
+    );
+
     for (args, expected) in [
         (
             &["t", "--consume", "--max", "101"][..],
@@ -177,6 +192,10 @@ fn a_missing_topic_and_bad_consume_flags_are_refused() {
         (
             &["t", "--report", "/nonexistent-narad-dir/r.html"][..],
             "--report /nonexistent-narad-dir/r.html: cannot create the file",
+        ),
+        (
+            &["t", "--json", "/nonexistent-narad-dir/r.json"][..],
+            "--json /nonexistent-narad-dir/r.json: cannot write the file",
         ),
         (&["t", "--duration", "500ms"][..], "--duration must be 1 to"),
     ] {

@@ -150,6 +150,7 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
     let settings = Settings::resolve(config).map_err(BenchError::Usage)?;
     catch_sigint();
     let report_file = open_report(&settings).map_err(BenchError::Usage)?;
+    check_json_target(&settings).map_err(BenchError::Usage)?;
     let start = start_line(&settings);
     say_err(&start);
     // Tests and pipelines read standard error: the status line is for people.
@@ -233,6 +234,21 @@ fn write_report(
         .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display())))
 }
 
+/// Opens the `--json` file for writing before the run (it is written whole at
+/// the end), so that a path that cannot be written is refused at once rather
+/// than after a long run.
+fn check_json_target(settings: &Settings) -> Result<(), String> {
+    let Some(JsonTarget::File(path)) = &settings.json else {
+        return Ok(());
+    };
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| format!("--json {}: cannot write the file: {e}", path.display()))
+}
+
 /// Creates the `--report` file before the run, so that a path that cannot be
 /// written is refused at once rather than after a long run.
 fn open_report(settings: &Settings) -> Result<Option<File>, String> {
@@ -295,6 +311,15 @@ fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
             "{} consumed payloads differ from what was sent",
             c.tally.damaged_records
         ));
+    }
+    // A counted consume run acks its count, unless the topic ran dry first.
+    if let (Mode::Consume, Length::Records(count)) = (settings.mode, settings.length) {
+        if c.tally.consumed_records < count {
+            return Err(format!(
+                "{} of {count} messages consumed: the topic had no more",
+                c.tally.consumed_records
+            ));
+        }
     }
     if let Some(v) = &c.verdict {
         assert!(settings.verify);
