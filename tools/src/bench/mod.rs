@@ -336,7 +336,8 @@ fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
                 ));
             }
             return Err(format!(
-                "{} of {} acknowledged records were never consumed",
+                "{} of {} acknowledged records were never consumed (delivered and acked: a \
+                 delivery whose ack failed, and that did not come again, does not count)",
                 v.missing_records, v.produced_ok_records
             ));
         }
