@@ -49,23 +49,29 @@ fn a_preparation_that_fails_on_a_full_disk_pauses_and_leaves_no_partial_file() {
     });
 }
 
+/// A config with no spares (every preparation zero-fills) whose room, as the
+/// broker would measure it, the test sets; 0 to begin with.
+fn measured_room() -> (std::sync::Arc<std::sync::atomic::AtomicU64>, WalConfig) {
+    let room = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let config = WalConfig {
+        spare_segments_max: 0,
+        disk_room: Some(room.clone()),
+        ..small_config(true)
+    };
+    (room, config)
+}
+
 /// With less room on the file system than two segments (as the broker last
 /// measured it), no segment is zero-filled: rolls create empty segments, and
-/// the WAL takes appends all the same. With room again, a preparation starts
-/// after the pause.
+/// the WAL takes appends all the same. With room again, the next roll
+/// prepares one, and takes its segment off the room.
 #[test]
 fn no_segment_is_zero_filled_without_room_for_two() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     let disk = SimDisk::new(14, SimFaults::default());
     run_local(None, async move {
-        let room = Arc::new(AtomicU64::new(0));
-        let config = WalConfig {
-            spare_segments_max: 0,
-            disk_room: Some(room.clone()),
-            ..small_config(true)
-        };
+        let (room, config) = measured_room();
         let segment = config.segment_bytes_max;
         room.store(2 * segment - 1, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
@@ -94,17 +100,11 @@ fn no_segment_is_zero_filled_without_room_for_two() {
 /// byte) one of two WALs opening together prepares and the other holds back.
 #[test]
 fn wals_sharing_one_measure_of_room_count_each_others_segments() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     let disk = SimDisk::new(15, SimFaults::default());
     run_local(None, async move {
-        let room = Arc::new(AtomicU64::new(0));
-        let config = WalConfig {
-            spare_segments_max: 0,
-            disk_room: Some(room.clone()),
-            ..small_config(true)
-        };
+        let (room, config) = measured_room();
         room.store(3 * config.segment_bytes_max - 1, Ordering::Relaxed);
         let first = Wal::open(disk.clone(), "wal", config.clone())
             .await
