@@ -756,17 +756,6 @@ fn only_a_202_counts_as_an_acknowledged_produce() {
 #[test]
 fn an_interrupted_run_reports_and_deletes_its_fresh_topic() {
     let node = Node::start(&[]);
-    // No topic: a flow on a fresh one, which the run must delete however it
-    // ends; counted, so that the interrupt cuts the count short (a counted run
-    // once panicked there and left the topic behind).
-    let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
-        .args(["bench", "-s", &format!("http://{}", node.addr)])
-        .args(["--count", "100000000", "--workers", "4"])
-        .env_remove("NARAD_ADDR")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let mut client = node.client();
     let listed = |client: &mut common::Client| {
         let response = client.request("GET", "/v1/topics", &[], "").unwrap();
@@ -775,23 +764,41 @@ fn an_interrupted_run_reports_and_deletes_its_fresh_topic() {
             .unwrap()
             .len()
     };
-    common::wait_until(WAIT_MAX, "the fresh topic created", || {
-        (listed(&mut client) == 1).then_some(())
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: sends SIGINT to the child this test started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let started = Instant::now();
-    let status = exit_within(
-        &mut child,
-        started,
-        Duration::from_secs(20),
-        "runs on after SIGINT",
-    );
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!status.success(), "{stderr}");
-    assert!(stderr.contains("produce: "), "{stderr}");
-    assert!(stderr.contains("interrupted"), "{stderr}");
-    assert_eq!(listed(&mut client), 0, "the fresh topic is gone: {stderr}");
+    // Ctrl-C, and a `kill` or `timeout` alike.
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // No topic: a flow on a fresh one, which the run must delete however
+        // it ends; counted, so that the interrupt cuts the count short (a
+        // counted run once panicked there and left the topic behind).
+        let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
+            .args(["bench", "-s", &format!("http://{}", node.addr)])
+            .args(["--count", "100000000", "--workers", "4"])
+            .env_remove("NARAD_ADDR")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        common::wait_until(WAIT_MAX, "the fresh topic created", || {
+            (listed(&mut client) == 1).then_some(())
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        // SAFETY: sends a signal to the child this test started.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let started = Instant::now();
+        let status = exit_within(
+            &mut child,
+            started,
+            Duration::from_secs(20),
+            "runs on after the signal",
+        );
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!status.success(), "{signal}: {stderr}");
+        assert!(stderr.contains("produce: "), "{signal}: {stderr}");
+        assert!(stderr.contains("interrupted"), "{signal}: {stderr}");
+        assert_eq!(
+            listed(&mut client),
+            0,
+            "{signal}: the fresh topic is gone: {stderr}"
+        );
+    }
 }

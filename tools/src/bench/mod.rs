@@ -117,9 +117,9 @@ struct Outcome {
     series: Series,
 }
 
-/// Set by the first SIGINT: the run ends as if its time were up (producers stop,
-/// consumers stop draining), prints what it measured and deletes its fresh topic.
-/// A second SIGINT ends the process at once.
+/// Set by the first SIGINT (or SIGTERM): the run ends as if its time were up
+/// (producers stop, consumers stop draining), prints what it measured and
+/// deletes its fresh topic. A second one ends the process at once.
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Whether the user interrupted the run.
@@ -129,19 +129,26 @@ pub fn interrupted() -> bool {
 
 extern "C" fn on_sigint(_: libc::c_int) {
     INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
-    // SAFETY: `signal` is async-signal-safe; the next SIGINT gets the default
-    // action, which ends the process.
-    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+    // SAFETY: `signal` is async-signal-safe; the next SIGINT or SIGTERM gets
+    // the default action, which ends the process.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+    }
 }
 
+/// Ctrl-C, and a `kill` or `timeout` (SIGTERM) alike: a run told to stop
+/// stops as the user asked, reporting and deleting its fresh topic.
 fn catch_sigint() {
     // SAFETY: installs a handler that only stores to an atomic and resets the
-    // disposition, both async-signal-safe.
+    // dispositions, all async-signal-safe.
     unsafe {
-        libc::signal(
-            libc::SIGINT,
-            on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
-        )
+        for signal in [libc::SIGINT, libc::SIGTERM] {
+            libc::signal(
+                signal,
+                on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
     };
 }
 
