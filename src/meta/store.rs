@@ -494,19 +494,15 @@ fn write_synced_or_full(path: &Path, bytes: &[u8]) -> Result<Result<(), Full>, M
     if tests_hooks::SNAPSHOT_DISK_FULL.with(std::cell::Cell::get) {
         return Ok(Err(Full));
     }
-    let written = File::create(path).and_then(|mut file| {
-        file.write_all(bytes)?;
-        file.sync_all()
-    });
-    match written {
+    match create_synced(path, bytes) {
         Ok(()) => Ok(Ok(())),
         // A full disk, or a full quota.
-        Err(e)
+        Err((_, e))
             if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(libc::EDQUOT) =>
         {
             Ok(Err(Full))
         }
-        Err(e) => Err(io_error(path, "cannot write", e)),
+        Err((what, e)) => Err(io_error(path, what, e)),
     }
 }
 
@@ -525,10 +521,15 @@ fn rewrite_in_place(path: &Path) -> io::Result<()> {
 
 /// Writes `bytes` as the whole of `path` and syncs it.
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), MetaError> {
-    let mut file = File::create(path).map_err(|e| io_error(path, "cannot create", e))?;
+    create_synced(path, bytes).map_err(|(what, e)| io_error(path, what, e))
+}
+
+/// Creates `path` holding `bytes`, synced; on failure, which step failed.
+fn create_synced(path: &Path, bytes: &[u8]) -> Result<(), (&'static str, io::Error)> {
+    let mut file = File::create(path).map_err(|e| ("cannot create", e))?;
     file.write_all(bytes)
         .and_then(|()| file.sync_all())
-        .map_err(|e| io_error(path, "cannot write", e))
+        .map_err(|e| ("cannot write", e))
 }
 
 /// Makes `to` a second name of `from`'s current contents (through a hard link at
