@@ -198,11 +198,20 @@ fn a_missing_topic_and_bad_consume_flags_are_refused() {
             "--json /nonexistent-narad-dir/r.json: cannot write the file",
         ),
         (&["t", "--duration", "500ms"][..], "--duration must be 1 to"),
+        // A CPU the machine lacks is refused before the run starts.
+        (
+            &["t", "--cpus", "1000"][..],
+            "--cpus \"1000\": CPU 1000 is not one this process may run on (it may run on ",
+        ),
     ] {
         let output = bench(&node, args);
         assert_eq!(output.status.code(), Some(2), "{args:?}");
         let lines = stderr_lines(&output);
         assert!(lines.last().unwrap().contains(expected), "{lines:#?}");
+        assert!(
+            !lines.iter().any(|l| l.contains("producing")),
+            "{args:?} started a run: {lines:#?}"
+        );
     }
 }
 
@@ -286,6 +295,7 @@ fn a_flow_run_consumes_every_record_it_produced() {
         let summary: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         assert_eq!(summary["mode"], "flow");
+        assert_eq!(summary["ended"], "completed");
         assert!(summary["consumed"].as_u64().unwrap() > 0, "{summary}");
         assert_eq!(summary["missing"], 0, "{summary}");
         assert_eq!(summary["failed"], 0, "{summary}");

@@ -127,12 +127,15 @@ fn a_ctrl_c_ends_a_run_waiting_for_its_schedule_or_a_silent_server() {
 /// A server that answers every request `200 OK` with an empty JSON object, as
 /// something other than the broker listening on the port might.
 fn always_200_server() -> std::net::SocketAddr {
-    scripted_server(|_| "200 OK")
+    scripted_server(|_| ("200 OK", "{}"))
 }
 
-/// A server that answers the `n`th request (from 0, over all connections)
-/// with the status line `status(n)` and an empty JSON object.
-fn scripted_server(status: fn(usize) -> &'static str) -> std::net::SocketAddr {
+/// The status line and the JSON body of the `n`th request's answer (from 0,
+/// over all connections).
+type Script = fn(usize) -> (&'static str, &'static str);
+
+/// A server that answers each request as `script` says.
+fn scripted_server(script: Script) -> std::net::SocketAddr {
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -142,17 +145,17 @@ fn scripted_server(status: fn(usize) -> &'static str) -> std::net::SocketAddr {
         for conn in listener.incoming().take(8) {
             let Ok(conn) = conn else { return };
             let served = served.clone();
-            std::thread::spawn(move || answer_requests(conn, status, &served));
+            std::thread::spawn(move || answer_requests(conn, script, &served));
         }
     });
     addr
 }
 
-/// Answers each request on `conn` with `status(n)` (`n` counting the
-/// requests of every connection) and `{}`, until the connection ends.
+/// Answers each request on `conn` as `script(n)` says (`n` counting the
+/// requests of every connection), until the connection ends.
 fn answer_requests(
     mut conn: std::net::TcpStream,
-    status: fn(usize) -> &'static str,
+    script: Script,
     served: &std::sync::atomic::AtomicUsize,
 ) {
     use std::io::{Read, Write};
@@ -176,9 +179,10 @@ fn answer_requests(
                 break;
             }
             pending.drain(..end + 4 + body);
-            let line = status(served.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+            let (line, body) = script(served.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
             let reply = format!(
-                "HTTP/1.1 {line}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+                "HTTP/1.1 {line}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
             );
             if conn.write_all(reply.as_bytes()).is_err() {
                 return;
@@ -193,7 +197,10 @@ fn answer_requests(
 fn server_that_goes_away_for(gap: Duration) -> std::net::SocketAddr {
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
-    let status = |n| if n == 0 { "200 OK" } else { "202 Accepted" };
+    let script: Script = |n| match n {
+        0 => ("200 OK", "{}"),
+        _ => ("202 Accepted", "{}"),
+    };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let served = Arc::new(AtomicUsize::new(0));
@@ -207,7 +214,7 @@ fn server_that_goes_away_for(gap: Duration) -> std::net::SocketAddr {
                     conn.set_nonblocking(false).unwrap();
                     open.push(conn.try_clone().unwrap());
                     let served = served.clone();
-                    std::thread::spawn(move || answer_requests(conn, status, &served));
+                    std::thread::spawn(move || answer_requests(conn, script, &served));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(5)),
             }
@@ -221,7 +228,7 @@ fn server_that_goes_away_for(gap: Duration) -> std::net::SocketAddr {
         for conn in listener.incoming().take(16) {
             let Ok(conn) = conn else { return };
             let served = served.clone();
-            std::thread::spawn(move || answer_requests(conn, status, &served));
+            std::thread::spawn(move || answer_requests(conn, script, &served));
         }
     });
     addr
@@ -264,11 +271,11 @@ fn a_counted_run_sends_failed_records_again_until_its_count_is_acknowledged() {
     // The topic is read first; then every third produce is refused.
     let addr = scripted_server(|n| {
         if n == 0 {
-            "200 OK"
+            ("200 OK", "{}")
         } else if n % 3 == 0 {
-            "503 Service Unavailable"
+            ("503 Service Unavailable", "{}")
         } else {
-            "202 Accepted"
+            ("202 Accepted", "{}")
         }
     });
     let output = Command::new(env!("CARGO_BIN_EXE_narad"))
@@ -280,6 +287,32 @@ fn a_counted_run_sends_failed_records_again_until_its_count_is_acknowledged() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("produce: 30 ok, 14 failed"), "{stderr}");
     assert!(stderr.contains("errors: 503×14"), "{stderr}");
+}
+
+#[test]
+fn a_batch_is_acknowledged_only_by_a_202_that_accepts_all_its_records() {
+    // The topic is read first; then the odd batches are answered for fewer
+    // records than they carried (or with no count at all), the even ones in
+    // full.
+    let addr = scripted_server(|n| match n {
+        0 => ("200 OK", "{}"),
+        n if n % 4 == 1 => ("202 Accepted", r#"{"accepted":4}"#),
+        n if n % 4 == 3 => ("202 Accepted", "{}"),
+        _ => ("202 Accepted", r#"{"accepted":5}"#),
+    });
+    let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["bench", "-s", &format!("http://{addr}"), "orders"])
+        .args(["--count", "20", "--batch", "5", "--workers", "1"])
+        .args(["--timeout", "5"])
+        .env_remove("NARAD_ADDR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    // Which records of a short answer were stored is unknown: the whole
+    // batch failed, and was sent again.
+    assert!(stderr.contains("produce: 20 ok, 20 failed"), "{stderr}");
+    assert!(stderr.contains("errors: unreadable×20"), "{stderr}");
 }
 
 #[test]
@@ -310,14 +343,21 @@ fn an_interrupted_run_reports_and_deletes_its_fresh_topic() {
             .unwrap()
             .len()
     };
+    let dir = tempfile::tempdir().unwrap();
     // Ctrl-C, and a `kill` or `timeout` alike.
     for signal in [libc::SIGINT, libc::SIGTERM] {
+        let json = dir.path().join(format!("{signal}.json"));
+        let report = dir.path().join(format!("{signal}.html"));
         // No topic: a flow on a fresh one, which the run must delete however
         // it ends; counted, so that the interrupt cuts the count short (a
         // counted run once panicked there and left the topic behind).
         let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
             .args(["bench", "-s", &format!("http://{}", node.addr)])
             .args(["--count", "100000000", "--workers", "4"])
+            .arg("--json")
+            .arg(&json)
+            .arg("--report")
+            .arg(&report)
             .env_remove("NARAD_ADDR")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -341,6 +381,15 @@ fn an_interrupted_run_reports_and_deletes_its_fresh_topic() {
         assert!(!status.success(), "{signal}: {stderr}");
         assert!(stderr.contains("produce: "), "{signal}: {stderr}");
         assert!(stderr.contains("interrupted"), "{signal}: {stderr}");
+        // Its files say so too: their figures cover only part of the run.
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(summary["ended"], "interrupted", "{signal}: {summary}");
+        let page = std::fs::read_to_string(&report).unwrap();
+        assert!(
+            page.contains("The run ended early (interrupted)"),
+            "{signal}: the report does not say the run was cut short"
+        );
         assert_eq!(
             listed(&mut client),
             0,

@@ -706,7 +706,7 @@ mod tests {
             b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
         ]);
         let template = RequestTemplate::new(Method::Post, "/p", &server, "text/plain");
-        let outcome = super::super::evloop::run(None, async move {
+        let outcome = super::super::evloop::run(async move {
             let mut conn = Conn::open(&server).await.unwrap();
             let mut body = Vec::new();
             let first = conn.send_into(template.build(b"abc"), &mut body).await;
@@ -744,7 +744,7 @@ mod tests {
             b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n",
         ]);
         let template = RequestTemplate::new(Method::Post, "/p", &server, "text/plain");
-        let outcome = super::super::evloop::run(None, async move {
+        let outcome = super::super::evloop::run(async move {
             let mut link = Link::new(Conn::open(&server).await.unwrap());
             let Opened::Ready(conn) = link.get(&server).await else {
                 panic!("the first connection is ready");
@@ -765,7 +765,7 @@ mod tests {
         let (server, handle) =
             serve_canned(vec![b"HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\n"]);
         let template = RequestTemplate::get("/healthz", &server);
-        let (first, second) = super::super::evloop::run(None, async move {
+        let (first, second) = super::super::evloop::run(async move {
             let mut conn = Conn::open(&server).await.unwrap();
             let first = conn.send(template.build(&[])).await;
             let second = conn.send(template.build(&[])).await;

@@ -37,7 +37,8 @@ pub const CONSUME_WAIT: &str = "1s";
 pub const ERROR_BACKOFF: Duration = Duration::from_millis(10);
 /// The error key of a request that got no HTTP answer.
 pub const STATUS_TRANSPORT: u16 = 0;
-/// The error key of a 200 reply that could not be read.
+/// The error key of a success reply that could not be read, or that did not
+/// acknowledge what was sent (a batch produce's `accepted`).
 pub const STATUS_UNREADABLE: u16 = 1;
 /// The error key of open-loop requests due before the end and never sent.
 pub const STATUS_UNSENT: u16 = 2;

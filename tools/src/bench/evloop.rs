@@ -290,16 +290,10 @@ impl Core {
     }
 }
 
-/// Runs `future` to completion on a new event loop in this thread, with the
-/// thread pinned to `pin_cpu` if given, and returns its output. Tasks it
-/// spawned and left running are dropped with the loop.
-pub fn run<T: 'static>(
-    pin_cpu: Option<usize>,
-    future: impl Future<Output = T> + 'static,
-) -> Result<T, String> {
-    if let Some(cpu) = pin_cpu {
-        pin_to(cpu)?;
-    }
+/// Runs `future` to completion on a new event loop in this thread and
+/// returns its output. Tasks it spawned and left running are dropped with the
+/// loop.
+pub fn run<T: 'static>(future: impl Future<Output = T> + 'static) -> Result<T, String> {
     let core = Rc::new(Core::new().map_err(|e| format!("cannot create an epoll set: {e}"))?);
     let previous = CORE.with(|c| c.borrow_mut().replace(core.clone()));
     assert!(previous.is_none(), "one event loop per thread at a time");
@@ -335,16 +329,35 @@ fn drive<T: 'static>(core: &Core, future: impl Future<Output = T> + 'static) -> 
     }
 }
 
-fn pin_to(cpu: usize) -> Result<(), String> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it after the
-    // bound check, and sched_setaffinity reads `size_of` bytes of it.
+/// Pins the calling thread to `cpu`. A CPU the process may not run on (one
+/// the machine lacks, or outside its `taskset` or cgroup) is refused with the
+/// ones it may.
+pub fn pin_thread_to(cpu: usize) -> Result<(), String> {
+    let set_bytes = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is plain data; CPU_SET and CPU_ISSET touch it within
+    // the bound checked first; the affinity calls read or write `set_bytes`
+    // bytes of it.
     unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-            return Err(format!("cannot pin to CPU {cpu}: no such CPU"));
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, set_bytes, &mut allowed) != 0 {
+            return Err(format!(
+                "cannot read the CPUs this process may run on: {}",
+                io::Error::last_os_error()
+            ));
         }
+        if cpu >= 8 * set_bytes || !libc::CPU_ISSET(cpu, &allowed) {
+            let listed: Vec<String> = (0..8 * set_bytes)
+                .filter(|&c| libc::CPU_ISSET(c, &allowed))
+                .map(|c| c.to_string())
+                .collect();
+            return Err(format!(
+                "CPU {cpu} is not one this process may run on (it may run on {})",
+                listed.join(",")
+            ));
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+        if libc::sched_setaffinity(0, set_bytes, &set) != 0 {
             return Err(format!(
                 "cannot pin to CPU {cpu}: {}",
                 io::Error::last_os_error()
@@ -561,7 +574,7 @@ mod tests {
 
     #[test]
     fn tasks_run_and_sleeps_end_in_deadline_order() {
-        let order = run(None, async {
+        let order = run(async {
             let order = Rc::new(RefCell::new(Vec::new()));
             let started = Instant::now();
             let handles: Vec<_> = [30u64, 10, 20]
@@ -592,7 +605,7 @@ mod tests {
 
     #[test]
     fn a_dropped_sleep_leaves_no_timer_behind() {
-        run(None, async {
+        run(async {
             let long = sleep(Duration::from_secs(3600));
             let short = sleep(Duration::from_millis(5));
             let mut long = Box::pin(long);
@@ -628,7 +641,7 @@ mod tests {
                 seen += n;
             }
         });
-        let received = run(None, async move {
+        let received = run(async move {
             let stream = Rc::new(RefCell::new(connect(addr).await.unwrap()));
             let data: Vec<u8> = (0..TOTAL).map(|i| (i % 251) as u8).collect();
             let reader = {
@@ -680,7 +693,7 @@ mod tests {
             socket.read_exact(&mut hi).unwrap();
             socket.write_all(b"bye").unwrap();
         });
-        let (read, refused) = run(None, async move {
+        let (read, refused) = run(async move {
             let mut stream = connect(addr).await.unwrap();
             stream.write_all(b"hi").await.unwrap();
             let mut all = Vec::new();

@@ -23,7 +23,7 @@ use hdrhistogram::Histogram;
 
 use super::config::{Length, Mode, Settings};
 use super::live::{LatencyRow, SecondRow, Series};
-use super::report::{go_duration, histogram_percentile, ConsumeSummary, Summary};
+use super::report::{go_duration, histogram_percentile, ConsumeSummary, Ended, Summary};
 use super::svg::{escape, Axis, Chart, Line};
 
 /// The most points a line of an over-time chart has.
@@ -55,6 +55,7 @@ pub struct Run<'a> {
     /// The command line as typed.
     pub command: &'a str,
     pub settings: &'a Settings,
+    pub ended: Ended,
     pub produce: Option<&'a Summary>,
     pub consume: Option<&'a ConsumeSummary>,
     pub series: &'a Series,
@@ -77,7 +78,15 @@ pub fn page(run: &Run) -> String {
     );
     out.push_str("<h2>Settings</h2>\n");
     table(&mut out, &["setting", "value"], &settings_rows(s));
-    out.push_str("<h2>Results</h2>\n<pre>");
+    out.push_str("<h2>Results</h2>\n");
+    if let Some(reason) = run.ended.early_reason() {
+        let _ = writeln!(
+            out,
+            "<p class=\"early\"><strong>The run ended early ({}):</strong> the figures cover it until then.</p>",
+            escape(reason)
+        );
+    }
+    out.push_str("<pre>");
     for line in run.lines {
         out.push_str(&escape(line));
         out.push('\n');
@@ -564,6 +573,7 @@ mod tests {
         assert_eq!(series.rows.len(), 3);
         let lines = vec!["producing <for 3s>".to_string()];
         let html = page(&Run {
+            ended: Ended::Completed,
             command: "narad bench --report 'r.html'",
             settings: &settings,
             produce: Some(&produce),
@@ -613,6 +623,7 @@ mod tests {
     fn the_page_loads_nothing_from_the_network() {
         let (settings, produce, consume, series) = flow_run();
         let html = page(&Run {
+            ended: Ended::Completed,
             command: "narad bench -s http://127.0.0.1:7942",
             settings: &settings,
             produce: Some(&produce),
@@ -648,6 +659,7 @@ mod tests {
             record_bytes: 100,
         };
         let html = page(&Run {
+            ended: Ended::Completed,
             command: "narad bench t --count 1",
             settings: &settings,
             produce: Some(&produce),
@@ -691,6 +703,7 @@ mod tests {
         };
         let series = live.take_series();
         let html = page(&Run {
+            ended: Ended::Completed,
             command: "narad bench --mode ping",
             settings: &settings,
             produce: Some(&produce),

@@ -117,6 +117,16 @@ struct Outcome {
     series: Series,
 }
 
+impl Outcome {
+    fn ended(&self) -> report::Ended {
+        match (interrupted(), self.abandoned) {
+            (true, _) => report::Ended::Interrupted,
+            (false, true) => report::Ended::ServerGone,
+            (false, false) => report::Ended::Completed,
+        }
+    }
+}
+
 /// Set by the first SIGINT (or SIGTERM): the run ends as if its time were up
 /// (producers stop, consumers stop draining), prints what it measured and
 /// deletes its fresh topic. A second one ends the process at once.
@@ -156,6 +166,16 @@ fn catch_sigint() {
 pub fn run(config: &Config) -> Result<(), BenchError> {
     let settings = Settings::resolve(config).map_err(BenchError::Usage)?;
     catch_sigint();
+    // Pinned before anything is created or printed: a CPU it may not run on
+    // is a mistake in the command.
+    if let Some(cpu) = settings.pin_cpu() {
+        evloop::pin_thread_to(cpu).map_err(|why| {
+            BenchError::Usage(format!(
+                "--cpus {:?}: {why}",
+                config.cpus.as_deref().unwrap_or_default()
+            ))
+        })?;
+    }
     let report_file = open_report(&settings).map_err(BenchError::Usage)?;
     check_json_target(&settings).map_err(BenchError::Usage)?;
     let start = start_line(&settings);
@@ -163,7 +183,7 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
     // Tests and pipelines read standard error: the status line is for people.
     let show_progress = std::io::stderr().is_terminal();
     let drive = drive(settings.clone(), show_progress);
-    let outcome = match evloop::run(settings.pin_cpu(), drive) {
+    let outcome = match evloop::run(drive) {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(why)) | Err(why) => {
             // A run that measured nothing leaves no empty report behind.
@@ -206,6 +226,7 @@ fn write_json(settings: &Settings, outcome: &Outcome) -> Result<(), BenchError> 
     let line = report::json_line(
         settings.mode.name(),
         &settings.topic,
+        outcome.ended(),
         outcome.produce.as_ref(),
         outcome.consume.as_ref(),
     );
@@ -231,6 +252,7 @@ fn write_report(
     let page = html::page(&html::Run {
         command: &command_line(),
         settings,
+        ended: outcome.ended(),
         produce: outcome.produce.as_ref(),
         consume: outcome.consume.as_ref(),
         series: &outcome.series,
@@ -289,11 +311,10 @@ fn command_line() -> String {
 /// Whether the run succeeded: every produce accepted, no server error, every
 /// payload intact and, with `--verify`, every acknowledged record consumed.
 fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
-    if interrupted() {
-        return Err("interrupted; the figures above cover the run until then".into());
-    }
-    if outcome.abandoned {
-        return Err("the server stopped accepting connections; the run ended early".into());
+    if let Some(reason) = outcome.ended().early_reason() {
+        return Err(format!(
+            "{reason}; the run ended early, and the figures above cover it until then"
+        ));
     }
     if let Some(p) = &outcome.produce {
         if p.failed_records > 0 {

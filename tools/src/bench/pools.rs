@@ -320,6 +320,7 @@ fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Pla
             // redirect from something that is not the broker stores nothing.
             _ => |status| status == 202,
         },
+        reads_accepted: s.mode != Mode::Ping && s.batch_records.is_some(),
         live,
         // Made before the run's clock starts: a few hundred kilobytes.
         latencies_us: RefCell::new(report::latency_histogram()),

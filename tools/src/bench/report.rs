@@ -302,17 +302,52 @@ impl ConsumeSummary {
     }
 }
 
+/// How a run ended. The figures of a run cut short cover only its time, so a
+/// script reading the `--json` line, or a reader of the report, must be told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Its count or its time ran out.
+    Completed,
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+    /// The server stopped accepting connections.
+    ServerGone,
+}
+
+impl Ended {
+    /// The `ended` field of the `--json` line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ended::Completed => "completed",
+            Ended::Interrupted => "interrupted",
+            Ended::ServerGone => "server_gone",
+        }
+    }
+
+    /// Why the run ended early, for people; `None` when it did not. The
+    /// figures cover the run until then.
+    pub fn early_reason(self) -> Option<&'static str> {
+        match self {
+            Ended::Completed => None,
+            Ended::Interrupted => Some("interrupted"),
+            Ended::ServerGone => Some("the server stopped accepting connections"),
+        }
+    }
+}
+
 /// The `--json` line of a run: the produce fields (as before) and the consume
 /// fields, whichever the mode has.
 pub fn json_line(
     mode: &str,
     topic: &str,
+    ended: Ended,
     produce: Option<&Summary>,
     consume: Option<&ConsumeSummary>,
 ) -> String {
     let mut out = serde_json::Map::new();
     out.insert("mode".into(), mode.into());
     out.insert("topic".into(), topic.into());
+    out.insert("ended".into(), ended.name().into());
     if let Some(produce) = produce {
         if let serde_json::Value::Object(fields) = produce.json_value() {
             out.extend(fields);
@@ -550,7 +585,7 @@ mod tests {
             summary.figures_line("produce", "msg"),
             "produce figures: 2 msg/s, 2.0 MB/s; latency p50=200µs p90=300µs p99=300µs p99.9=300µs max=400µs; errors: 503×1"
         );
-        let line = json_line("produce", "t", Some(&summary), None);
+        let line = json_line("produce", "t", Ended::Completed, Some(&summary), None);
         let json: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(json["mode"], "produce");
         assert_eq!(json["ok"], 4);
@@ -598,7 +633,7 @@ mod tests {
             summary.schedule_line().unwrap(),
             "open loop: 3 of 5 requests written more than 1ms after they were due (latest 40ms)"
         );
-        let line = json_line("produce", "t", Some(&summary), None);
+        let line = json_line("produce", "t", Ended::Completed, Some(&summary), None);
         let json: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(json["late_sends"], 3);
         assert_eq!(json["max_send_lag_us"], 40_000);

@@ -349,6 +349,9 @@ pub struct Plan {
     pub schedule: Schedule,
     /// Whether a response status counts the request as a success.
     pub accepts: fn(u16) -> bool,
+    /// Batch produce: a 202 acknowledges the batch only if its body says it
+    /// accepted every record ([`batch_status`]).
+    pub reads_accepted: bool,
     /// The run's running tallies, for the status line and the series.
     pub live: Rc<Live>,
     /// Produce latency of every acknowledged request, all workers together:
@@ -389,6 +392,7 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn, mut tally: Tally) -> Tally {
     let mut link = Link::new(conn);
     tally.finished = Instant::now();
     let mut buf = BytesMut::new();
+    let mut reply = Vec::new();
     // The end of the last acknowledged response, which is now as far as the
     // schedule can tell: one clock read fewer per request.
     let mut answered = None;
@@ -449,7 +453,14 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn, mut tally: Tally) -> Tally {
             }
             None => Instant::now(),
         };
-        let result = open.send(plan.template.build(body)).await;
+        let request = plan.template.build(body);
+        let result = match plan.reads_accepted {
+            false => open.send(request).await,
+            true => open
+                .send_into(request, &mut reply)
+                .await
+                .map(|status| batch_status(status, &reply, ticket.records)),
+        };
         let now = Instant::now();
         if let (Some(stamper), Some(first)) = (&plan.stamper, first_id) {
             let ok = matches!(&result, Ok(status) if (plan.accepts)(*status));
@@ -496,9 +507,36 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn, mut tally: Tally) -> Tally {
     tally
 }
 
+/// A batch produce's answer as the tallies count it: a 202 acknowledges the
+/// batch only if it says it accepted all `records`. One that says fewer, or
+/// nothing readable, leaves unknown which records were stored, so the whole
+/// batch fails as [`STATUS_UNREADABLE`](super::consumer::STATUS_UNREADABLE).
+fn batch_status(status: u16, reply: &[u8], records: u64) -> u16 {
+    #[derive(serde::Deserialize)]
+    struct Accepted {
+        accepted: u64,
+    }
+    match (status, serde_json::from_slice::<Accepted>(reply)) {
+        (202, Ok(Accepted { accepted })) if accepted == records => 202,
+        (202, _) => super::consumer::STATUS_UNREADABLE,
+        (other, _) => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_counts_only_when_every_record_was_accepted() {
+        assert_eq!(batch_status(202, br#"{"accepted":100}"#, 100), 202);
+        let unreadable = super::super::consumer::STATUS_UNREADABLE;
+        for short in [&br#"{"accepted":99}"#[..], b"{}", b"", b"accepted"] {
+            assert_eq!(batch_status(202, short, 100), unreadable);
+        }
+        // Other statuses keep theirs, whatever the body.
+        assert_eq!(batch_status(503, br#"{"accepted":100}"#, 100), 503);
+    }
 
     #[test]
     fn payload_is_json_padded_to_size() {
