@@ -310,11 +310,19 @@ pub async fn serve_consume_op(
             }
         }
         None => {
+            // Records promised to other shards' claims are held for them: a
+            // probe, or a claim beyond its own record (its promise retired
+            // above), takes only the rest.
             let local = shard.local_partitions(&record);
-            shard
-                .queues
-                .take(&topic, &record, &local, request.max, TAKE_BYTES_MAX)
-                .await
+            match shard.queues.own_share(&record, &local, request.max) {
+                Some(max) => {
+                    shard
+                        .queues
+                        .take(&topic, &record, &local, max, TAKE_BYTES_MAX)
+                        .await
+                }
+                None => Ok(Vec::new()),
+            }
         }
     };
     if let Err(Ok(unreceived)) = reply.send(result) {

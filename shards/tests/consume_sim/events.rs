@@ -154,7 +154,8 @@ impl Sim {
     }
 
     /// The fairness scenario's tick: one record to the next partition when
-    /// its time comes, and every shard's waiting consumers made up again.
+    /// its time comes, every shard's waiting consumers made up again, and a
+    /// poller on its shard if the scenario has one.
     fn steady_tick(&mut self, mut steady: Steady) {
         if self.now_ms >= steady.next_produce_ms {
             let p = PartitionId(steady.next_partition % self.topics[0].partitions);
@@ -167,11 +168,15 @@ impl Sim {
             let open = self
                 .consumers
                 .iter()
-                .filter(|c| c.shard == s && c.origin.is_none() && c.state != State::Done)
+                .filter(|c| c.shard == s && c.origin.is_none() && c.wait_ms > 0)
+                .filter(|c| c.state != State::Done)
                 .count();
             for _ in open..steady.consumers_per_shard {
                 self.arrive_as(s, 0, None, 1, WAIT_MS_MAX);
             }
+        }
+        if let Some(s) = steady.pollers_on {
+            self.arrive_as(s, 0, None, 1, 0);
         }
     }
 

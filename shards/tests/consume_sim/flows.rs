@@ -209,8 +209,13 @@ impl Sim {
                 }
             }
             None => {
+                // Records promised to other shards' claims are held for them:
+                // a probe, or a claim beyond its own record, takes the rest.
                 let local = self.local_partitions(s, t);
-                let got = self.take(s, t, &local, max);
+                let got = match self.own_share(s, t, max) {
+                    Some(max) => self.take(s, t, &local, max),
+                    None => Vec::new(),
+                };
                 self.answer(s, from, t, asker, got);
             }
         }

@@ -20,7 +20,9 @@
 //!   read; the read may return only a prefix, its byte budget spent, and the rest
 //!   is released at once). The log read itself takes no simulated time.
 //! - [`Sim::serve_consume`]: `flow::serve_consume_op` (a claim retires a promise;
-//!   a reply nobody receives is released, `Queues::release_delivered`).
+//!   a probe, or a claim beyond its own record, takes only records not promised
+//!   to another shard; a reply nobody receives is released,
+//!   `Queues::release_delivered`).
 //! - [`Sim::pump`] / [`Sim::pump_topic`] / [`Sim::serve_fifo`]: `run_pump`,
 //!   `pump_topic` (pinned FIFOs first, then the topic's FIFO, then, with nobody
 //!   parked here and a live token, `load_all` and `spend_tokens`, one `Op::Notify`
@@ -71,7 +73,9 @@
 //! (`Sim::fair`): records at a steady pace, consumers always waiting on every
 //! shard, one shard owning none of the topic's partitions. Its consumers must
 //! get a fair part of the records: tokens take their turn beside an owner's own
-//! consumers.
+//! consumers. A third runs it with a consumer that does not wait arriving on
+//! one owner every tick: its probes of the other owners must leave the records
+//! promised to the shard without partitions alone.
 //!
 //! Files:
 //! - `world.rs`: the simulated node (topics, disk, shards, consumers, claims, mesh
@@ -172,26 +176,57 @@ fn consumers_on_a_shard_without_partitions_get_their_turn() {
         "fair consume simulation",
         "consume_sim",
         FAIR_SEEDS_DEFAULT,
-        |seed| {
-            let mut sim = Sim::fair(seed);
-            sim.run();
-            let per_shard = sim.delivered_per_shard.clone();
-            let total: u64 = per_shard.iter().sum();
-            assert!(total >= 100, "seed {seed}: only {total} records delivered");
-            // Shard 3 owns no partition; the owners' own consumers must not be
-            // starved in its favour either.
-            for (s, &got) in per_shard.iter().enumerate() {
-                assert!(
-                    got * 8 >= total,
-                    "seed {seed}: shard {s} got {got} of {total} records ({per_shard:?})"
-                );
-            }
-            sim.stats.insert("delivered before the drain", total);
-            sim.stats
-                .insert("delivered on the shard without partitions", per_shard[3]);
-            sim.stats
-        },
+        |seed| fair_shares(seed, None),
     );
+}
+
+/// Consumers that do not wait (`wait=0`), arriving on an owner every few
+/// milliseconds, probe the other owners: a probe takes only records not
+/// promised to another shard's claim, so the shard without partitions still
+/// gets its turn.
+#[test]
+fn polling_consumers_leave_records_promised_to_other_shards_alone() {
+    seeded::run(
+        "fair consume simulation with pollers",
+        "consume_sim",
+        FAIR_SEEDS_DEFAULT,
+        |seed| fair_shares(seed, Some(0)),
+    );
+}
+
+/// Runs the fairness scenario: every shard, the one without partitions (3)
+/// too, gets at least half of its fair quarter (a shard with pollers aside);
+/// the owners' own consumers must not be starved in its favour either.
+fn fair_shares(
+    seed: u64,
+    pollers_on: Option<usize>,
+) -> std::collections::BTreeMap<&'static str, u64> {
+    let mut sim = Sim::fair(seed, pollers_on);
+    sim.run();
+    let per_shard = sim.delivered_per_shard.clone();
+    let total: u64 = per_shard.iter().sum();
+    assert!(total >= 100, "seed {seed}: only {total} records delivered");
+    // Pollers take much of what nobody was promised (about 60 %, the
+    // records they reach between a commit and the pump), so the shards
+    // without them share the rest: each must still get a sixteenth, not
+    // the eighth it gets without pollers.
+    let part = match pollers_on {
+        None => 8,
+        Some(_) => 16,
+    };
+    for (s, &got) in per_shard.iter().enumerate() {
+        if Some(s) == pollers_on {
+            continue;
+        }
+        assert!(
+            got * part >= total,
+            "seed {seed}: shard {s} got {got} of {total} records ({per_shard:?})"
+        );
+    }
+    sim.stats.insert("delivered before the drain", total);
+    sim.stats
+        .insert("delivered on the shard without partitions", per_shard[3]);
+    sim.stats
 }
 
 #[test]

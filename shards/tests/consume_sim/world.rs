@@ -238,6 +238,9 @@ pub(crate) type Promised = (usize, u64, PromiseId);
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Steady {
     pub(crate) consumers_per_shard: usize,
+    /// A shard where, besides its waiting consumers, one consumer that does
+    /// not wait (`wait=0`) arrives every tick: each probes the other owners.
+    pub(crate) pollers_on: Option<usize>,
     pub(crate) produce_every_ms: u64,
     pub(crate) next_produce_ms: u64,
     pub(crate) next_partition: u32,
@@ -306,7 +309,7 @@ impl Sim {
     /// The fairness scenario: 4 shards, one topic of 3 partitions on shards 0
     /// to 2, so that shard 3 owns none; no crash, no stall; records every 60
     /// ms; two consumers always waiting on every shard.
-    pub(crate) fn fair(seed: u64) -> Self {
+    pub(crate) fn fair(seed: u64, pollers_on: Option<usize>) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let topic = Topic {
             id: IncarnationId(1),
@@ -319,6 +322,7 @@ impl Sim {
         let mut sim = Sim::with(seed, rng, 4, vec![topic], true);
         sim.steady = Some(Steady {
             consumers_per_shard: 2,
+            pollers_on,
             produce_every_ms: 60,
             next_produce_ms: 0,
             next_partition: 0,
