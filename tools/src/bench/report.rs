@@ -9,8 +9,9 @@
 //! the error this adds (under 0.1 %) vanishes in the human line's rounding to
 //! 100 µs.
 //!
-//! The consume and flow modes add a consume line (messages consumed, that is
-//! acknowledged, and received; the latency of a consume and its ack), an
+//! The consume and flow modes add the reference's consume line (messages
+//! consumed, that is acknowledged), a consume figures line (messages received;
+//! the latency of a consume and its ack), an
 //! end-to-end line (a record's send time to its delivery), a line of errors by
 //! status when there are any, and with `--verify` the ledger's verdict.
 //!
@@ -216,19 +217,26 @@ impl ConsumeSummary {
     pub fn human_lines(&self) -> Vec<String> {
         let t = &self.tally;
         let pct = |h: &Histogram<u64>, p| go_duration(round_latency(histogram_percentile(h, p)));
-        let mut lines = vec![format!(
-            "consume: {} consumed, {} received in {} — {:.0} msg/s consumed, {:.0} received; \
-             consume+ack latency p50={} p95={} p99={}; {} duplicates",
-            t.consumed_records,
-            t.received_records,
-            go_duration(round_to_ms(self.elapsed)),
-            self.consumed_rate(),
-            self.received_rate(),
-            pct(&t.cycle_latencies_us, 0.50),
-            pct(&t.cycle_latencies_us, 0.95),
-            pct(&t.cycle_latencies_us, 0.99),
-            self.duplicate_records,
-        )];
+        // The reference's line, then the figures it lacks.
+        let mut lines = vec![
+            format!(
+                "consume: {} msgs in {} ({:.0} msg/s)",
+                t.consumed_records,
+                go_duration(round_to_ms(self.elapsed)),
+                self.consumed_rate(),
+            ),
+            format!(
+                "consume figures: {} consumed, {} received ({:.0} msg/s); \
+                 consume+ack latency p50={} p95={} p99={}; {} duplicates",
+                t.consumed_records,
+                t.received_records,
+                self.received_rate(),
+                pct(&t.cycle_latencies_us, 0.50),
+                pct(&t.cycle_latencies_us, 0.95),
+                pct(&t.cycle_latencies_us, 0.99),
+                self.duplicate_records,
+            ),
+        ];
         let e2e = &t.e2e_latencies_us;
         if !e2e.is_empty() {
             lines.push(format!(
@@ -597,6 +605,35 @@ mod tests {
         assert_eq!(json["p90_us"], 300);
         assert_eq!(json["errors"]["503"], 1);
         assert_eq!(json["late_sends"], 0);
+    }
+
+    #[test]
+    fn the_consume_line_is_the_references_then_the_figures() {
+        let mut tally = ConsumeTally::new();
+        tally.consumed_records = 30;
+        tally.received_records = 32;
+        for v in [1_000, 2_000, 3_000] {
+            tally.cycle_latencies_us.record(v).unwrap();
+        }
+        let summary = ConsumeSummary {
+            tally,
+            elapsed: Duration::from_millis(1500),
+            duplicate_records: 2,
+            verdict: None,
+            drain_cut_short: None,
+        };
+        let lines = summary.human_lines();
+        assert_eq!(lines[0], "consume: 30 msgs in 1.5s (20 msg/s)");
+        assert_eq!(
+            lines[1],
+            "consume figures: 30 consumed, 32 received (21 msg/s); \
+             consume+ack latency p50=2ms p95=2ms p99=2ms; 2 duplicates"
+        );
+        assert_eq!(
+            lines.len(),
+            2,
+            "no end-to-end line without stamps: {lines:?}"
+        );
     }
 
     #[test]
