@@ -189,10 +189,18 @@ async fn consume_pinned_here(
 ) -> Result<Vec<Delivered>, ConsumeError> {
     let deadline = Instant::now() + request.wait;
     let deadline_ms = now_ms().saturating_add(request.wait.as_millis() as u64);
-    let got = shard
-        .queues
-        .take(topic, record, &[partition], request.max, TAKE_BYTES_MAX)
-        .await?;
+    // Records promised to other shards' claims are held for them (see
+    // serve_fifo); the promises are the topic's, counted over the shard.
+    let local = shard.local_partitions(record);
+    let got = match shard.queues.own_share(record, &local, request.max) {
+        Some(max) => {
+            shard
+                .queues
+                .take(topic, record, &[partition], max, TAKE_BYTES_MAX)
+                .await?
+        }
+        None => Vec::new(),
+    };
     if !got.is_empty() || request.wait.is_zero() || shard.stopping.get() {
         return Ok(got);
     }
@@ -392,7 +400,7 @@ async fn pump_topic(shard: &Rc<Shard>, kick: Kick) {
     // Pinned consumers first: they can take only from their own partition.
     for p in shard.waiters.pinned_partitions(incarnation) {
         if local.contains(&p) {
-            serve_fifo(shard, &topic, &record, Some(p), &[p]).await;
+            serve_fifo(shard, &topic, &record, Some(p), &local).await;
         }
     }
     if local.is_empty() {
@@ -443,21 +451,29 @@ async fn spend_tokens(
 }
 
 /// Hands records to the FIFO's consumers, head first, until one finds
-/// nothing. The topic's FIFO takes only records not promised to another
-/// shard's claim (a pinned consumer takes from its partition regardless); the
-/// claim, its pass, or the promise's deadline serves it again.
+/// nothing. A FIFO, a partition's too, takes only records not promised to
+/// another shard's claim; the claim, its pass, or the promise's deadline
+/// serves it again. `local` is the topic's partitions on this shard; the
+/// FIFO of `pinned` takes from that partition only.
 async fn serve_fifo(
     shard: &Rc<Shard>,
     topic: &Arc<str>,
     record: &TopicRecord,
     pinned: Option<PartitionId>,
-    partitions: &[PartitionId],
+    local: &[PartitionId],
 ) {
+    let one;
+    let partitions = match pinned {
+        Some(p) => {
+            one = [p];
+            &one[..]
+        }
+        None => local,
+    };
     loop {
-        let share = match pinned {
-            Some(_) => Some(usize::MAX),
-            None => shard.queues.own_share(record, partitions, usize::MAX),
-        };
+        // Promises are the topic's, not a partition's: a pinned consumer may
+        // take from its partition what leaves enough on the shard for them.
+        let share = shard.queues.own_share(record, local, usize::MAX);
         let Some(share) = share else {
             return;
         };

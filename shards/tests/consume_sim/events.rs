@@ -13,7 +13,9 @@ use narad_shards::ids::{Offset, PartitionId};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::world::{Asker, Consumer, Ev, Held, Kind, Lease, Msg, Plan, Shard, Sim, State, Steady};
+use crate::world::{
+    Asker, Consumer, Ev, Held, Kind, Lease, Msg, Plan, Pollers, Shard, Sim, State, Steady,
+};
 use crate::{
     DRAIN_ARRIVE_PER_MILLE, DRAIN_MS_MAX, RECORDS_PER_PARTITION_MAX, RUN_MS, TICK_MS, WAIT_MS_MAX,
 };
@@ -175,8 +177,15 @@ impl Sim {
                 self.arrive_as(s, 0, None, 1, WAIT_MS_MAX);
             }
         }
-        if let Some(s) = steady.pollers_on {
-            self.arrive_as(s, 0, None, 1, 0);
+        // Partition `s` is shard `s`'s: the scenario's topic is not shifted.
+        match steady.pollers {
+            Some(Pollers::On(s)) => self.arrive_as(s, 0, None, 1, 0),
+            Some(Pollers::PinnedOnOwners) => {
+                for p in 0..self.topics[0].partitions {
+                    self.arrive_as(p as usize, 0, Some(PartitionId(p)), 1, 0);
+                }
+            }
+            None => {}
         }
     }
 

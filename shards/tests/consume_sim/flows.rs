@@ -119,7 +119,11 @@ impl Sim {
             self.consumers[c].topic,
             self.consumers[c].max,
         );
-        let got = self.take(s, t, &[p], max);
+        // Records promised to other shards' claims are held for them.
+        let got = match self.own_share(s, t, max) {
+            Some(max) => self.take(s, t, &[p], max),
+            None => Vec::new(),
+        };
         if !got.is_empty() || self.consumers[c].wait_ms == 0 {
             return Some(got);
         }
@@ -320,7 +324,7 @@ impl Sim {
         if was_parked && !got.is_empty() {
             self.served_ms.insert(key, self.now_ms);
         }
-        if origin.is_none() && key.2.is_none() && !self.draining {
+        if origin.is_none() && !self.draining {
             self.delivered_per_shard[s] += got.len() as u64;
         }
 

@@ -73,9 +73,10 @@
 //! (`Sim::fair`): records at a steady pace, consumers always waiting on every
 //! shard, one shard owning none of the topic's partitions. Its consumers must
 //! get a fair part of the records: tokens take their turn beside an owner's own
-//! consumers. A third runs it with a consumer that does not wait arriving on
-//! one owner every tick: its probes of the other owners must leave the records
-//! promised to the shard without partitions alone.
+//! consumers. Two more add consumers that do not wait, arriving every tick:
+//! on one owner (its probes of the other owners) or pinned to each owner's
+//! partition. Every record promised to a claim must be held for it: in these
+//! calm runs no claim comes back empty.
 //!
 //! Files:
 //! - `world.rs`: the simulated node (topics, disk, shards, consumers, claims, mesh
@@ -105,7 +106,7 @@ use std::time::Duration;
 
 use narad_shards::consume::inflight::Caps;
 
-use world::Sim;
+use world::{Pollers, Sim};
 
 const SEEDS_DEFAULT: u64 = 200;
 
@@ -190,18 +191,32 @@ fn polling_consumers_leave_records_promised_to_other_shards_alone() {
         "fair consume simulation with pollers",
         "consume_sim",
         FAIR_SEEDS_DEFAULT,
-        |seed| fair_shares(seed, Some(0)),
+        |seed| fair_shares(seed, Some(Pollers::On(0))),
+    );
+}
+
+/// The same with pinned pollers on every owner, each pinned to its shard's
+/// partition: promises are the topic's, so a pinned consumer takes only what
+/// leaves enough on the shard for them, and no claim comes back empty.
+#[test]
+fn pinned_pollers_leave_records_promised_to_other_shards_alone() {
+    seeded::run(
+        "fair consume simulation with pinned pollers",
+        "consume_sim",
+        FAIR_SEEDS_DEFAULT,
+        |seed| fair_shares(seed, Some(Pollers::PinnedOnOwners)),
     );
 }
 
 /// Runs the fairness scenario: every shard, the one without partitions (3)
 /// too, gets at least half of its fair quarter (a shard with pollers aside);
-/// the owners' own consumers must not be starved in its favour either.
+/// the owners' own consumers must not be starved in its favour either; and
+/// no claim comes back empty.
 fn fair_shares(
     seed: u64,
-    pollers_on: Option<usize>,
+    pollers: Option<Pollers>,
 ) -> std::collections::BTreeMap<&'static str, u64> {
-    let mut sim = Sim::fair(seed, pollers_on);
+    let mut sim = Sim::fair(seed, pollers);
     sim.run();
     let per_shard = sim.delivered_per_shard.clone();
     let total: u64 = per_shard.iter().sum();
@@ -210,12 +225,16 @@ fn fair_shares(
     // records they reach between a commit and the pump), so the shards
     // without them share the rest: each must still get a sixteenth, not
     // the eighth it gets without pollers.
-    let part = match pollers_on {
-        None => 8,
-        Some(_) => 16,
+    let (part, polled) = match pollers {
+        None => (8, 0..0),
+        Some(Pollers::On(s)) => (16, s..s + 1),
+        // The shards with partitions (0 to 2).
+        // They take most records between a commit and the pump, first come,
+        // first served: only the promises are checked.
+        Some(Pollers::PinnedOnOwners) => (16, 0..4),
     };
     for (s, &got) in per_shard.iter().enumerate() {
-        if Some(s) == pollers_on {
+        if polled.contains(&s) {
             continue;
         }
         assert!(
@@ -223,6 +242,11 @@ fn fair_shares(
             "seed {seed}: shard {s} got {got} of {total} records ({per_shard:?})"
         );
     }
+    // A record promised to a claim is held for it: in a calm run (no crash,
+    // no mesh stall) every claim arrives well before its deadline and finds
+    // its record.
+    let empty = sim.stats.get("empty claims").copied().unwrap_or(0);
+    assert_eq!(empty, 0, "seed {seed}: claims came back empty");
     sim.stats.insert("delivered before the drain", total);
     sim.stats
         .insert("delivered on the shard without partitions", per_shard[3]);

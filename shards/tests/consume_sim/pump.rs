@@ -132,12 +132,11 @@ impl Sim {
     ) {
         let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
         // Bounded: every round hands records to a consumer taken off the FIFO, or
-        // puts it back and stops. The topic's FIFO takes only unpromised records.
+        // puts it back and stops. Every FIFO takes only unpromised records.
         loop {
-            let share = match pinned {
-                Some(_) => Some(usize::MAX),
-                None => self.own_share(s, t, usize::MAX),
-            };
+            // Promises are the topic's: a pinned consumer, too, takes only
+            // what leaves enough on the shard for them.
+            let share = self.own_share(s, t, usize::MAX);
             let Some(share) = share else {
                 return;
             };
@@ -225,7 +224,10 @@ impl Sim {
                     }
                 }
             }
-            _ => self.shards[s].waiters.push_front(id, &name, None, waiter),
+            _ => {
+                self.count("empty claims");
+                self.shards[s].waiters.push_front(id, &name, None, waiter)
+            }
         }
         // `renew_registrations`: with every owner whose token is spent or
         // lapsing, while anyone is parked.

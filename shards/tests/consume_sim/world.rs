@@ -232,15 +232,25 @@ pub(crate) struct Held {
 /// A promise the simulation counts: (notified shard, deadline in ms, id).
 pub(crate) type Promised = (usize, u64, PromiseId);
 
+/// Where the fairness scenario's pollers arrive.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pollers {
+    /// On this shard, unpinned: each takes from the shard's own partition,
+    /// then probes the other owners.
+    On(usize),
+    /// On every shard that owns a partition, pinned to it.
+    PinnedOnOwners,
+}
+
 /// The fairness scenario's workload (see `Sim::fair`): records at a steady
 /// pace, and on every shard the same number of consumers waiting, each one
 /// replaced as soon as it is answered.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Steady {
     pub(crate) consumers_per_shard: usize,
-    /// A shard where, besides its waiting consumers, one consumer that does
-    /// not wait (`wait=0`) arrives every tick: each probes the other owners.
-    pub(crate) pollers_on: Option<usize>,
+    /// The pollers of the scenario, if any: besides the waiting consumers,
+    /// one consumer that does not wait (`wait=0`) arrives every tick.
+    pub(crate) pollers: Option<Pollers>,
     pub(crate) produce_every_ms: u64,
     pub(crate) next_produce_ms: u64,
     pub(crate) next_partition: u32,
@@ -251,8 +261,8 @@ pub(crate) struct Sim {
     pub(crate) workload: Workload,
     /// Replaces the random workload until the drain (the fairness scenario).
     pub(crate) steady: Option<Steady>,
-    /// Records delivered to unpinned consumers, per shard they arrived on,
-    /// before the drain.
+    /// Records delivered to consumers, per shard they arrived on, before
+    /// the drain.
     pub(crate) delivered_per_shard: Vec<u64>,
     pub(crate) rng: ChaCha8Rng,
     pub(crate) now_ms: u64,
@@ -309,7 +319,7 @@ impl Sim {
     /// The fairness scenario: 4 shards, one topic of 3 partitions on shards 0
     /// to 2, so that shard 3 owns none; no crash, no stall; records every 60
     /// ms; two consumers always waiting on every shard.
-    pub(crate) fn fair(seed: u64, pollers_on: Option<usize>) -> Self {
+    pub(crate) fn fair(seed: u64, pollers: Option<Pollers>) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let topic = Topic {
             id: IncarnationId(1),
@@ -322,7 +332,7 @@ impl Sim {
         let mut sim = Sim::with(seed, rng, 4, vec![topic], true);
         sim.steady = Some(Steady {
             consumers_per_shard: 2,
-            pollers_on,
+            pollers,
             produce_every_ms: 60,
             next_produce_ms: 0,
             next_partition: 0,
