@@ -105,6 +105,11 @@ fn open_logs_max(soft_limit: u64, max_connections: usize, shards: usize) -> usiz
 /// process may run on.
 pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let booting = std::time::Instant::now();
+    // First, before any thread starts (logging's included): every thread
+    // inherits the mask, so a stop signal is never taken by its default action
+    // (death without a drain), however early it comes. One that comes before
+    // the signal thread waits stays pending for it.
+    lifecycle::block_stop_signals();
     // A value that is not text would read as unset below: refuse it instead.
     if let Some((name, _)) = std::env::vars_os().find(|(name, value)| {
         name.to_str().is_some_and(|n| n.starts_with("NARAD_")) && value.to_str().is_none()
@@ -143,6 +148,13 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let _lock = lock_data_dir(&data_dir)?;
     let cpus = allowed_cpus();
     let shards = shards.unwrap_or(cpus.len()).max(1);
+    if shards > cpus.len() {
+        tracing::warn!(
+            shards,
+            cpus = cpus.len(),
+            "more shards than CPUs this process may run on: shards share CPUs, and each costs its own memory (about 20 MiB) and ingress WAL segments on disk; one shard per CPU (the default) serves best"
+        );
+    }
     // Before any shard records: handles taken earlier would count into nothing.
     crate::metrics::install();
     let memlock_bytes = narad_io::rt::raise_memlock_limit();
@@ -165,6 +177,11 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         );
     }
     let open_logs_max = open_logs_max(open_files, config.http.max_connections, shards);
+    // Before the address is told: a script that stops the node as soon as it
+    // reads it gets a graceful stop.
+    let (events_tx, events) = std::sync::mpsc::channel();
+    lifecycle::watch_stop_signals(events_tx.clone())
+        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
     let requested = config.listen_addr()?;
     let (sockets, addr) = narad_io::net::bind_reuseport_group(requested, shards)
         .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
@@ -181,10 +198,6 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "narad listening on http://{addr}").and_then(|()| out.flush());
     }
-    lifecycle::block_stop_signals();
-    let (events_tx, events) = std::sync::mpsc::channel();
-    lifecycle::watch_stop_signals(events_tx.clone())
-        .map_err(|e| format!("cannot start the signal thread: {e}"))?;
     let control = {
         let events = events_tx.clone();
         Control::start(data_dir.join("metastore"), move || {

@@ -99,6 +99,48 @@ fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
     }
 }
 
+/// A stop signal sent the moment the address is printed (as a script that
+/// starts a node, reads its address and stops it would) is a graceful stop,
+/// not death by the signal's default action.
+#[test]
+fn a_sigterm_as_soon_as_the_address_is_printed_stops_gracefully() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    for round in 0..6 {
+        let mut node = KillOnDrop(
+            narad(
+                &["serve", "--dev", "--port", "0", "--shards", "1"],
+                &dir.path().join("data"),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        );
+        let mut line = String::new();
+        BufReader::new(node.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("narad listening on"), "{line:?}");
+        // SAFETY: sends SIGTERM to the child this test started.
+        unsafe { libc::kill(node.0.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = node.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: no exit within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            status.success(),
+            "round {round}: graceful stop exits 0, got {status}"
+        );
+    }
+}
+
 #[test]
 fn serve_refuses_to_start_with_security_on() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
