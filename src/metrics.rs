@@ -20,7 +20,8 @@
 //! behind.
 //!
 //! Series are never removed: a deleted topic's counters keep their last value
-//! until the process restarts, as Prometheus expects of counters.
+//! until the process restarts, as Prometheus expects of counters. Its gauges
+//! are left out of the scrape ([`ShardedRecorder::render_where`]).
 //!
 //! Map: this file holds the recorder and the traffic counters; [`poller`] sets
 //! the gauges every few seconds; [`storage`] holds the partition logs' series,
@@ -208,6 +209,16 @@ impl ShardedRecorder {
 
     /// The Prometheus text exposition of every series, summed over threads.
     pub fn render(&self) -> String {
+        self.render_where(&|_| true)
+    }
+
+    /// [`ShardedRecorder::render`] without the gauges labelled with a topic
+    /// `live` says is gone. A deleted topic's gauges read 0 and mean nothing,
+    /// and a node whose topics come and go would otherwise show more of them
+    /// at every scrape; its counters and histograms stay, as Prometheus
+    /// expects of counters. A topic made again under the name shows its
+    /// gauges again.
+    pub fn render_where(&self, live: &dyn Fn(&str) -> bool) -> String {
         let (cells, help) = {
             let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
             (registry.cells.clone(), registry.help.clone())
@@ -215,6 +226,13 @@ impl ShardedRecorder {
         let mut series: BTreeMap<String, BTreeMap<String, Sum>> = BTreeMap::new();
         for entry in &cells {
             let (key, cell) = &**entry;
+            let gone = || {
+                key.labels()
+                    .any(|label| label.key() == "topic" && !live(label.value()))
+            };
+            if matches!(cell, Cell::Gauge(_)) && gone() {
+                continue;
+            }
             let labels = render_labels(key);
             let merge = Merge::of(key.name());
             let entry = series

@@ -329,7 +329,15 @@ impl Routes {
                 return response::json_static(StatusCode::OK, r#"{"status":"ok"}"#)
             }
             Endpoint::Readyz => return self.readyz(),
-            Endpoint::Metrics => return metrics_text().await,
+            Endpoint::Metrics => {
+                // While the node recovers there is no topic list yet: every
+                // series is shown.
+                let live = self.api.broker.borrow().as_ref().map(|shard| {
+                    let snapshot = shard.meta.snapshot();
+                    snapshot.topics.keys().cloned().collect()
+                });
+                return metrics_text(live).await;
+            }
             _ => {}
         }
         let shard = match self.api.broker.borrow().clone() {
@@ -394,18 +402,24 @@ impl Routes {
     }
 }
 
-/// `GET /metrics`: the Prometheus text exposition of the node. It is
+/// `GET /metrics`: the Prometheus text exposition of the node, without the
+/// gauges of topics not in `live` (deleted ones) when it is given. It is
 /// rendered on a thread of its own: with many partitions a render takes long
 /// enough to stall every other request of the shard that serves the scrape.
-async fn metrics_text() -> Response<Body> {
+async fn metrics_text(live: Option<std::collections::BTreeSet<String>>) -> Response<Body> {
     let recorder = crate::metrics::install();
+    let render = move |recorder: &crate::metrics::ShardedRecorder| match &live {
+        Some(live) => recorder.render_where(&|topic| live.contains(topic)),
+        None => recorder.render(),
+    };
     let (sender, rendered) = futures_channel::oneshot::channel();
     let on_thread = {
         let recorder = recorder.clone();
+        let render = render.clone();
         std::thread::Builder::new()
             .name("metrics-render".into())
             .spawn(move || {
-                let _ = sender.send(recorder.render());
+                let _ = sender.send(render(&recorder));
             })
     };
     let text = match on_thread {
@@ -419,7 +433,7 @@ async fn metrics_text() -> Response<Body> {
             }
         },
         // No thread to be had (a process at its limit): render here.
-        Err(_) => recorder.render(),
+        Err(_) => render(&recorder),
     };
     let mut response = Response::new(Body::new(bytes::Bytes::from(text)));
     response.headers_mut().insert(

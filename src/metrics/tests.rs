@@ -192,3 +192,37 @@ fn deleting_a_topic_keeps_the_sizes_of_its_namesake_on_the_same_shard() {
         assert!(text.contains(line), "{line}: {text}");
     }
 }
+
+#[test]
+fn a_gone_topics_gauges_are_left_out_and_its_counters_kept() {
+    let recorder = ShardedRecorder::default();
+    ::metrics::with_local_recorder(&recorder, || {
+        for topic in ["kept", "gone"] {
+            ::metrics::gauge!("narad_consumer_lag_messages", "topic" => topic, "partition" => "0")
+                .set(3.0);
+            ::metrics::counter!("narad_messages_produced_total", "topic" => topic).increment(4);
+            ::metrics::histogram!("narad_storage_fsync_duration_seconds", "topic" => topic)
+                .record(0.001);
+        }
+        ::metrics::gauge!("narad_open_partition_logs").set(2.0);
+    });
+    let text = recorder.render_where(&|topic| topic == "kept");
+    assert!(
+        text.contains("narad_consumer_lag_messages{partition=\"0\",topic=\"kept\"} 3\n"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("narad_consumer_lag_messages{partition=\"0\",topic=\"gone\"}"),
+        "{text}"
+    );
+    for topic in ["kept", "gone"] {
+        let counter = format!("narad_messages_produced_total{{topic=\"{topic}\"}} 4\n");
+        assert!(text.contains(&counter), "{text}");
+        let histogram =
+            format!("narad_storage_fsync_duration_seconds_count{{topic=\"{topic}\"}} 1\n");
+        assert!(text.contains(&histogram), "{text}");
+    }
+    assert!(text.contains("narad_open_partition_logs 2\n"), "{text}");
+    // Without a list of topics, everything.
+    assert!(recorder.render().contains("topic=\"gone\"} 3\n"));
+}
