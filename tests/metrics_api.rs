@@ -1,48 +1,16 @@
 //! `GET /metrics` as a scraper sees it: after a known sequence of requests the
-//! counters say exactly what happened, summed over the shards that served them,
-//! and the storage series follow the partition logs' commits, size and retention.
+//! counters say exactly what happened, summed over the shards that served them;
+//! the queue and housekeeping gauges follow the node (the storage series are
+//! in `metrics_storage.rs`).
 
 mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{
-    get_topic, json_of, post_topic, produce_ok, wait_for_total, wait_until, Client, Node, JSON,
-};
+use common::prometheus::{scrape, sum};
+use common::{json_of, post_topic, produce_ok, wait_for_total, wait_until, Client, Node, JSON};
 use serde_json::json;
-
-/// Every sample of the exposition: `name{labels}` -> value.
-fn scrape(client: &mut Client) -> BTreeMap<String, f64> {
-    let response = client.request("GET", "/metrics", &[], "").unwrap();
-    assert_eq!(response.status, 200, "{response:?}");
-    assert!(
-        response
-            .header("content-type")
-            .is_some_and(|t| t.starts_with("text/plain")),
-        "{response:?}"
-    );
-    let mut samples = BTreeMap::new();
-    for line in response.body.lines() {
-        if line.starts_with('#') || line.is_empty() {
-            continue;
-        }
-        let (series, value) = line.rsplit_once(' ').unwrap();
-        samples.insert(series.to_string(), value.parse().unwrap());
-    }
-    samples
-}
-
-/// The sum of a metric's samples whose labels contain every one of `labels`.
-fn sum(samples: &BTreeMap<String, f64>, name: &str, labels: &[&str]) -> f64 {
-    samples
-        .iter()
-        .filter(|(series, _)| {
-            series.split('{').next() == Some(name) && labels.iter().all(|l| series.contains(l))
-        })
-        .map(|(_, v)| v)
-        .sum()
-}
 
 #[test]
 fn counters_follow_a_known_sequence_of_requests() {
@@ -224,17 +192,6 @@ fn counters_follow_a_known_sequence_of_requests() {
     assert_eq!(sum(&after, "narad_messages_produced_total", &[topic]), 15.0);
 }
 
-/// The storage series of one partition, as scraped.
-#[derive(Debug, PartialEq)]
-struct Storage {
-    fsync_count: f64,
-    fsync_sum_seconds: f64,
-    flush_count: f64,
-    flush_bytes: f64,
-    size_bytes: f64,
-    segments: f64,
-}
-
 #[test]
 fn consume_outcomes_are_counted_by_how_each_consume_ended() {
     let node = Node::start_shards(2, &[]);
@@ -316,203 +273,6 @@ fn consume_outcomes_are_counted_by_how_each_consume_ended() {
     ] {
         assert_eq!(sum(&polled, name, &["topic=\"w\""]), 0.0, "{name}");
     }
-}
-
-fn storage_of(samples: &BTreeMap<String, f64>, topic: &str, partition: u32) -> Storage {
-    let topic = format!("topic=\"{topic}\"");
-    let partition = format!("partition=\"{partition}\"");
-    let labels = [topic.as_str(), partition.as_str()];
-    Storage {
-        fsync_count: sum(
-            samples,
-            "narad_storage_fsync_duration_seconds_count",
-            &labels,
-        ),
-        fsync_sum_seconds: sum(samples, "narad_storage_fsync_duration_seconds_sum", &labels),
-        flush_count: sum(
-            samples,
-            "narad_storage_flush_duration_seconds_count",
-            &labels,
-        ),
-        flush_bytes: sum(samples, "narad_storage_flush_bytes_total", &labels),
-        size_bytes: sum(samples, "narad_partition_size_bytes", &labels),
-        segments: sum(samples, "narad_segments", &labels),
-    }
-}
-
-/// `(size_bytes, segments)` of a partition as the topic API reports them.
-fn api_shape(client: &mut Client, topic: &str, partition: usize) -> (f64, f64) {
-    let stats = &get_topic(client, topic)["partition_stats"][partition];
-    let field = |name: &str| stats[name].as_f64().unwrap_or_else(|| panic!("{stats}"));
-    (field("size_bytes"), field("segments"))
-}
-
-#[test]
-fn storage_series_follow_commits_and_are_zeroed_when_the_topic_goes() {
-    let node = Node::start_shards(2, &[]);
-    let mut client = node.client();
-    let body = json!({ "name": "s", "partitions": 3 }).to_string();
-    assert_eq!(post_topic(&mut client, &body).status, 201);
-    let nothing = storage_of(&scrape(&mut client), "s", 0);
-    assert_eq!(nothing.fsync_count, 0.0, "{nothing:?}");
-
-    // Each produce is waited for, so each is its own commit.
-    let payload = [b'x'; 100];
-    for round in 1..=4usize {
-        produce_ok(&mut client, "s", "partition=0", &payload);
-        wait_for_total(&mut client, "s", 3, round, Duration::from_secs(20));
-    }
-    let first = storage_of(&scrape(&mut client), "s", 0);
-    assert!(first.fsync_count >= 4.0, "{first:?}");
-    assert_eq!(first.flush_count, first.fsync_count, "{first:?}");
-    assert!(first.fsync_sum_seconds > 0.0, "{first:?}");
-    assert!(
-        first.flush_bytes >= 400.0,
-        "frames hold the payloads: {first:?}"
-    );
-    // Nothing was deleted, so the log holds every byte commits wrote.
-    assert_eq!(first.size_bytes, first.flush_bytes, "{first:?}");
-    assert_eq!(first.segments, 1.0, "{first:?}");
-    assert_eq!(
-        api_shape(&mut client, "s", 0),
-        (first.size_bytes, first.segments)
-    );
-    // The other partition got nothing, so no series.
-    let idle = storage_of(&scrape(&mut client), "s", 1);
-    assert_eq!(idle.flush_bytes, 0.0, "{idle:?}");
-
-    // A batch of ten more records: the counters move by at least their bytes.
-    let batch = json!({ "messages": (0..10)
-        .map(|_| json!({ "payload": "y".repeat(100), "partition": 0 }))
-        .collect::<Vec<_>>() });
-    let response = client
-        .request(
-            "POST",
-            "/v1/topics/s/produce/batch",
-            &JSON,
-            batch.to_string(),
-        )
-        .unwrap();
-    assert_eq!(response.status, 202, "{response:?}");
-    wait_for_total(&mut client, "s", 3, 14, Duration::from_secs(20));
-    let second = storage_of(&scrape(&mut client), "s", 0);
-    assert!(second.fsync_count > first.fsync_count, "{second:?}");
-    assert!(second.flush_count > first.flush_count, "{second:?}");
-    assert!(
-        second.flush_bytes >= first.flush_bytes + 1000.0,
-        "{first:?} {second:?}"
-    );
-    assert_eq!(second.size_bytes, second.flush_bytes, "{second:?}");
-    assert_eq!(
-        api_shape(&mut client, "s", 0),
-        (second.size_bytes, second.segments)
-    );
-
-    // A replay right behind the head is answered from memory, not the device.
-    let reads = |client: &mut Client, source: &str| {
-        let source = format!("source=\"{source}\"");
-        sum(
-            &scrape(client),
-            "narad_partition_reads_total",
-            &["topic=\"s\"", "partition=\"0\"", source.as_str()],
-        )
-    };
-    let (memory_before, device_before) =
-        (reads(&mut client, "memory"), reads(&mut client, "device"));
-    let replay = client
-        .request("GET", "/v1/topics/s/consume?partition=0&offset=0", &[], "")
-        .unwrap();
-    assert_eq!(replay.status, 200, "{replay:?}");
-    assert_eq!(reads(&mut client, "memory"), memory_before + 1.0);
-    assert_eq!(reads(&mut client, "device"), device_before);
-    let device_bytes = sum(
-        &scrape(&mut client),
-        "narad_partition_device_read_bytes_total",
-        &["topic=\"s\"", "partition=\"0\""],
-    );
-    assert_eq!(
-        device_bytes, 0.0,
-        "nothing of this partition came from the device"
-    );
-
-    // The poller (every 5 s, and once at start) counts the open logs.
-    let open = wait_until(Duration::from_secs(12), "open logs counted", || {
-        let open = sum(&scrape(&mut client), "narad_open_partition_logs", &[]);
-        (open >= 1.0).then_some(open)
-    });
-    assert!(open <= 3.0, "{open}");
-
-    // After the delete the gauges read zero; the counters keep their values.
-    let deleted = client.request("DELETE", "/v1/topics/s", &[], "").unwrap();
-    assert_eq!(deleted.status, 204);
-    let gone = storage_of(&scrape(&mut client), "s", 0);
-    assert_eq!((gone.size_bytes, gone.segments), (0.0, 0.0), "{gone:?}");
-    assert_eq!(gone.flush_bytes, second.flush_bytes, "{gone:?}");
-    assert_eq!(gone.fsync_count, second.fsync_count, "{gone:?}");
-}
-
-#[test]
-fn retention_counts_what_it_deletes() {
-    // The debug hooks make every finite retention 1.5 s and check every 100 ms.
-    let env = [
-        ("NARAD_DEBUG_RETENTION_MS_OVERRIDE", "1500"),
-        ("NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS", "100"),
-    ];
-    let node = Node::start(&env);
-    let mut client = node.client();
-    let body = json!({ "name": "r", "partitions": 3 }).to_string();
-    assert_eq!(post_topic(&mut client, &body).status, 201);
-    for i in 0..6 {
-        produce_ok(
-            &mut client,
-            "r",
-            "partition=0",
-            format!("old-{i}").as_bytes(),
-        );
-    }
-    wait_for_total(&mut client, "r", 3, 6, Duration::from_secs(20));
-    let written = storage_of(&scrape(&mut client), "r", 0);
-    assert!(written.size_bytes > 0.0, "{written:?}");
-
-    // The reaper rolls the segment once it is old, then deletes it.
-    let topic = "topic=\"r\"";
-    let deleted = wait_until(Duration::from_secs(20), "retention deletes", || {
-        let samples = scrape(&mut client);
-        let messages = sum(
-            &samples,
-            "narad_storage_retention_messages_deleted_total",
-            &[topic, "reason=\"age\""],
-        );
-        (messages > 0.0).then_some(samples)
-    });
-    let messages = sum(
-        &deleted,
-        "narad_storage_retention_messages_deleted_total",
-        &[topic, "partition=\"0\""],
-    );
-    let bytes = sum(
-        &deleted,
-        "narad_storage_retention_bytes_deleted_total",
-        &[topic, "partition=\"0\""],
-    );
-    assert_eq!(messages, 6.0);
-    assert_eq!(bytes, written.size_bytes);
-    // Every partition's runs are timed, whether they deleted anything or not.
-    for p in 0..3 {
-        let label = format!("partition=\"{p}\"");
-        let runs = sum(
-            &deleted,
-            "narad_storage_retention_run_duration_seconds_count",
-            &[topic, &label],
-        );
-        assert!(runs >= 1.0, "partition {p}: {runs} timed runs");
-    }
-    let after = storage_of(&deleted, "r", 0);
-    assert_eq!(after.size_bytes, 0.0, "{after:?}");
-    assert_eq!(
-        after.segments, 1.0,
-        "only the fresh active segment: {after:?}"
-    );
 }
 
 #[test]

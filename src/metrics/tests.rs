@@ -1,5 +1,6 @@
 //! Tests of the recorder: merging over threads, the text format, descriptions.
 
+use super::describe::{describe_all, register_zeroes};
 use super::*;
 
 #[test]

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub mod prometheus;
+
 /// Every wait in these tests ends by this deadline.
 pub const WAIT_MAX: Duration = Duration::from_secs(20);
 
