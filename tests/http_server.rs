@@ -12,7 +12,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{create_topic, produce_ok, wait_for_records, Client, Node};
+use common::{
+    create_topic, produce_ok, rest_after_one_second_timeout, wait_for_records, Client, Node,
+};
 
 #[test]
 fn health_readiness_and_route_errors_share_one_keep_alive_connection() {
@@ -204,20 +206,6 @@ fn an_idle_connection_waits_the_idle_timeout_and_a_late_head_the_read_timeout() 
     assert_cut_off_mid_head(&mut client);
 }
 
-/// What the node sends before it closes the connection, which must happen
-/// after about the 1 s read timeout the test configured.
-fn rest_after_one_second_timeout(client: &mut Client) -> String {
-    let started = Instant::now();
-    let mut rest = Vec::new();
-    let _ = client.stream.read_to_end(&mut rest);
-    let waited = started.elapsed();
-    assert!(
-        waited >= Duration::from_millis(800) && waited < Duration::from_secs(8),
-        "closed after {waited:?}"
-    );
-    String::from_utf8_lossy(&rest).into_owned()
-}
-
 #[test]
 fn a_client_that_never_finishes_its_body_is_answered_408_after_the_read_timeout() {
     let node = Node::start(&[("NARAD_HTTP_READ_TIMEOUT", "1s")]);
@@ -243,99 +231,6 @@ fn a_client_that_never_finishes_its_body_is_answered_408_after_the_read_timeout(
     assert!(rest.starts_with("HTTP/1.1 408"), "{rest}");
     assert!(rest.contains("http.read_timeout"), "{rest}");
     assert!(rest.contains("connection: close\r\n"), "{rest}");
-}
-
-/// An error answered before a small body arrived (an unknown topic, an
-/// unsupported media type, a bad query) keeps the connection, as the answer
-/// says by not saying `Connection: close`: the server reads the rest of the
-/// body after answering, and a client's pool that reuses the connection has
-/// its next request served. A body that does not come within the read
-/// timeout has its answer at once all the same, and then the connection
-/// closes.
-#[test]
-fn an_error_to_a_body_still_on_its_way_keeps_the_connection() {
-    let node = Node::start(&[("NARAD_HTTP_READ_TIMEOUT", "1s")]);
-    let mut client = node.client();
-    create_topic(&mut client, "late");
-    let cases = [
-        (
-            "/v1/topics/nothing/produce",
-            "application/octet-stream",
-            404,
-        ),
-        ("/v1/topics/late/produce", "text/plain", 415),
-        (
-            "/v1/topics/late/produce?partition=9",
-            "application/octet-stream",
-            400,
-        ),
-    ];
-    for (path, media, status) in cases {
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nhost: test\r\ncontent-type: {media}\r\n\
-             content-length: 10\r\n\r\n"
-        );
-        client.stream.write_all(head.as_bytes()).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        client.stream.write_all(b"0123456789").unwrap();
-        let answer = client.read_response(false).unwrap();
-        assert_eq!(answer.status, status, "{path}: {answer:?}");
-        assert_eq!(answer.header("connection"), None, "{path}: {answer:?}");
-        if status == 404 {
-            // Idle past the read timeout: the body's bytes did not start a
-            // next request whose head the server would time.
-            std::thread::sleep(Duration::from_millis(1_500));
-        }
-        let next = client.request("GET", "/healthz", &[], "").unwrap();
-        assert_eq!(next.status, 200, "{path}: the connection serves on");
-    }
-
-    // Half the body, then nothing: answered at once, closed at the read timeout.
-    client
-        .stream
-        .write_all(
-            b"POST /v1/topics/nothing/produce HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/octet-stream\r\ncontent-length: 10\r\n\r\n01234",
-        )
-        .unwrap();
-    let started = Instant::now();
-    let answer = client.read_response(false).unwrap();
-    assert_eq!(answer.status, 404, "{answer:?}");
-    assert!(
-        started.elapsed() < Duration::from_millis(800),
-        "answered at once"
-    );
-    assert_eq!(rest_after_one_second_timeout(&mut client), "");
-}
-
-/// A body drained after its early answer ends the request as soon as its last
-/// byte is in: the idle timeout runs from there, not from the read timeout.
-#[test]
-fn a_drained_body_starts_the_idle_wait_once_it_is_in() {
-    let node = Node::start(&[
-        ("NARAD_HTTP_READ_TIMEOUT", "8s"),
-        ("NARAD_HTTP_IDLE_TIMEOUT", "1s"),
-    ]);
-    let mut client = node.client();
-    client
-        .stream
-        .write_all(
-            b"POST /v1/topics/nothing/produce HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/octet-stream\r\ncontent-length: 10\r\n\r\n",
-        )
-        .unwrap();
-    let answer = client.read_response(false).unwrap();
-    assert_eq!(answer.status, 404, "{answer:?}");
-    client.stream.write_all(b"0123456789").unwrap();
-    let sent = Instant::now();
-    let mut rest = Vec::new();
-    let _ = client.stream.read_to_end(&mut rest);
-    let closed = sent.elapsed();
-    assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
-    assert!(
-        closed >= Duration::from_millis(800) && closed < Duration::from_secs(4),
-        "closed {closed:?} after the body: the idle timeout is 1 s"
-    );
 }
 
 /// A request answered before its body was read (413 past the cap, 415 for an

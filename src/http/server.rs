@@ -214,6 +214,13 @@ impl ShardServer {
 }
 
 impl Shared {
+    /// A new waiter id: a connection's, or a drain's (each waits on its own).
+    fn fresh_id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+
     fn broadcast(&self, phase: Phase) {
         assert!(phase > self.phase.get(), "phases only move forward");
         self.phase.set(phase);
@@ -292,8 +299,7 @@ fn admit(shared: &Rc<Shared>, stream: Stream) {
         }
         return;
     };
-    let id = shared.next_id.get();
-    shared.next_id.set(id + 1);
+    let id = shared.fresh_id();
     shared.open.set(shared.open.get() + 1);
     let slot = Slot {
         shared: shared.clone(),
@@ -350,6 +356,32 @@ fn closes_after<B>(response: &hyper::Response<B>, declared: Option<u64>) -> bool
     let refused_body = matches!(status.as_u16(), 408 | 413);
     let undrainable = declared.is_none_or(|n| n > DRAINED_BODY_BYTES_MAX);
     says_close || (has_body && !status.is_success() && (refused_body || undrainable))
+}
+
+/// Whether a body this request's route left unread may be drained after the
+/// answer. Not with `Expect: 100-continue`: hyper sends the 100 only when a
+/// route reads, so a client that waits for it may give up on the body and
+/// send its next request instead, which a drain would take for the body. Nor
+/// when the connection closes after this request anyway (`Connection:
+/// close`, or HTTP/1.0 without keep-alive): a drain would only hold it open.
+fn may_drain(parts: &hyper::http::request::Parts) -> bool {
+    let headers = &parts.headers;
+    let expects_continue = headers
+        .get(hyper::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let connection_says = |token: &str| {
+        headers
+            .get_all(hyper::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    let keeps_alive = match parts.version {
+        hyper::Version::HTTP_10 => connection_says("keep-alive"),
+        _ => !connection_says("close"),
+    };
+    !expects_continue && keeps_alive
 }
 
 /// A request's body as the routes see it. A body small enough to drain is also
@@ -414,14 +446,15 @@ impl hyper::body::Body for HeldBody {
 
 /// Reads what is left of a held body, its answer made, in a task of its own
 /// while the answer goes out, dropping the bytes; a body that does not all
-/// arrive within `timeout` is dropped, and hyper closes the connection. The
-/// exchange ends (`answered_for`) once the body is in, not when hyper next
-/// says the body ended (only when the next request comes): bytes of the body
-/// must not count as the start of the next request, whose head the stream
-/// would then time.
+/// arrive within `timeout`, or before the shard begins to stop (the answer is
+/// out: nothing is left to protect), is dropped, and hyper closes the
+/// connection. The exchange ends (`answered_for`) once the body is in, not
+/// when hyper next says the body ended (only when the next request comes):
+/// bytes of the body must not count as the start of the next request, whose
+/// head the stream would then time.
 fn drain_after_answer(
     held: Rc<RefCell<hyper::body::Incoming>>,
-    timeout: Duration,
+    shared: Rc<Shared>,
     exchange: Rc<ExchangeCell>,
     request: u64,
 ) {
@@ -440,7 +473,10 @@ fn drain_after_answer(
                 }
             }
         };
-        or(read, narad_io::rt::sleep(timeout)).await;
+        let id = shared.fresh_id();
+        let stopping = shared.until(id, Phase::Draining);
+        or(read, or(narad_io::rt::sleep(shared.read_timeout), stopping)).await;
+        shared.waiters.borrow_mut().remove(&id);
         exchange.answered_for(request);
     });
 }
@@ -470,23 +506,27 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
         end: stream.peer_end(),
     };
     let service = {
-        let (routes, requests_seen) = (shared.routes.clone(), requests_seen.clone());
-        let read_timeout = shared.read_timeout;
+        let (shared, requests_seen) = (shared.clone(), requests_seen.clone());
         hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
             requests_seen.set(requests_seen.get() + 1);
             let request_number = exchange.busy();
             let declared = hyper::body::Body::size_hint(request.body()).exact();
             let (mut parts, body) = request.into_parts();
             parts.extensions.insert(peer.clone());
+            let drainable = may_drain(&parts);
             let (body, held) = HeldBody::new(body, declared);
             let request = hyper::Request::from_parts(parts, body);
-            let (routes, exchange) = (routes.clone(), exchange.clone());
+            let (shared, exchange) = (shared.clone(), exchange.clone());
             async move {
-                let mut response = routes.handle(request).await;
-                // An answer after which the connection closes drains nothing.
-                let closes = closes_after(&response, declared);
+                let mut response = shared.routes.handle(request).await;
+                let unread = held
+                    .as_ref()
+                    .is_some_and(|h| !hyper::body::Body::is_end_stream(&*h.borrow()));
+                // An answer after which the connection closes drains nothing;
+                // nor is a body drained that its client may never send.
+                let closes = closes_after(&response, declared) || (unread && !drainable);
                 match held.filter(|_| !closes) {
-                    Some(held) => drain_after_answer(held, read_timeout, exchange, request_number),
+                    Some(held) => drain_after_answer(held, shared, exchange, request_number),
                     None => exchange.answered(),
                 }
                 if closes {

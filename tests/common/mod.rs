@@ -616,3 +616,17 @@ pub fn log_segments(partition: &Path) -> Vec<std::path::PathBuf> {
         .filter(|path| path.extension().is_some_and(|e| e == "log"))
         .collect()
 }
+
+/// What the node sends before it closes the connection, which must happen
+/// after about the 1 s read timeout the test configured.
+pub fn rest_after_one_second_timeout(client: &mut Client) -> String {
+    let started = Instant::now();
+    let mut rest = Vec::new();
+    let _ = client.stream.read_to_end(&mut rest);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(800) && waited < Duration::from_secs(8),
+        "closed after {waited:?}"
+    );
+    String::from_utf8_lossy(&rest).into_owned()
+}
