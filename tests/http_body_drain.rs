@@ -57,20 +57,8 @@ fn an_error_to_a_body_still_on_its_way_keeps_the_connection() {
     }
 
     // Half the body, then nothing: answered at once, closed at the read timeout.
-    client
-        .stream
-        .write_all(
-            b"POST /v1/topics/nothing/produce HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/octet-stream\r\ncontent-length: 10\r\n\r\n01234",
-        )
-        .unwrap();
-    let started = Instant::now();
-    let answer = client.read_response(false).unwrap();
-    assert_eq!(answer.status, 404, "{answer:?}");
-    assert!(
-        started.elapsed() < Duration::from_millis(800),
-        "answered at once"
-    );
+    let took = answered_before_the_body(&mut client, b"01234");
+    assert!(took < Duration::from_millis(800), "answered at once");
     assert_eq!(rest_after_one_second_timeout(&mut client), "");
 }
 
@@ -83,15 +71,7 @@ fn a_drained_body_starts_the_idle_wait_once_it_is_in() {
         ("NARAD_HTTP_IDLE_TIMEOUT", "1s"),
     ]);
     let mut client = node.client();
-    client
-        .stream
-        .write_all(
-            b"POST /v1/topics/nothing/produce HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/octet-stream\r\ncontent-length: 10\r\n\r\n",
-        )
-        .unwrap();
-    let answer = client.read_response(false).unwrap();
-    assert_eq!(answer.status, 404, "{answer:?}");
+    answered_before_the_body(&mut client, b"");
     client.stream.write_all(b"0123456789").unwrap();
     let sent = Instant::now();
     let mut rest = Vec::new();
@@ -102,6 +82,22 @@ fn a_drained_body_starts_the_idle_wait_once_it_is_in() {
         closed >= Duration::from_millis(800) && closed < Duration::from_secs(4),
         "closed {closed:?} after the body: the idle timeout is 1 s"
     );
+}
+
+/// Sends the head of a produce of 10 bytes to an unknown topic and `sent`
+/// of its body, and reads its 404, answered before the rest; returns how long
+/// the answer took.
+fn answered_before_the_body(client: &mut Client, sent: &[u8]) -> Duration {
+    let head = b"POST /v1/topics/nothing/produce HTTP/1.1\r\nhost: test\r\n\
+                 content-type: application/octet-stream\r\ncontent-length: 10\r\n\r\n";
+    client
+        .stream
+        .write_all(&[&head[..], sent].concat())
+        .unwrap();
+    let started = Instant::now();
+    let answer = client.read_response(false).unwrap();
+    assert_eq!(answer.status, 404, "{answer:?}");
+    started.elapsed()
 }
 
 /// How long until the node closes the connection, and what it sent before.
@@ -174,15 +170,7 @@ fn a_stop_does_not_wait_for_a_drained_body() {
         ("NARAD_HTTP_SHUTDOWN_GRACE", "10s"),
     ]);
     let mut client = node.client();
-    client
-        .stream
-        .write_all(
-            b"POST /v1/topics/nothing/produce HTTP/1.1\r\nhost: test\r\n\
-              content-type: application/octet-stream\r\ncontent-length: 10\r\n\r\n",
-        )
-        .unwrap();
-    let answer = client.read_response(false).unwrap();
-    assert_eq!(answer.status, 404, "{answer:?}");
+    answered_before_the_body(&mut client, b"");
     let stopped = Instant::now();
     node.sigterm();
     assert!(node.wait_for_exit(Duration::from_secs(30)).success());
