@@ -100,7 +100,20 @@ fn create_get_and_list_follow_the_reference() {
         assert!(stat["segments"].is_u64(), "{stat}");
         assert!(stat["size_bytes"].is_u64(), "{stat}");
         assert_eq!(stat["status"], "ok", "{stat}");
+        assert_eq!(stat.get("oldest_segment_at"), None, "no record: {stat}");
     }
+    // A partition with a record knows when its oldest segment was written
+    // (Unix seconds, as `created_at`).
+    let before = unix_now_s();
+    produce_ok(&mut client, "orders", "partition=2", b"r");
+    wait_for_records(&mut client, "orders", 2, 1);
+    let got = get_topic(&mut client, "orders");
+    let at = got["partition_stats"][2]["oldest_segment_at"].as_u64();
+    assert!(
+        at.is_some_and(|at| at >= before && at <= unix_now_s()),
+        "{got}"
+    );
+    assert_eq!(got["partition_stats"][1].get("oldest_segment_at"), None);
 
     let one = client
         .request("GET", "/v1/topics/orders?partition=1", &[], "")

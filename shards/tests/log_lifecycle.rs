@@ -168,8 +168,10 @@ fn time_based_roll_and_retention_by_age() {
         let mut log = PartitionLog::open(disk.clone(), DIR, config())
             .await
             .unwrap();
+        assert_eq!(log.stats().oldest_segment_ms, None, "no record, no time");
         commit(&mut log, 3, 0).await;
         commit(&mut log, 3, 500).await;
+        assert_eq!(log.stats().oldest_segment_ms, Some(500));
         assert!(
             !log.maybe_roll(999).await.unwrap(),
             "the segment is 999 ms old"
@@ -190,6 +192,8 @@ fn time_based_roll_and_retention_by_age() {
             (stats.segment_count, stats.oldest_offset, stats.next_offset),
             (3, Offset(0), Offset(12))
         );
+        // What retention judges the oldest segment by.
+        assert_eq!(stats.oldest_segment_ms, Some(500));
         let names = disk.list(DIR).await.unwrap();
         assert!(
             names.contains(&format!("{:020}.log", 6))
@@ -204,6 +208,7 @@ fn time_based_roll_and_retention_by_age() {
         let outcome = log.enforce_retention(5500).await.unwrap();
         assert_eq!(outcome.segments_deleted, 1);
         assert_eq!(log.oldest_offset(), Offset(6));
+        assert_eq!(log.stats().oldest_segment_ms, Some(2000));
         let cached_start = log.shared_cache().borrow().start();
         assert!(
             cached_start.is_none_or(|start| start >= Offset(6)),

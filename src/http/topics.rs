@@ -165,16 +165,23 @@ pub async fn get(shard: &Shard, topic: &str, query: Option<&str>) -> Response<Bo
     let mut partition_stats = Vec::with_capacity(stats.len());
     for (partition, stat) in stats {
         partition_stats.push(match stat {
-            Ok(s) => serde_json::json!({
-                "index": partition.0,
-                "segments": s.segments,
-                "oldest_offset": s.oldest_offset.0,
-                "next_offset": s.next_offset.0,
-                "high_watermark": s.next_offset.0,
-                "size_bytes": s.size_bytes,
-                "owner_node": "local",
-                "status": "ok",
-            }),
+            Ok(s) => {
+                let mut stats = serde_json::json!({
+                    "index": partition.0,
+                    "segments": s.segments,
+                    "oldest_offset": s.oldest_offset.0,
+                    "next_offset": s.next_offset.0,
+                    "high_watermark": s.next_offset.0,
+                    "size_bytes": s.size_bytes,
+                    "owner_node": "local",
+                    "status": "ok",
+                });
+                // Unix seconds, as `created_at`; left out while unknown.
+                if let Some(ms) = s.oldest_segment_ms {
+                    stats["oldest_segment_at"] = (ms / 1000).into();
+                }
+                stats
+            }
             Err(e) => {
                 partial = true;
                 tracing::warn!(topic, partition = partition.0, error = ?e, "partition stats unavailable");

@@ -166,6 +166,7 @@ fn deleting_a_topic_keeps_the_sizes_of_its_namesake_on_the_same_shard() {
         size_bytes,
         corrupt_gap_count: 0,
         cache_bytes: 0,
+        oldest_segment_ms: None,
     };
     let recorder = ShardedRecorder::default();
     ::metrics::with_local_recorder(&recorder, || {

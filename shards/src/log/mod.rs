@@ -374,6 +374,11 @@ pub struct LogStats {
     pub corrupt_gap_count: usize,
     /// Bytes charged to the recent-frame cache.
     pub cache_bytes: usize,
+    /// Commit time (Unix milliseconds) of the newest record of the oldest
+    /// segment: the time retention judges that segment by. `None` when the
+    /// log holds no record, or when the oldest segment's index was not read
+    /// yet (its first retention check reads it).
+    pub oldest_segment_ms: Option<u64>,
 }
 
 /// The segment being appended to.
@@ -609,6 +614,19 @@ impl<S: Storage> PartitionLog<S> {
             size_bytes: self.sealed_bytes + self.active.file.len(),
             corrupt_gap_count: self.gaps.len(),
             cache_bytes: self.cache.borrow().charged_bytes(),
+            oldest_segment_ms: self.oldest_segment_ms(),
+        }
+    }
+
+    /// [`LogStats::oldest_segment_ms`], from what is in memory. A segment of
+    /// no record knows no time.
+    fn oldest_segment_ms(&self) -> Option<u64> {
+        match self.sealed.front() {
+            Some(oldest) => {
+                let index = oldest.index.as_ref()?;
+                (index.end > index.base).then_some(index.max_commit_ms)
+            }
+            None => (self.high_watermark > self.active.base).then_some(self.last_commit_ms),
         }
     }
 }

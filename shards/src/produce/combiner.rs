@@ -268,6 +268,7 @@ impl<S: Storage> Owner<S> {
                     next_offset: stats.next_offset,
                     segments: stats.segment_count,
                     size_bytes: stats.size_bytes,
+                    oldest_segment_ms: stats.oldest_segment_ms,
                 },
             );
         }

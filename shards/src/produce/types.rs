@@ -50,4 +50,6 @@ pub struct PartitionStats {
     pub next_offset: Offset,
     pub segments: usize,
     pub size_bytes: u64,
+    /// See [`crate::log::LogStats::oldest_segment_ms`].
+    pub oldest_segment_ms: Option<u64>,
 }
