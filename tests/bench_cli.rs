@@ -200,6 +200,10 @@ fn a_missing_topic_and_bad_consume_flags_are_refused() {
         (&["t", "--duration", "500ms"][..], "--duration must be 1 to"),
         // A CPU the machine lacks is refused before the run starts.
         (
+            &["t", "--cpus", "0,1000"][..],
+            "--cpus \"0,1000\": CPU 1000 is not one this process may run on (it may run on ",
+        ),
+        (
             &["t", "--cpus", "1000"][..],
             "--cpus \"1000\": CPU 1000 is not one this process may run on (it may run on ",
         ),

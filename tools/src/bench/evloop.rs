@@ -329,14 +329,12 @@ fn drive<T: 'static>(core: &Core, future: impl Future<Output = T> + 'static) -> 
     }
 }
 
-/// Pins the calling thread to `cpu`. A CPU the process may not run on (one
-/// the machine lacks, or outside its `taskset` or cgroup) is refused with the
-/// ones it may.
-pub fn pin_thread_to(cpu: usize) -> Result<(), String> {
+/// Refuses a CPU the process may not run on (one the machine lacks, or
+/// outside its `taskset` or cgroup), naming the ones it may.
+pub fn may_run_on(cpus: &[usize]) -> Result<(), String> {
     let set_bytes = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: cpu_set_t is plain data; CPU_SET and CPU_ISSET touch it within
-    // the bound checked first; the affinity calls read or write `set_bytes`
-    // bytes of it.
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity writes `set_bytes`
+    // bytes of it, and CPU_ISSET reads within it after the bound check.
     unsafe {
         let mut allowed: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, set_bytes, &mut allowed) != 0 {
@@ -345,9 +343,10 @@ pub fn pin_thread_to(cpu: usize) -> Result<(), String> {
                 io::Error::last_os_error()
             ));
         }
-        if cpu >= 8 * set_bytes || !libc::CPU_ISSET(cpu, &allowed) {
+        let allowed_cpu = |cpu: usize| cpu < 8 * set_bytes && libc::CPU_ISSET(cpu, &allowed);
+        if let Some(&cpu) = cpus.iter().find(|&&cpu| !allowed_cpu(cpu)) {
             let listed: Vec<String> = (0..8 * set_bytes)
-                .filter(|&c| libc::CPU_ISSET(c, &allowed))
+                .filter(|&c| allowed_cpu(c))
                 .map(|c| c.to_string())
                 .collect();
             return Err(format!(
@@ -355,9 +354,20 @@ pub fn pin_thread_to(cpu: usize) -> Result<(), String> {
                 listed.join(",")
             ));
         }
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to `cpu`, one [`may_run_on`] allows.
+pub fn pin_thread_to(cpu: usize) -> Result<(), String> {
+    may_run_on(&[cpu])?;
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it (the CPU was
+    // found in the allowed set, so it is in bounds), and sched_setaffinity
+    // reads `size_of` bytes of it.
+    unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, set_bytes, &set) != 0 {
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             return Err(format!(
                 "cannot pin to CPU {cpu}: {}",
                 io::Error::last_os_error()

@@ -168,13 +168,14 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
     catch_sigint();
     // Pinned before anything is created or printed: a CPU it may not run on
     // is a mistake in the command.
-    if let Some(cpu) = settings.pin_cpu() {
-        evloop::pin_thread_to(cpu).map_err(|why| {
-            BenchError::Usage(format!(
-                "--cpus {:?}: {why}",
-                config.cpus.as_deref().unwrap_or_default()
-            ))
-        })?;
+    // Every CPU listed is checked, though the generator runs on the first.
+    let pinned = evloop::may_run_on(&settings.cpus)
+        .and_then(|()| settings.pin_cpu().map_or(Ok(()), evloop::pin_thread_to));
+    if let Err(why) = pinned {
+        return Err(BenchError::Usage(format!(
+            "--cpus {:?}: {why}",
+            config.cpus.as_deref().unwrap_or_default()
+        )));
     }
     let report_file = open_report(&settings).map_err(BenchError::Usage)?;
     check_json_target(&settings).map_err(BenchError::Usage)?;
@@ -427,7 +428,10 @@ fn start_line(s: &Settings) -> String {
             s.size_bytes,
             producers_used(s)
         ),
-        Mode::Consume => format!("{consuming} {what}..."),
+        Mode::Consume => match s.length {
+            Length::Records(n) => format!("{consuming}: {n} messages..."),
+            _ => format!("{consuming} {what}..."),
+        },
         Mode::Ping => {
             let times = match s.length {
                 Length::Records(n) => format!("{n} times"),
@@ -577,8 +581,16 @@ mod tests {
             ..config()
         };
         assert_eq!(
-            start_line(&settings(consume)),
+            start_line(&settings(consume.clone())),
             "consuming with 8 consumers (1 per request) until idle..."
+        );
+        let counted = Config {
+            count: Some(5),
+            ..consume
+        };
+        assert_eq!(
+            start_line(&settings(counted)),
+            "consuming with 8 consumers (1 per request): 5 messages..."
         );
         let ping = Config {
             topic: None,
