@@ -211,16 +211,16 @@ impl ShardedRecorder {
 
     /// The Prometheus text exposition of every series, summed over threads.
     pub fn render(&self) -> String {
-        self.render_where(&|_| true)
+        self.render_where(&|_, _| true)
     }
 
-    /// [`ShardedRecorder::render`] without the gauges labelled with a topic
-    /// `live` says is gone. A deleted topic's gauges read 0 and mean nothing,
-    /// and a node whose topics come and go would otherwise show more of them
-    /// at every scrape; its counters and histograms stay, as Prometheus
-    /// expects of counters. A topic made again under the name shows its
-    /// gauges again.
-    pub fn render_where(&self, live: &dyn Fn(&str) -> bool) -> String {
+    /// [`ShardedRecorder::render`] without the gauges labelled with a topic,
+    /// or a topic's partition, that `live` says is gone. A deleted topic's
+    /// gauges read 0 and mean nothing, and a node whose topics come and go
+    /// would otherwise show more of them at every scrape; its counters and
+    /// histograms stay, as Prometheus expects of counters. A topic made again
+    /// under the name shows its gauges again, for the partitions it has.
+    pub fn render_where(&self, live: &dyn Fn(&str, Option<u32>) -> bool) -> String {
         let (cells, help) = {
             let registry = self.registry.lock().unwrap_or_else(|e| e.into_inner());
             (registry.cells.clone(), registry.help.clone())
@@ -229,8 +229,15 @@ impl ShardedRecorder {
         for entry in &cells {
             let (key, cell) = &**entry;
             let gone = || {
-                key.labels()
-                    .any(|label| label.key() == "topic" && !live(label.value()))
+                let (mut topic, mut partition) = (None, None);
+                for label in key.labels() {
+                    match label.key() {
+                        "topic" => topic = Some(label.value()),
+                        "partition" => partition = label.value().parse().ok(),
+                        _ => {}
+                    }
+                }
+                topic.is_some_and(|topic| !live(topic, partition))
             };
             if matches!(cell, Cell::Gauge(_)) && gone() {
                 continue;

@@ -377,14 +377,14 @@ fn topic_size_data_dir_size_and_the_oldest_unacked_age_are_polled() {
 fn queue_gauges_of_a_deleted_topic_go_back_to_zero() {
     let node = Node::start_shards(2, &[("NARAD_DEBUG_METRICS_POLL_MS", "100")]);
     let mut client = node.client();
-    let body = json!({ "name": "gone", "partitions": 3 }).to_string();
+    let body = json!({ "name": "gone", "partitions": 4 }).to_string();
     assert_eq!(post_topic(&mut client, &body).status, 201);
-    for p in 0..3 {
+    for p in 0..4 {
         produce_ok(&mut client, "gone", &format!("partition={p}"), b"record");
     }
-    wait_for_total(&mut client, "gone", 3, 3, Duration::from_secs(20));
+    wait_for_total(&mut client, "gone", 4, 4, Duration::from_secs(20));
     // One record of each partition leased and kept: in flight, lagging, aging.
-    for p in 0..3 {
+    for p in 0..4 {
         common::lease_one(&mut client, "gone", p);
     }
     let topic = "topic=\"gone\"";
@@ -397,8 +397,10 @@ fn queue_gauges_of_a_deleted_topic_go_back_to_zero() {
         .map(|name| sum(samples, name, &[topic]))
     };
     wait_until(Duration::from_secs(10), "the queue gauges set", || {
-        let [in_flight, lag, age] = gauges(&scrape(&mut client));
-        (in_flight == 3.0 && lag == 3.0 && age > 0.0).then_some(())
+        let samples = scrape(&mut client);
+        let [in_flight, lag, age] = gauges(&samples);
+        let size = sum(&samples, "narad_topic_bytes", &[topic]);
+        (in_flight == 4.0 && lag == 4.0 && age > 0.0 && size > 0.0).then_some(())
     });
     let deleted = client
         .request("DELETE", "/v1/topics/gone", &[], "")
@@ -410,20 +412,31 @@ fn queue_gauges_of_a_deleted_topic_go_back_to_zero() {
     std::thread::sleep(Duration::from_millis(500));
     let after = scrape(&mut client);
     assert_eq!(gauges(&after), [0.0; 3]);
-    let gauges_left: Vec<&String> = after
-        .keys()
+    // Counters and histograms aside.
+    let is_gauge = |series: &&String| {
+        let name = series.split('{').next().unwrap();
+        ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .all(|suffix| !name.ends_with(suffix))
+    };
+    let gauges_left: Vec<&String> = (after.keys())
         .filter(|series| series.contains(topic))
-        .filter(|series| {
-            let name = series.split('{').next().unwrap();
-            ["_total", "_bucket", "_sum", "_count"]
-                .iter()
-                .all(|suffix| !name.ends_with(suffix))
-        })
+        .filter(is_gauge)
         .collect();
     assert!(gauges_left.is_empty(), "{gauges_left:#?}");
-    assert_eq!(sum(&after, "narad_messages_produced_total", &[topic]), 3.0);
-    // Made again under the name, the topic shows its gauges again.
+    assert_eq!(sum(&after, "narad_messages_produced_total", &[topic]), 4.0);
+    // Made again under the name, with fewer partitions, the topic shows its
+    // gauges again: its own values (not the deleted topic's size), for the
+    // partitions it has.
+    let body = json!({ "name": "gone", "partitions": 3 }).to_string();
     assert_eq!(post_topic(&mut client, &body).status, 201);
+    let again = scrape(&mut client);
+    assert_eq!(sum(&again, "narad_topic_bytes", &[topic]), 0.0);
+    let past_the_end: Vec<&String> = (again.keys())
+        .filter(|series| series.contains(topic) && series.contains("partition=\"3\""))
+        .filter(is_gauge)
+        .collect();
+    assert!(past_the_end.is_empty(), "{past_the_end:#?}");
     wait_until(Duration::from_secs(10), "the gauges shown again", || {
         let samples = scrape(&mut client);
         let shown = samples

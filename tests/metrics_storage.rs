@@ -218,3 +218,30 @@ fn retention_counts_what_it_deletes() {
         "only the fresh active segment: {after:?}"
     );
 }
+
+/// A topic deleted and made again under its name shows its own size at once,
+/// not the deleted topic's until the next poll (every 5 s by default).
+#[test]
+fn a_topic_made_again_shows_its_own_size_at_once() {
+    let node = Node::start_shards(2, &[]);
+    let mut client = node.client();
+    let body = json!({ "name": "again", "partitions": 3 }).to_string();
+    assert_eq!(post_topic(&mut client, &body).status, 201);
+    for p in 0..3 {
+        produce_ok(&mut client, "again", &format!("partition={p}"), b"record");
+    }
+    wait_for_total(&mut client, "again", 3, 3, Duration::from_secs(20));
+    let topic = "topic=\"again\"";
+    wait_until(Duration::from_secs(15), "the topic's size polled", || {
+        (sum(&scrape(&mut client), "narad_topic_bytes", &[topic]) > 0.0).then_some(())
+    });
+    let deleted = client
+        .request("DELETE", "/v1/topics/again", &[], "")
+        .unwrap();
+    assert_eq!(deleted.status, 204);
+    assert_eq!(post_topic(&mut client, &body).status, 201);
+    assert_eq!(
+        sum(&scrape(&mut client), "narad_topic_bytes", &[topic]),
+        0.0
+    );
+}

@@ -334,7 +334,9 @@ impl Routes {
                 // series is shown.
                 let live = self.api.broker.borrow().as_ref().map(|shard| {
                     let snapshot = shard.meta.snapshot();
-                    snapshot.topics.keys().cloned().collect()
+                    (snapshot.topics.iter())
+                        .map(|(name, topic)| (name.clone(), topic.partitions))
+                        .collect()
                 });
                 return metrics_text(live).await;
             }
@@ -403,13 +405,17 @@ impl Routes {
 }
 
 /// `GET /metrics`: the Prometheus text exposition of the node, without the
-/// gauges of topics not in `live` (deleted ones) when it is given. It is
-/// rendered on a thread of its own: with many partitions a render takes long
-/// enough to stall every other request of the shard that serves the scrape.
-async fn metrics_text(live: Option<std::collections::BTreeSet<String>>) -> Response<Body> {
+/// gauges of topics, or partitions, not in `live` (topic names and their
+/// partition counts) when it is given. It is rendered on a thread of its own:
+/// with many partitions a render takes long enough to stall every other
+/// request of the shard that serves the scrape.
+async fn metrics_text(live: Option<std::collections::BTreeMap<String, u32>>) -> Response<Body> {
     let recorder = crate::metrics::install();
     let render = move |recorder: &crate::metrics::ShardedRecorder| match &live {
-        Some(live) => recorder.render_where(&|topic| live.contains(topic)),
+        Some(live) => recorder.render_where(&|topic, partition| {
+            live.get(topic)
+                .is_some_and(|&partitions| partition.is_none_or(|p| p < partitions))
+        }),
         None => recorder.render(),
     };
     let (sender, rendered) = futures_channel::oneshot::channel();

@@ -202,7 +202,7 @@ impl StorageObserver for StorageMetrics {
         ::metrics::counter!("narad_idle_logs_evicted_total").increment(logs as u64);
     }
 
-    /// Zeroes the deleted incarnation's gauges. A topic made again under the
+    /// Zeroes the deleted incarnation's gauges, and its topic's size. A topic made again under the
     /// same name whose partition landed on this shard shares their cells (the
     /// labels are the name and the partition), so its values are set again.
     fn purged(&self, incarnation: IncarnationId) {
@@ -220,5 +220,9 @@ impl StorageObserver for StorageMetrics {
                 series.republish();
             }
         }
+        drop(tracked);
+        // At once rather than at the next poll: a topic made again under the
+        // name would show the deleted one's size until then.
+        self.set_topic_bytes();
     }
 }

@@ -207,8 +207,11 @@ fn a_gone_topics_gauges_are_left_out_and_its_counters_kept() {
                 .record(0.001);
         }
         ::metrics::gauge!("narad_open_partition_logs").set(2.0);
+        // A partition the topic no longer has (made again with fewer).
+        ::metrics::gauge!("narad_consumer_lag_messages", "topic" => "kept", "partition" => "1")
+            .set(0.0);
     });
-    let text = recorder.render_where(&|topic| topic == "kept");
+    let text = recorder.render_where(&|topic, partition| topic == "kept" && partition < Some(1));
     assert!(
         text.contains("narad_consumer_lag_messages{partition=\"0\",topic=\"kept\"} 3\n"),
         "{text}"
@@ -225,6 +228,7 @@ fn a_gone_topics_gauges_are_left_out_and_its_counters_kept() {
         assert!(text.contains(&histogram), "{text}");
     }
     assert!(text.contains("narad_open_partition_logs 2\n"), "{text}");
+    assert!(!text.contains("partition=\"1\""), "{text}");
     // Without a list of topics, everything.
     assert!(recorder.render().contains("topic=\"gone\"} 3\n"));
 }
