@@ -202,9 +202,10 @@ impl StorageObserver for StorageMetrics {
         ::metrics::counter!("narad_idle_logs_evicted_total").increment(logs as u64);
     }
 
-    /// Zeroes the deleted incarnation's gauges, and its topic's size. A topic made again under the
-    /// same name whose partition landed on this shard shares their cells (the
-    /// labels are the name and the partition), so its values are set again.
+    /// Zeroes the deleted incarnation's gauges, and its topic's size. A topic
+    /// made again under the same name whose partition landed on this shard
+    /// shares their cells (the labels are the name and the partition), so its
+    /// values are set again.
     fn purged(&self, incarnation: IncarnationId) {
         let mut tracked = self.tracked.borrow_mut();
         let mut zeroed = Vec::new();
