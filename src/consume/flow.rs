@@ -88,6 +88,28 @@ pub async fn consume(
     .await
 }
 
+/// How many of `max` records a consumer arriving now may take from the
+/// shard's partitions `local`: those the consumers waiting before it (parked
+/// here, or holding tokens or promises from other shards) leave
+/// ([`super::queues::Queues::newcomer_share`]). Nothing to count when nobody
+/// waits; else the partitions are loaded first, so that each counts.
+async fn newcomer_share(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    local: &[PartitionId],
+    max: usize,
+) -> Option<usize> {
+    let (queues, waiters) = (&shard.queues, &shard.waiters);
+    if !queues.holds_for_others(record.id) && !waiters.any_parked_on(record.id) {
+        return Some(max);
+    }
+    queues.load_all(topic, record, local).await;
+    queues.newcomer_share(record, local, max, |left, in_one| {
+        waiters.waiting_demand(record.id, left, in_one)
+    })
+}
+
 /// `answer`, or a failure once `limit` has passed without it.
 async fn within<T>(
     limit: Duration,
@@ -111,9 +133,9 @@ async fn consume_queue(
     let deadline = Instant::now() + request.wait;
     let deadline_ms = now_ms().saturating_add(request.wait.as_millis() as u64);
     let local = shard.local_partitions(record);
-    // Records promised to other shards' claims are held for them: a consumer
-    // that arrives after the promise takes only the others (see serve_fifo).
-    let share = shard.queues.own_share(record, &local, request.max);
+    // A consumer that arrives now takes only what those waiting before it
+    // (here or on other shards) leave.
+    let share = newcomer_share(shard, topic, record, &local, request.max).await;
     if let (false, Some(max)) = (local.is_empty(), share) {
         let got = shard
             .queues
@@ -189,10 +211,10 @@ async fn consume_pinned_here(
 ) -> Result<Vec<Delivered>, ConsumeError> {
     let deadline = Instant::now() + request.wait;
     let deadline_ms = now_ms().saturating_add(request.wait.as_millis() as u64);
-    // Records promised to other shards' claims are held for them (see
-    // serve_fifo); the promises are the topic's, counted over the shard.
+    // What those waiting before it leave (the promises and tokens are the
+    // topic's, counted over the shard).
     let local = shard.local_partitions(record);
-    let got = match shard.queues.own_share(record, &local, request.max) {
+    let got = match newcomer_share(shard, topic, record, &local, request.max).await {
         Some(max) => {
             shard
                 .queues
@@ -318,11 +340,16 @@ pub async fn serve_consume_op(
             }
         }
         None => {
-            // Records promised to other shards' claims are held for them: a
-            // probe, or a claim beyond its own record (its promise retired
-            // above), takes only the rest.
+            // A claim takes its own record (its promise retired above) and
+            // what is not promised to other claims; a plain probe, a consumer
+            // arriving on another shard, only what those waiting before it
+            // leave.
             let local = shard.local_partitions(&record);
-            match shard.queues.own_share(&record, &local, request.max) {
+            let share = match claim {
+                Some(_) => shard.queues.own_share(&record, &local, request.max),
+                None => newcomer_share(&shard, &topic, &record, &local, request.max).await,
+            };
+            match share {
                 Some(max) => {
                     shard
                         .queues

@@ -613,6 +613,42 @@ impl Queues {
         (spare > 0).then(|| max.min(usize::try_from(spare).unwrap_or(usize::MAX)))
     }
 
+    /// Whether records may be held here for consumers elsewhere: promises
+    /// outstanding, or live tokens.
+    pub fn holds_for_others(&self, incarnation: IncarnationId) -> bool {
+        let (tokens, now) = (self.tokens.borrow(), now_ms());
+        tokens.outstanding(incarnation, now) > 0 || tokens.held(incarnation, now) > 0
+    }
+
+    /// How many of `max` records a consumer arriving now may take from
+    /// `partitions` (the shard's partitions of the topic): those beyond the
+    /// promises outstanding (see [`Queues::own_share`]), beyond one for each
+    /// live token other shards left (the pump notifies them next), and beyond
+    /// what the consumers already parked here will take (`waiting`, given
+    /// the records left and the records of one partition). Consumers take
+    /// records in the order they came, whoever reaches a record first
+    /// between its commit and the pump. `None` when nothing is left. The
+    /// partitions must be loaded ([`Queues::load_all`]): one not loaded
+    /// counts as empty.
+    pub fn newcomer_share(
+        &self,
+        record: &TopicRecord,
+        partitions: &[PartitionId],
+        max: usize,
+        waiting: impl FnOnce(u64, &dyn Fn(PartitionId) -> u64) -> u64,
+    ) -> Option<usize> {
+        let now = now_ms();
+        let held = {
+            let tokens = self.tokens.borrow();
+            tokens.outstanding(record.id, now) + tokens.held(record.id, now)
+        };
+        let available = self.available(record, partitions);
+        let left = available.saturating_sub(held);
+        let in_one = |p: PartitionId| self.available(record, &[p]);
+        let spare = left.saturating_sub(waiting(left, &in_one));
+        (spare > 0).then(|| max.min(usize::try_from(spare).unwrap_or(usize::MAX)))
+    }
+
     /// When the next of the topic's promises lapses (see
     /// [`Tokens::next_deadline`]).
     pub fn next_promise_deadline(&self, incarnation: IncarnationId) -> Option<u64> {

@@ -174,6 +174,23 @@ impl Waiters {
         self.core.borrow_mut().pinned_partitions(incarnation)
     }
 
+    /// See [`core::Waiters::waiting_demand`].
+    pub fn waiting_demand(
+        &self,
+        incarnation: IncarnationId,
+        limit: u64,
+        available_in: impl Fn(PartitionId) -> u64,
+    ) -> u64 {
+        self.core
+            .borrow()
+            .waiting_demand(incarnation, limit, available_in)
+    }
+
+    /// See [`core::Waiters::any_parked_on`].
+    pub fn any_parked_on(&self, incarnation: IncarnationId) -> bool {
+        self.core.borrow().any_parked_on(incarnation)
+    }
+
     /// Whether a live unpinned consumer is parked on the topic.
     pub fn has_parked(&self, incarnation: IncarnationId) -> bool {
         self.core.borrow().has_parked(incarnation)

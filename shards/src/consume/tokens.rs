@@ -104,6 +104,17 @@ impl Tokens {
             .is_some_and(|t| t.held.iter().any(|&(_, until, _)| until > now_ms))
     }
 
+    /// Live tokens of the topic not yet spent: each a shard whose parked
+    /// consumers the pump notifies of the next record.
+    pub fn held(&self, incarnation: IncarnationId, now_ms: u64) -> u64 {
+        self.topics.get(&incarnation).map_or(0, |t| {
+            t.held
+                .iter()
+                .filter(|&&(_, until, _)| until > now_ms)
+                .count() as u64
+        })
+    }
+
     /// The earliest deadline, after `now_ms`, of the topic's promises still
     /// outstanding: when its consumers held back from them are served again.
     pub fn next_deadline(&self, incarnation: IncarnationId, now_ms: u64) -> Option<u64> {

@@ -345,6 +345,48 @@ impl<D> Waiters<D> {
             .map(|w| w.parked_ms)
     }
 
+    /// How many of the records available now the consumers parked on the
+    /// topic would take, counted up to `limit`: those of the topic's FIFO (each
+    /// its `max`), and those of each pinned FIFO, at most what its partition
+    /// holds (`available_in`). A consumer arriving now leaves these to them:
+    /// the pump, which the event that made them available woke, serves them
+    /// next. Costs at most one look at each consumer parked on the topic.
+    pub fn waiting_demand(
+        &self,
+        incarnation: IncarnationId,
+        limit: u64,
+        available_in: impl Fn(PartitionId) -> u64,
+    ) -> u64 {
+        let Some(entry) = self.topics.get(&incarnation) else {
+            return 0;
+        };
+        let wanted = |fifo: &VecDeque<Rc<Waiter<D>>>, limit: u64| {
+            let mut wanted = 0u64;
+            for waiter in fifo.iter().filter(|w| w.is_live()) {
+                if wanted >= limit {
+                    break;
+                }
+                wanted += waiter.max as u64;
+            }
+            wanted.min(limit)
+        };
+        let mut demand = wanted(&entry.queue, limit);
+        for (&partition, fifo) in &entry.pinned {
+            if demand >= limit {
+                break;
+            }
+            demand += wanted(fifo, available_in(partition).min(limit - demand));
+        }
+        demand
+    }
+
+    /// Whether a live consumer is parked on the topic, pinned or not.
+    pub fn any_parked_on(&self, incarnation: IncarnationId) -> bool {
+        self.topics.get(&incarnation).is_some_and(|e| {
+            (e.queue.iter().chain(e.pinned.values().flatten())).any(|w| w.is_live())
+        })
+    }
+
     /// Whether a live unpinned consumer is parked on the topic.
     pub fn has_parked(&self, incarnation: IncarnationId) -> bool {
         self.topics

@@ -26,8 +26,8 @@ impl Sim {
             self.consumers[c].max,
         );
         let local = self.local_partitions(s, t);
-        // Records promised to other shards' claims are held for them.
-        let share = self.own_share(s, t, max);
+        // It takes only what those waiting before it leave.
+        let share = self.newcomer_share(s, t, max);
         if let (false, Some(max)) = (local.is_empty(), share) {
             let got = self.take(s, t, &local, max);
             if !got.is_empty() {
@@ -119,8 +119,8 @@ impl Sim {
             self.consumers[c].topic,
             self.consumers[c].max,
         );
-        // Records promised to other shards' claims are held for them.
-        let got = match self.own_share(s, t, max) {
+        // It takes only what those waiting before it leave.
+        let got = match self.newcomer_share(s, t, max) {
             Some(max) => self.take(s, t, &[p], max),
             None => Vec::new(),
         };
@@ -213,10 +213,15 @@ impl Sim {
                 }
             }
             None => {
-                // Records promised to other shards' claims are held for them:
-                // a probe, or a claim beyond its own record, takes the rest.
+                // A claim takes its own record and what is not promised to
+                // other claims; a probe only what those waiting before it
+                // leave.
                 let local = self.local_partitions(s, t);
-                let got = match self.own_share(s, t, max) {
+                let share = match claim {
+                    Some(_) => self.own_share(s, t, max),
+                    None => self.newcomer_share(s, t, max),
+                };
+                let got = match share {
                     Some(max) => self.take(s, t, &local, max),
                     None => Vec::new(),
                 };

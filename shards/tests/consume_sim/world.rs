@@ -473,6 +473,33 @@ impl Sim {
         }
     }
 
+    /// `flow::newcomer_share` / `Queues::newcomer_share`: how many of `max`
+    /// records a consumer arriving on owner `s` may take, beyond those
+    /// promised, one per live token, and what the consumers parked there will
+    /// take; the partitions are loaded first when anyone waits.
+    pub(crate) fn newcomer_share(&mut self, s: usize, t: usize, max: usize) -> Option<usize> {
+        let (id, now) = (self.topics[t].id, self.now_ms);
+        let tokens = &self.shards[s].tokens;
+        let held = tokens.outstanding(id, now) + tokens.held(id, now);
+        if held == 0 && !self.shards[s].waiters.any_parked_on(id) {
+            return Some(max);
+        }
+        for p in self.local_partitions(s, t) {
+            self.load(s, t, p);
+        }
+        let left = self.available_loaded(s, t).saturating_sub(held);
+        let caps = self.topics[t].caps;
+        let shard = &self.shards[s];
+        let in_one = |p: PartitionId| {
+            shard
+                .parts
+                .get(&(t, p))
+                .map_or(0, |q| q.table.available_under(q.hwm, &caps))
+        };
+        let spare = left.saturating_sub(shard.waiters.waiting_demand(id, left, in_one));
+        (spare > 0).then(|| max.min(spare as usize))
+    }
+
     /// `Queues::own_share`: how many of `max` records a consumer of owner
     /// `s` may take, beyond those promised; `None` when all are promised.
     pub(crate) fn own_share(&self, s: usize, t: usize, max: usize) -> Option<usize> {
