@@ -1,13 +1,16 @@
 //! Consumers take records in the order they came: a consumer parked in a
 //! long-poll is handed the next record that commits, even when another
 //! consumer asks for it in the instant between its commit and the moment the
-//! parked one is served, whichever shard each of them reached.
+//! parked one is served, whichever shard each of them reached, and whichever
+//! partitions the others have records in.
 
 mod common;
 
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::{create_topic, json_of, produce_ok, Node};
+use common::{batch_doc, batch_ok, create_topic, json_of, produce_ok, Node};
+use serde_json::json;
 
 #[test]
 fn a_parked_consumer_gets_the_record_before_a_later_poll() {
@@ -54,6 +57,89 @@ fn a_parked_consumer_gets_the_record_before_a_later_poll() {
         let acked = parked
             .request("POST", &path, &[("content-type", "application/json")], "")
             .unwrap();
+        assert_eq!(acked.status, 204, "trial {trial}: {acked:?}");
+    }
+}
+
+/// One consumer waits on partition 0 while partition 1 of the same shard holds
+/// a backlog. The record that commits on partition 0 is the waiting
+/// consumer's: a later consumer pinned to partition 0 gets nothing, and an
+/// unpinned one takes partition 1's backlog, never partition 0's record.
+#[test]
+fn a_pinned_consumer_keeps_its_record_while_another_partition_has_a_backlog() {
+    let node = Node::start_shards(1, &[]);
+    let mut admin = node.client();
+    create_topic(&mut admin, "pinned");
+    let backlog: Vec<_> = (0..50)
+        .map(|i| json!({ "payload": format!("b{i}"), "partition": 1 }))
+        .collect();
+    batch_ok(&mut admin, "pinned", &common::JSON, batch_doc(&backlog), 50);
+    let handle_of =
+        |r: &common::Response| json_of(r)["receipt_handle"].as_str().unwrap().to_string();
+    for trial in 0..10u32 {
+        let mut parked = node.client();
+        let waiting = std::thread::spawn(move || {
+            let response = parked
+                .request(
+                    "GET",
+                    "/v1/topics/pinned/consume?partition=0&wait=5s",
+                    &[],
+                    "",
+                )
+                .unwrap();
+            (parked, response)
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let mut poller = node.client();
+        produce_ok(&mut admin, "pinned", "partition=0", b"r");
+        let polling = Instant::now();
+        while polling.elapsed() < Duration::from_millis(60) {
+            // Pinned polls sent in a burst, so one is always at hand as
+            // the record commits.
+            let burst = "GET /v1/topics/pinned/consume?partition=0 HTTP/1.1\r\nhost: t\r\n\r\n";
+            poller
+                .stream
+                .write_all(burst.repeat(16).as_bytes())
+                .unwrap();
+            for _ in 0..16 {
+                let pinned = poller.read_response(false).unwrap();
+                assert_eq!(
+                    pinned.status, 204,
+                    "trial {trial}: a later pinned poll took the record: {pinned:?}"
+                );
+            }
+            let any = poller
+                .request("GET", "/v1/topics/pinned/consume", &[], "")
+                .unwrap();
+            assert_eq!(
+                any.status, 200,
+                "trial {trial}: the backlog is gone: {any:?}"
+            );
+            assert_eq!(
+                json_of(&any)["partition"],
+                1,
+                "trial {trial}: a later poll took the pinned consumer's record: {any:?}"
+            );
+            // Given back at once, so the backlog stays.
+            let nack = format!(
+                "/v1/topics/pinned/ack?receipt_handle={}&extend=0",
+                handle_of(&any)
+            );
+            let nacked = poller.request("POST", &nack, &common::JSON, "").unwrap();
+            assert_eq!(nacked.status, 204, "trial {trial}: {nacked:?}");
+        }
+        let (mut parked, response) = waiting.join().unwrap();
+        assert_eq!(response.status, 200, "trial {trial}: {response:?}");
+        assert_eq!(
+            json_of(&response)["partition"],
+            0,
+            "trial {trial}: {response:?}"
+        );
+        let ack = format!(
+            "/v1/topics/pinned/ack?receipt_handle={}",
+            handle_of(&response)
+        );
+        let acked = parked.request("POST", &ack, &common::JSON, "").unwrap();
         assert_eq!(acked.status, 204, "trial {trial}: {acked:?}");
     }
 }

@@ -1,4 +1,6 @@
-//! Acks, extends and nacks for partitions another shard owns: one mesh op each
+//! Acks, extends and nacks. A handle whose partition this shard owns is settled
+//! on the spot ([`settle_here`]); one another shard owns goes there ([`settle_remote`]):
+//! one mesh op each
 //! while fewer than [`ACK_WINDOW`] are in flight to that owner; past it they
 //! queue, and the queue leaves as one batch op (at most [`ACK_BATCH_MAX`]
 //! records) the moment an op to that owner completes. So batches form only when
@@ -19,9 +21,11 @@ use std::sync::Arc;
 use futures_channel::oneshot;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 
+use super::handle::Handle;
 use super::{Settle, SettleError};
 use crate::broker::ops::Op;
 use crate::broker::Shard;
+use crate::meta::TopicRecord;
 
 /// Ack ops in flight to one owner before further acks queue.
 pub const ACK_WINDOW: usize = 128;
@@ -160,6 +164,81 @@ async fn run_lane(shard: Rc<Shard>, owner: usize, first: Vec<SettleItem>) {
         // A stopped owner drops the op, and with it every record's answer.
         let _ = finished.await;
         next = shard.acks.completed(owner);
+    }
+}
+
+/// Acks, extends or nacks the lease a receipt handle names.
+pub async fn settle(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    handle: Handle,
+    settle: Settle,
+) -> Result<(), SettleError> {
+    match settle_here(shard, record, handle, settle) {
+        Some(outcome) => outcome,
+        None => settle_remote(shard, topic, record, handle, settle).await,
+    }
+}
+
+/// Settles `handle` on the spot when this shard owns its partition (or the
+/// handle names no partition of the topic); `None` when another shard owns it.
+pub fn settle_here(
+    shard: &Rc<Shard>,
+    record: &TopicRecord,
+    handle: Handle,
+    settle: Settle,
+) -> Option<Result<(), SettleError>> {
+    if handle.partition.0 >= record.partitions {
+        return Some(Err(SettleError::Stale));
+    }
+    if shard.owner_of(record.id, handle.partition) != shard.index {
+        return None;
+    }
+    Some(
+        shard
+            .queues
+            .settle(
+                record,
+                handle.partition,
+                handle.offset,
+                handle.nonce,
+                settle,
+            )
+            .map_err(|_| SettleError::Stale),
+    )
+}
+
+/// Settles `handle` on the shard that owns its partition, over the mesh.
+pub async fn settle_remote(
+    shard: &Rc<Shard>,
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    handle: Handle,
+    settle: Settle,
+) -> Result<(), SettleError> {
+    let owner = shard.owner_of(record.id, handle.partition);
+    let item = settle_item(topic, record, handle, settle);
+    send(shard, owner, item).await
+}
+
+/// The op record that settles `handle` at its owner; its reply channel is a
+/// placeholder the ack lane replaces.
+pub fn settle_item(
+    topic: &Arc<str>,
+    record: &TopicRecord,
+    handle: Handle,
+    settle: Settle,
+) -> SettleItem {
+    let (reply, _) = futures_channel::oneshot::channel();
+    SettleItem {
+        topic: topic.clone(),
+        incarnation: record.id,
+        partition: handle.partition,
+        offset: handle.offset,
+        nonce: handle.nonce,
+        settle,
+        reply,
     }
 }
 

@@ -20,11 +20,9 @@ use std::time::{Duration, Instant};
 use narad_shards::consume::tokens::PromiseId;
 use narad_shards::ids::{IncarnationId, PartitionId};
 
-use super::acks::SettleItem;
-use super::handle::Handle;
 use super::inbound::Inbound;
 use super::waiters::{Kick, Notification, Renewal, Waiter, SHARE_WINDOW};
-use super::{now_ms, ConsumeError, Delivered, Settle, SettleError, TAKE_BYTES_MAX};
+use super::{now_ms, ConsumeError, Delivered, TAKE_BYTES_MAX};
 use crate::broker::ops::Op;
 use crate::broker::Shard;
 use crate::meta::TopicRecord;
@@ -93,11 +91,17 @@ pub async fn consume(
 /// here, or holding tokens or promises from other shards) leave
 /// ([`super::queues::Queues::newcomer_share`]). Nothing to count when nobody
 /// waits; else the partitions are loaded first, so that each counts.
+///
+/// The count is the shard's, so the consumers pinned to one partition are
+/// also kept their records: one pinned to it (`pinned`) takes only what they
+/// leave of that partition, and an unpinned one takes from their partitions
+/// last (`local` is reordered), after the other partitions ran dry.
 async fn newcomer_share(
     shard: &Rc<Shard>,
     topic: &Arc<str>,
     record: &TopicRecord,
-    local: &[PartitionId],
+    local: &mut [PartitionId],
+    pinned: Option<PartitionId>,
     max: usize,
 ) -> Option<usize> {
     let (queues, waiters) = (&shard.queues, &shard.waiters);
@@ -105,9 +109,37 @@ async fn newcomer_share(
         return Some(max);
     }
     queues.load_all(topic, record, local).await;
-    queues.newcomer_share(record, local, max, |left, in_one| {
+    let share = queues.newcomer_share(record, local, max, |left, in_one| {
         waiters.waiting_demand(record.id, left, in_one)
+    })?;
+    leave_to_pinned(share, pinned, local, |p| {
+        let available = queues.available(record, &[p]);
+        (available, waiters.pinned_demand(record.id, p, available))
     })
+}
+
+/// Of a newcomer's `share` of the shard, what it may take without the
+/// records consumers pinned to a partition wait for (`pinned_wait`: a
+/// partition's available records and how many of them its pinned consumers
+/// would take). Pinned itself, to `pinned`, it takes only what they leave;
+/// unpinned, it takes from their partitions last (`local` is reordered).
+fn leave_to_pinned(
+    share: usize,
+    pinned: Option<PartitionId>,
+    local: &mut [PartitionId],
+    pinned_wait: impl Fn(PartitionId) -> (u64, u64),
+) -> Option<usize> {
+    match pinned {
+        Some(p) => {
+            let (available, wanted) = pinned_wait(p);
+            let spare = usize::try_from(available.saturating_sub(wanted)).unwrap_or(usize::MAX);
+            (spare > 0).then(|| share.min(spare))
+        }
+        None => {
+            local.sort_by_cached_key(|&p| pinned_wait(p).1 > 0);
+            Some(share)
+        }
+    }
 }
 
 /// `answer`, or a failure once `limit` has passed without it.
@@ -132,10 +164,10 @@ async fn consume_queue(
 ) -> Result<Vec<Delivered>, ConsumeError> {
     let deadline = Instant::now() + request.wait;
     let deadline_ms = now_ms().saturating_add(request.wait.as_millis() as u64);
-    let local = shard.local_partitions(record);
+    let mut local = shard.local_partitions(record);
     // A consumer that arrives now takes only what those waiting before it
     // (here or on other shards) leave.
-    let share = newcomer_share(shard, topic, record, &local, request.max).await;
+    let share = newcomer_share(shard, topic, record, &mut local, None, request.max).await;
     if let (false, Some(max)) = (local.is_empty(), share) {
         let got = shard
             .queues
@@ -213,8 +245,16 @@ async fn consume_pinned_here(
     let deadline_ms = now_ms().saturating_add(request.wait.as_millis() as u64);
     // What those waiting before it leave (the promises and tokens are the
     // topic's, counted over the shard).
-    let local = shard.local_partitions(record);
-    let got = match newcomer_share(shard, topic, record, &local, request.max).await {
+    let mut local = shard.local_partitions(record);
+    let share = newcomer_share(
+        shard,
+        topic,
+        record,
+        &mut local,
+        Some(partition),
+        request.max,
+    );
+    let got = match share.await {
         Some(max) => {
             shard
                 .queues
@@ -344,10 +384,12 @@ pub async fn serve_consume_op(
             // what is not promised to other claims; a plain probe, a consumer
             // arriving on another shard, only what those waiting before it
             // leave.
-            let local = shard.local_partitions(&record);
+            let mut local = shard.local_partitions(&record);
             let share = match claim {
                 Some(_) => shard.queues.own_share(&record, &local, request.max),
-                None => newcomer_share(&shard, &topic, &record, &local, request.max).await,
+                None => {
+                    newcomer_share(&shard, &topic, &record, &mut local, None, request.max).await
+                }
             };
             match share {
                 Some(max) => {
@@ -710,84 +752,37 @@ async fn keeper(shard: Rc<Shard>) {
     }
 }
 
-/// Acks, extends or nacks the lease a receipt handle names.
-pub async fn settle(
-    shard: &Rc<Shard>,
-    topic: &Arc<str>,
-    record: &TopicRecord,
-    handle: Handle,
-    settle: Settle,
-) -> Result<(), SettleError> {
-    match settle_here(shard, record, handle, settle) {
-        Some(outcome) => outcome,
-        None => settle_remote(shard, topic, record, handle, settle).await,
-    }
-}
-
-/// Settles `handle` on the spot when this shard owns its partition (or the
-/// handle names no partition of the topic); `None` when another shard owns it.
-pub fn settle_here(
-    shard: &Rc<Shard>,
-    record: &TopicRecord,
-    handle: Handle,
-    settle: Settle,
-) -> Option<Result<(), SettleError>> {
-    if handle.partition.0 >= record.partitions {
-        return Some(Err(SettleError::Stale));
-    }
-    if shard.owner_of(record.id, handle.partition) != shard.index {
-        return None;
-    }
-    Some(
-        shard
-            .queues
-            .settle(
-                record,
-                handle.partition,
-                handle.offset,
-                handle.nonce,
-                settle,
-            )
-            .map_err(|_| SettleError::Stale),
-    )
-}
-
-/// Settles `handle` on the shard that owns its partition, over the mesh.
-pub async fn settle_remote(
-    shard: &Rc<Shard>,
-    topic: &Arc<str>,
-    record: &TopicRecord,
-    handle: Handle,
-    settle: Settle,
-) -> Result<(), SettleError> {
-    let owner = shard.owner_of(record.id, handle.partition);
-    let item = settle_item(topic, record, handle, settle);
-    super::acks::send(shard, owner, item).await
-}
-
-/// The op record that settles `handle` at its owner; its reply channel is a
-/// placeholder the ack lane replaces.
-pub fn settle_item(
-    topic: &Arc<str>,
-    record: &TopicRecord,
-    handle: Handle,
-    settle: Settle,
-) -> SettleItem {
-    let (reply, _) = futures_channel::oneshot::channel();
-    SettleItem {
-        topic: topic.clone(),
-        incarnation: record.id,
-        partition: handle.partition,
-        offset: handle.offset,
-        nonce: handle.nonce,
-        settle,
-        reply,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_newcomer_leaves_pinned_consumers_their_partitions_records() {
+        // Partition 1 holds 3 records and its pinned consumers want 2 of them;
+        // partitions 0 and 2 hold 5 each and have no pinned consumer.
+        let wait = |p: PartitionId| match p.0 {
+            1 => (3, 2),
+            _ => (5, 0),
+        };
+        let mut local = [PartitionId(1), PartitionId(2), PartitionId(0)];
+        assert_eq!(
+            leave_to_pinned(4, Some(PartitionId(1)), &mut local, wait),
+            Some(1)
+        );
+        assert_eq!(
+            leave_to_pinned(4, Some(PartitionId(2)), &mut local, wait),
+            Some(4)
+        );
+        assert_eq!(leave_to_pinned(4, None, &mut local, wait), Some(4));
+        assert_eq!(local, [PartitionId(2), PartitionId(0), PartitionId(1)]);
+        // Every record of the partition is wanted: a newcomer pinned there
+        // takes none.
+        let wanted_all = |_| (2, 2);
+        assert_eq!(
+            leave_to_pinned(4, Some(PartitionId(1)), &mut local, wanted_all),
+            None
+        );
+    }
     use narad_shards::consume::waiters::Waiter as CoreWaiter;
 
     #[test]

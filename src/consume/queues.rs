@@ -530,7 +530,7 @@ impl Queues {
 
     /// Records of the topic's loaded partitions here that a consume could take
     /// now, within the topic's caps.
-    fn available(&self, record: &TopicRecord, partitions: &[PartitionId]) -> u64 {
+    pub fn available(&self, record: &TopicRecord, partitions: &[PartitionId]) -> u64 {
         let caps = caps_of(record);
         let parts = self.parts.borrow();
         partitions

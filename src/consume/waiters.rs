@@ -186,6 +186,18 @@ impl Waiters {
             .waiting_demand(incarnation, limit, available_in)
     }
 
+    /// See [`core::Waiters::pinned_demand`].
+    pub fn pinned_demand(
+        &self,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        available: u64,
+    ) -> u64 {
+        self.core
+            .borrow()
+            .pinned_demand(incarnation, partition, available)
+    }
+
     /// See [`core::Waiters::any_parked_on`].
     pub fn any_parked_on(&self, incarnation: IncarnationId) -> bool {
         self.core.borrow().any_parked_on(incarnation)

@@ -32,6 +32,7 @@ use super::response::{self, read_body, Body, CLIENT_HEADER};
 use super::routes::Api;
 use crate::broker::Shard;
 use crate::config::parse_duration;
+use crate::consume::acks;
 use crate::consume::flow::{self, ConsumeRequest};
 use crate::consume::{handle, ConsumeError, Delivered, Settle, SettleError, BATCH_RECORDS_MAX};
 use crate::metrics::{TopicSeries, WaitOutcome};
@@ -417,7 +418,7 @@ where
         Ok(true) => return bad_request(HANDLE_IN_BOTH),
         Err(refusal) => return refusal,
     }
-    match flow::settle(shard, &name, record, handle, settle).await {
+    match acks::settle(shard, &name, record, handle, settle).await {
         Ok(()) => {
             count_settle(topic, settle, 1);
             no_content()
@@ -539,7 +540,7 @@ where
     for text in &batch.receipt_handles {
         outcomes.push(match handle::parse(&text.0) {
             Err(message) => Err((StatusCode::BAD_REQUEST, message)),
-            Ok(h) => match flow::settle_here(shard, record, h, settle) {
+            Ok(h) => match acks::settle_here(shard, record, h, settle) {
                 Some(outcome) => outcome.map_err(|e| settle_error(topic, &e)),
                 None => {
                     let owner = shard.owner_of(record.id, h.partition);
@@ -552,7 +553,7 @@ where
     let settled = settle_all(remote.iter().map(|(&owner, handles)| {
         let items = handles
             .iter()
-            .map(|&(_, h)| flow::settle_item(topic, record, h, settle))
+            .map(|&(_, h)| acks::settle_item(topic, record, h, settle))
             .collect();
         crate::consume::acks::send_many(shard, owner, items)
     }))
