@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use narad_shards::consume::tokens::PromiseId;
+use narad_shards::consume::waiters;
 use narad_shards::ids::{IncarnationId, PartitionId};
 
 use super::inbound::Inbound;
@@ -112,34 +113,10 @@ async fn newcomer_share(
     let share = queues.newcomer_share(record, local, max, |left, in_one| {
         waiters.waiting_demand(record.id, left, in_one)
     })?;
-    leave_to_pinned(share, pinned, local, |p| {
+    waiters::leave_to_pinned(share, pinned, local, |p| {
         let available = queues.available(record, &[p]);
         (available, waiters.pinned_demand(record.id, p, available))
     })
-}
-
-/// Of a newcomer's `share` of the shard, what it may take without the
-/// records consumers pinned to a partition wait for (`pinned_wait`: a
-/// partition's available records and how many of them its pinned consumers
-/// would take). Pinned itself, to `pinned`, it takes only what they leave;
-/// unpinned, it takes from their partitions last (`local` is reordered).
-fn leave_to_pinned(
-    share: usize,
-    pinned: Option<PartitionId>,
-    local: &mut [PartitionId],
-    pinned_wait: impl Fn(PartitionId) -> (u64, u64),
-) -> Option<usize> {
-    match pinned {
-        Some(p) => {
-            let (available, wanted) = pinned_wait(p);
-            let spare = usize::try_from(available.saturating_sub(wanted)).unwrap_or(usize::MAX);
-            (spare > 0).then(|| share.min(spare))
-        }
-        None => {
-            local.sort_by_cached_key(|&p| pinned_wait(p).1 > 0);
-            Some(share)
-        }
-    }
 }
 
 /// `answer`, or a failure once `limit` has passed without it.
@@ -755,34 +732,6 @@ async fn keeper(shard: Rc<Shard>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_newcomer_leaves_pinned_consumers_their_partitions_records() {
-        // Partition 1 holds 3 records and its pinned consumers want 2 of them;
-        // partitions 0 and 2 hold 5 each and have no pinned consumer.
-        let wait = |p: PartitionId| match p.0 {
-            1 => (3, 2),
-            _ => (5, 0),
-        };
-        let mut local = [PartitionId(1), PartitionId(2), PartitionId(0)];
-        assert_eq!(
-            leave_to_pinned(4, Some(PartitionId(1)), &mut local, wait),
-            Some(1)
-        );
-        assert_eq!(
-            leave_to_pinned(4, Some(PartitionId(2)), &mut local, wait),
-            Some(4)
-        );
-        assert_eq!(leave_to_pinned(4, None, &mut local, wait), Some(4));
-        assert_eq!(local, [PartitionId(2), PartitionId(0), PartitionId(1)]);
-        // Every record of the partition is wanted: a newcomer pinned there
-        // takes none.
-        let wanted_all = |_| (2, 2);
-        assert_eq!(
-            leave_to_pinned(4, Some(PartitionId(1)), &mut local, wanted_all),
-            None
-        );
-    }
     use narad_shards::consume::waiters::Waiter as CoreWaiter;
 
     #[test]

@@ -70,6 +70,30 @@ fn wanted<D>(fifo: &VecDeque<Rc<Waiter<D>>>, limit: u64) -> u64 {
     wanted.min(limit)
 }
 
+/// Of a newcomer's `share` of the shard, what it may take without the
+/// records consumers pinned to a partition wait for (`pinned_wait`: a
+/// partition's available records and how many of them its pinned consumers
+/// would take). Pinned itself, to `pinned`, it takes only what they leave;
+/// unpinned, it takes from their partitions last (`local` is reordered).
+pub fn leave_to_pinned(
+    share: usize,
+    pinned: Option<PartitionId>,
+    local: &mut [PartitionId],
+    pinned_wait: impl Fn(PartitionId) -> (u64, u64),
+) -> Option<usize> {
+    match pinned {
+        Some(p) => {
+            let (available, wanted) = pinned_wait(p);
+            let spare = usize::try_from(available.saturating_sub(wanted)).unwrap_or(usize::MAX);
+            (spare > 0).then(|| share.min(spare))
+        }
+        None => {
+            local.sort_by_cached_key(|&p| pinned_wait(p).1 > 0);
+            Some(share)
+        }
+    }
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -25,9 +25,9 @@ impl Sim {
             self.consumers[c].topic,
             self.consumers[c].max,
         );
-        let local = self.local_partitions(s, t);
+        let mut local = self.local_partitions(s, t);
         // It takes only what those waiting before it leave.
-        let share = self.newcomer_share(s, t, max);
+        let share = self.newcomer_share(s, t, &mut local, None, max);
         if let (false, Some(max)) = (local.is_empty(), share) {
             let got = self.take(s, t, &local, max);
             if !got.is_empty() {
@@ -120,7 +120,8 @@ impl Sim {
             self.consumers[c].max,
         );
         // It takes only what those waiting before it leave.
-        let got = match self.newcomer_share(s, t, max) {
+        let mut local = self.local_partitions(s, t);
+        let got = match self.newcomer_share(s, t, &mut local, Some(p), max) {
             Some(max) => self.take(s, t, &[p], max),
             None => Vec::new(),
         };
@@ -216,10 +217,10 @@ impl Sim {
                 // A claim takes its own record and what is not promised to
                 // other claims; a probe only what those waiting before it
                 // leave.
-                let local = self.local_partitions(s, t);
+                let mut local = self.local_partitions(s, t);
                 let share = match claim {
                     Some(_) => self.own_share(s, t, max),
-                    None => self.newcomer_share(s, t, max),
+                    None => self.newcomer_share(s, t, &mut local, None, max),
                 };
                 let got = match share {
                     Some(max) => self.take(s, t, &local, max),

@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures_channel::oneshot;
 use narad_shards::consume::inflight::{Caps, InFlight};
 use narad_shards::consume::tokens::{PromiseId, Tokens};
-use narad_shards::consume::waiters::{Notification, Waiter, Waiters};
+use narad_shards::consume::waiters::{self, Notification, Waiter, Waiters};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -476,8 +476,18 @@ impl Sim {
     /// `flow::newcomer_share` / `Queues::newcomer_share`: how many of `max`
     /// records a consumer arriving on owner `s` may take, beyond those
     /// promised, one per live token, and what the consumers parked there will
-    /// take; the partitions are loaded first when anyone waits.
-    pub(crate) fn newcomer_share(&mut self, s: usize, t: usize, max: usize) -> Option<usize> {
+    /// take; the partitions are loaded first when anyone waits. Then
+    /// `waiters::leave_to_pinned`: pinned to `pinned`, only what its pinned
+    /// consumers leave of it; unpinned, `local` reordered so their partitions
+    /// come last.
+    pub(crate) fn newcomer_share(
+        &mut self,
+        s: usize,
+        t: usize,
+        local: &mut [PartitionId],
+        pinned: Option<PartitionId>,
+        max: usize,
+    ) -> Option<usize> {
         let (id, now) = (self.topics[t].id, self.now_ms);
         let tokens = &self.shards[s].tokens;
         let held = tokens.outstanding(id, now) + tokens.held(id, now);
@@ -497,7 +507,11 @@ impl Sim {
                 .map_or(0, |q| q.table.available_under(q.hwm, &caps))
         };
         let spare = left.saturating_sub(shard.waiters.waiting_demand(id, left, in_one));
-        (spare > 0).then(|| max.min(spare as usize))
+        let share = (spare > 0).then(|| max.min(spare as usize))?;
+        waiters::leave_to_pinned(share, pinned, local, |p| {
+            let available = in_one(p);
+            (available, shard.waiters.pinned_demand(id, p, available))
+        })
     }
 
     /// `Queues::own_share`: how many of `max` records a consumer of owner

@@ -231,7 +231,11 @@ fn demand_counts_live_consumers_up_to_what_is_there() {
     let topic: Arc<str> = Arc::from("t");
     let id = IncarnationId(1);
     let mut answers = Vec::new();
-    for (max, pinned) in [(3, None), (2, Some(PartitionId(1))), (4, Some(PartitionId(1)))] {
+    for (max, pinned) in [
+        (3, None),
+        (2, Some(PartitionId(1))),
+        (4, Some(PartitionId(1))),
+    ] {
         let (w, answer) = Waiter::new(max, 5_000);
         waiters.park(id, &topic, pinned, w);
         answers.push(answer);
@@ -242,8 +246,39 @@ fn demand_counts_live_consumers_up_to_what_is_there() {
     assert_eq!(waiters.pinned_demand(id, PartitionId(1), 100), 6);
     assert_eq!(waiters.pinned_demand(id, PartitionId(1), 5), 5);
     assert_eq!(waiters.pinned_demand(id, PartitionId(0), 100), 0);
-    assert_eq!(waiters.pinned_demand(IncarnationId(2), PartitionId(1), 100), 0);
+    assert_eq!(
+        waiters.pinned_demand(IncarnationId(2), PartitionId(1), 100),
+        0
+    );
     // The topic's FIFO wants 3; partition 1's consumers as many as it holds.
     assert_eq!(waiters.waiting_demand(id, 100, |_| 4), 7);
     assert_eq!(waiters.waiting_demand(id, 5, |_| 4), 5);
+}
+
+#[test]
+fn a_newcomer_leaves_pinned_consumers_their_partitions_records() {
+    // Partition 1 holds 3 records and its pinned consumers want 2 of them;
+    // partitions 0 and 2 hold 5 each and have no pinned consumer.
+    let wait = |p: PartitionId| match p.0 {
+        1 => (3, 2),
+        _ => (5, 0),
+    };
+    let mut local = [PartitionId(1), PartitionId(2), PartitionId(0)];
+    assert_eq!(
+        leave_to_pinned(4, Some(PartitionId(1)), &mut local, wait),
+        Some(1)
+    );
+    assert_eq!(
+        leave_to_pinned(4, Some(PartitionId(2)), &mut local, wait),
+        Some(4)
+    );
+    assert_eq!(leave_to_pinned(4, None, &mut local, wait), Some(4));
+    assert_eq!(local, [PartitionId(2), PartitionId(0), PartitionId(1)]);
+    // Every record of the partition is wanted: a newcomer pinned there
+    // takes none.
+    let wanted_all = |_| (2, 2);
+    assert_eq!(
+        leave_to_pinned(4, Some(PartitionId(1)), &mut local, wanted_all),
+        None
+    );
 }
