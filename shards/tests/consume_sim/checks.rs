@@ -12,7 +12,7 @@ use narad_shards::consume::inflight::InFlight;
 use narad_shards::ids::{Offset, PartitionId};
 
 use crate::world::Sim;
-use crate::{AFTER_CRASH_MS, NO_LOST_WAKE_MS};
+use crate::{AFTER_CRASH_MS, NO_LOST_WAKE_MS, READ_RETRY_AFTER_MS};
 
 impl Sim {
     /// Records of a topic on owner `o`, loaded or not, that a reservation could
@@ -91,16 +91,17 @@ impl Sim {
                 }
             }
         }
-        let floor = self
-            .crashed_ms
-            .max(self.stall_end_ms)
-            .map_or(0, |at| at + AFTER_CRASH_MS);
+        let floor = (self.crashed_ms.max(self.stall_end_ms)).map_or(0, |at| at + AFTER_CRASH_MS);
         for &c in &self.parked {
             let consumer = &self.consumers[c];
             if !consumer.waiter.as_ref().is_some_and(|w| w.is_live()) {
                 continue;
             }
             let t = consumer.topic;
+            // After a read fault of the topic, the last failed read's retry
+            // serves it within the retry pause of the fault's end.
+            let floor = (self.fault_end_ms.get(&t))
+                .map_or(floor, |&at| floor.max(at + READ_RETRY_AFTER_MS));
             let since_available = match consumer.pinned {
                 Some(p) => self.avail_since_part.get(&(t, p)).copied(),
                 None => (0..self.shards())

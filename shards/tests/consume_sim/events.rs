@@ -17,7 +17,8 @@ use crate::world::{
     Asker, Consumer, Ev, Held, Kind, Lease, Msg, Plan, Pollers, Shard, Sim, State, Steady,
 };
 use crate::{
-    DRAIN_ARRIVE_PER_MILLE, DRAIN_MS_MAX, RECORDS_PER_PARTITION_MAX, RUN_MS, TICK_MS, WAIT_MS_MAX,
+    DRAIN_ARRIVE_PER_MILLE, DRAIN_MS_MAX, READ_FAULT_MS, READ_FAULT_PER_MILLE,
+    RECORDS_PER_PARTITION_MAX, RUN_MS, TICK_MS, WAIT_MS_MAX,
 };
 
 /// Per mille of ticks that produce or bring a consumer, until `until_ms`. Phases
@@ -105,6 +106,11 @@ impl Sim {
                 self.wake(s, t);
                 self.promise_timer_sleep(s, t);
             }
+            Ev::ReadRetry(s, epoch, t) if self.shards[s].epoch == epoch => {
+                self.shards[s].retrying.remove(&t);
+                self.count("read retries");
+                self.wake(s, t);
+            }
             // A task of a shard that crashed since.
             Ev::Pump(..)
             | Ev::PumpTopic(..)
@@ -113,7 +119,8 @@ impl Sim {
             | Ev::Keeper(..)
             | Ev::Purge(..)
             | Ev::Persist(..)
-            | Ev::PromiseLapse(..) => {}
+            | Ev::PromiseLapse(..)
+            | Ev::ReadRetry(..) => {}
         }
         self.collect_deliveries();
     }
@@ -130,6 +137,11 @@ impl Sim {
         }
         if let Some(steady) = self.steady.filter(|_| !self.draining) {
             self.steady_tick(steady);
+            let next = self.rng.random_range(1..=TICK_MS);
+            return self.at(next, Ev::Tick);
+        }
+        if let Some(step) = self.faulty_reads.filter(|_| !self.draining) {
+            self.faulty_reads_tick(step);
             let next = self.rng.random_range(1..=TICK_MS);
             return self.at(next, Ev::Tick);
         }
@@ -150,6 +162,8 @@ impl Sim {
             self.cancel();
         } else if r < w.produce + w.arrive + 17 && !self.calm {
             self.crash();
+        } else if r < w.produce + w.arrive + 17 + READ_FAULT_PER_MILLE && !self.calm {
+            self.read_fault();
         }
         let next = self.rng.random_range(1..=TICK_MS);
         self.at(next, Ev::Tick);
@@ -187,6 +201,41 @@ impl Sim {
             }
             None => {}
         }
+    }
+
+    /// The read fault scenario's tick: first the consumers park and every
+    /// partition's reads start to fail, then records arrive on every
+    /// partition, then nothing.
+    fn faulty_reads_tick(&mut self, step: u32) {
+        let partitions = self.topics[0].partitions;
+        match step {
+            0 => {
+                for s in 0..self.shards() {
+                    self.arrive_as(s, 0, None, 1, WAIT_MS_MAX);
+                    self.arrive_as(s, 0, None, 2, WAIT_MS_MAX);
+                }
+                for p in (0..partitions).map(PartitionId) {
+                    let s = self.rng.random_range(0..self.shards());
+                    self.arrive_as(s, 0, Some(p), 1, WAIT_MS_MAX);
+                }
+                // Past the records' arrival at 1.1 s.
+                let until = 1_200 + self.rng.random_range(READ_FAULT_MS);
+                for p in (0..partitions).map(PartitionId) {
+                    self.read_faults.insert((0, p), until);
+                }
+                self.fault_end_ms.insert(0, until);
+                self.count("read faults");
+            }
+            // After the consumers parked, and while the reads fail.
+            1 if self.now_ms >= 1_100 => {
+                for p in (0..partitions).map(PartitionId) {
+                    let n = self.rng.random_range(1..=4);
+                    self.produce_to(0, p, n);
+                }
+            }
+            _ => return,
+        }
+        self.faulty_reads = Some(step + 1);
     }
 
     /// `Queues::on_visible` on the owner after a commit.
@@ -359,6 +408,19 @@ impl Sim {
         consumer.answer = None;
         consumer.waiter = None;
         self.parked.remove(&c);
+    }
+
+    /// A partition's reads start to fail, for a while.
+    fn read_fault(&mut self) {
+        let t = self.rng.random_range(0..self.topics.len());
+        let p = PartitionId(self.rng.random_range(0..self.topics[t].partitions));
+        let until = self.now_ms + self.rng.random_range(READ_FAULT_MS);
+        self.note(format!("reads of t{t}/{} fail until {until}", p.0));
+        let end = self.read_faults.entry((t, p)).or_default();
+        *end = (*end).max(until);
+        let end = self.fault_end_ms.entry(t).or_default();
+        *end = (*end).max(until);
+        self.count("read faults");
     }
 
     /// A shard restarts: memory is forgotten, the disk is not.

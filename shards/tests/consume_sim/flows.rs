@@ -15,7 +15,6 @@ use narad_shards::consume::waiters::{Waiter, SHARE_WINDOW};
 use narad_shards::ids::PartitionId;
 
 use crate::world::{Asker, Consumer, Ev, Msg, Records, Sim, State};
-use crate::KEEPER_INTERVAL_MS;
 
 impl Sim {
     /// `consume_queue`, up to the first probe.
@@ -29,9 +28,11 @@ impl Sim {
         // It takes only what those waiting before it leave.
         let share = self.newcomer_share(s, t, &mut local, None, max);
         if let (false, Some(max)) = (local.is_empty(), share) {
-            let got = self.take(s, t, &local, max);
-            if !got.is_empty() {
-                return self.receive(c, got);
+            match self.take(s, t, &local, max) {
+                Some(got) if got.is_empty() => {}
+                Some(got) => return self.receive(c, got),
+                // The read failed: the consume is answered with the error.
+                None => return self.receive(c, Vec::new()),
             }
         }
         self.probe_next(c, 0);
@@ -78,12 +79,7 @@ impl Sim {
                 },
             );
         }
-        // `ensure_keeper`.
-        if !self.shards[s].keeper_running {
-            self.shards[s].keeper_running = true;
-            let epoch = self.shards[s].epoch;
-            self.at(KEEPER_INTERVAL_MS, Ev::Keeper(s, epoch));
-        }
+        self.ensure_keeper(s);
     }
 
     /// Parks consumer `c` on its shard's FIFO (`Waiters::park`, which kicks).
@@ -123,7 +119,11 @@ impl Sim {
         let mut local = self.local_partitions(s, t);
         let got = match self.newcomer_share(s, t, &mut local, Some(p), max) {
             Some(max) => self.take(s, t, &[p], max),
-            None => Vec::new(),
+            None => Some(Vec::new()),
+        };
+        // A failed read answers the consume with the error.
+        let Some(got) = got else {
+            return Some(Vec::new());
         };
         if !got.is_empty() || self.consumers[c].wait_ms == 0 {
             return Some(got);
@@ -224,9 +224,20 @@ impl Sim {
                 };
                 let got = match share {
                     Some(max) => self.take(s, t, &local, max),
-                    None => Vec::new(),
+                    None => Some(Vec::new()),
                 };
-                self.answer(s, from, t, asker, got);
+                match got {
+                    Some(got) => self.answer(s, from, t, asker, got),
+                    // The read failed: the asker gets the error.
+                    None if self.receivable(asker) => {
+                        let msg = Msg::Answer {
+                            asker,
+                            records: None,
+                        };
+                        self.send(s, from, msg);
+                    }
+                    None => {}
+                }
             }
         }
         // Consumers parked on the owner were held back from what the claim took.

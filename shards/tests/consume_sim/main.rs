@@ -18,7 +18,8 @@
 //!   another shard owns is forwarded as `Op::Consume` and parks there.
 //! - [`Sim::take`]: `Queues::take` / `take_from` / `reserve` (reservation before the
 //!   read; the read may return only a prefix, its byte budget spent, and the rest
-//!   is released at once). The log read itself takes no simulated time.
+//!   is released at once; a read that fails releases all and asks for a wake
+//!   later). The log read itself takes no simulated time.
 //! - [`Sim::serve_consume`]: `flow::serve_consume_op` (a claim retires a promise
 //!   and takes beyond its own record only records not promised to another
 //!   shard; a probe, as every consumer arriving, only what those waiting before
@@ -58,9 +59,15 @@
 //!
 //! Now and then a mesh pair stalls for up to 1.5 s (longer than a promise's
 //! claim deadline), so claims and passes also arrive after their promise
-//! lapsed, sometimes beside a newer promise to the same shard. A third of the
-//! seeds are calm (no crash, no stall), so the lost-wake bound also holds
-//! unrelaxed through a whole workload.
+//! lapsed, sometimes beside a newer promise to the same shard. Now and then a
+//! partition's reads fail for up to 1.5 s (a faulty disk): what was reserved
+//! for the read is released without a wake, the consume, probe or claim that
+//! read gets the error, and the topic is served again a second later
+//! (`kick_later`); a failed claim leaves the renewal to the keeper. The
+//! lost-wake bound is relaxed, for the topic's consumers, by that second from
+//! the end of a fault. A
+//! third of the seeds are calm (no crash, no stall, no read fault), so the
+//! lost-wake bound also holds unrelaxed through a whole workload.
 //!
 //! At the end producers, crashes and cancellations stop, consumers that ack
 //! everything keep arriving, and every record below every high watermark must be
@@ -115,6 +122,9 @@ const SEEDS_DEFAULT: u64 = 200;
 /// The broker's cadences (`src/consume/flow.rs`).
 const KEEPER_INTERVAL_MS: u64 = 500;
 const PURGE_INTERVAL_MS: u64 = 1_000;
+/// `READ_RETRY_AFTER` (`src/consume/waiters.rs`): a failed read's topic is
+/// served again after this long.
+const READ_RETRY_AFTER_MS: u64 = 1_000;
 const RENEW_AFTER: Duration = Duration::from_secs(5);
 /// The persister writes changed partitions about once per tick.
 const PERSIST_INTERVAL_MS: u64 = 100;
@@ -125,6 +135,11 @@ const TASK_DELAY_MAX_MS: u64 = 2;
 /// One seed in this many is calm: no crash and no mesh stall, so the lost-wake
 /// bound, relaxed for seconds after either, holds throughout.
 const CALM_ONE_IN: u32 = 3;
+/// Ticks in this many, per mille, start a read fault on a random partition
+/// (not in calm seeds): its reads fail for a time drawn from
+/// [`READ_FAULT_MS`].
+const READ_FAULT_PER_MILLE: u32 = 1;
+const READ_FAULT_MS: std::ops::Range<u64> = 50..1_500;
 /// One mesh message in this many stalls its pair, for a delay drawn from
 /// [`MESH_STALL_MS`]: beyond the claim deadline (500 ms) and back.
 const MESH_STALL_ONE_IN: u32 = 100;
@@ -242,6 +257,28 @@ fn fair_shares(
     sim.stats
         .insert("delivered on the shard without partitions", per_shard[3]);
     sim.stats
+}
+
+/// Parked consumers whose records could not be read (a faulty disk) are
+/// served again once the reads work: the failed read asked for a retry,
+/// and in this scenario nothing else (no produce, no arrival) comes to
+/// wake them.
+#[test]
+fn a_failed_read_serves_its_consumers_again_after_the_pause() {
+    seeded::run(
+        "read fault consume simulation",
+        "consume_sim",
+        FAIR_SEEDS_DEFAULT,
+        |seed| {
+            let mut sim = Sim::faulty_reads(seed);
+            sim.run();
+            assert!(
+                sim.stats.get("failed reads").is_some_and(|&n| n > 0),
+                "seed {seed}: no read failed"
+            );
+            sim.stats
+        },
+    );
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //! promises outstanding.
 
 use narad_shards::consume::tokens::CLAIM_DEADLINE;
-use narad_shards::consume::waiters::{Notification, Renewal};
+use std::rc::Rc;
+
+use narad_shards::consume::waiters::{Notification, Renewal, Waiter};
 use narad_shards::ids::{IncarnationId, PartitionId};
 use rand::Rng;
 
@@ -145,10 +147,12 @@ impl Sim {
             };
             let max = waiter.max.min(share);
             let got = self.take(s, t, parts, max);
-            if got.is_empty() {
+            let Some(got) = got.filter(|got| !got.is_empty()) else {
+                // Nothing, or a failed read (which asked for a wake later).
                 self.shards[s].waiters.push_front(id, &name, pinned, waiter);
+                self.ensure_keeper(s);
                 return;
-            }
+            };
             if let Err(back) = waiter.deliver(got) {
                 self.release_delivered(s, t, &back);
             }
@@ -196,7 +200,7 @@ impl Sim {
             waiter,
             ..
         } = self.claims[k].take().expect("a claim is answered once");
-        let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
+        let id = self.topics[t].id;
         match records {
             Some(got) if !got.is_empty() => {
                 let mut got = got;
@@ -224,9 +228,16 @@ impl Sim {
                     }
                 }
             }
-            _ => {
+            Some(_) => {
                 self.count("empty claims");
-                self.shards[s].waiters.push_front(id, &name, None, waiter)
+                self.claim_back(s, t, waiter);
+            }
+            // Failed on the owner (a read): the keeper renews, not the claim,
+            // or the same notification would come straight back.
+            None => {
+                self.count("failed claims");
+                self.claim_back(s, t, waiter);
+                return;
             }
         }
         // `renew_registrations`: with every owner whose token is spent or
@@ -238,6 +249,25 @@ impl Sim {
                 .stale_registrations_of(id, self.now_ms, RENEW_AFTER, |_, _| owners.clone());
         if let Some(renewal) = renewal {
             self.send_renewal(s, renewal, "renewals after a claim");
+        }
+    }
+
+    /// A claim that brought nothing: its consumer goes back to the head of
+    /// the FIFO, the topic is served again (a record of this shard's own
+    /// partitions may have come meanwhile), and the keeper runs.
+    fn claim_back(&mut self, s: usize, t: usize, waiter: Rc<Waiter<Records>>) {
+        let (id, name) = (self.topics[t].id, self.topics[t].name.clone());
+        self.shards[s].waiters.push_front(id, &name, None, waiter);
+        self.wake(s, t);
+        self.ensure_keeper(s);
+    }
+
+    /// `ensure_keeper`.
+    pub(crate) fn ensure_keeper(&mut self, s: usize) {
+        if !self.shards[s].keeper_running {
+            self.shards[s].keeper_running = true;
+            let epoch = self.shards[s].epoch;
+            self.at(KEEPER_INTERVAL_MS, Ev::Keeper(s, epoch));
         }
     }
 

@@ -25,19 +25,24 @@ use narad_shards::ids::PartitionId;
 use rand::Rng;
 
 use crate::world::{Ev, Kind, Lease, PartQ, Records, Sim};
-use crate::{PERSIST_INTERVAL_MS, PURGE_INTERVAL_MS};
+use crate::{PERSIST_INTERVAL_MS, PURGE_INTERVAL_MS, READ_RETRY_AFTER_MS};
 
 impl Sim {
-    /// `Queues::take`: up to `max` records, staying on a partition until it runs dry.
+    /// `Queues::take`: up to `max` records, staying on a partition until it runs
+    /// dry. A partition whose read fails (`Sim::read_faults`) releases what was
+    /// reserved for it without a wake and asks for a wake of the topic later
+    /// (`wake_later`, `Waiters::kick_later`); `None` when a read failed and
+    /// nothing was taken (the broker's `Err`).
     pub(crate) fn take(
         &mut self,
         s: usize,
         t: usize,
         partitions: &[PartitionId],
         max: usize,
-    ) -> Records {
+    ) -> Option<Records> {
         assert!(max > 0);
         let mut out = Vec::new();
+        let mut failed = false;
         for &p in partitions {
             if out.len() >= max {
                 break;
@@ -68,6 +73,26 @@ impl Sim {
             if reserved.is_empty() {
                 continue;
             }
+            if self
+                .read_faults
+                .get(&(t, p))
+                .is_some_and(|&until| now < until)
+            {
+                let q = self.shards[s].parts.get_mut(&(t, p)).unwrap();
+                for &(offset, nonce) in &reserved {
+                    q.table
+                        .nack(offset, nonce, now)
+                        .expect("a fresh lease releases");
+                }
+                self.count("failed reads");
+                self.kick_later(s, t);
+                failed = true;
+                continue;
+            }
+            let (rng, q) = (
+                &mut self.rng,
+                self.shards[s].parts.get_mut(&(t, p)).unwrap(),
+            );
             // The read's byte budget may run out; the first record always goes.
             let read = if rng.random_bool(0.1) {
                 rng.random_range(1..=reserved.len())
@@ -89,7 +114,16 @@ impl Sim {
                 });
             }
         }
-        out
+        (!failed || !out.is_empty()).then_some(out)
+    }
+
+    /// `Waiters::kick_later`: the topic's consumers are served again after
+    /// the retry pause, once however many reads failed meanwhile.
+    pub(crate) fn kick_later(&mut self, s: usize, t: usize) {
+        if self.shards[s].retrying.insert(t) {
+            let epoch = self.shards[s].epoch;
+            self.at(READ_RETRY_AFTER_MS, Ev::ReadRetry(s, epoch, t));
+        }
     }
 
     /// `Queues::queue`: the partition's table, loaded from the persisted state on

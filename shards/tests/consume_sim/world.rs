@@ -125,6 +125,9 @@ pub(crate) enum Ev {
     Act(u64),
     /// `Waiters::kick_at_claim_deadline` fires: topic `t` is served again.
     PromiseLapse(usize, u64, usize),
+    /// `Waiters::kick_later` fires after a failed read: topic `t` is served
+    /// again.
+    ReadRetry(usize, u64, usize),
 }
 
 pub(crate) struct Topic {
@@ -161,6 +164,8 @@ pub(crate) struct Shard {
     pub(crate) keeper_running: bool,
     /// Topics with a `kick_at_claim_deadlines` timer running.
     pub(crate) promise_timer: BTreeSet<usize>,
+    /// Topics with a `kick_later` pending (`Waiters::retrying`).
+    pub(crate) retrying: BTreeSet<usize>,
 }
 
 impl Shard {
@@ -173,6 +178,7 @@ impl Shard {
             pump_scheduled: false,
             keeper_running: false,
             promise_timer: BTreeSet::new(),
+            retrying: BTreeSet::new(),
         }
     }
 }
@@ -261,6 +267,9 @@ pub(crate) struct Sim {
     pub(crate) workload: Workload,
     /// Replaces the random workload until the drain (the fairness scenario).
     pub(crate) steady: Option<Steady>,
+    /// Replaces the random workload until the drain (the read fault
+    /// scenario): the step it is at.
+    pub(crate) faulty_reads: Option<u32>,
     /// Records delivered to consumers, per shard they arrived on, before
     /// the drain.
     pub(crate) delivered_per_shard: Vec<u64>,
@@ -293,6 +302,10 @@ pub(crate) struct Sim {
     pub(crate) calm: bool,
     /// When the latest mesh stall ends.
     pub(crate) stall_end_ms: Option<u64>,
+    /// Partitions whose reads fail, until when (a faulty disk under them).
+    pub(crate) read_faults: BTreeMap<(usize, PartitionId), u64>,
+    /// When the latest read fault of each topic ends.
+    pub(crate) fault_end_ms: BTreeMap<usize, u64>,
     pub(crate) draining: bool,
     pub(crate) trace: VecDeque<String>,
     pub(crate) stats: BTreeMap<&'static str, u64>,
@@ -340,6 +353,26 @@ impl Sim {
         sim
     }
 
+    /// The read fault scenario: 3 shards, one topic of 3 to 6 partitions;
+    /// consumers park on every shard (one pinned to each partition besides),
+    /// every partition's reads fail for a while, records arrive while they
+    /// do, and then nothing happens: only the retry after the failed reads
+    /// can serve the parked consumers once the fault is over.
+    pub(crate) fn faulty_reads(seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let topic = Topic {
+            id: IncarnationId(1),
+            name: Arc::from("t0"),
+            partitions: rng.random_range(3..=6),
+            shift: rng.random_range(0..3),
+            visibility_ms: rng.random_range(300..3_000),
+            caps: CAPS_LARGE,
+        };
+        let mut sim = Sim::with(seed, rng, 3, vec![topic], true);
+        sim.faulty_reads = Some(0);
+        sim
+    }
+
     fn with(seed: u64, mut rng: ChaCha8Rng, shards: usize, topics: Vec<Topic>, calm: bool) -> Self {
         let mut disk = BTreeMap::new();
         for (t, topic) in topics.iter().enumerate() {
@@ -357,6 +390,7 @@ impl Sim {
             seed,
             workload,
             steady: None,
+            faulty_reads: None,
             delivered_per_shard: vec![0; shards],
             rng,
             now_ms: 1_000,
@@ -380,6 +414,8 @@ impl Sim {
             crashed_ms: None,
             calm,
             stall_end_ms: None,
+            read_faults: BTreeMap::new(),
+            fault_end_ms: BTreeMap::new(),
             draining: false,
             trace: VecDeque::new(),
             stats: BTreeMap::new(),
