@@ -177,7 +177,8 @@ impl Sim {
             let p = PartitionId(steady.next_partition % self.topics[0].partitions);
             steady.next_partition += 1;
             steady.next_produce_ms = self.now_ms + steady.produce_every_ms;
-            self.produce_to(0, p, 1);
+            let n = self.rng.random_range(1..=steady.batch_max as u64);
+            self.produce_to(0, p, n);
         }
         self.steady = Some(steady);
         for s in 0..self.shards() {
@@ -188,15 +189,17 @@ impl Sim {
                 .filter(|c| c.state != State::Done)
                 .count();
             for _ in open..steady.consumers_per_shard {
-                self.arrive_as(s, 0, None, 1, WAIT_MS_MAX);
+                let max = self.rng.random_range(1..=steady.batch_max);
+                self.arrive_as(s, 0, None, max, WAIT_MS_MAX);
             }
         }
         // Partition `s` is shard `s`'s: the scenario's topic is not shifted.
+        let max = self.rng.random_range(1..=steady.batch_max);
         match steady.pollers {
-            Some(Pollers::On(s)) => self.arrive_as(s, 0, None, 1, 0),
+            Some(Pollers::On(s)) => self.arrive_as(s, 0, None, max, 0),
             Some(Pollers::PinnedOnOwners) => {
                 for p in 0..self.topics[0].partitions {
-                    self.arrive_as(p as usize, 0, Some(PartitionId(p)), 1, 0);
+                    self.arrive_as(p as usize, 0, Some(PartitionId(p)), max, 0);
                 }
             }
             None => {}

@@ -84,7 +84,9 @@
 //! consumers. Two more add consumers that do not wait, arriving every tick:
 //! on one owner (its probes of the other owners) or pinned to each owner's
 //! partition; they take only what those waiting before them leave, so the
-//! shares stay fair. Every record promised to a claim must be held for it:
+//! shares stay fair. A fourth runs the pollers on one owner with batches
+//! (each consumer's `max` and each commit's records drawn up to 4), where a
+//! claim takes more than its own record. Every record promised to a claim must be held for it:
 //! in these calm runs no claim comes back empty.
 //!
 //! Files:
@@ -194,7 +196,7 @@ fn consumers_on_a_shard_without_partitions_get_their_turn() {
         "fair consume simulation",
         "consume_sim",
         FAIR_SEEDS_DEFAULT,
-        |seed| fair_shares(seed, None),
+        |seed| fair_shares(seed, None, 1),
     );
 }
 
@@ -209,7 +211,7 @@ fn polling_consumers_wait_their_turn() {
         "fair consume simulation with pollers",
         "consume_sim",
         FAIR_SEEDS_DEFAULT,
-        |seed| fair_shares(seed, Some(Pollers::On(0))),
+        |seed| fair_shares(seed, Some(Pollers::On(0)), 1),
     );
 }
 
@@ -222,7 +224,20 @@ fn pinned_pollers_wait_their_turn() {
         "fair consume simulation with pinned pollers",
         "consume_sim",
         FAIR_SEEDS_DEFAULT,
-        |seed| fair_shares(seed, Some(Pollers::PinnedOnOwners)),
+        |seed| fair_shares(seed, Some(Pollers::PinnedOnOwners), 1),
+    );
+}
+
+/// The same with batches: consumers asking for up to 4 records each (the
+/// pollers on one owner too), and records committed up to 4 at a time. A
+/// claim takes its own record and what is not promised to other claims.
+#[test]
+fn batch_consumers_take_their_turn() {
+    seeded::run(
+        "fair consume simulation with batches",
+        "consume_sim",
+        FAIR_SEEDS_DEFAULT,
+        |seed| fair_shares(seed, Some(Pollers::On(0)), 4),
     );
 }
 
@@ -233,8 +248,9 @@ fn pinned_pollers_wait_their_turn() {
 fn fair_shares(
     seed: u64,
     pollers: Option<Pollers>,
+    batch_max: usize,
 ) -> std::collections::BTreeMap<&'static str, u64> {
-    let mut sim = Sim::fair(seed, pollers);
+    let mut sim = Sim::fair(seed, pollers, batch_max);
     sim.run();
     let per_shard = sim.delivered_per_shard.clone();
     let total: u64 = per_shard.iter().sum();

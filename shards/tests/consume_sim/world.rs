@@ -260,6 +260,9 @@ pub(crate) struct Steady {
     pub(crate) produce_every_ms: u64,
     pub(crate) next_produce_ms: u64,
     pub(crate) next_partition: u32,
+    /// Each consumer's `max`, and the records each produce commits, are
+    /// drawn from 1 to this (1: one record at a time).
+    pub(crate) batch_max: usize,
 }
 
 pub(crate) struct Sim {
@@ -332,7 +335,7 @@ impl Sim {
     /// The fairness scenario: 4 shards, one topic of 3 partitions on shards 0
     /// to 2, so that shard 3 owns none; no crash, no stall; records every 60
     /// ms; two consumers always waiting on every shard.
-    pub(crate) fn fair(seed: u64, pollers: Option<Pollers>) -> Self {
+    pub(crate) fn fair(seed: u64, pollers: Option<Pollers>, batch_max: usize) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let topic = Topic {
             id: IncarnationId(1),
@@ -349,6 +352,7 @@ impl Sim {
             produce_every_ms: 60,
             next_produce_ms: 0,
             next_partition: 0,
+            batch_max,
         });
         sim
     }
