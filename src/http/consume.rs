@@ -182,7 +182,9 @@ pub async fn consume<B>(
         failed: false,
     };
     let no_wait = wait.is_zero();
-    let taken = flow::consume(shard, &name, record, consume_request);
+    // Pinned here, so that the race below holds a pointer to it rather than
+    // a second copy of its state.
+    let mut taken = std::pin::pin!(flow::consume(shard, &name, record, consume_request));
     // A client that stops sending is not waited for: the consume is dropped as
     // it would be were the connection gone (what it took meanwhile goes back),
     // and a client that only shut its writing side reads a 204.
@@ -192,7 +194,7 @@ pub async fn consume<B>(
                 end.ended().await;
                 None
             };
-            match futures_lite::future::or(async { Some(taken.await) }, ended).await {
+            match futures_lite::future::or(async { Some(taken.as_mut().await) }, ended).await {
                 Some(result) => result,
                 None => {
                     let mut response = no_content();

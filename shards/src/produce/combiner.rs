@@ -490,7 +490,10 @@ impl<S: Storage> Owner<S> {
     /// when a failed fdatasync poisoned it (the next use reopens it, recovering).
     pub(super) async fn put_back(&self, slot: &Slot<S>, log: PartitionLog<S>) {
         if let Some(poisoned) = self.return_log(slot, log) {
-            let _ = poisoned.close().await;
+            // Boxed: a rare path whose future (the log and its close) would
+            // otherwise be carried, kilobytes of it, by every read and commit
+            // that awaits this.
+            let _ = Box::pin(poisoned.close()).await;
         }
     }
 
@@ -521,6 +524,14 @@ impl<S: Storage> Owner<S> {
         if let Some(log) = slot.log.borrow_mut().take() {
             return Ok(log);
         }
+        // Boxed: opening is rare, and its future (recovery's reads) would
+        // otherwise be carried, kilobytes of it, by every read and commit that
+        // awaits this.
+        Box::pin(self.open_closed_log(slot)).await
+    }
+
+    /// [`Owner::open_log`] of a slot whose log is closed.
+    async fn open_closed_log(&self, slot: &Slot<S>) -> Result<PartitionLog<S>, String> {
         // Whatever the open finds is the shape from now on, and a failed open
         // is an error to report, not a shape.
         self.closed_shapes
