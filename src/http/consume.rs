@@ -142,8 +142,13 @@ pub async fn consume<B>(
         let Some(p) = query.partition else {
             return bad_request("offset needs partition");
         };
-        let reply =
-            super::replay::replay(shard, topic, record, PartitionId(p as u32), offset).await;
+        // Boxed: held beside the consume below, its state would double the
+        // size of every consume's future.
+        let partition = PartitionId(p as u32);
+        let reply = Box::pin(super::replay::replay(
+            shard, topic, record, partition, offset,
+        ))
+        .await;
         return with_clamped(reply, clamped);
     }
     if let Some(max) = query.max {
