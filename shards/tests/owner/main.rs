@@ -7,3 +7,4 @@ mod common;
 mod large_runs;
 mod observer;
 mod reaper;
+mod sizes;
