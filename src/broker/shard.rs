@@ -183,7 +183,9 @@ impl Shard {
         owners
     }
 
-    fn next_turn(&self) -> usize {
+    /// A counter that moves on every call: whose turn it is to come first
+    /// among a shard's partitions or the other owners.
+    pub fn next_turn(&self) -> usize {
         let turn = self.consume_turn.get();
         self.consume_turn.set(turn.wrapping_add(1));
         turn

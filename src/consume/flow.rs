@@ -113,7 +113,7 @@ async fn newcomer_share(
     let share = queues.newcomer_share(record, local, max, |left, in_one| {
         waiters.waiting_demand(record.id, left, in_one)
     })?;
-    waiters::leave_to_pinned(share, pinned, local, |p| {
+    waiters::leave_to_pinned(share, pinned, local, shard.next_turn(), |p| {
         let available = queues.available(record, &[p]);
         (available, waiters.pinned_demand(record.id, p, available))
     })

@@ -74,24 +74,39 @@ fn wanted<D>(fifo: &VecDeque<Rc<Waiter<D>>>, limit: u64) -> u64 {
 /// records consumers pinned to a partition wait for (`pinned_wait`: a
 /// partition's available records and how many of them its pinned consumers
 /// would take). Pinned itself, to `pinned`, it takes only what they leave;
-/// unpinned, it takes from their partitions last (`local` is reordered).
+/// unpinned, it takes from their partitions last: `local` is reordered, the
+/// other partitions first, each group in partition order turned by `turn`
+/// (a counter that moves on every consume), so every partition of a group
+/// comes first as often as the others.
 pub fn leave_to_pinned(
     share: usize,
     pinned: Option<PartitionId>,
     local: &mut [PartitionId],
+    turn: usize,
     pinned_wait: impl Fn(PartitionId) -> (u64, u64),
 ) -> Option<usize> {
-    match pinned {
-        Some(p) => {
-            let (available, wanted) = pinned_wait(p);
-            let spare = usize::try_from(available.saturating_sub(wanted)).unwrap_or(usize::MAX);
-            (spare > 0).then(|| share.min(spare))
-        }
-        None => {
-            local.sort_by_cached_key(|&p| pinned_wait(p).1 > 0);
-            Some(share)
+    if let Some(p) = pinned {
+        let (available, wanted) = pinned_wait(p);
+        let spare = usize::try_from(available.saturating_sub(wanted)).unwrap_or(usize::MAX);
+        return (spare > 0).then(|| share.min(spare));
+    }
+    let (mut free, mut held): (Vec<PartitionId>, Vec<PartitionId>) =
+        local.iter().partition(|&&p| pinned_wait(p).1 == 0);
+    if held.is_empty() {
+        // The caller's order stands.
+        return Some(share);
+    }
+    for group in [&mut free, &mut held] {
+        group.sort_unstable();
+        if !group.is_empty() {
+            let by = turn % group.len();
+            group.rotate_left(by);
         }
     }
+    for (slot, p) in local.iter_mut().zip(free.into_iter().chain(held)) {
+        *slot = p;
+    }
+    Some(share)
 }
 
 fn ms(d: Duration) -> u64 {

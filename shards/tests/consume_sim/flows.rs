@@ -330,6 +330,10 @@ impl Sim {
 
     /// A consume is answered: records to a client, or to a forwarded request's origin.
     pub(crate) fn receive(&mut self, c: usize, got: Records) {
+        if got.len() > self.consumers[c].max {
+            let what = format!("c{c} asked for {} and got {got:?}", self.consumers[c].max);
+            self.report_failure(&what);
+        }
         let consumer = &mut self.consumers[c];
         let key = (consumer.shard, consumer.topic, consumer.pinned);
         let was_parked = consumer.state == State::Parked;

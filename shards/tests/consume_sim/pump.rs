@@ -203,10 +203,13 @@ impl Sim {
         let id = self.topics[t].id;
         match records {
             Some(got) if !got.is_empty() => {
+                // `hand_out`: to the claim's consumer, or the next ones in
+                // turn, each at most its own `max`; what nobody takes goes
+                // back to the owner.
                 let mut got = got;
                 let mut next = Some(waiter);
                 // Bounded by the FIFO: every round takes a consumer off it.
-                loop {
+                while !got.is_empty() {
                     let w = next
                         .take()
                         .or_else(|| self.shards[s].waiters.pop_live(id, None));
@@ -222,10 +225,14 @@ impl Sim {
                         );
                         break;
                     };
-                    match w.deliver(got) {
-                        Ok(()) => break,
-                        Err(back) => got = back,
-                    }
+                    let rest = got.split_off(w.max.clamp(1, got.len()));
+                    got = match w.deliver(got) {
+                        Ok(()) => rest,
+                        Err(mut back) => {
+                            back.extend(rest);
+                            back
+                        }
+                    };
                 }
             }
             Some(_) => {

@@ -539,6 +539,7 @@ impl Sim {
         }
         let left = self.available_loaded(s, t).saturating_sub(held);
         let caps = self.topics[t].caps;
+        let turn = self.rng.random_range(0..usize::MAX);
         let shard = &self.shards[s];
         let in_one = |p: PartitionId| {
             shard
@@ -548,7 +549,7 @@ impl Sim {
         };
         let spare = left.saturating_sub(shard.waiters.waiting_demand(id, left, in_one));
         let share = (spare > 0).then(|| max.min(spare as usize))?;
-        waiters::leave_to_pinned(share, pinned, local, |p| {
+        waiters::leave_to_pinned(share, pinned, local, turn, |p| {
             let available = in_one(p);
             (available, shard.waiters.pinned_demand(id, p, available))
         })

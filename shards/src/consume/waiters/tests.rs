@@ -258,27 +258,42 @@ fn demand_counts_live_consumers_up_to_what_is_there() {
 #[test]
 fn a_newcomer_leaves_pinned_consumers_their_partitions_records() {
     // Partition 1 holds 3 records and its pinned consumers want 2 of them;
-    // partitions 0 and 2 hold 5 each and have no pinned consumer.
+    // partitions 0, 2 and 3 hold 5 each and have no pinned consumer.
     let wait = |p: PartitionId| match p.0 {
         1 => (3, 2),
         _ => (5, 0),
     };
-    let mut local = [PartitionId(1), PartitionId(2), PartitionId(0)];
-    assert_eq!(
-        leave_to_pinned(4, Some(PartitionId(1)), &mut local, wait),
-        Some(1)
-    );
-    assert_eq!(
-        leave_to_pinned(4, Some(PartitionId(2)), &mut local, wait),
-        Some(4)
-    );
-    assert_eq!(leave_to_pinned(4, None, &mut local, wait), Some(4));
-    assert_eq!(local, [PartitionId(2), PartitionId(0), PartitionId(1)]);
+    let mut local = [
+        PartitionId(1),
+        PartitionId(2),
+        PartitionId(3),
+        PartitionId(0),
+    ];
+    let pinned_one = leave_to_pinned(4, Some(PartitionId(1)), &mut local, 0, wait);
+    assert_eq!(pinned_one, Some(1));
+    let pinned_two = leave_to_pinned(4, Some(PartitionId(2)), &mut local, 0, wait);
+    assert_eq!(pinned_two, Some(4));
     // Every record of the partition is wanted: a newcomer pinned there
     // takes none.
     let wanted_all = |_| (2, 2);
+    let none = leave_to_pinned(4, Some(PartitionId(1)), &mut local, 0, wanted_all);
+    assert_eq!(none, None);
+    // Unpinned: partition 1 comes last, and each of the others comes first
+    // as often as the others, whatever order the caller turned them to.
+    let mut firsts = std::collections::BTreeMap::new();
+    for turn in 0..12 {
+        let mut local = [0, 1, 2, 3].map(PartitionId);
+        local.rotate_left(turn % 4);
+        assert_eq!(leave_to_pinned(4, None, &mut local, turn, wait), Some(4));
+        assert_eq!(local[3], PartitionId(1), "turn {turn}: {local:?}");
+        *firsts.entry(local[0].0).or_insert(0) += 1;
+    }
     assert_eq!(
-        leave_to_pinned(4, Some(PartitionId(1)), &mut local, wanted_all),
-        None
+        firsts.into_iter().collect::<Vec<_>>(),
+        [(0, 4), (2, 4), (3, 4)]
     );
+    // Nobody pinned: the caller's order stands.
+    let mut local = [2, 0, 1].map(PartitionId);
+    assert_eq!(leave_to_pinned(4, None, &mut local, 5, |_| (5, 0)), Some(4));
+    assert_eq!(local, [2, 0, 1].map(PartitionId));
 }
