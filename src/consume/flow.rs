@@ -561,27 +561,6 @@ async fn serve_fifo(
     }
 }
 
-/// Gives claimed records to parked consumers in FIFO order, each at most its own
-/// `max`: the claim was sized for the head consumer, and if it has gone the
-/// records go on to the next ones. Returns what nobody took, for release.
-fn hand_out<T>(
-    mut got: Vec<T>,
-    mut next: impl FnMut() -> Option<Rc<narad_shards::consume::waiters::Waiter<Vec<T>>>>,
-) -> Vec<T> {
-    while !got.is_empty() {
-        let Some(w) = next() else { break };
-        let rest = got.split_off(w.max.clamp(1, got.len()));
-        got = match w.deliver(got) {
-            Ok(()) => rest,
-            Err(mut back) => {
-                back.extend(rest);
-                back
-            }
-        };
-    }
-    got
-}
-
 /// An owner notified this shard: claim the record for the head consumer.
 async fn claim(shard: Rc<Shard>, n: Notification) {
     let Notification {
@@ -617,7 +596,7 @@ async fn claim(shard: Rc<Shard>, n: Notification) {
     match claimed {
         Ok(got) if !got.is_empty() => {
             let mut next = Some(waiter);
-            let unclaimed = hand_out(got, || {
+            let unclaimed = waiters::hand_out(got, || {
                 next.take()
                     .or_else(|| shard.waiters.pop_live(incarnation, None))
             });
@@ -726,34 +705,5 @@ async fn keeper(shard: Rc<Shard>) {
         for renewal in stale {
             send_renewal(&shard, renewal).await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use narad_shards::consume::waiters::Waiter as CoreWaiter;
-
-    #[test]
-    fn claimed_records_go_to_later_consumers_each_within_its_max() {
-        // The head consumer (max 100) has gone; the next asks for 2, the one
-        // after for 1; what is left over is released.
-        let (gone, rx) = CoreWaiter::<Vec<u32>>::new(100, u64::MAX);
-        drop(rx);
-        let (two, mut rx2) = CoreWaiter::new(2, u64::MAX);
-        let (one, mut rx1) = CoreWaiter::new(1, u64::MAX);
-        let mut queue = vec![gone, two, one].into_iter();
-        let left = hand_out((0..5).collect(), || queue.next());
-        assert_eq!(rx2.try_recv().unwrap(), Some(vec![0, 1]));
-        assert_eq!(rx1.try_recv().unwrap(), Some(vec![2]));
-        assert_eq!(left, vec![3, 4]);
-    }
-
-    #[test]
-    fn nothing_is_released_when_the_head_consumer_takes_all() {
-        let (head, mut rx) = CoreWaiter::new(10, u64::MAX);
-        let mut queue = vec![head].into_iter();
-        assert!(hand_out(vec![7, 8], || queue.next()).is_empty());
-        assert_eq!(rx.try_recv().unwrap(), Some(vec![7, 8]));
     }
 }

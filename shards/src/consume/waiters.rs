@@ -109,6 +109,27 @@ pub fn leave_to_pinned(
     Some(share)
 }
 
+/// Gives claimed records to parked consumers in FIFO order, each at most its own
+/// `max`: the claim was sized for the head consumer, and if it has gone the
+/// records go on to the next ones. Returns what nobody took, for release.
+pub fn hand_out<T>(
+    mut got: Vec<T>,
+    mut next: impl FnMut() -> Option<Rc<Waiter<Vec<T>>>>,
+) -> Vec<T> {
+    while !got.is_empty() {
+        let Some(w) = next() else { break };
+        let rest = got.split_off(w.max.clamp(1, got.len()));
+        got = match w.deliver(got) {
+            Ok(()) => rest,
+            Err(mut back) => {
+                back.extend(rest);
+                back
+            }
+        };
+    }
+    got
+}
+
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

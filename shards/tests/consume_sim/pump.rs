@@ -12,7 +12,7 @@
 use narad_shards::consume::tokens::CLAIM_DEADLINE;
 use std::rc::Rc;
 
-use narad_shards::consume::waiters::{Notification, Renewal, Waiter};
+use narad_shards::consume::waiters::{self, Notification, Renewal, Waiter};
 use narad_shards::ids::{IncarnationId, PartitionId};
 use rand::Rng;
 
@@ -206,33 +206,17 @@ impl Sim {
                 // `hand_out`: to the claim's consumer, or the next ones in
                 // turn, each at most its own `max`; what nobody takes goes
                 // back to the owner.
-                let mut got = got;
                 let mut next = Some(waiter);
-                // Bounded by the FIFO: every round takes a consumer off it.
-                while !got.is_empty() {
-                    let w = next
-                        .take()
-                        .or_else(|| self.shards[s].waiters.pop_live(id, None));
-                    let Some(w) = w else {
-                        self.count("claimed records released");
-                        self.send(
-                            s,
-                            owner,
-                            Msg::Release {
-                                topic: t,
-                                records: got,
-                            },
-                        );
-                        break;
+                let waiters = &mut self.shards[s].waiters;
+                let unclaimed =
+                    waiters::hand_out(got, || next.take().or_else(|| waiters.pop_live(id, None)));
+                if !unclaimed.is_empty() {
+                    self.count("claimed records released");
+                    let release = Msg::Release {
+                        topic: t,
+                        records: unclaimed,
                     };
-                    let rest = got.split_off(w.max.clamp(1, got.len()));
-                    got = match w.deliver(got) {
-                        Ok(()) => rest,
-                        Err(mut back) => {
-                            back.extend(rest);
-                            back
-                        }
-                    };
+                    self.send(s, owner, release);
                 }
             }
             Some(_) => {

@@ -297,3 +297,26 @@ fn a_newcomer_leaves_pinned_consumers_their_partitions_records() {
     assert_eq!(leave_to_pinned(4, None, &mut local, 5, |_| (5, 0)), Some(4));
     assert_eq!(local, [2, 0, 1].map(PartitionId));
 }
+
+#[test]
+fn claimed_records_go_to_later_consumers_each_within_its_max() {
+    // The head consumer (max 100) has gone; the next asks for 2, the one
+    // after for 1; what is left over is released.
+    let (gone, rx) = Waiter::<Vec<u32>>::new(100, u64::MAX);
+    drop(rx);
+    let (two, mut rx2) = Waiter::new(2, u64::MAX);
+    let (one, mut rx1) = Waiter::new(1, u64::MAX);
+    let mut queue = vec![gone, two, one].into_iter();
+    let left = hand_out((0..5).collect(), || queue.next());
+    assert_eq!(rx2.try_recv().unwrap(), Some(vec![0, 1]));
+    assert_eq!(rx1.try_recv().unwrap(), Some(vec![2]));
+    assert_eq!(left, vec![3, 4]);
+}
+
+#[test]
+fn nothing_is_released_when_the_head_consumer_takes_all() {
+    let (head, mut rx) = Waiter::new(10, u64::MAX);
+    let mut queue = vec![head].into_iter();
+    assert!(hand_out(vec![7, 8], || queue.next()).is_empty());
+    assert_eq!(rx.try_recv().unwrap(), Some(vec![7, 8]));
+}
