@@ -160,6 +160,9 @@ fn counters_follow_a_known_sequence_of_requests() {
     );
     assert!(sum(&samples, "narad_data_dir_available_bytes", &[]) > 0.0);
     assert!(sum(&samples, "narad_produce_to_committed_seconds_count", &[]) >= 15.0);
+    // Every committed record was dispatched first.
+    let dispatched = sum(&samples, "narad_produce_to_dispatched_seconds_count", &[]);
+    assert!(dispatched >= 15.0, "{dispatched}");
     assert!(
         samples.contains_key("narad_ingress_wal_failed"),
         "{samples:?}"

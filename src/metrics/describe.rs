@@ -87,6 +87,10 @@ pub(super) fn describe_all() {
         "narad_produce_to_committed_seconds",
         "Time from a record's acceptance to its durable commit on the owner."
     );
+    describe_histogram!(
+        "narad_produce_to_dispatched_seconds",
+        "Time from a record's acceptance to the sending of its commit to the owner."
+    );
     describe_gauge!(
         "narad_inflight_size",
         "Leased, unsettled messages per partition."

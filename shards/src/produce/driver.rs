@@ -429,9 +429,11 @@ pub async fn run<E: DispatchEnv, S: Storage>(
     tracing::info!(wal = %name, checkpoint = dispatcher.checkpoint().0, "dispatcher stopped");
 }
 
-/// Records each committed record's time from acceptance to its durable commit.
-fn observe_committed(accepted_ms: &[u64]) {
-    let histogram = metrics::histogram!("narad_produce_to_committed_seconds");
+/// Records each record's time from its acceptance to now into `histogram`:
+/// `narad_produce_to_dispatched_seconds` as its commit is sent to the owner,
+/// `narad_produce_to_committed_seconds` once the commit is durable.
+fn observe_since_accepted(histogram: &'static str, accepted_ms: &[u64]) {
+    let histogram = metrics::histogram!(histogram);
     let now_ms = narad_io::rt::unix_ms();
     for &accepted in accepted_ms {
         histogram.record(now_ms.saturating_sub(accepted) as f64 / 1000.0);
@@ -497,6 +499,7 @@ fn apply<E: DispatchEnv, S: Storage>(
                 incarnation = Some(bytes.incarnation);
             }
             commits.insert(commit, seqs);
+            observe_since_accepted("narad_produce_to_dispatched_seconds", &accepted_ms);
             let incarnation = incarnation.expect("a commit has records");
             let env = env.clone();
             let outcomes = outcomes.clone();
@@ -515,7 +518,10 @@ fn apply<E: DispatchEnv, S: Storage>(
                     };
                     match or(commit, expire).await {
                         Some(Ok(_)) => {
-                            observe_committed(&accepted_ms);
+                            observe_since_accepted(
+                                "narad_produce_to_committed_seconds",
+                                &accepted_ms,
+                            );
                             CommitOutcome::Committed
                         }
                         Some(Err(CommitError::IncarnationMismatch)) => {
