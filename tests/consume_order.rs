@@ -9,7 +9,7 @@ mod common;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::{batch_doc, batch_ok, create_topic, json_of, produce_ok, Node};
+use common::{batch_doc, batch_ok, create_topic, json_of, produce_ok, Client, Node, Response};
 use serde_json::json;
 
 #[test]
@@ -49,16 +49,20 @@ fn a_parked_consumer_gets_the_record_before_a_later_poll() {
         }
         let (mut parked, response) = waiting.join().unwrap();
         assert_eq!(response.status, 200, "trial {trial}: {response:?}");
-        let handle = json_of(&response)["receipt_handle"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let path = format!("/v1/topics/order/ack?receipt_handle={handle}");
-        let acked = parked
-            .request("POST", &path, &[("content-type", "application/json")], "")
-            .unwrap();
-        assert_eq!(acked.status, 204, "trial {trial}: {acked:?}");
+        settle_ok(&mut parked, "order", &response, "");
     }
+}
+
+/// Settles the lease `leased` (a consume's 200) with `extend` (`""` acks,
+/// `"0"` nacks), checking the 204.
+fn settle_ok(client: &mut Client, topic: &str, leased: &Response, extend: &str) {
+    let handle = json_of(leased)["receipt_handle"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/v1/topics/{topic}/ack?receipt_handle={handle}&extend={extend}");
+    let settled = client.request("POST", &path, &common::JSON, "").unwrap();
+    assert_eq!(settled.status, 204, "{path}: {settled:?}");
 }
 
 /// One consumer waits on partition 0 while partition 1 of the same shard holds
@@ -74,8 +78,6 @@ fn a_pinned_consumer_keeps_its_record_while_another_partition_has_a_backlog() {
         .map(|i| json!({ "payload": format!("b{i}"), "partition": 1 }))
         .collect();
     batch_ok(&mut admin, "pinned", &common::JSON, batch_doc(&backlog), 50);
-    let handle_of =
-        |r: &common::Response| json_of(r)["receipt_handle"].as_str().unwrap().to_string();
     for trial in 0..10u32 {
         let mut parked = node.client();
         let waiting = std::thread::spawn(move || {
@@ -121,12 +123,7 @@ fn a_pinned_consumer_keeps_its_record_while_another_partition_has_a_backlog() {
                 "trial {trial}: a later poll took the pinned consumer's record: {any:?}"
             );
             // Given back at once, so the backlog stays.
-            let nack = format!(
-                "/v1/topics/pinned/ack?receipt_handle={}&extend=0",
-                handle_of(&any)
-            );
-            let nacked = poller.request("POST", &nack, &common::JSON, "").unwrap();
-            assert_eq!(nacked.status, 204, "trial {trial}: {nacked:?}");
+            settle_ok(&mut poller, "pinned", &any, "0");
         }
         let (mut parked, response) = waiting.join().unwrap();
         assert_eq!(response.status, 200, "trial {trial}: {response:?}");
@@ -135,11 +132,6 @@ fn a_pinned_consumer_keeps_its_record_while_another_partition_has_a_backlog() {
             0,
             "trial {trial}: {response:?}"
         );
-        let ack = format!(
-            "/v1/topics/pinned/ack?receipt_handle={}",
-            handle_of(&response)
-        );
-        let acked = parked.request("POST", &ack, &common::JSON, "").unwrap();
-        assert_eq!(acked.status, 204, "trial {trial}: {acked:?}");
+        settle_ok(&mut parked, "pinned", &response, "");
     }
 }

@@ -100,8 +100,8 @@ impl Sim {
             let t = consumer.topic;
             // After a read fault of the topic, the last failed read's retry
             // serves it within the retry pause of the fault's end.
-            let floor = (self.fault_end_ms.get(&t))
-                .map_or(floor, |&at| floor.max(at + READ_RETRY_AFTER_MS));
+            let floor =
+                (self.fault_end_ms(t)).map_or(floor, |at| floor.max(at + READ_RETRY_AFTER_MS));
             let since_available = match consumer.pinned {
                 Some(p) => self.avail_since_part.get(&(t, p)).copied(),
                 None => (0..self.shards())

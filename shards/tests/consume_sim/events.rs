@@ -226,7 +226,6 @@ impl Sim {
                 for p in (0..partitions).map(PartitionId) {
                     self.read_faults.insert((0, p), until);
                 }
-                self.fault_end_ms.insert(0, until);
                 self.count("read faults");
             }
             // After the consumers parked, and while the reads fail.
@@ -420,8 +419,6 @@ impl Sim {
         let until = self.now_ms + self.rng.random_range(READ_FAULT_MS);
         self.note(format!("reads of t{t}/{} fail until {until}", p.0));
         let end = self.read_faults.entry((t, p)).or_default();
-        *end = (*end).max(until);
-        let end = self.fault_end_ms.entry(t).or_default();
         *end = (*end).max(until);
         self.count("read faults");
     }

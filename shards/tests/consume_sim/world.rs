@@ -305,10 +305,9 @@ pub(crate) struct Sim {
     pub(crate) calm: bool,
     /// When the latest mesh stall ends.
     pub(crate) stall_end_ms: Option<u64>,
-    /// Partitions whose reads fail, until when (a faulty disk under them).
+    /// Partitions whose reads fail, until when (a faulty disk under them);
+    /// kept after the fault ends.
     pub(crate) read_faults: BTreeMap<(usize, PartitionId), u64>,
-    /// When the latest read fault of each topic ends.
-    pub(crate) fault_end_ms: BTreeMap<usize, u64>,
     pub(crate) draining: bool,
     pub(crate) trace: VecDeque<String>,
     pub(crate) stats: BTreeMap<&'static str, u64>,
@@ -419,7 +418,6 @@ impl Sim {
             calm,
             stall_end_ms: None,
             read_faults: BTreeMap::new(),
-            fault_end_ms: BTreeMap::new(),
             draining: false,
             trace: VecDeque::new(),
             stats: BTreeMap::new(),
@@ -429,6 +427,15 @@ impl Sim {
         }
         sim.at(0, Ev::Tick);
         sim
+    }
+
+    /// When the latest read fault of topic `t` ends, if it had one.
+    pub(crate) fn fault_end_ms(&self, t: usize) -> Option<u64> {
+        let faults = self.read_faults.iter();
+        faults
+            .filter(|((ft, _), _)| *ft == t)
+            .map(|(_, &until)| until)
+            .max()
     }
 
     pub(crate) fn count(&mut self, what: &'static str) {
