@@ -1,6 +1,7 @@
 //! `narad serve` as a process: it starts one shard per requested core over the
 //! data directory, refuses a second process on the same directory, refuses to run
-//! with security on (no authentication exists yet), and stops cleanly on SIGTERM.
+//! with security on (no authentication exists yet), runs without transparent huge
+//! pages, and stops cleanly on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -23,6 +24,16 @@ fn narad(args: &[&str], data_dir: &std::path::Path) -> Command {
         .arg(data_dir)
         .env_remove("NARAD_SECURITY_ENABLED");
     command
+}
+
+/// Whether the process may use transparent huge pages, from its
+/// `/proc/PID/status` (`None` on a kernel that does not say).
+fn thp_enabled(pid: u32) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let value = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))?;
+    Some(value.trim() != "0")
 }
 
 /// Waits for a line containing `needle` on the child's stderr, for at most 20 s.
@@ -75,6 +86,9 @@ fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
         "{lines:#?}"
     );
     assert!(dir.path().join("data/ingress/shard-1").is_dir());
+    // A fresh allocator page must not fault in a whole huge page on a shard
+    // (a stall of milliseconds): the process runs without them.
+    assert_ne!(thp_enabled(first.0.id()), Some(true), "huge pages are on");
 
     let second = narad(&["serve", "--dev"], &dir.path().join("data"))
         .output()
