@@ -6,19 +6,28 @@ use std::process::ExitCode;
 use clap::Parser;
 use narad::cli::{Cli, Command, DebugCommand, InspectCommand};
 
-mod huge_pages;
-
 /// The broker allocates per request (bodies, replies, batch vectors) on every
 /// shard at once; against glibc's malloc, which showed as 8-11% of a shard's
 /// time, mimalloc cut broker CPU per message by 3-16% depending on the path,
 /// for more resident memory: about 12 MiB more at idle and 50-70 MiB more per
 /// shard under a full batch flow (see benches/RESULTS.md, "The allocator").
-/// Huge pages go to the I/O buffers only (see [`huge_pages`]).
 #[global_allocator]
-static GLOBAL: huge_pages::Allocator = huge_pages::Allocator;
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`).
+/// With them, the allocator's first touch of fresh memory faulted in a whole
+/// 2 MiB page and zeroed it on the spot: a shard stalled for 5-9 ms a few times
+/// a second under a steady load, which made most of the produce p99 at half the
+/// closed-loop rate (benches/RESULTS.md, "Huge pages and the produce tail").
+/// The kernel checks the flag at each fault, so memory mapped before this call
+/// is covered too. Where the call is unknown, nothing changes.
+fn disable_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
 
 fn main() -> ExitCode {
-    huge_pages::limit_to_advised();
+    disable_huge_pages();
     let cli = Cli::parse();
     // `serve` sets up logging itself, once its configuration (which may name the log
     // level and format) is loaded.
