@@ -17,8 +17,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`).
 /// With them, the allocator's first touch of fresh memory faulted in a whole
 /// 2 MiB page and zeroed it on the spot: a shard stalled for 5-9 ms a few times
-/// a second under a steady load, which made most of the produce p99 at half the
-/// closed-loop rate (benches/RESULTS.md, "Huge pages and the produce tail").
+/// a second while its memory grew, which made most of the produce p99 at half
+/// the closed-loop rate (benches/RESULTS.md, "Huge pages and the produce tail").
 /// The price is batch produce, 3-10% slower without them; advising them
 /// on the I/O buffers alone did not win that back. The kernel checks the flag
 /// at each fault, so memory mapped before this call is covered too. Where the
