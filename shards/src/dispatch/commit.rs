@@ -15,6 +15,8 @@
 //! WAL without marking the destination failing. A commit in flight past the hung
 //! threshold stops counting and returns what queued behind it.
 
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -34,22 +36,35 @@ enum Gate {
 impl Dispatcher {
     /// Starts every commit that may start now.
     pub(super) fn pump(&mut self, now: Instant, cluster: &impl Cluster) {
-        let mut ready: Vec<(Seq, Rc<str>, PartitionId)> = Vec::new();
-        for (topic, state) in &self.topics {
-            for (partition, d) in &state.partitions {
-                if let (None, Some(front)) = (d.in_flight, d.queue.front()) {
-                    ready.push((front.seq, Rc::clone(topic), *partition));
-                }
-            }
-        }
-        ready.sort_unstable();
         let commits_max = self.config.commits_in_flight_max + self.config.commits_hung_max;
-        for (_, topic, partition) in ready {
-            if self.commits_counting >= self.config.commits_in_flight_max
-                || self.commits.len() >= commits_max
-            {
+        let slot_free = |d: &Dispatcher| {
+            d.commits_counting < d.config.commits_in_flight_max && d.commits.len() < commits_max
+        };
+        // With every slot taken nothing can start: skip the walk over every
+        // destination, which many partitions make the costly part.
+        if !slot_free(self) {
+            return;
+        }
+        let mut ready: BinaryHeap<Reverse<(Seq, Rc<str>, PartitionId)>> = self
+            .topics
+            .iter()
+            .flat_map(|(topic, state)| {
+                state.partitions.iter().filter_map(|(partition, d)| {
+                    match (d.in_flight, d.queue.front()) {
+                        (None, Some(front)) => {
+                            Some(Reverse((front.seq, Rc::clone(topic), *partition)))
+                        }
+                        _ => None,
+                    }
+                })
+            })
+            .collect();
+        // Oldest first, and only as far as the free slots reach (a lingering
+        // destination takes none, so how many are looked at is not known ahead).
+        while slot_free(self) {
+            let Some(Reverse((_, topic, partition))) = ready.pop() else {
                 break;
-            }
+            };
             self.try_start(now, &topic, partition, cluster);
         }
     }
