@@ -140,6 +140,27 @@ fn headers_over_the_limit_are_431() {
         .request("GET", "/healthz", &[("x-fair", &fair)], "")
         .unwrap();
     assert_eq!(response.status, 200);
+    // The request line counts toward the same limit: a long target is a 431
+    // too, before any route sees it.
+    let mut client = node.client();
+    let target = format!("/healthz?x={}", "a".repeat(70 << 10));
+    let response = client.request("GET", &target, &[], "").unwrap();
+    assert_eq!(response.status, 431);
+}
+
+/// With the header limit raised past it, a request target of 64 KiB or more
+/// is a 414.
+#[test]
+fn a_target_past_64_kib_is_414_once_headers_may_be_longer() {
+    let node = Node::start(&[("NARAD_HTTP_MAX_HEADER_BYTES", "262144")]);
+    let mut client = node.client();
+    let target = format!("/healthz?x={}", "a".repeat(70 << 10));
+    let response = client.request("GET", &target, &[], "").unwrap();
+    assert_eq!(response.status, 414);
+    let mut client = node.client();
+    let target = format!("/healthz?x={}", "a".repeat(60 << 10));
+    let response = client.request("GET", &target, &[], "").unwrap();
+    assert_eq!(response.status, 200);
 }
 
 #[test]

@@ -123,7 +123,17 @@ pub fn decode_content(
             decoder
                 .window_log_max(ZSTD_WINDOW_LOG_MAX)
                 .map_err(|e| ContentRefusal::Corrupt(format!("zstd: {e}")))?;
-            read_capped(decoder, body.len(), cap_bytes, &mut out).map_err(|e| e.named("zstd"))
+            read_capped(decoder, body.len(), cap_bytes, &mut out).map_err(|e| match e {
+                // The library's wording for a window past `window_log_max`.
+                CappedReadError::Read(e) if e.to_string().contains("too much memory") => {
+                    ContentRefusal::Corrupt(format!(
+                        "zstd: the frame asks for a window over {} MiB; compress at level 19 or \
+                         lower, without --long",
+                        (1usize << ZSTD_WINDOW_LOG_MAX) >> 20
+                    ))
+                }
+                e => e.named("zstd"),
+            })
         }
         ContentEncoding::Gzip => {
             let decoder = flate2::bufread::MultiGzDecoder::new(body);
@@ -320,10 +330,19 @@ mod tests {
         encoder.window_log(27).unwrap();
         encoder.write_all(b"small content, huge window").unwrap();
         let body = encoder.finish().unwrap();
-        assert!(matches!(
-            decode_content(&body, ContentEncoding::Zstd, BATCH_BODY_BYTES_MAX),
-            Err(ContentRefusal::Corrupt(_))
-        ));
+        match decode_content(&body, ContentEncoding::Zstd, BATCH_BODY_BYTES_MAX) {
+            Err(ContentRefusal::Corrupt(why)) => {
+                assert!(why.contains("window over 16 MiB"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // The largest window allowed passes.
+        let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+        encoder.window_log(ZSTD_WINDOW_LOG_MAX).unwrap();
+        encoder.write_all(b"small content, largest window").unwrap();
+        let body = encoder.finish().unwrap();
+        let decoded = decode_content(&body, ContentEncoding::Zstd, BATCH_BODY_BYTES_MAX).unwrap();
+        assert_eq!(&decoded[..], b"small content, largest window");
     }
 
     #[test]
