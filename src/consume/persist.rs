@@ -139,6 +139,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
         } else {
             committer.tick(started, changed).await
         };
+        drop_deleted_topics(&mut report.errors, |id| shard_has_topic(&shard, id));
         // A failed final write or sync is tried again: the next pass rewrites
         // the window and syncs it.
         for _ in 1..CLOSE_ATTEMPTS {
@@ -147,6 +148,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
             }
             narad_io::rt::sleep(tick).await;
             report = committer.close(Instant::now(), Vec::new()).await;
+            drop_deleted_topics(&mut report.errors, |id| shard_has_topic(&shard, id));
         }
         let took = started.elapsed();
         // A tick that primed partitions read their files first: not a lag.
@@ -194,6 +196,34 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     }
 }
 
+/// Whether `incarnation` is a topic of the shard's metadata snapshot and not
+/// waiting to be forgotten here.
+fn shard_has_topic(shard: &Shard, incarnation: IncarnationId) -> bool {
+    !shard.persister.forgets.borrow().contains(&incarnation)
+        && shard
+            .meta
+            .snapshot()
+            .topics
+            .values()
+            .any(|t| t.id == incarnation)
+}
+
+/// Drops the failures of partitions whose topic was deleted while their state
+/// was being written (its directory went away under the write): their acks
+/// have nothing left to be redelivered from, so they are no error to report.
+fn drop_deleted_topics(
+    errors: &mut Vec<(PartitionKey, String)>,
+    mut live: impl FnMut(IncarnationId) -> bool,
+) {
+    errors.retain(|((incarnation, partition), error)| {
+        let keep = live(*incarnation);
+        if !keep {
+            tracing::debug!(partition = partition.0, %error, "consumer offsets of a deleted topic not written");
+        }
+        keep
+    });
+}
+
 /// Whether a warning last logged at `last` may be logged again (at most once a
 /// minute); if so, notes that it is.
 fn due(last: &mut Option<Instant>) -> bool {
@@ -224,7 +254,34 @@ fn changed_states(shard: &Shard) -> Vec<(PartitionKey, String, AckedState)> {
 
 #[cfg(test)]
 mod tests {
-    use super::open_files_max;
+    use super::{drop_deleted_topics, open_files_max};
+    use narad_shards::ids::{IncarnationId, PartitionId};
+
+    #[test]
+    fn failures_of_deleted_topics_are_not_reported() {
+        let live = IncarnationId(7);
+        let deleted = IncarnationId(9);
+        let mut errors = vec![
+            (
+                (deleted, PartitionId(1)),
+                "consumer.offset: No such file".to_string(),
+            ),
+            ((live, PartitionId(0)), "EIO".to_string()),
+            (
+                (deleted, PartitionId(0)),
+                "consumer.ahead: No such file".to_string(),
+            ),
+            ((live, PartitionId(2)), "ENOSPC".to_string()),
+        ];
+        drop_deleted_topics(&mut errors, |id| id == live);
+        assert_eq!(
+            errors,
+            vec![
+                ((live, PartitionId(0)), "EIO".to_string()),
+                ((live, PartitionId(2)), "ENOSPC".to_string()),
+            ]
+        );
+    }
 
     #[test]
     fn the_descriptor_budget_is_the_nodes_split_over_its_shards() {
