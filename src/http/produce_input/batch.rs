@@ -34,7 +34,8 @@
 //!   → 400 `message <i>: payload is not a valid JSON string: …` (or `key`).
 //! - Every message is checked before any record is returned, and the first
 //!   failure refuses the batch, its message prefixed `message <i>: ` with `i` the
-//!   0-based index of the message in the array.
+//!   0-based index of the message in the array; a document malformed between
+//!   messages (cut short after one, a missing comma) is `invalid batch: …`.
 //!
 //! Allocation: an uncompressed body is parsed in place; a compressed one is
 //! decompressed once. Fields borrow from that buffer, and every payload and key
@@ -53,7 +54,7 @@ use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
 use hyper::StatusCode;
 use serde::de::value::MapAccessDeserializer;
-use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -232,12 +233,28 @@ impl<'de: 'a, 'a> Visitor<'de> for MessagesVisitor<'a> {
                     Some(_) => Err(A::Error::custom(TOO_MANY_MESSAGES)),
                 };
             }
-            match seq.next_element::<Object<WireMessage<'a>>>() {
-                Ok(Some(Object(message))) => messages.push(message),
-                Ok(None) => return Ok(Messages(messages)),
-                Err(e) => return Err(A::Error::custom(format_args!("message {index}: {e}"))),
+            // The message's index prefixes only failures inside a message: a
+            // document cut off or malformed between messages is the list's.
+            match seq.next_element_seed(Indexed::<WireMessage<'a>>(index, PhantomData))? {
+                Some(message) => messages.push(message),
+                None => return Ok(Messages(messages)),
             }
         }
+    }
+}
+
+/// A message (an [`Object`]) at index `.0` of the array: its failures carry
+/// `message <i>: `.
+struct Indexed<T>(usize, PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Indexed<T> {
+    type Value = T;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<T, D::Error> {
+        use serde::de::Error;
+        Object::<T>::deserialize(deserializer)
+            .map(|Object(value)| value)
+            .map_err(|e| D::Error::custom(format_args!("message {}: {e}", self.0)))
     }
 }
 

@@ -341,8 +341,9 @@ fn malformed_documents_are_refused() {
     ] {
         assert_refused(document, 400, "invalid batch: ");
     }
-    // A body cut short inside the array is blamed on the message it cut.
-    assert_refused(r#"{"messages":[{"payload":"p"}"#, 400, "message 1: EOF");
+    // A body cut short between messages is the list's fault, not a message's
+    // (see `a_document_cut_between_messages_names_no_message`).
+    assert_refused(r#"{"messages":[{"payload":"p"}"#, 400, "invalid batch: EOF");
     assert_refused(r#"{"messages":["p"]}"#, 400, "message 0: invalid type");
     // A message written as an array of its fields is not an object.
     assert_refused(r#"{"messages":[["p"]]}"#, 400, "message 0: invalid type");
@@ -553,5 +554,22 @@ fn the_decoded_buffer_holds_little_more_room_than_its_records_need() {
         batch.decoded_bytes() <= 2000 + 2000 / 4,
         "{} bytes of room for 2000 bytes of keys and payloads",
         batch.decoded_bytes()
+    );
+}
+
+#[test]
+fn a_document_cut_between_messages_names_no_message() {
+    // Cut after the only message: the list is unfinished, no message is bad.
+    let (status, message) = refused(r#"{"messages":[{"payload":"a"}"#);
+    assert_eq!(status, 400);
+    assert!(message.contains("EOF while parsing a list"), "{message}");
+    assert!(!message.contains("message 1"), "{message}");
+    let (_, message) = refused(r#"{"messages":[{"payload":"a"} {"payload":"b"}]}"#);
+    assert!(!message.contains("message 1"), "{message}");
+    // Cut inside the second message: that message is named.
+    assert_refused(
+        r#"{"messages":[{"payload":"a"},{"payload":"#,
+        400,
+        "message 1: ",
     );
 }
