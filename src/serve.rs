@@ -215,7 +215,8 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             .with_produces_max(config.http.max_produce_in_flight_per_identity),
     );
     let settings = HttpSettings::from(&config.http);
-    crate::metrics::note_disk_now(&node, &data_dir);
+    // The guard only: the gauges are the shard-0 watcher's alone.
+    let _ = crate::metrics::note_disk_now(&node, &data_dir);
     let wal_config = WalConfig {
         prealloc: config.storage.ingress_wal_prealloc,
         disk_room: Some(node.disk_room()),

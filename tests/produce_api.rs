@@ -709,6 +709,16 @@ fn a_nearly_full_disk_refuses_produces_with_503_and_keeps_serving_consumers() {
         .unwrap();
     assert_eq!(consume.status, 204, "{consume:?}");
     assert_eq!(next_offsets(&mut client, "full"), vec![0, 0, 0]);
+    // The gauges read what the disk says, once (not summed with the start's
+    // measure).
+    let metrics = client.request("GET", "/metrics", &[], "").unwrap();
+    let text = metrics.body;
+    assert!(
+        text.lines()
+            .any(|l| l == "narad_data_dir_available_bytes 1000"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l == "narad_data_dir_low 1"), "{text}");
 }
 
 /// The size of the one `.log` file of partition 0 of `topic` under `data`.

@@ -81,20 +81,26 @@ const DISK_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// stops.
 async fn watch_disk(shard: Rc<crate::broker::Shard>, every: std::time::Duration) {
     while !shard.stopping.get() {
-        note_disk_now(&shard.node, &shard.data_dir);
+        if let Some((available, low)) = note_disk_now(&shard.node, &shard.data_dir) {
+            // Only this task sets the two gauges: the recorder sums a gauge
+            // over the threads that set it.
+            ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
+            ::metrics::gauge!("narad_data_dir_low").set(if low { 1.0 } else { 0.0 });
+        }
         narad_io::rt::sleep(every).await;
     }
 }
 
-/// Measures the data directory's free space once and tells the disk guard
-/// and the gauges; the start does it before any WAL opens, so that none
-/// prepares a segment the disk has no room for.
-pub fn note_disk_now(node: &crate::http::node::NodeState, data_dir: &std::path::Path) {
-    if let Some((available, total)) = disk_space(data_dir) {
-        ::metrics::gauge!("narad_data_dir_available_bytes").set(available as f64);
-        let low = node.note_disk(available, total);
-        ::metrics::gauge!("narad_data_dir_low").set(if low { 1.0 } else { 0.0 });
-    }
+/// Measures the data directory's free space once and tells the disk guard;
+/// returns the bytes available and whether the guard holds produces back. The
+/// start does it before any WAL opens, so that none prepares a segment the disk
+/// has no room for.
+pub fn note_disk_now(
+    node: &crate::http::node::NodeState,
+    data_dir: &std::path::Path,
+) -> Option<(u64, bool)> {
+    let (available, total) = disk_space(data_dir)?;
+    Some((available, node.note_disk(available, total)))
 }
 
 /// The commit time (Unix ms) of the record at each lagging partition's
