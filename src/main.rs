@@ -45,11 +45,24 @@ fn main() -> ExitCode {
             Some(refusal) => Err(refusal),
             None => narad::serve::run(serve_flags.unwrap_or_default(), args.shards),
         },
-        Command::Inspect(InspectCommand::Wal { dir }) => {
-            narad_tools::inspect::inspect_wal(&dir).map(|r| print!("{r}"))
-        }
-        Command::Inspect(InspectCommand::Log { dir }) => {
-            narad_tools::inspect::inspect_log(&dir).map(|r| print!("{r}"))
+        Command::Inspect(what) => {
+            let report = match what {
+                InspectCommand::Wal { dir } => narad_tools::inspect::inspect_wal(&dir),
+                InspectCommand::Log { dir } => narad_tools::inspect::inspect_log(&dir),
+            };
+            match report {
+                // Damage found is told apart from a failure to look (1).
+                Ok(report) if report.damaged => {
+                    print!("{}", report.text);
+                    let _ = writeln!(std::io::stderr(), "narad: damage found (see CORRUPT above)");
+                    return ExitCode::from(2);
+                }
+                Ok(report) => {
+                    print!("{}", report.text);
+                    Ok(())
+                }
+                Err(message) => Err(message),
+            }
         }
         Command::Debug(DebugCommand::WalWriter(args)) => narad::devtools::wal_writer(args),
         Command::Version => {

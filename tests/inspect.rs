@@ -116,3 +116,40 @@ fn inspect_reports_a_stopped_nodes_wal_and_log_and_writes_nothing() {
         );
     }
 }
+
+/// Damage on disk is reported, and told apart in the exit status (2) from a
+/// failure to look (1) and from a clean report (0).
+#[test]
+fn inspect_exits_2_on_a_corrupt_log() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let mut node = Node::start_in(&data, 1, &[]);
+    let mut client = node.client();
+    create_topic(&mut client, "hurt");
+    // One commit (one frame) each: the damage below sits before valid frames.
+    for i in 0..3usize {
+        produce_ok(
+            &mut client,
+            "hurt",
+            "partition=0",
+            format!("r{i}").as_bytes(),
+        );
+        wait_for_total(&mut client, "hurt", 3, i + 1, Duration::from_secs(20));
+    }
+    node.sigterm();
+    assert!(node.wait_for_exit(Duration::from_secs(30)).success());
+    drop(node);
+    let log_dir = common::partition_dir(&data, "hurt", 0);
+    let segment = common::log_segments(&log_dir).remove(0);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[40] ^= 0x5a;
+    std::fs::write(&segment, &bytes).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["inspect", "log"])
+        .arg(&log_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("CORRUPT ranges"), "{stdout}");
+}

@@ -118,11 +118,20 @@ fn list(dir: &Path) -> Result<Vec<String>, String> {
 }
 
 /// Describes the ingress WAL in `dir`.
-pub fn inspect_wal(dir: &Path) -> Result<String, String> {
+pub fn inspect_wal(dir: &Path) -> Result<Report, String> {
     block_on(wal_report(dir.to_path_buf()))
 }
 
-async fn wal_report(dir: PathBuf) -> Result<String, String> {
+/// What the inspector found: the text to print, and whether any of it is
+/// damage (a corrupt or unreadable segment), which the command reports in
+/// its exit status.
+#[derive(Debug)]
+pub struct Report {
+    pub text: String,
+    pub damaged: bool,
+}
+
+async fn wal_report(dir: PathBuf) -> Result<Report, String> {
     let names = list(&dir)?;
     // A WAL always holds its checkpoint and a segment: a directory with
     // neither is another one, and an empty report would read as an empty WAL.
@@ -136,6 +145,7 @@ async fn wal_report(dir: PathBuf) -> Result<String, String> {
         ));
     }
     let mut out = String::new();
+    let mut damaged = false;
     let checkpoint = if names.iter().any(|n| n == CHECKPOINT_FILE) {
         let file = ReadOnlyFile::open(&dir, CHECKPOINT_FILE).map_err(|e| e.to_string())?;
         let mut block = vec![0u8; narad_io::BLOCK_BYTES];
@@ -178,11 +188,15 @@ async fn wal_report(dir: PathBuf) -> Result<String, String> {
                 expected,
                 why,
             }) => {
+                damaged = true;
                 format!(
                     "{name}: CORRUPT at byte {position_bytes} (expecting seq {expected}): {why}"
                 )
             }
-            Err(ScanError::Io(e)) => format!("{name}: read error: {e}"),
+            Err(ScanError::Io(e)) => {
+                damaged = true;
+                format!("{name}: read error: {e}")
+            }
         };
         writeln!(out, "{line}").ok();
     }
@@ -196,11 +210,11 @@ async fn wal_report(dir: PathBuf) -> Result<String, String> {
         firsts.len()
     )
     .ok();
-    Ok(out)
+    Ok(Report { text: out, damaged })
 }
 
 /// Describes the partition log in `dir`.
-pub fn inspect_log(dir: &Path) -> Result<String, String> {
+pub fn inspect_log(dir: &Path) -> Result<Report, String> {
     block_on(log_report(dir.to_path_buf()))
 }
 
@@ -211,9 +225,10 @@ fn parse_log_name(name: &str) -> Option<Offset> {
         .flatten()
 }
 
-async fn log_report(dir: PathBuf) -> Result<String, String> {
+async fn log_report(dir: PathBuf) -> Result<Report, String> {
     let names = list(&dir)?;
     let mut out = String::new();
+    let mut damaged = false;
     let bases: Vec<Offset> = names.iter().filter_map(|n| parse_log_name(n)).collect();
     // An open log always keeps its active segment.
     if bases.is_empty() {
@@ -233,6 +248,7 @@ async fn log_report(dir: PathBuf) -> Result<String, String> {
         let gaps = if scan.gaps.is_empty() {
             String::new()
         } else {
+            damaged = true;
             format!(", CORRUPT ranges {:?}", scan.gaps)
         };
         writeln!(
@@ -246,5 +262,5 @@ async fn log_report(dir: PathBuf) -> Result<String, String> {
         .ok();
     }
     writeln!(out, "segments: {}", bases.len()).ok();
-    Ok(out)
+    Ok(Report { text: out, damaged })
 }
