@@ -6,33 +6,40 @@ mod common;
 
 use std::time::Duration;
 
-use common::{create_topic, error_of, json_of, produce_ok, replay, wait_for_total, Node};
+use common::{
+    create_topic, error_of, json_of, next_offsets, produce_ok, replay, wait_for_total, Node,
+};
 
-#[test]
-fn a_rotten_record_is_410_on_replay_and_skipped_by_consumers() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let data = dir.path().join("data");
-    let mut node = Node::start_in(&data, 1, &[]);
+/// Commits three records to partition 0 of `topic`, one frame each, and stops
+/// the node cleanly; returns the active segment's path.
+fn three_frames_then_stop(data: &std::path::Path, topic: &str) -> std::path::PathBuf {
+    let mut node = Node::start_in(data, 1, &[]);
     let mut client = node.client();
-    create_topic(&mut client, "rot");
+    create_topic(&mut client, topic);
     // Equal payloads, one commit each (each waits for the one before it):
     // three frames of one size, back to back.
     for i in 0..3 {
         produce_ok(
             &mut client,
-            "rot",
+            topic,
             "partition=0",
             format!("record-{i}-{}", "x".repeat(200)).as_bytes(),
         );
-        wait_for_total(&mut client, "rot", 3, i + 1, Duration::from_secs(20));
+        wait_for_total(&mut client, topic, 3, i + 1, Duration::from_secs(20));
     }
     node.sigterm();
     assert!(node.wait_for_exit(Duration::from_secs(30)).success());
     drop(node);
+    let segments = common::log_segments(&common::partition_dir(data, topic, 0));
+    segments.first().expect("a segment").clone()
+}
 
+#[test]
+fn a_rotten_record_is_410_on_replay_and_skipped_by_consumers() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let segment = &three_frames_then_stop(&data, "rot");
     // Flip one byte in the middle of the middle frame.
-    let segments = common::log_segments(&common::partition_dir(&data, "rot", 0));
-    let segment = segments.first().expect("a segment");
     let mut bytes = std::fs::read(segment).unwrap();
     let used = bytes.iter().rposition(|&b| b != 0).expect("records") + 1;
     let frame = used / 3;
@@ -77,6 +84,48 @@ fn a_rotten_record_is_410_on_replay_and_skipped_by_consumers() {
     let skipped = metrics
         .lines()
         .find(|l| l.starts_with("narad_consumer_corrupt_skipped_total{") && l.contains("\"rot\""))
+        .unwrap_or_else(|| panic!("no skip counted:\n{metrics}"));
+    assert!(skipped.ends_with(" 1"), "{skipped}");
+}
+
+/// Rot in the last commit before a clean stop is no torn write: the restart
+/// keeps its offset as a corrupt gap (skipped, counted) rather than cutting it
+/// and giving its offset to the next produce.
+#[test]
+fn rot_in_the_last_commit_is_a_gap_not_a_cut_tail() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    let segment = &three_frames_then_stop(&data, "tail");
+    let mut bytes = std::fs::read(segment).unwrap();
+    let used = bytes.iter().rposition(|&b| b != 0).expect("records") + 1;
+    // Into the last frame's payload.
+    bytes[used - 100] ^= 0x55;
+    std::fs::write(segment, &bytes).unwrap();
+
+    let node = Node::start_in(&data, 1, &[]);
+    let mut client = node.client();
+    assert_eq!(next_offsets(&mut client, "tail")[0], 3);
+    let rotten = replay(&mut client, "tail", 0, 2);
+    assert_eq!(rotten.status, 410, "{rotten:?}");
+    produce_ok(&mut client, "tail", "partition=0", b"after");
+    let mut consumed = Vec::new();
+    for _ in 0..4 {
+        let path = "/v1/topics/tail/consume?partition=0&wait=2s";
+        let response = client.request("GET", path, &[], "").unwrap();
+        match response.status {
+            200 => consumed.push(json_of(&response)["offset"].as_u64().unwrap()),
+            204 => break,
+            _ => panic!("{response:?}"),
+        }
+    }
+    consumed.sort_unstable();
+    assert_eq!(consumed, [0, 1, 3]);
+    let after = replay(&mut client, "tail", 0, 3);
+    assert_eq!(json_of(&after)["payload"], "after");
+    let metrics = client.request("GET", "/metrics", &[], "").unwrap().body;
+    let skipped = metrics
+        .lines()
+        .find(|l| l.starts_with("narad_consumer_corrupt_skipped_total{") && l.contains("\"tail\""))
         .unwrap_or_else(|| panic!("no skip counted:\n{metrics}"));
     assert!(skipped.ends_with(" 1"), "{skipped}");
 }

@@ -397,15 +397,17 @@ async fn reopened_holds_and_goes_on(disk: &SimDisk, n: u64) {
 /// A record whose payload is laid out as a valid frame (offsets near 2^62, a
 /// commit time far ahead) stays a payload: when damage to its own commit's
 /// header makes recovery search the bytes after it, the search finds nothing
-/// there, and the damaged last commit is cut as a torn tail.
+/// there. After a crash (no tail hint) the damaged last commit is cut as a
+/// torn tail; after a clean close it is kept as a corrupt gap.
 #[test]
 fn a_frame_forged_in_a_payload_is_never_recovered_as_one() {
     use narad_shards::log::envelope::{encode_envelope, envelope_len};
     use narad_shards::log::frame::{encode_unmasked_frame, push_record, Codec, FrameSpec};
 
-    block_on(async {
+    /// Three records, then one whose payload is a forged frame; closed cleanly.
+    /// Returns the disk and where the forged record's commit starts.
+    async fn forged_log() -> (SimDisk, usize) {
         let disk = SimDisk::new(18, SimFaults::default());
-        let segment = format!("{DIR}/{:020}.log", 0);
         let mut log = PartitionLog::open(disk.clone(), DIR, config())
             .await
             .unwrap();
@@ -430,8 +432,31 @@ fn a_frame_forged_in_a_payload_is_never_recovered_as_one() {
         };
         log.commit_durable(&[record], 2).await.unwrap();
         log.close().await.unwrap();
-        // The base offset in the header of the commit holding it rots.
-        disk.rot(&segment, forged_at as usize + 10, 2);
+        (disk, forged_at as usize)
+    }
+
+    block_on(async {
+        let segment = format!("{DIR}/{:020}.log", 0);
+        // The base offset in the header of the commit holding it rots. Closed
+        // cleanly, the tail hint says offset 3 was committed: a corrupt gap.
+        let (disk, forged_at) = forged_log().await;
+        disk.rot(&segment, forged_at + 10, 2);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config())
+            .await
+            .unwrap();
+        assert_eq!(log.high_watermark(), Offset(4));
+        assert_eq!(log.corrupt_gaps(), &[Offset(3)..Offset(4)]);
+        let items = read_all(&mut log, Offset(0)).await;
+        assert_eq!(items.len(), 4, "{items:?}");
+        assert_eq!(items[3], ReadItem::Corrupt(Offset(3)..Offset(4)));
+        assert_eq!(
+            commit_n(&mut log, 4, 1, 3).await.unwrap(),
+            Offset(4)..Offset(5)
+        );
+        // The same rot with no hint, as after a crash: cut as a torn tail.
+        let (disk, forged_at) = forged_log().await;
+        disk.rot(&segment, forged_at + 10, 2);
+        disk.remove(&format!("{DIR}/tail.hint")).await.unwrap();
         reopened_holds_and_goes_on(&disk, 3).await;
     });
 }

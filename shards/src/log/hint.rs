@@ -42,6 +42,13 @@
 //! What a trusted hint skips is the scan for rot inside the segment: a frame
 //! that rotted since the close is found by the read that meets it (reads verify
 //! every frame and report unreadable ranges), not at open.
+//!
+//! A hint that is intact but does not hold (its last frame no longer verifies,
+//! say) still tells the full scan where the close saw the data end: every
+//! commit below that end was acknowledged, so the scan keeps what no longer
+//! verifies there as a corrupt gap instead of cutting it as a torn tail
+//! (`recovery::scan_tail_above`). A hint no later commit retired names an
+//! end at or below the data's: the log's end only ever moves forward.
 
 use std::io;
 use std::rc::Rc;

@@ -104,6 +104,13 @@ impl SparseIndex {
         self.end = end;
     }
 
+    /// Moves the end past offsets that have no readable frame (a corrupt gap
+    /// at the tail): the next frame noted starts at or after `end`.
+    pub fn skip_to(&mut self, end: Offset) {
+        assert!(end >= self.end, "the end never goes back");
+        self.end = end;
+    }
+
     /// Records the commit time of a record in the segment (commit times never go
     /// backwards, so the last commit's time is the maximum).
     pub fn note_commit_ms(&mut self, commit_ms: u64) {

@@ -20,7 +20,7 @@ use narad_io::file::{join, OpenMode};
 use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage};
 
 use super::hint;
-use super::recovery::{frame_commit_ms, scan_tail, TailScan};
+use super::recovery::{frame_commit_ms, scan_tail_above, AcknowledgedEnd, TailScan};
 use super::segment::{segment_file_name, SealedSegment};
 use super::{io_err, ActiveSegment, LogConfig, LogError};
 use crate::ids::Offset;
@@ -138,8 +138,16 @@ async fn recover_active<S: Storage>(
     config: &LogConfig,
     hinted: bool,
 ) -> Result<(Recovered<S::File>, bool), LogError> {
+    // An intact hint of this segment that does not hold still says where a
+    // clean close saw the data end: the scan cuts nothing below that.
+    let (mut floor, mut floor_commit_ms) = (None, 0);
     if hinted {
         if let Some(found) = hint::load(storage, dir, base).await {
+            floor_commit_ms = found.index.max_commit_ms;
+            floor = Some(AcknowledgedEnd {
+                data_bytes: found.index.data_bytes,
+                end: found.index.end,
+            });
             if let Some(recovered) = hint::recover(storage, dir, base, config, found).await? {
                 return Ok((recovered, true));
             }
@@ -165,7 +173,7 @@ async fn recover_active<S: Storage>(
     let mut bytes = read_exact_at(&file, 0, read_len)
         .await
         .map_err(io_err("read active segment"))?;
-    let mut scan = scan_tail(&bytes, base, config.index_interval_bytes);
+    let mut scan = scan_tail_above(&bytes, base, config.index_interval_bytes, floor);
     // Whatever the scan leaves out (a non-zero byte anywhere past the verified tail,
     // in its own last block too, or a gap) may be a bit this read flipped rather than
     // bad bytes on the disk, and cutting it would destroy a durable, acknowledged
@@ -195,7 +203,7 @@ async fn recover_active<S: Storage>(
                 dir,
                 "two reads of the active segment differ: the device returned unstable data"
             );
-            let rescan = scan_tail(&again, base, config.index_interval_bytes);
+            let rescan = scan_tail_above(&again, base, config.index_interval_bytes, floor);
             if rank(&rescan) < rank(&scan) {
                 counted += 1;
             }
@@ -216,9 +224,25 @@ async fn recover_active<S: Storage>(
             );
         }
     }
+    let rotted_tail = scan
+        .gaps
+        .last()
+        .filter(|g| g.end == scan.next_offset && Some(g.end) == floor.map(|f| f.end));
+    if let Some(rotted) = rotted_tail {
+        tracing::error!(
+            dir,
+            start = rotted.start.0,
+            end = rotted.end.0,
+            "partition log: the last commits before the clean close no longer verify (bit rot, not a torn write); they are kept as a corrupt gap, not cut"
+        );
+    }
     let times = |pos: Option<usize>| pos.and_then(|p| frame_commit_ms(&bytes[p..]));
     let first_commit_ms = times(scan.first_frame_pos).map(|t| t.0);
-    let last_commit_ms = times(scan.last_frame_pos).map_or(0, |t| t.1);
+    let mut last_commit_ms = times(scan.last_frame_pos).map_or(0, |t| t.1);
+    if rotted_tail.is_some() {
+        // The newest commits are unreadable; the close noted their time.
+        last_commit_ms = last_commit_ms.max(floor_commit_ms);
+    }
     let data_bytes = scan.data_bytes;
     // Zero what a torn commit left after the tail, so stale frames can never be
     // mistaken for data by a later scan. Losing this write to a crash is harmless:

@@ -32,6 +32,10 @@
 //! The cost of the rule, as for any log that recovers from its own tail: rot that
 //! hits the last commit of the active segment looks exactly like a torn write and
 //! that commit is cut. It was verified by the read-back when it was acknowledged.
+//! Where a clean close left a tail hint, the open knows better
+//! ([`scan_tail_above`]): nothing below the end the close recorded can be torn,
+//! so rot there becomes a corrupt gap up to that end, and the log goes on after
+//! it. Only rot after a crash (no hint) is still taken for a torn tail.
 //!
 //! Invariants: nothing here panics on arbitrary bytes; the recovered tail always
 //! ends at a commit boundary; gaps are disjoint, ordered and below the tail.
@@ -104,6 +108,28 @@ fn commit_completes(bytes: &[u8], pos: usize, header: &FrameHeader) -> bool {
 
 /// Recovers the committed tail of the active segment from its bytes.
 pub fn scan_tail(bytes: &[u8], base: Offset, interval_bytes: u64) -> TailScan {
+    scan_tail_above(bytes, base, interval_bytes, None)
+}
+
+/// Where a clean close left the active segment's data (its tail hint): every
+/// commit below it was acknowledged, so no crash can have torn it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcknowledgedEnd {
+    pub data_bytes: u64,
+    pub end: Offset,
+}
+
+/// [`scan_tail`], knowing that the data reached `floor` once: a bad region
+/// below it that no complete commit follows is rot, not a torn tail, so it
+/// becomes a corrupt gap up to the floor and the scan goes on from there,
+/// rather than cutting acknowledged commits (whose offsets the next commit
+/// would then reuse).
+pub fn scan_tail_above(
+    bytes: &[u8],
+    base: Offset,
+    interval_bytes: u64,
+    mut floor: Option<AcknowledgedEnd>,
+) -> TailScan {
     let mut index = SparseIndex::new(base);
     let mut gaps: Vec<Range<Offset>> = Vec::new();
     // End of the last complete commit: (position, offset).
@@ -148,7 +174,22 @@ pub fn scan_tail(bytes: &[u8], base: Offset, interval_bytes: u64) -> TailScan {
             h.first_of_commit && h.base_offset >= min_base && commit_completes(bytes, at, h)
         });
         let Some((resume_pos, header)) = found else {
-            break;
+            match floor.take() {
+                Some(f)
+                    if f.end > committed.1
+                        && f.data_bytes as usize > committed.0
+                        && f.data_bytes as usize <= bytes.len() =>
+                {
+                    gaps.push(committed.1..f.end);
+                    committed = (f.data_bytes as usize, f.end);
+                    index.skip_to(f.end);
+                    pending.clear();
+                    (pos, next) = committed;
+                    after_gap = true;
+                    continue;
+                }
+                _ => break,
+            }
         };
         if header.base_offset > committed.1 {
             gaps.push(committed.1..header.base_offset);
@@ -309,6 +350,59 @@ mod tests {
     }
 
     #[test]
+    fn rot_in_the_last_commit_below_an_acknowledged_end_is_a_gap_not_a_cut() {
+        let mut bytes = commit(0, 2);
+        let good = bytes.len();
+        bytes.extend(commit(2, 2));
+        let end = bytes.len();
+        bytes.resize(end + 4096, 0);
+        bytes[good + 100] ^= 4;
+        // Without knowing better, it is a torn tail.
+        let scan = scan_tail(&bytes, Offset(0), 4096);
+        assert_eq!(
+            (scan.data_bytes as usize, scan.next_offset),
+            (good, Offset(2))
+        );
+        // A clean close saw the data reach offset 4: the commit rotted.
+        let floor = AcknowledgedEnd {
+            data_bytes: end as u64,
+            end: Offset(4),
+        };
+        let scan = scan_tail_above(&bytes, Offset(0), 4096, Some(floor));
+        assert_eq!(
+            (scan.data_bytes as usize, scan.next_offset),
+            (end, Offset(4))
+        );
+        assert_eq!(scan.gaps, vec![Offset(2)..Offset(4)]);
+        assert_eq!(scan.index.end, Offset(4));
+        assert_eq!(scan.index.data_bytes, end as u64);
+        // Commits after the floor (the log went on from it) are read as usual,
+        // and a torn one after them is still cut.
+        let mut more = bytes[..end].to_vec();
+        more.extend(commit(4, 1));
+        let after = more.len();
+        let torn = commit(5, 2);
+        more.extend(&torn[..torn.len() - 50]);
+        let scan = scan_tail_above(&more, Offset(0), 4096, Some(floor));
+        assert_eq!(
+            (scan.data_bytes as usize, scan.next_offset),
+            (after, Offset(5))
+        );
+        assert_eq!(scan.gaps, vec![Offset(2)..Offset(4)]);
+        // A floor at or below what verifies changes nothing.
+        let below = AcknowledgedEnd {
+            data_bytes: good as u64,
+            end: Offset(2),
+        };
+        let scan = scan_tail_above(&bytes, Offset(0), 4096, Some(below));
+        assert_eq!(
+            (scan.data_bytes as usize, scan.next_offset),
+            (good, Offset(2))
+        );
+        assert!(scan.gaps.is_empty());
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
@@ -322,6 +416,15 @@ mod tests {
             let cut = rng.random_range(0..bytes.len());
             let scan = scan_tail(&bytes[..cut], Offset(0), 512);
             assert!(scan.data_bytes as usize <= cut);
+            // Any floor, even one that is no commit boundary.
+            let floor = AcknowledgedEnd {
+                data_bytes: rng.random_range(0..bytes.len() as u64 + 10),
+                end: Offset(rng.random_range(0..8)),
+            };
+            let above = scan_tail_above(&bytes[..cut], Offset(0), 512, Some(floor));
+            assert!(above.data_bytes as usize <= cut);
+            assert!(above.data_bytes >= scan.data_bytes);
+            assert!(above.next_offset >= scan.next_offset);
             let _ = scan_sealed(&bytes[..cut], Offset(0), 512);
         }
     }
