@@ -44,10 +44,38 @@ fn wal_error(node: &NodeState, topic: &str, e: &WalError) -> Response<Body> {
         WalError::Closed => response::draining(),
         other => {
             node.note_wal_failed();
-            tracing::error!(topic, error = %other, "http server error: produce not accepted");
+            if let Some(refused_since) = refusal_log_due(std::time::Instant::now()) {
+                tracing::error!(topic, error = %other, refused_since, "http server error: produce not accepted (logged at most every 10 s a shard; `refused_since` counts the others)");
+            }
             response::error(StatusCode::INTERNAL_SERVER_ERROR, &other.to_string())
         }
     }
+}
+
+/// A latched WAL refuses every produce until the restart: one line a shard
+/// every this long says so, rather than one a request.
+const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+thread_local! {
+    /// When this shard last logged a refused produce, and how many it refused
+    /// since without a line.
+    static REFUSALS: std::cell::Cell<(Option<std::time::Instant>, u64)> =
+        const { std::cell::Cell::new((None, 0)) };
+}
+
+/// Whether a refused produce at `now` gets a log line; if so, how many went
+/// unlogged before it.
+fn refusal_log_due(now: std::time::Instant) -> Option<u64> {
+    REFUSALS.with(|cell| {
+        let (last, unlogged) = cell.get();
+        if last.is_some_and(|at| now.duration_since(at) < REFUSAL_LOG_EVERY) {
+            cell.set((last, unlogged + 1));
+            None
+        } else {
+            cell.set((Some(now), 0));
+            Some(unlogged)
+        }
+    })
 }
 
 /// Picks the partition of one record.
@@ -276,5 +304,22 @@ where
             )
         }
         Err(e) => wal_error(&api.node, topic, &e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{refusal_log_due, REFUSAL_LOG_EVERY};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn refused_produces_are_logged_once_per_interval_with_a_count() {
+        let start = Instant::now();
+        assert_eq!(refusal_log_due(start), Some(0));
+        for i in 1..=5 {
+            assert_eq!(refusal_log_due(start + Duration::from_millis(i)), None);
+        }
+        assert_eq!(refusal_log_due(start + REFUSAL_LOG_EVERY), Some(5));
+        assert_eq!(refusal_log_due(start + REFUSAL_LOG_EVERY), None);
     }
 }
