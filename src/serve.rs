@@ -141,6 +141,12 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         );
     }
     let data_dir = config.storage.data_dir.clone();
+    if data_dir.exists() && !data_dir.is_dir() {
+        return Err(format!(
+            "data directory {} is not a directory (a file is there); point --data-dir elsewhere",
+            data_dir.display()
+        ));
+    }
     crate::broker::layout::create_data_dir(&data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", data_dir.display()))?;
     let data_dir = std::path::absolute(&data_dir)

@@ -167,6 +167,20 @@ fn serve_refuses_to_start_with_security_on() {
     );
 }
 
+#[test]
+fn serve_refuses_a_data_directory_that_is_a_file() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("afile");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let output = narad(&["serve", "--dev", "--port", "0"], &file)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(message.contains("is not a directory"), "{message}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
+}
+
 /// A shard count outside 1..=1024 is refused before anything starts, naming
 /// the flag or the variable.
 #[test]
