@@ -22,7 +22,9 @@ use narad_io::BlockFile;
 use narad_shards::ids::{Offset, Seq};
 use narad_shards::log::recovery::scan_tail;
 use narad_shards::wal::checkpoint::{decode as decode_checkpoint, CHECKPOINT_FILE};
-use narad_shards::wal::segment::{parse_segment_name, scan, ScanError, PREP_FILE, SPARE_PREFIX};
+use narad_shards::wal::segment::{
+    parse_segment_name, scan_past_dispatched, ScanError, PREP_FILE, SPARE_PREFIX,
+};
 
 /// Index interval used only to drive the scan; the report does not use the index.
 const SCAN_INDEX_INTERVAL_BYTES: u64 = 1 << 20;
@@ -170,14 +172,25 @@ async fn wal_report(dir: PathBuf) -> Result<Report, String> {
         let last_expected = firsts.get(i + 1).map(|next| Seq(next.0 - 1));
         let file = ReadOnlyFile::open(&dir, &name).map_err(|e| e.to_string())?;
         let size = file.size().await.map_err(|e| e.to_string())?;
-        let line = match scan(&file, first, last_expected).await {
+        // As recovery scans: damage wholly below the checkpoint is stepped over
+        // (and reported below), since its records were dispatched.
+        let dispatched = checkpoint.unwrap_or(Seq(0));
+        let line = match scan_past_dispatched(&file, first, last_expected, dispatched).await {
             Ok(end) => {
                 let torn = end
                     .torn_until_bytes
                     .map(|until| format!(", torn write survives up to byte {until}"))
                     .unwrap_or_default();
+                let mut skipped = String::new();
+                for run in &end.skipped {
+                    damaged = true;
+                    skipped.push_str(&format!(
+                        ", CORRUPT below the checkpoint (dispatched, stepped over): seqs {}..{}",
+                        run.seqs.start, run.seqs.end
+                    ));
+                }
                 format!(
-                    "{name}: seqs {first}..{} ({} records), valid bytes {} of {size}{torn}",
+                    "{name}: seqs {first}..{} ({} records), valid bytes {} of {size}{torn}{skipped}",
                     end.next_seq,
                     end.next_seq.0 - first.0,
                     end.end_bytes

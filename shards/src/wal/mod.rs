@@ -278,6 +278,10 @@ struct Shared {
     recent: VecDeque<RecentBatch>,
     recent_bytes: usize,
     marks: VecDeque<PositionMark>,
+    /// Where recovery resumed past damaged frames below the checkpoint: a
+    /// reader must start after such damage, never walk into it from the
+    /// segment's start, however many marks flushes have added since.
+    pinned_marks: Vec<PositionMark>,
     stats: WalStats,
 }
 
@@ -334,8 +338,20 @@ impl Shared {
     /// The latest mark at or before `seq` inside `segment`.
     fn mark_before(&self, segment: Seq, seq: Seq) -> Option<PositionMark> {
         let index = self.marks.partition_point(|m| m.seq <= seq);
-        let mark = *self.marks.get(index.checked_sub(1)?)?;
-        (mark.segment == segment).then_some(mark)
+        let kept = index
+            .checked_sub(1)
+            .and_then(|i| self.marks.get(i).copied())
+            .filter(|m| m.segment == segment);
+        let pinned = self
+            .pinned_marks
+            .iter()
+            .filter(|m| m.segment == segment && m.seq <= seq)
+            .max_by_key(|m| m.seq)
+            .copied();
+        match (kept, pinned) {
+            (Some(k), Some(p)) => Some(if p.seq > k.seq { p } else { k }),
+            (k, p) => k.or(p),
+        }
     }
 
     /// Asks for a roll onto the prepared segment when the active one grows.
@@ -401,6 +417,7 @@ impl<S: Storage> Wal<S> {
             checkpoint_file,
             spares,
             prep_ready,
+            resumed,
         } = recovered;
         let shared = Shared {
             staging: Vec::new(),
@@ -433,6 +450,10 @@ impl<S: Storage> Wal<S> {
             recent: VecDeque::new(),
             recent_bytes: 0,
             marks: VecDeque::new(),
+            pinned_marks: resumed
+                .into_iter()
+                .map(|(segment, seq, pos)| PositionMark { seq, segment, pos })
+                .collect(),
             stats: WalStats::default(),
         };
         let wal = Wal {

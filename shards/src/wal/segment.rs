@@ -78,6 +78,17 @@ pub struct ScanEnd {
     /// In the last segment: the end of surviving frames of a torn run that sat
     /// past a hole, which recovery must erase before writing again.
     pub torn_until_bytes: Option<u64>,
+    /// Damaged runs of already dispatched records the scan stepped over
+    /// ([`scan_past_dispatched`]): the sequence numbers lost, and the byte
+    /// position of the frame it resumed at (the first sequence number after).
+    pub skipped: Vec<SkippedRun>,
+}
+
+/// Frames below the dispatch checkpoint that no longer decode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedRun {
+    pub seqs: std::ops::Range<Seq>,
+    pub resume_bytes: u64,
 }
 
 /// Why a segment cannot be recovered.
@@ -161,64 +172,112 @@ pub async fn scan<F: BlockFile>(
     first: Seq,
     last_expected: Option<Seq>,
 ) -> Result<ScanEnd, ScanError> {
+    scan_past_dispatched(file, first, last_expected, Seq(0)).await
+}
+
+/// [`scan`], stepping over damage that holds only records below `checkpoint`:
+/// they were committed to their partitions already, so nothing is lost with
+/// them, and refusing to start over them would stop the node for nothing. A
+/// bad frame is stepped over when the next valid frame after it carries a
+/// sequence number above the bad one's and at or below the checkpoint (frames
+/// are written in sequence order, and a recycled file's stale frames carry
+/// numbers below the segment's first, so no stale frame qualifies); each
+/// such run is reported in [`ScanEnd::skipped`] and logged.
+pub async fn scan_past_dispatched<F: BlockFile>(
+    file: &F,
+    first: Seq,
+    last_expected: Option<Seq>,
+    checkpoint: Seq,
+) -> Result<ScanEnd, ScanError> {
     let mut reader = ChunkBuf::default();
     let mut pos = 0u64;
     let mut expected = first;
+    let mut skipped = Vec::new();
     // The bytes of the frame the previous read stopped at, and where.
     let mut previous_stop: Option<(u64, Vec<u8>)> = None;
     let mut reads = 1;
-    let why = loop {
-        if last_expected.is_some_and(|last| expected > last) {
-            return Ok(ScanEnd {
-                end_bytes: pos,
-                next_seq: expected,
-                torn_until_bytes: None,
-            });
-        }
-        let why = match frame_at(&mut reader, file, pos).await? {
-            Ok((seq, len)) if seq == expected => {
-                pos += len as u64;
-                expected = expected.next();
-                // Past the frame a read stopped at: a bad frame further on
-                // gets reads of its own.
-                if previous_stop.take().is_some() {
-                    reads = 1;
-                }
-                continue;
+    let why = 'runs: loop {
+        let why = loop {
+            if last_expected.is_some_and(|last| expected > last) {
+                return Ok(ScanEnd {
+                    end_bytes: pos,
+                    next_seq: expected,
+                    torn_until_bytes: None,
+                    skipped,
+                });
             }
-            // A valid checksum: these are the bytes on the disk.
-            Ok((seq, _)) => break format!("frame carries seq {seq} where {expected} was expected"),
-            Err(e) => format!("{e:?}"),
+            let why = match frame_at(&mut reader, file, pos).await? {
+                Ok((seq, len)) if seq == expected => {
+                    pos += len as u64;
+                    expected = expected.next();
+                    // Past the frame a read stopped at: a bad frame further on
+                    // gets reads of its own.
+                    if previous_stop.take().is_some() {
+                        reads = 1;
+                    }
+                    continue;
+                }
+                // A valid checksum: these are the bytes on the disk.
+                Ok((seq, _)) => {
+                    break format!("frame carries seq {seq} where {expected} was expected")
+                }
+                Err(e) => format!("{e:?}"),
+            };
+            let stop = stop_bytes(&mut reader, file, pos).await?;
+            if stop.iter().all(|&b| b == 0) {
+                break why;
+            }
+            if previous_stop
+                .as_ref()
+                .is_some_and(|(at, bytes)| *at == pos && *bytes == stop)
+            {
+                break why;
+            }
+            if reads == STOP_READS_MAX {
+                tracing::warn!(
+                    position_bytes = pos,
+                    expected = expected.0,
+                    reads,
+                    "ingress WAL: no two reads of a bad frame agreed; ending the scan there"
+                );
+                break why;
+            }
+            if previous_stop.is_some() {
+                tracing::warn!(
+                    position_bytes = pos,
+                    expected = expected.0,
+                    "ingress WAL: two reads of a segment differ: the device returned unstable data"
+                );
+            }
+            previous_stop = Some((pos, stop));
+            reader.invalidate();
+            reads += 1;
         };
-        let stop = stop_bytes(&mut reader, file, pos).await?;
-        if stop.iter().all(|&b| b == 0) {
-            break why;
-        }
-        if previous_stop
-            .as_ref()
-            .is_some_and(|(at, bytes)| *at == pos && *bytes == stop)
-        {
-            break why;
-        }
-        if reads == STOP_READS_MAX {
-            tracing::warn!(
+        if expected < checkpoint {
+            if let Some((at, seq)) =
+                next_dispatched_frame(&mut reader, file, pos, expected, checkpoint).await?
+            {
+                tracing::warn!(
                 position_bytes = pos,
-                expected = expected.0,
-                reads,
-                "ingress WAL: no two reads of a bad frame agreed; ending the scan there"
+                resume_bytes = at,
+                from_seq = expected.0,
+                to_seq = seq.0,
+                checkpoint = checkpoint.0,
+                why,
+                "ingress WAL: stepping over damaged frames below the dispatch checkpoint (their records were committed already)"
             );
-            break why;
+                skipped.push(SkippedRun {
+                    seqs: expected..seq,
+                    resume_bytes: at,
+                });
+                pos = at;
+                expected = seq;
+                previous_stop = None;
+                reads = 1;
+                continue 'runs;
+            }
         }
-        if previous_stop.is_some() {
-            tracing::warn!(
-                position_bytes = pos,
-                expected = expected.0,
-                "ingress WAL: two reads of a segment differ: the device returned unstable data"
-            );
-        }
-        previous_stop = Some((pos, stop));
-        reader.invalidate();
-        reads += 1;
+        break why;
     };
     if let Some(last) = last_expected {
         return Err(ScanError::Corrupt {
@@ -232,7 +291,37 @@ pub async fn scan<F: BlockFile>(
         end_bytes: pos,
         next_seq: expected,
         torn_until_bytes,
+        skipped,
     })
+}
+
+/// The first valid frame after a bad one at `bad_pos` whose sequence number
+/// lies in `(expected, checkpoint]`, and where it starts; `None` when the
+/// first valid frame after it is past the checkpoint, or there is none.
+async fn next_dispatched_frame<F: BlockFile>(
+    reader: &mut ChunkBuf,
+    file: &F,
+    bad_pos: u64,
+    expected: Seq,
+    checkpoint: Seq,
+) -> io::Result<Option<(u64, Seq)>> {
+    let size_bytes = file.size().await?;
+    let mut pos = bad_pos + 1;
+    while pos + FRAME_HEADER_BYTES as u64 <= size_bytes {
+        let window = reader.bytes_at(file, pos, FRAME_MAGIC.len()).await?;
+        let Some(hit) = window.windows(4).position(|w| w == FRAME_MAGIC) else {
+            pos += window.len().saturating_sub(3).max(1) as u64;
+            continue;
+        };
+        let at = pos + hit as u64;
+        // Frames are in sequence order: the first valid one after the damage
+        // decides. One past the checkpoint means undispatched records are lost.
+        if let Ok((seq, _)) = frame_at_if(reader, file, at, |seq| seq > expected).await? {
+            return Ok((seq <= checkpoint).then_some((at, seq)));
+        }
+        pos = at + 1;
+    }
+    Ok(None)
 }
 
 /// A copy of the bytes that decide the frame at `pos`: its header (or what the file

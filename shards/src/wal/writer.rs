@@ -49,6 +49,9 @@ pub(super) struct Recovered<F> {
     pub checkpoint_file: CheckpointFile<F>,
     pub spares: Vec<String>,
     pub prep_ready: bool,
+    /// Where the scans resumed past damage below the checkpoint: (segment,
+    /// sequence number, byte position of its frame).
+    pub resumed: Vec<(Seq, Seq, u64)>,
 }
 
 fn corrupt(name: &str, e: ScanError) -> WalError {
@@ -112,6 +115,7 @@ pub(super) async fn recover<S: Storage>(
             checkpoint_file,
             spares,
             prep_ready,
+            resumed: Vec::new(),
         });
     }
     let oldest = segments[0];
@@ -127,7 +131,9 @@ pub(super) async fn recover<S: Storage>(
         }
         None => oldest,
     };
-    // Sealed segments that hold records at or past the checkpoint must be whole.
+    // Sealed segments that hold records at or past the checkpoint must be whole
+    // from the checkpoint on; damage wholly below it is stepped over.
+    let mut resumed = Vec::new();
     for pair in segments
         .iter()
         .zip(segments.iter().skip(1))
@@ -139,17 +145,28 @@ pub(super) async fn recover<S: Storage>(
         }
         let name = join(dir, &segment_name(first));
         let file = storage.open(&name, OpenMode::Existing).await?;
-        segment::scan(&file, first, Some(Seq(next_first.0 - 1)))
-            .await
-            .map_err(|e| corrupt(&name, e))?;
+        let end =
+            segment::scan_past_dispatched(&file, first, Some(Seq(next_first.0 - 1)), checkpoint)
+                .await
+                .map_err(|e| corrupt(&name, e))?;
+        resumed.extend(
+            end.skipped
+                .iter()
+                .map(|run| (first, run.seqs.end, run.resume_bytes)),
+        );
         file.close().await?;
     }
     let last = *segments.back().expect("at least one segment");
     let name = join(dir, &segment_name(last));
     let file = storage.open(&name, OpenMode::Existing).await?;
-    let end = segment::scan(&file, last, None)
+    let end = segment::scan_past_dispatched(&file, last, None, checkpoint)
         .await
         .map_err(|e| corrupt(&name, e))?;
+    resumed.extend(
+        end.skipped
+            .iter()
+            .map(|run| (last, run.seqs.end, run.resume_bytes)),
+    );
     let resume_bytes = erase_torn_run(&file, &end).await?;
     // Frames a killed process wrote but never synced are readable and valid, and
     // the scan took them: make them durable before they count as such (before
@@ -186,6 +203,7 @@ pub(super) async fn recover<S: Storage>(
         checkpoint_file,
         spares,
         prep_ready,
+        resumed,
     })
 }
 
