@@ -101,6 +101,20 @@ fn rot_in_the_last_commit_is_a_gap_not_a_cut_tail() {
     // Into the last frame's payload.
     bytes[used - 100] ^= 0x55;
     std::fs::write(segment, &bytes).unwrap();
+    // The offline inspector reads the hint as the open does: damage, not a
+    // shorter log.
+    let inspected = std::process::Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["inspect", "log"])
+        .arg(common::partition_dir(&data, "tail", 0))
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&inspected.stdout);
+    assert_eq!(inspected.status.code(), Some(2), "{report}");
+    assert!(report.contains("offsets 0..3 (3 records)"), "{report}");
+    assert!(
+        report.contains("CORRUPT ranges [Offset(2)..Offset(3)]"),
+        "{report}"
+    );
 
     let node = Node::start_in(&data, 1, &[]);
     let mut client = node.client();

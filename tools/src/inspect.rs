@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use futures_lite::future::block_on;
 use narad_io::BlockFile;
 use narad_shards::ids::{Offset, Seq};
-use narad_shards::log::recovery::scan_tail;
+use narad_shards::log::recovery::scan_tail_above;
+use narad_shards::log::{acknowledged_end, HINT_FILE};
 use narad_shards::wal::checkpoint::{decode as decode_checkpoint, CHECKPOINT_FILE};
 use narad_shards::wal::segment::{
     parse_segment_name, scan_past_dispatched, ScanError, PREP_FILE, SPARE_PREFIX,
@@ -250,6 +251,10 @@ async fn log_report(dir: PathBuf) -> Result<Report, String> {
             dir.display()
         ));
     }
+    // A clean close's tail hint says where the active segment's data ended:
+    // the open scans with it as a floor, and so does this report.
+    let hint = std::fs::read(dir.join(HINT_FILE)).ok();
+    let active = bases.last().copied();
     for base in &bases {
         let name = format!("{:020}.log", base.0);
         let file = ReadOnlyFile::open(&dir, &name).map_err(|e| e.to_string())?;
@@ -257,7 +262,11 @@ async fn log_report(dir: PathBuf) -> Result<Report, String> {
         let bytes = narad_io::append::read_exact_at(&file, 0, size as usize)
             .await
             .map_err(|e| e.to_string())?;
-        let scan = scan_tail(&bytes, *base, SCAN_INDEX_INTERVAL_BYTES);
+        let floor = hint
+            .as_deref()
+            .filter(|_| Some(*base) == active)
+            .and_then(|image| acknowledged_end(image, *base));
+        let scan = scan_tail_above(&bytes, *base, SCAN_INDEX_INTERVAL_BYTES, floor);
         let gaps = if scan.gaps.is_empty() {
             String::new()
         } else {

@@ -59,13 +59,13 @@ use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage, BLOCK_BYTES
 
 use super::frame::check_frame;
 use super::index::{SparseIndex, INDEX_FILE_BYTES_MAX};
-use super::recovery::frame_commit_ms;
+use super::recovery::{frame_commit_ms, AcknowledgedEnd};
 use super::segment::segment_file_name;
 use super::{ActiveSegment, LogConfig, LogError};
 use crate::ids::Offset;
 
 /// The hint's file name in the partition directory.
-pub(super) const HINT_FILE: &str = "tail.hint";
+pub const HINT_FILE: &str = "tail.hint";
 
 const HINT_MAGIC: [u8; 4] = *b"NTAL";
 const HINT_VERSION: u8 = 1;
@@ -158,6 +158,16 @@ pub(super) async fn retire<S: Storage>(storage: &S, dir: &str) -> io::Result<()>
     .await;
     file.close().await?;
     zeroed
+}
+
+/// Where the hint file's bytes (`image`) say a clean close saw the data of
+/// the segment starting at `base` end, if they are an intact hint of it: the
+/// floor an offline reader scans with, as the open does.
+pub fn acknowledged_end(image: &[u8], base: Offset) -> Option<AcknowledgedEnd> {
+    TailHint::decode(image, base).map(|hint| AcknowledgedEnd {
+        data_bytes: hint.index.data_bytes,
+        end: hint.index.end,
+    })
 }
 
 /// Reads the hint for the segment starting at `base`; `None` when there is

@@ -38,6 +38,7 @@ pub use commit::{commit_bytes_bound, CommitIo};
 pub mod envelope;
 pub mod frame;
 mod hint;
+pub use hint::{acknowledged_end, HINT_FILE};
 pub mod index;
 mod open;
 mod outgoing;
