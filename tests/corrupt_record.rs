@@ -68,10 +68,22 @@ fn a_rotten_record_is_410_on_replay_and_skipped_by_consumers() {
         );
     }
     // Consumers get the two others, and nothing more.
+    assert_eq!(consume_partition_0(&mut client, "rot", "500ms", 3), [0, 2]);
+    assert_one_skip_counted(&mut client, "rot");
+}
+
+/// The offsets consumers get from partition 0 of `topic`, sorted, in at most
+/// `tries` consumes that each wait up to `wait`.
+fn consume_partition_0(
+    client: &mut common::Client,
+    topic: &str,
+    wait: &str,
+    tries: usize,
+) -> Vec<u64> {
     let mut consumed = Vec::new();
-    for _ in 0..3 {
-        let path = "/v1/topics/rot/consume?partition=0&wait=500ms";
-        let response = client.request("GET", path, &[], "").unwrap();
+    for _ in 0..tries {
+        let path = format!("/v1/topics/{topic}/consume?partition=0&wait={wait}");
+        let response = client.request("GET", &path, &[], "").unwrap();
         match response.status {
             200 => consumed.push(json_of(&response)["offset"].as_u64().unwrap()),
             204 => break,
@@ -79,11 +91,15 @@ fn a_rotten_record_is_410_on_replay_and_skipped_by_consumers() {
         }
     }
     consumed.sort_unstable();
-    assert_eq!(consumed, [0, 2]);
+    consumed
+}
+
+fn assert_one_skip_counted(client: &mut common::Client, topic: &str) {
     let metrics = client.request("GET", "/metrics", &[], "").unwrap().body;
+    let label = format!("\"{topic}\"");
     let skipped = metrics
         .lines()
-        .find(|l| l.starts_with("narad_consumer_corrupt_skipped_total{") && l.contains("\"rot\""))
+        .find(|l| l.starts_with("narad_consumer_corrupt_skipped_total{") && l.contains(&label))
         .unwrap_or_else(|| panic!("no skip counted:\n{metrics}"));
     assert!(skipped.ends_with(" 1"), "{skipped}");
 }
@@ -122,24 +138,8 @@ fn rot_in_the_last_commit_is_a_gap_not_a_cut_tail() {
     let rotten = replay(&mut client, "tail", 0, 2);
     assert_eq!(rotten.status, 410, "{rotten:?}");
     produce_ok(&mut client, "tail", "partition=0", b"after");
-    let mut consumed = Vec::new();
-    for _ in 0..4 {
-        let path = "/v1/topics/tail/consume?partition=0&wait=2s";
-        let response = client.request("GET", path, &[], "").unwrap();
-        match response.status {
-            200 => consumed.push(json_of(&response)["offset"].as_u64().unwrap()),
-            204 => break,
-            _ => panic!("{response:?}"),
-        }
-    }
-    consumed.sort_unstable();
-    assert_eq!(consumed, [0, 1, 3]);
+    assert_eq!(consume_partition_0(&mut client, "tail", "2s", 4), [0, 1, 3]);
     let after = replay(&mut client, "tail", 0, 3);
     assert_eq!(json_of(&after)["payload"], "after");
-    let metrics = client.request("GET", "/metrics", &[], "").unwrap().body;
-    let skipped = metrics
-        .lines()
-        .find(|l| l.starts_with("narad_consumer_corrupt_skipped_total{") && l.contains("\"tail\""))
-        .unwrap_or_else(|| panic!("no skip counted:\n{metrics}"));
-    assert!(skipped.ends_with(" 1"), "{skipped}");
+    assert_one_skip_counted(&mut client, "tail");
 }

@@ -307,13 +307,7 @@ async fn next_dispatched_frame<F: BlockFile>(
 ) -> io::Result<Option<(u64, Seq)>> {
     let size_bytes = file.size().await?;
     let mut pos = bad_pos + 1;
-    while pos + FRAME_HEADER_BYTES as u64 <= size_bytes {
-        let window = reader.bytes_at(file, pos, FRAME_MAGIC.len()).await?;
-        let Some(hit) = window.windows(4).position(|w| w == FRAME_MAGIC) else {
-            pos += window.len().saturating_sub(3).max(1) as u64;
-            continue;
-        };
-        let at = pos + hit as u64;
+    while let Some(at) = next_magic(reader, file, pos, size_bytes).await? {
         // Frames are in sequence order: the first valid one after the damage
         // decides. One past the checkpoint means undispatched records are lost.
         if let Ok((seq, _)) = frame_at_if(reader, file, at, |seq| seq > expected).await? {
@@ -387,6 +381,28 @@ async fn frame_at_if<F: BlockFile>(
     Ok(decode_frame(bytes).map(|frame| (frame.seq, frame.len)))
 }
 
+/// The position of the next frame magic at or after `pos` with room for a
+/// header before `size_bytes`, if any. It looks at what the buffer holds from
+/// `pos` on, read again only once fewer than a magic's bytes are left in it:
+/// asking for a whole chunk from every position would read the device again at
+/// each stale frame (a recycled segment holds tens of thousands), which made an
+/// idle restart take seconds.
+async fn next_magic<F: BlockFile>(
+    reader: &mut ChunkBuf,
+    file: &F,
+    mut pos: u64,
+    size_bytes: u64,
+) -> io::Result<Option<u64>> {
+    while pos + FRAME_HEADER_BYTES as u64 <= size_bytes {
+        let window = reader.bytes_at(file, pos, FRAME_MAGIC.len()).await?;
+        match window.windows(4).position(|w| w == FRAME_MAGIC) {
+            Some(hit) => return Ok(Some(pos + hit as u64)),
+            None => pos += window.len().saturating_sub(3).max(1) as u64,
+        }
+    }
+    Ok(None)
+}
+
 /// Looks past a bad frame at `bad_pos` for valid frames of the torn run (sequence
 /// numbers at or past `expected`). Returns the end of the last one, or an error if
 /// one sits beyond the torn window.
@@ -399,18 +415,7 @@ async fn find_torn_frames<F: BlockFile>(
     let mut torn_until = None;
     let mut pos = bad_pos + 1;
     let size_bytes = file.size().await?;
-    while pos + FRAME_HEADER_BYTES as u64 <= size_bytes {
-        // What the buffer holds from `pos` on, read again only once fewer than
-        // a magic's bytes are left in it: asking for a whole chunk from every
-        // position would read the device again at each stale frame (a recycled
-        // segment holds tens of thousands), which made an idle restart take
-        // seconds.
-        let window = reader.bytes_at(file, pos, FRAME_MAGIC.len()).await?;
-        let Some(hit) = window.windows(4).position(|w| w == FRAME_MAGIC) else {
-            pos += window.len().saturating_sub(3).max(1) as u64;
-            continue;
-        };
-        let at = pos + hit as u64;
+    while let Some(at) = next_magic(reader, file, pos, size_bytes).await? {
         let plausible = |seq: Seq| seq >= expected && seq.0 - expected.0 <= TORN_RUN_SEQS_MAX;
         if let Ok((seq, len)) = frame_at_if(reader, file, at, plausible).await? {
             if seq >= expected {
