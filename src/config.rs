@@ -500,17 +500,23 @@ impl Config {
             min,
             topic.max_partitions.into(),
         )?;
+        // The API takes both durations up to 2^63-1 ms (clients read them as
+        // signed 64-bit numbers): a default past that would be a value a topic
+        // could never be given back.
+        let ms_max = i64::MAX as u64;
         let retention = topic.default_retention_age_ms;
-        if retention != 0 && retention < RETENTION_MS_MIN {
+        if retention != 0 && !(RETENTION_MS_MIN..=ms_max).contains(&retention) {
             return Err(format!(
-                "topic.default_retention_age_ms must be 0 (forever) or at least {RETENTION_MS_MIN}, got {retention}"
+                "topic.default_retention_age_ms must be 0 (forever) or between {RETENTION_MS_MIN} and {ms_max}, got {retention}"
             ));
         }
+        check_range(
+            "topic.default_visibility_timeout_ms",
+            topic.default_visibility_timeout_ms,
+            1,
+            ms_max,
+        )?;
         for (name, value) in [
-            (
-                "topic.default_visibility_timeout_ms",
-                topic.default_visibility_timeout_ms,
-            ),
             (
                 "topic.default_max_in_flight_per_partition",
                 topic.default_max_in_flight_per_partition.into(),

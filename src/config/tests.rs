@@ -237,6 +237,14 @@ fn validation_explains_what_is_wrong() {
             &[("NARAD_TOPIC_DEFAULT_PARTITIONS", "2")],
             "topic.default_partitions must be between 3 and 108",
         ),
+        (
+            &[("NARAD_TOPIC_DEFAULT_RETENTION_AGE_MS", "9223372036854775808")],
+            "topic.default_retention_age_ms must be 0 (forever) or between 3600000 and 9223372036854775807",
+        ),
+        (
+            &[("NARAD_TOPIC_DEFAULT_VISIBILITY_TIMEOUT_MS", "18446744073709551615")],
+            "topic.default_visibility_timeout_ms must be between 1 and 9223372036854775807",
+        ),
         (&[("NARAD_LOG_LEVEL", "warnig")], "`warnig` is not a level"),
         (
             &[("NARAD_LOG_LEVEL", "")],

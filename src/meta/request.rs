@@ -345,7 +345,7 @@ fn check_partitions(partitions: u32, min: u32, defaults: &TopicDefaults) -> Resu
     }
     if !(min..=max).contains(&partitions) {
         return Err(MetaError::Invalid(format!(
-            "partitions must be between {min} and {max}, got {partitions}"
+            "partitions must be between {min} and {max} (topic.max_partitions), got {partitions}"
         )));
     }
     Ok(partitions)

@@ -61,7 +61,7 @@ pub(super) fn describe_all() {
     describe_counter!("narad_errors_total", "Errors by component and kind.");
     describe_gauge!(
         "narad_ingress_wal_failed",
-        "Ingress WALs latched after a disk failure (appends fail until restart)."
+        "1 while any ingress WAL of the node is latched after a disk failure (its appends fail until restart), else 0."
     );
     describe_gauge!(
         "narad_ingress_dispatch_backlog_records",
