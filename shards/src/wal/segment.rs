@@ -78,6 +78,9 @@ pub struct ScanEnd {
     /// In the last segment: the end of surviving frames of a torn run that sat
     /// past a hole, which recovery must erase before writing again.
     pub torn_until_bytes: Option<u64>,
+    /// The last sequence number among those surviving frames: if the bad frame
+    /// was rot rather than a tear, the records up to it go with the erase.
+    pub torn_last_seq: Option<Seq>,
     /// Damaged runs of already dispatched records the scan stepped over
     /// ([`scan_past_dispatched`]): the sequence numbers lost, and the byte
     /// position of the frame it resumed at (the first sequence number after).
@@ -203,6 +206,7 @@ pub async fn scan_past_dispatched<F: BlockFile>(
                     end_bytes: pos,
                     next_seq: expected,
                     torn_until_bytes: None,
+                    torn_last_seq: None,
                     skipped,
                 });
             }
@@ -286,11 +290,12 @@ pub async fn scan_past_dispatched<F: BlockFile>(
             why: format!("sealed segment ends before seq {last}: {why}"),
         });
     }
-    let torn_until_bytes = find_torn_frames(&mut reader, file, pos, expected).await?;
+    let torn = find_torn_frames(&mut reader, file, pos, expected).await?;
     Ok(ScanEnd {
         end_bytes: pos,
         next_seq: expected,
-        torn_until_bytes,
+        torn_until_bytes: torn.map(|(until, _)| until),
+        torn_last_seq: torn.map(|(_, seq)| seq),
         skipped,
     })
 }
@@ -404,14 +409,14 @@ async fn next_magic<F: BlockFile>(
 }
 
 /// Looks past a bad frame at `bad_pos` for valid frames of the torn run (sequence
-/// numbers at or past `expected`). Returns the end of the last one, or an error if
-/// one sits beyond the torn window.
+/// numbers at or past `expected`). Returns the end of the last one and its
+/// sequence number, or an error if one sits beyond the torn window.
 async fn find_torn_frames<F: BlockFile>(
     reader: &mut ChunkBuf,
     file: &F,
     bad_pos: u64,
     expected: Seq,
-) -> Result<Option<u64>, ScanError> {
+) -> Result<Option<(u64, Seq)>, ScanError> {
     let mut torn_until = None;
     let mut pos = bad_pos + 1;
     let size_bytes = file.size().await?;
@@ -429,7 +434,7 @@ async fn find_torn_frames<F: BlockFile>(
                         ),
                     });
                 }
-                torn_until = Some(at + len as u64);
+                torn_until = Some((at + len as u64, seq));
             }
         }
         pos = at + 1;

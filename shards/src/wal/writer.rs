@@ -219,7 +219,8 @@ async fn erase_torn_run<F: BlockFile>(file: &F, end: &segment::ScanEnd) -> io::R
             position_bytes = end.end_bytes,
             torn_until_bytes = torn_until,
             from_seq = end.next_seq.0,
-            "ingress WAL: erasing frames found past a bad frame in the last segment (a torn write)"
+            to_seq = end.torn_last_seq.map_or(end.next_seq.0, |s| s.0),
+            "ingress WAL: erasing frames found past a bad frame in the last segment (a torn write; were the bad frame rot instead, seqs from_seq..=to_seq are lost)"
         );
         let start = narad_io::align_down(end.end_bytes);
         let stop = narad_io::align_up(torn_until);

@@ -169,6 +169,30 @@ fn a_read_flip_while_erasing_a_torn_run_is_not_written_back() {
     });
 }
 
+/// A torn run's surviving frames are reported with the last sequence number
+/// among them, which recovery logs as what is lost if the bad frame was rot.
+#[test]
+fn a_torn_run_is_reported_with_its_last_surviving_seq() {
+    run_local(None, async {
+        let disk = SimDisk::new(15, SimFaults::default());
+        let wal = Wal::open(disk.clone(), DIR, config()).await.unwrap();
+        let (_, acked_end) = append_ids(&wal, 0..20, 0).await;
+        let (torn_positions, torn_end) = append_ids(&wal, 20..30, acked_end).await;
+        wal.close().await;
+        let segment = segment_path(0);
+        disk.rot(&segment, torn_positions[0] as usize + 25, 2);
+        let file = narad_io::Storage::open(&disk, &segment, narad_io::file::OpenMode::Existing)
+            .await
+            .unwrap();
+        let end = narad_shards::wal::segment::scan(&file, Seq(0), None)
+            .await
+            .unwrap();
+        assert_eq!(end.next_seq, Seq(20));
+        assert_eq!(end.torn_until_bytes, Some(torn_end));
+        assert_eq!(end.torn_last_seq, Some(Seq(29)));
+    });
+}
+
 /// Recovery tells a torn tail from corruption by a window of two write runs
 /// past the first bad frame, which holds only if no run is written once a
 /// sync has failed. Here batch A's sync fails while batch B, two runs long, is
