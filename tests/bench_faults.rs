@@ -397,3 +397,88 @@ fn an_interrupted_run_reports_and_deletes_its_fresh_topic() {
         );
     }
 }
+
+/// A topic deleted under a run ends it at once (`topic_gone`), whether it is a
+/// counted produce (whose failed records used to be sent again, 404 after
+/// 404, until the count's worth had failed: minutes) or a verified flow (whose
+/// drain used to wait for leases that would never come back).
+#[test]
+fn a_topic_deleted_during_a_run_ends_it() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    let dir = tempfile::tempdir().unwrap();
+    let runs: [&[&str]; 2] = [
+        &["--count", "100000000", "--workers", "4"],
+        &[
+            "--mode",
+            "flow",
+            "--duration",
+            "30s",
+            "--verify",
+            "--workers",
+            "4",
+        ],
+    ];
+    for (i, args) in runs.into_iter().enumerate() {
+        let topic = format!("doomed{i}");
+        common::create_topic(&mut client, &topic);
+        let json = dir.path().join(format!("{topic}.json"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
+            .args(["bench", "-s", &format!("http://{}", node.addr), &topic])
+            .args(args)
+            .arg("--json")
+            .arg(&json)
+            .env_remove("NARAD_ADDR")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let deleted = client
+            .request("DELETE", &format!("/v1/topics/{topic}"), &[], "")
+            .unwrap();
+        assert_eq!(deleted.status, 204, "{deleted:?}");
+        let status = exit_within(
+            &mut child,
+            Instant::now(),
+            Duration::from_secs(15),
+            "runs on against a deleted topic",
+        );
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("the topic was deleted during the run"),
+            "{args:?}: {stderr}"
+        );
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(summary["ended"], "topic_gone", "{args:?}: {summary}");
+    }
+}
+
+/// A run that fails before it measures anything leaves a `--json` file that
+/// says so, never an earlier run's figures or an empty file.
+#[test]
+fn a_run_that_measured_nothing_says_so_in_its_json_file() {
+    let node = Node::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("out.json");
+    std::fs::write(&json, "{\"stale\":1}\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(["bench", "-s", &format!("http://{}", node.addr), "nosuch"])
+        .args(["--count", "10", "--json"])
+        .arg(&json)
+        .env_remove("NARAD_ADDR")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(summary["ended"], "failed", "{summary}");
+    assert!(summary.get("stale").is_none(), "{summary}");
+    assert!(
+        summary["error"].as_str().unwrap().contains("nosuch"),
+        "{summary}"
+    );
+}

@@ -66,6 +66,8 @@ pub struct ConsumePlan {
     pub stop: Cell<bool>,
     /// Set by a consumer that cannot reach the server.
     pub abandoned: Cell<bool>,
+    /// Set by a consumer answered 404: the topic was deleted under the run.
+    pub topic_gone: Cell<bool>,
     /// When a consumer last had a message acknowledged.
     pub last_progress: Cell<Instant>,
     /// The run's running tallies, among them the messages consumed so far.
@@ -113,6 +115,7 @@ impl ConsumePlan {
             ledger,
             stop: Cell::new(false),
             abandoned: Cell::new(false),
+            topic_gone: Cell::new(false),
             last_progress: Cell::new(Instant::now()),
             live,
             cycle_latencies_us: RefCell::new(report::latency_histogram()),
@@ -354,6 +357,13 @@ impl Cycle {
             204 => {
                 tally.empty_polls += 1;
                 return true;
+            }
+            404 => {
+                // The run checked the topic before it started: it was deleted.
+                count(&plan.live, &mut tally.consume_errors, 404);
+                plan.topic_gone.set(true);
+                plan.stop.set(true);
+                return false;
             }
             other => {
                 count(&plan.live, &mut tally.consume_errors, other);

@@ -111,6 +111,8 @@ struct Outcome {
     consume: Option<ConsumeSummary>,
     /// The server stopped accepting connections.
     abandoned: bool,
+    /// The topic was deleted during the run (a 404 after the start).
+    topic_gone: bool,
     /// Things that went wrong around the measurement (deleting the topic).
     warnings: Vec<String>,
     /// The run second by second.
@@ -119,10 +121,14 @@ struct Outcome {
 
 impl Outcome {
     fn ended(&self) -> report::Ended {
-        match (interrupted(), self.abandoned) {
-            (true, _) => report::Ended::Interrupted,
-            (false, true) => report::Ended::ServerGone,
-            (false, false) => report::Ended::Completed,
+        if interrupted() {
+            report::Ended::Interrupted
+        } else if self.abandoned {
+            report::Ended::ServerGone
+        } else if self.topic_gone {
+            report::Ended::TopicGone
+        } else {
+            report::Ended::Completed
         }
     }
 }
@@ -192,6 +198,15 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
                 drop(file);
                 let _ = std::fs::remove_file(path);
             }
+            // The `--json` target says so too, rather than keep what an
+            // earlier run left there (or nothing) for a script to misread.
+            let line = serde_json::json!({
+                "mode": settings.mode.name(),
+                "topic": settings.topic,
+                "ended": "failed",
+                "error": why,
+            });
+            let _ = emit_json(&settings, &line.to_string());
             return Err(BenchError::Failed(why));
         }
     };
@@ -221,9 +236,9 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
 
 /// The `--json` line, to standard output or its file.
 fn write_json(settings: &Settings, outcome: &Outcome) -> Result<(), BenchError> {
-    let Some(target) = &settings.json else {
+    if settings.json.is_none() {
         return Ok(());
-    };
+    }
     let line = report::json_line(
         settings.mode.name(),
         &settings.topic,
@@ -231,13 +246,19 @@ fn write_json(settings: &Settings, outcome: &Outcome) -> Result<(), BenchError> 
         outcome.produce.as_ref(),
         outcome.consume.as_ref(),
     );
-    match target {
+    emit_json(settings, &line)
+}
+
+/// One `--json` line, to standard output or the file; nothing without `--json`.
+fn emit_json(settings: &Settings, line: &str) -> Result<(), BenchError> {
+    match &settings.json {
+        None => Ok(()),
         // Not `println!`, which panics when standard output is closed.
-        JsonTarget::Stdout => {
+        Some(JsonTarget::Stdout) => {
             let _ = writeln!(std::io::stdout(), "{line}");
             Ok(())
         }
-        JsonTarget::File(path) => std::fs::write(path, format!("{line}\n"))
+        Some(JsonTarget::File(path)) => std::fs::write(path, format!("{line}\n"))
             .map_err(|e| BenchError::Failed(format!("cannot write {}: {e}", path.display()))),
     }
 }
@@ -312,14 +333,25 @@ fn command_line() -> String {
 /// Whether the run succeeded: every produce accepted, no server error, every
 /// payload intact and, with `--verify`, every acknowledged record consumed.
 fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
+    let failures = failures(settings, outcome);
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
+    }
+}
+
+/// Everything that makes a run fail, in the order a reader needs it.
+fn failures(settings: &Settings, outcome: &Outcome) -> Vec<String> {
+    let mut failures = Vec::new();
     if let Some(reason) = outcome.ended().early_reason() {
-        return Err(format!(
+        failures.push(format!(
             "{reason}; the run ended early, and the figures above cover it until then"
         ));
     }
     if let Some(p) = &outcome.produce {
         if p.failed_records > 0 {
-            return Err(format!(
+            failures.push(format!(
                 "{} of {} records failed",
                 p.failed_records,
                 p.failed_records + p.ok_records
@@ -327,16 +359,16 @@ fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
         }
     }
     let Some(c) = &outcome.consume else {
-        return Ok(());
+        return failures;
     };
     let server_errors = c.tally.server_errors();
     if server_errors > 0 {
-        return Err(format!(
+        failures.push(format!(
             "{server_errors} consume or ack requests were answered 5xx"
         ));
     }
     if c.tally.damaged_records > 0 {
-        return Err(format!(
+        failures.push(format!(
             "{} consumed payloads differ from what was sent",
             c.tally.damaged_records
         ));
@@ -344,7 +376,7 @@ fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
     // A counted consume run acks its count, unless the topic ran dry first.
     if let (Mode::Consume, Length::Records(count)) = (settings.mode, settings.length) {
         if c.tally.consumed_records < count {
-            return Err(format!(
+            failures.push(format!(
                 "{} of {count} messages consumed: the topic had no more",
                 c.tally.consumed_records
             ));
@@ -354,7 +386,7 @@ fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
         assert!(settings.verify);
         if v.missing_records > 0 {
             if let Some(limit) = c.drain_cut_short {
-                return Err(format!(
+                failures.push(format!(
                     "{} of {} acknowledged records were not consumed within the drain's limit \
                      ({:.0} s after the producers stopped) while the consumers were still \
                      acking: nothing shows them lost, but the run could not verify them; \
@@ -363,28 +395,29 @@ fn judge(settings: &Settings, outcome: &Outcome) -> Result<(), String> {
                     v.produced_ok_records,
                     limit.as_secs_f64()
                 ));
+            } else {
+                failures.push(format!(
+                    "{} of {} acknowledged records were never consumed (delivered and acked: a \
+                     delivery whose ack failed, and that did not come again, does not count)",
+                    v.missing_records, v.produced_ok_records
+                ));
             }
-            return Err(format!(
-                "{} of {} acknowledged records were never consumed (delivered and acked: a \
-                 delivery whose ack failed, and that did not come again, does not count)",
-                v.missing_records, v.produced_ok_records
-            ));
         }
         if v.unknown_records > 0 {
-            return Err(format!(
+            failures.push(format!(
                 "{} consumed records carry ids this run never sent",
                 v.unknown_records
             ));
         }
         if v.untracked_records > 0 {
-            return Err(format!(
+            failures.push(format!(
                 "{} records past the first {} ids were not verified: --verify tracks that many, shorten the run",
                 v.untracked_records,
                 stamp::LEDGER_IDS_MAX
             ));
         }
     }
-    Ok(())
+    failures
 }
 
 /// One line on standard error; a closed stream loses it rather than panicking.
@@ -719,6 +752,7 @@ mod tests {
                 drain_cut_short,
             }),
             abandoned: false,
+            topic_gone: false,
             warnings: Vec::new(),
             series: Series::default(),
         };
@@ -730,6 +764,46 @@ mod tests {
         let cut = judge(&verify, &outcome(Some(Duration::from_secs(40)))).unwrap_err();
         assert!(cut.contains("within the drain's limit (40 s"), "{cut}");
         assert!(!cut.contains("never consumed"), "{cut}");
+    }
+
+    /// A run that failed several ways names every one: an early end does not
+    /// hide the records it found missing.
+    #[test]
+    fn every_reason_a_run_failed_is_named() {
+        let verify = settings(Config {
+            mode: Some(Mode::Flow),
+            verify: true,
+            ..config()
+        });
+        let outcome = Outcome {
+            produce: None,
+            consume: Some(ConsumeSummary {
+                tally: ConsumeTally::new(),
+                elapsed: Duration::from_secs(1),
+                duplicate_records: 0,
+                verdict: Some(stamp::Verdict {
+                    produced_ok_records: 10,
+                    missing_records: 3,
+                    duplicate_records: 0,
+                    unknown_records: 0,
+                    untracked_records: 0,
+                }),
+                drain_cut_short: None,
+            }),
+            abandoned: false,
+            topic_gone: true,
+            warnings: Vec::new(),
+            series: Series::default(),
+        };
+        let why = judge(&verify, &outcome).unwrap_err();
+        assert!(
+            why.contains("the topic was deleted during the run"),
+            "{why}"
+        );
+        assert!(
+            why.contains("3 of 10 acknowledged records were never consumed"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -749,6 +823,7 @@ mod tests {
                 drain_cut_short: None,
             }),
             abandoned: false,
+            topic_gone: false,
             warnings: Vec::new(),
             series: Series::default(),
         };

@@ -54,6 +54,7 @@ pub(super) async fn run_pools(
         None => Vec::new(),
     };
     let mut abandoned = false;
+    let mut topic_gone = false;
     let produce = if s.mode.produces() {
         let stamper = (s.mode == Mode::Flow).then(|| stamper(s, run_tag, ledger.clone()));
         let plan = Rc::new(plan(s, live.clone(), stamper));
@@ -64,7 +65,7 @@ pub(super) async fn run_pools(
         };
         let summary = produce(&plan, producer_conns, s.rate, record_bytes).await?;
         if let Length::Records(count) = s.length {
-            if !plan.schedule.is_abandoned() && !interrupted() {
+            if !plan.schedule.is_abandoned() && !plan.schedule.is_topic_gone() && !interrupted() {
                 // Failed records were sent again (while within the count),
                 // or used their share of it up.
                 let retried = plan.schedule.retried();
@@ -72,12 +73,17 @@ pub(super) async fn run_pools(
             }
         }
         abandoned |= plan.schedule.is_abandoned();
+        topic_gone |= plan.schedule.is_topic_gone();
         Some(summary)
     } else {
         None
     };
     let consume = match consume_plan {
         Some(plan) => {
+            if topic_gone {
+                // Nothing is left to drain.
+                plan.stop.set(true);
+            }
             let drain_cut_short = await_drained(s, &plan, start, visibility).await;
             plan.stop.set(true);
             let mut tally = ConsumeTally::new();
@@ -86,6 +92,7 @@ pub(super) async fn run_pools(
             }
             plan.hand_latencies_to(&mut tally)?;
             abandoned |= plan.abandoned.get();
+            topic_gone |= plan.topic_gone.get();
             let ledger = ledger.borrow();
             let end = tally.last_consumed.unwrap_or_else(Instant::now);
             Some(ConsumeSummary {
@@ -102,6 +109,7 @@ pub(super) async fn run_pools(
         produce,
         consume,
         abandoned,
+        topic_gone,
         warnings: Vec::new(),
         series: Series::default(),
     })
@@ -146,7 +154,8 @@ async fn produce(
     // is the records over the whole time, not up to that answer. A run cut
     // short (interrupted, abandoned) lasts what it ran.
     if let Some(end) = plan.schedule.end() {
-        if !super::interrupted() && !plan.schedule.is_abandoned() {
+        if !super::interrupted() && !plan.schedule.is_abandoned() && !plan.schedule.is_topic_gone()
+        {
             summary.elapsed = summary.elapsed.max(end.saturating_duration_since(start));
         }
     }
@@ -321,6 +330,7 @@ fn plan(s: &Settings, live: Rc<Live>, stamper: Option<workload::Stamper>) -> Pla
             _ => |status| status == 202,
         },
         reads_accepted: s.mode != Mode::Ping && s.batch_records.is_some(),
+        to_topic: s.mode != Mode::Ping,
         live,
         // Made before the run's clock starts: a few hundred kilobytes.
         latencies_us: RefCell::new(report::latency_histogram()),

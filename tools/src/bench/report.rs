@@ -320,6 +320,8 @@ pub enum Ended {
     Interrupted,
     /// The server stopped accepting connections.
     ServerGone,
+    /// The topic was deleted during the run.
+    TopicGone,
 }
 
 impl Ended {
@@ -329,6 +331,7 @@ impl Ended {
             Ended::Completed => "completed",
             Ended::Interrupted => "interrupted",
             Ended::ServerGone => "server_gone",
+            Ended::TopicGone => "topic_gone",
         }
     }
 
@@ -339,6 +342,7 @@ impl Ended {
             Ended::Completed => None,
             Ended::Interrupted => Some("interrupted"),
             Ended::ServerGone => Some("the server stopped accepting connections"),
+            Ended::TopicGone => Some("the topic was deleted during the run (answered 404)"),
         }
     }
 }

@@ -188,6 +188,7 @@ pub struct Schedule {
     /// Open loop: the grace after the end ran out.
     cut: Cell<bool>,
     abandoned: Cell<bool>,
+    topic_gone: Cell<bool>,
 }
 
 impl Schedule {
@@ -230,12 +231,13 @@ impl Schedule {
             unsent: Cell::new(0),
             cut: Cell::new(false),
             abandoned: Cell::new(false),
+            topic_gone: Cell::new(false),
         }
     }
 
     /// The next request, or `None` once the run is over.
     pub fn claim(&self, now: Instant) -> Option<Ticket> {
-        if self.abandoned.get() || self.cut.get() || super::interrupted() {
+        if self.abandoned.get() || self.topic_gone.get() || self.cut.get() || super::interrupted() {
             return None;
         }
         let index = self.issued.get();
@@ -313,6 +315,16 @@ impl Schedule {
         self.abandoned.set(true);
     }
 
+    /// Stops the run: the topic was deleted under it (a 404 mid-run), so no
+    /// request can succeed again, and retrying them would only spin.
+    pub fn topic_gone(&self) {
+        self.topic_gone.set(true);
+    }
+
+    pub fn is_topic_gone(&self) -> bool {
+        self.topic_gone.get()
+    }
+
     /// When the run started.
     /// A timed schedule's end; `None` for a counted one.
     pub fn end(&self) -> Option<Instant> {
@@ -352,6 +364,9 @@ pub struct Plan {
     /// Batch produce: a 202 acknowledges the batch only if its body says it
     /// accepted every record ([`batch_status`]).
     pub reads_accepted: bool,
+    /// The requests go to a topic the run checked before it started, so a 404
+    /// means it was deleted since ([`Schedule::topic_gone`]).
+    pub to_topic: bool,
     /// The run's running tallies, for the status line and the series.
     pub live: Rc<Live>,
     /// Produce latency of every acknowledged request, all workers together:
@@ -483,8 +498,12 @@ pub async fn worker(plan: Rc<Plan>, conn: Conn, mut tally: Tally) -> Tally {
                 tally.failed_records += ticket.records;
                 *tally.errors.entry(status).or_default() += ticket.records;
                 plan.live.failed(ticket.records);
-                plan.schedule.failed(ticket.records);
-                super::evloop::sleep(super::consumer::ERROR_BACKOFF).await;
+                if status == 404 && plan.to_topic {
+                    plan.schedule.topic_gone();
+                } else {
+                    plan.schedule.failed(ticket.records);
+                    super::evloop::sleep(super::consumer::ERROR_BACKOFF).await;
+                }
             }
             Err(_) => {
                 // The server closed the connection or it broke: open a new one
