@@ -37,6 +37,8 @@ pub const FRESH_TOPIC_DURATION: Duration = Duration::from_secs(10);
 pub const COUNT_DEFAULT: u64 = 10_000;
 /// Partitions of a topic the run creates, unless told otherwise.
 pub const PARTITIONS_DEFAULT: u32 = 3;
+/// The fewest partitions a broker takes for a topic.
+pub const PARTITIONS_MIN: u32 = 3;
 /// CPU numbers `--cpus` accepts are below this, far above the machines the
 /// generator runs on; it also bounds the length of the list.
 pub const CPU_ID_LIMIT: usize = 4096;
@@ -241,6 +243,13 @@ impl Settings {
         }
         if !fresh_topic && !config.create && config.partitions.is_some() {
             return Err("--partitions applies to a topic the run creates (--create)".into());
+        }
+        // The broker's floor; its ceiling (`topic.max_partitions`) is its own
+        // configuration, which only it can judge.
+        if let Some(p) = config.partitions.filter(|&p| p < PARTITIONS_MIN) {
+            return Err(format!(
+                "--partitions must be at least {PARTITIONS_MIN}, got {p}"
+            ));
         }
         let topic = match &config.topic {
             Some(topic) if topic.is_empty() => return Err("the topic name is empty".into()),
@@ -612,7 +621,7 @@ pub(super) mod tests {
     #[test]
     fn conflicts_and_ranges_are_refused_with_the_flag_named() {
         type Change = fn(&mut Config);
-        let cases: [(Change, &str); 15] = [
+        let cases: [(Change, &str); 16] = [
             (|c| c.rate = Some(1e-17), "--rate must be 0.001 to"),
             // The pool that takes --workers names --workers.
             (|c| c.workers = 0, "--workers must be 1"),
@@ -676,6 +685,13 @@ pub(super) mod tests {
                 "exclude",
             ),
             (|c| c.partitions = Some(4), "--partitions applies"),
+            (
+                |c| {
+                    c.topic = None;
+                    c.partitions = Some(1)
+                },
+                "--partitions must be at least 3, got 1",
+            ),
             (|c| c.topic = Some(String::new()), "empty"),
         ];
         for (change, expected) in cases {
