@@ -23,6 +23,7 @@ use narad_shards::ids::{Offset, Seq};
 use narad_shards::log::recovery::scan_tail_above;
 use narad_shards::log::{acknowledged_end, HINT_FILE};
 use narad_shards::wal::checkpoint::{decode as decode_checkpoint, CHECKPOINT_FILE};
+use narad_shards::wal::key::{key_check_of, KEY_FILE};
 use narad_shards::wal::segment::{
     parse_segment_name, scan_past_dispatched, ScanError, PREP_FILE, SPARE_PREFIX,
 };
@@ -167,6 +168,9 @@ async fn wal_report(dir: PathBuf) -> Result<Report, String> {
         )
         .ok(),
     };
+    let key_check = std::fs::read(dir.join(KEY_FILE))
+        .ok()
+        .and_then(|block| key_check_of(&block));
     let firsts: Vec<Seq> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
     for (i, &first) in firsts.iter().enumerate() {
         let name = narad_shards::wal::segment::segment_name(first);
@@ -176,7 +180,8 @@ async fn wal_report(dir: PathBuf) -> Result<Report, String> {
         // As recovery scans: damage wholly below the checkpoint is stepped over
         // (and reported below), since its records were dispatched.
         let dispatched = checkpoint.unwrap_or(Seq(0));
-        let line = match scan_past_dispatched(&file, first, last_expected, dispatched).await {
+        let scanned = scan_past_dispatched(&file, first, last_expected, dispatched, key_check);
+        let line = match scanned.await {
             Ok(end) => {
                 let torn = end
                     .torn_until_bytes

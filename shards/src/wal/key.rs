@@ -51,6 +51,32 @@ fn decode(block: &[u8]) -> Option<FrameKey> {
     ]))
 }
 
+/// The check word of the key a `frame-key` file holds, if it is intact: what
+/// an offline reader needs to tell this WAL's frames apart (see
+/// `segment::scan_past_dispatched`).
+pub fn key_check_of(block: &[u8]) -> Option<u32> {
+    decode(block).map(|key| key.check())
+}
+
+/// The key of the WAL in `dir` if it has an intact one; nothing is made or
+/// refused here (`load_or_create` does that).
+pub async fn load_existing<S: Storage>(
+    storage: &S,
+    dir: &str,
+) -> Result<Option<FrameKey>, WalError> {
+    if !storage.list(dir).await?.iter().any(|n| n == KEY_FILE) {
+        return Ok(None);
+    }
+    let file = storage
+        .open(&join(dir, KEY_FILE), OpenMode::Existing)
+        .await?;
+    let mut block = vec![0u8; BLOCK_BYTES];
+    let read = file.read_at(0, &mut block).await;
+    file.close().await?;
+    read?;
+    Ok(decode(&block))
+}
+
 /// Reads the key of the WAL in `dir`, making one if it has none yet. A WAL whose
 /// `segments` already hold masked frames but has no key lost it: that is refused,
 /// since a new key would leave those records unreadable.

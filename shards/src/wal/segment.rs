@@ -21,7 +21,9 @@ use std::io;
 
 use narad_io::{align_down, BlockFile, BLOCK_BYTES};
 
-use super::frame::{decode_frame, FrameError, FRAME_HEADER_BYTES, FRAME_MAGIC, RECORD_BYTES_MAX};
+use super::frame::{
+    decode_frame, FrameError, FORMAT_V2, FRAME_HEADER_BYTES, FRAME_MAGIC, RECORD_BYTES_MAX,
+};
 use crate::ids::Seq;
 
 /// Suffix of segment files.
@@ -175,7 +177,7 @@ pub async fn scan<F: BlockFile>(
     first: Seq,
     last_expected: Option<Seq>,
 ) -> Result<ScanEnd, ScanError> {
-    scan_past_dispatched(file, first, last_expected, Seq(0)).await
+    scan_past_dispatched(file, first, last_expected, Seq(0), None).await
 }
 
 /// [`scan`], stepping over damage that holds only records below `checkpoint`:
@@ -184,13 +186,18 @@ pub async fn scan<F: BlockFile>(
 /// bad frame is stepped over when the next valid frame after it carries a
 /// sequence number above the bad one's and at or below the checkpoint (frames
 /// are written in sequence order, and a recycled file's stale frames carry
-/// numbers below the segment's first, so no stale frame qualifies); each
-/// such run is reported in [`ScanEnd::skipped`] and logged.
+/// numbers below the segment's first, so no stale frame qualifies), and is a
+/// format 2 frame of this WAL's key (`key_check`, the key's check word): the
+/// search starts inside the bad frame, and a format 1 payload, stored as the
+/// client sent it, could hold bytes that pass for frames, which a client
+/// cannot make carry a key it never saw. Without a key nothing is stepped
+/// over. Each run stepped over is reported in [`ScanEnd::skipped`] and logged.
 pub async fn scan_past_dispatched<F: BlockFile>(
     file: &F,
     first: Seq,
     last_expected: Option<Seq>,
     checkpoint: Seq,
+    key_check: Option<u32>,
 ) -> Result<ScanEnd, ScanError> {
     let mut reader = ChunkBuf::default();
     let mut pos = 0u64;
@@ -257,10 +264,10 @@ pub async fn scan_past_dispatched<F: BlockFile>(
             reader.invalidate();
             reads += 1;
         };
-        if expected < checkpoint {
-            if let Some((at, seq)) =
-                next_dispatched_frame(&mut reader, file, pos, expected, checkpoint).await?
-            {
+        if let (true, Some(key_check)) = (expected < checkpoint, key_check) {
+            let found =
+                next_dispatched_frame(&mut reader, file, pos, expected, checkpoint, key_check);
+            if let Some((at, seq)) = found.await? {
                 tracing::warn!(
                 position_bytes = pos,
                 resume_bytes = at,
@@ -301,22 +308,35 @@ pub async fn scan_past_dispatched<F: BlockFile>(
 }
 
 /// The first valid frame after a bad one at `bad_pos` whose sequence number
-/// lies in `(expected, checkpoint]`, and where it starts; `None` when the
-/// first valid frame after it is past the checkpoint, or there is none.
+/// lies in `(expected, checkpoint]`, and where it starts; `None` when there
+/// is none (the damage reaches past the checkpoint).
 async fn next_dispatched_frame<F: BlockFile>(
     reader: &mut ChunkBuf,
     file: &F,
     bad_pos: u64,
     expected: Seq,
     checkpoint: Seq,
+    key_check: u32,
 ) -> io::Result<Option<(u64, Seq)>> {
     let size_bytes = file.size().await?;
     let mut pos = bad_pos + 1;
     while let Some(at) = next_magic(reader, file, pos, size_bytes).await? {
-        // Frames are in sequence order: the first valid one after the damage
-        // decides. One past the checkpoint means undispatched records are lost.
-        if let Ok((seq, _)) = frame_at_if(reader, file, at, |seq| seq > expected).await? {
-            return Ok((seq <= checkpoint).then_some((at, seq)));
+        // Frames are in sequence order, so the first valid frame of this WAL
+        // after the damage carries the next number that survived; only one at
+        // or below the checkpoint is read and checked (a header outside that
+        // range costs no body read), since one past it would mean undispatched
+        // records went with the damage.
+        let wanted = |seq: Seq| seq > expected && seq <= checkpoint;
+        if let Ok((seq, _)) = frame_at_if(reader, file, at, wanted).await? {
+            let format = reader
+                .bytes_at(file, at + FRAME_HEADER_BYTES as u64, 5)
+                .await?;
+            let keyed = format.len() >= 5
+                && format[0] == FORMAT_V2
+                && format[1..5] == key_check.to_be_bytes();
+            if keyed {
+                return Ok(Some((at, seq)));
+            }
         }
         pos = at + 1;
     }

@@ -132,8 +132,12 @@ pub(super) async fn recover<S: Storage>(
         None => oldest,
     };
     // Sealed segments that hold records at or past the checkpoint must be whole
-    // from the checkpoint on; damage wholly below it is stepped over.
+    // from the checkpoint on; damage wholly below it is stepped over, resuming
+    // only at a frame of this WAL's key (`segment::scan_past_dispatched`).
     let mut resumed = Vec::new();
+    let key_check = super::key::load_existing(storage, dir)
+        .await?
+        .map(|key| key.check());
     for pair in segments
         .iter()
         .zip(segments.iter().skip(1))
@@ -145,10 +149,15 @@ pub(super) async fn recover<S: Storage>(
         }
         let name = join(dir, &segment_name(first));
         let file = storage.open(&name, OpenMode::Existing).await?;
-        let end =
-            segment::scan_past_dispatched(&file, first, Some(Seq(next_first.0 - 1)), checkpoint)
-                .await
-                .map_err(|e| corrupt(&name, e))?;
+        let end = segment::scan_past_dispatched(
+            &file,
+            first,
+            Some(Seq(next_first.0 - 1)),
+            checkpoint,
+            key_check,
+        )
+        .await
+        .map_err(|e| corrupt(&name, e))?;
         resumed.extend(
             end.skipped
                 .iter()
@@ -159,7 +168,7 @@ pub(super) async fn recover<S: Storage>(
     let last = *segments.back().expect("at least one segment");
     let name = join(dir, &segment_name(last));
     let file = storage.open(&name, OpenMode::Existing).await?;
-    let end = segment::scan_past_dispatched(&file, last, None, checkpoint)
+    let end = segment::scan_past_dispatched(&file, last, None, checkpoint, key_check)
         .await
         .map_err(|e| corrupt(&name, e))?;
     resumed.extend(

@@ -654,6 +654,98 @@ fn damage_across_the_checkpoint_in_a_sealed_segment_fails_loudly() {
     });
 }
 
+/// Stepping over damage below the checkpoint resumes only at a frame of this
+/// WAL's key. The search starts inside the damaged frame, and a format 1
+/// record (written before payloads were masked) stores its payload as the
+/// client sent it: here that payload is a run of valid frames 2..=9. Were
+/// those taken for the segment's own, the dispatcher would read them in place
+/// of the real, undispatched records 5..9.
+#[test]
+fn frames_inside_a_legacy_payload_never_stand_in_for_damaged_ones() {
+    use narad_io::file::OpenMode;
+    use narad_io::BlockFile;
+    let disk = SimDisk::new(77, SimFaults::default());
+    run_local(None, async move {
+        let frame = |seq: u64, payload: &[u8], out: &mut Vec<u8>| {
+            record(payload, None).encode_frame(Seq(seq), None, out)
+        };
+        // The payload of record 1: frames 2..=9 carrying ids 1002..=1009.
+        let mut chain = Vec::new();
+        for seq in 2..=9u64 {
+            frame(seq, &payload_for(1000 + seq, 64), &mut chain);
+        }
+        let mut sealed = Vec::new();
+        let mut header_of_1 = 0;
+        for seq in 0..=9u64 {
+            if seq == 1 {
+                header_of_1 = sealed.len();
+                frame(1, &chain, &mut sealed);
+            } else {
+                frame(seq, &payload_for(seq, 64), &mut sealed);
+            }
+        }
+        let mut last = Vec::new();
+        for seq in 10..=11u64 {
+            frame(seq, &payload_for(seq, 64), &mut last);
+        }
+        disk.create_dir_all("wal").await.unwrap();
+        for (name, mut bytes) in [
+            (segment_name(Seq(0)), sealed),
+            (segment_name(Seq(10)), last),
+        ] {
+            bytes.resize(bytes.len().div_ceil(4096) * 4096, 0);
+            let f = disk
+                .open(&format!("wal/{name}"), OpenMode::CreateOrOpen)
+                .await
+                .unwrap();
+            f.write_at(0, &bytes).await.unwrap();
+            f.sync_data().await.unwrap();
+        }
+        let ck = disk
+            .open("wal/checkpoint", OpenMode::CreateOrOpen)
+            .await
+            .unwrap();
+        let mut block = narad_shards::wal::checkpoint::encode(Seq(5));
+        block.resize(4096, 0);
+        ck.write_at(0, &block).await.unwrap();
+        ck.sync_data().await.unwrap();
+        // Sanity: intact, the WAL reads the real records from the checkpoint.
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        let ids: Vec<u64> = read_all(&wal, Seq(5))
+            .await
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        assert_eq!(ids, (5..=11).collect::<Vec<_>>());
+        wal.close().await;
+        // Rot: one bit of record 1's seq field (a dispatched record).
+        disk.rot(
+            &format!("wal/{}", segment_name(Seq(0))),
+            header_of_1 + 15,
+            0,
+        );
+        match Wal::open(disk.clone(), "wal", small_config(false)).await {
+            // Refused loudly, as before the step existed: nothing is lost.
+            Err(e) => assert!(matches!(e, WalError::Corrupt(_)), "{e:?}"),
+            Ok(wal) => {
+                let ids: Vec<u64> = read_all(&wal, wal.checkpoint())
+                    .await
+                    .into_iter()
+                    .map(|(_, id)| id)
+                    .collect();
+                assert_eq!(
+                    ids,
+                    (5..=11).collect::<Vec<_>>(),
+                    "undispatched records replaced"
+                );
+                wal.close().await;
+            }
+        }
+    });
+}
+
 #[test]
 fn bad_records_are_refused_before_anything_is_staged() {
     let disk = SimDisk::new(8, SimFaults::default());
