@@ -6,7 +6,9 @@ use narad_io::dma::DmaStorage;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
 use narad_shards::ids::Offset;
-use narad_shards::log::{LogConfig, LogError, PartitionLog, ReadItem, Record, RecordRef};
+use narad_shards::log::{
+    acknowledged_end, LogConfig, LogError, PartitionLog, ReadItem, Record, RecordRef, HINT_FILE,
+};
 
 const DIR: &str = "topics/t/p00000";
 
@@ -453,6 +455,20 @@ fn a_frame_forged_in_a_payload_is_never_recovered_as_one() {
             commit_n(&mut log, 4, 1, 3).await.unwrap(),
             Offset(4)..Offset(5)
         );
+        // The hint that did not hold is retired by that commit: it can never
+        // be a later open's floor for a tail written since.
+        let hint = disk
+            .open(
+                &format!("{DIR}/{HINT_FILE}"),
+                narad_io::file::OpenMode::Existing,
+            )
+            .await
+            .unwrap();
+        let mut image = vec![0u8; 64 << 10];
+        let read = narad_io::BlockFile::read_at(&hint, 0, &mut image)
+            .await
+            .unwrap();
+        assert_eq!(acknowledged_end(&image[..read], Offset(0)), None);
         // The same rot with no hint, as after a crash: cut as a torn tail.
         let (disk, forged_at) = forged_log().await;
         disk.rot(&segment, forged_at + 10, 2);

@@ -126,13 +126,14 @@ impl<S: Storage> PartitionLog<S> {
                 self.config.commit_bytes_max
             )));
         }
-        if self.hint_to_retire {
+        if self.hint_to_retire || self.stale_hint {
             // Before anything passes the tail the hint names (see `hint.rs`).
             #[cfg(not(feature = "broken-log-trust-stale-hint"))]
             super::hint::retire(&self.storage, &self.dir)
                 .await
                 .map_err(super::io_err("retire the tail hint"))?;
             self.hint_to_retire = false;
+            self.stale_hint = false;
         }
         let data_bytes = self.active.file.len();
         let overflow = data_bytes + commit_bytes > self.config.segment_bytes_max;

@@ -433,6 +433,12 @@ pub struct PartitionLog<S: Storage> {
     /// the active segment: the next commit retires it first
     /// ([`hint::retire`]), and a close before any commit or roll leaves it.
     hint_to_retire: bool,
+    /// The open found an intact tail hint of the active segment that did not
+    /// hold and scanned instead: the next commit retires it too, so that it
+    /// never serves a later open as the floor of a tail this log has since
+    /// written differently (`recovery::scan_tail_above`). The close writes a
+    /// fresh one either way.
+    stale_hint: bool,
     /// The device time of the last commit, if it succeeded (for metrics).
     last_commit_io: Option<CommitIo>,
     /// Shared with the owner, which serves reads of the cached tail without
@@ -482,6 +488,7 @@ impl<S: Storage> PartitionLog<S> {
             unsettled_tail: false,
             commit_failed: false,
             hint_to_retire: opened.from_hint,
+            stale_hint: opened.stale_hint,
             last_commit_io: None,
             cache,
             gaps: opened.gaps,

@@ -35,6 +35,9 @@ pub(super) struct OpenedSegments<F> {
     /// The active segment was taken from its tail hint, which must be retired
     /// before the next commit ([`hint::retire`]).
     pub from_hint: bool,
+    /// An intact hint of the active segment did not hold, and the segment was
+    /// scanned: it is retired before the next commit too.
+    pub stale_hint: bool,
 }
 
 fn parse_base(name: &str, suffix: &str) -> Option<Offset> {
@@ -99,14 +102,15 @@ pub(super) async fn open_segments<S: Storage>(
             index: None,
         });
     }
-    let (recovered, from_hint) = recover_active(storage, dir, active_base, config, hinted).await?;
+    let (recovered, hint_use) = recover_active(storage, dir, active_base, config, hinted).await?;
     Ok(OpenedSegments {
         sealed,
         active: recovered.0,
         next_offset: recovered.1,
         last_commit_ms: recovered.2,
         gaps: recovered.3,
-        from_hint,
+        from_hint: hint_use == HintUse::Trusted,
+        stale_hint: hint_use == HintUse::Rejected,
     })
 }
 
@@ -128,6 +132,18 @@ fn garbage_end(bytes: &[u8]) -> u64 {
         .map_or(0, |p| p as u64 + 1)
 }
 
+/// What the open made of a tail hint in the directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HintUse {
+    /// None, or none intact for the active segment.
+    Absent,
+    /// It held: the active segment was taken from it.
+    Trusted,
+    /// Intact, but it did not hold: the segment was scanned, with its end as
+    /// the floor.
+    Rejected,
+}
+
 /// Scans the active segment for its verified tail and positions the appender
 /// after it; with a tail hint in the directory (`hinted`) that still holds,
 /// takes the tail from it instead ([`hint`]).
@@ -137,7 +153,7 @@ async fn recover_active<S: Storage>(
     base: Offset,
     config: &LogConfig,
     hinted: bool,
-) -> Result<(Recovered<S::File>, bool), LogError> {
+) -> Result<(Recovered<S::File>, HintUse), LogError> {
     // An intact hint of this segment that does not hold still says where a
     // clean close saw the data end: the scan cuts nothing below that.
     let (mut floor, mut floor_commit_ms) = (None, 0);
@@ -149,7 +165,7 @@ async fn recover_active<S: Storage>(
                 end: found.index.end,
             });
             if let Some(recovered) = hint::recover(storage, dir, base, config, found).await? {
-                return Ok((recovered, true));
+                return Ok((recovered, HintUse::Trusted));
             }
         }
     }
@@ -284,7 +300,15 @@ async fn recover_active<S: Storage>(
         last_frame_pos: scan.last_frame_pos.map(|p| p as u64),
         preparing: None,
     };
-    Ok(((active, scan.next_offset, last_commit_ms, scan.gaps), false))
+    let hint_use = if floor.is_some() {
+        HintUse::Rejected
+    } else {
+        HintUse::Absent
+    };
+    Ok((
+        (active, scan.next_offset, last_commit_ms, scan.gaps),
+        hint_use,
+    ))
 }
 
 /// An active segment longer than this configuration allows was written under

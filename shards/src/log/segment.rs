@@ -331,6 +331,7 @@ impl<S: Storage> PartitionLog<S> {
         // A hint on the disk names the sealed segment now: the next open
         // passes it by, and the close writes one for the new segment.
         self.hint_to_retire = false;
+        self.stale_hint = false;
         assert!(
             self.sealed.back().is_none_or(|s| s.end == old.base),
             "segments are contiguous"
