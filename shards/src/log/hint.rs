@@ -47,8 +47,9 @@
 //! say) still tells the full scan where the close saw the data end: every
 //! commit below that end was acknowledged, so the scan keeps what no longer
 //! verifies there as a corrupt gap instead of cutting it as a torn tail
-//! (`recovery::scan_tail_above`). A hint no later commit retired names an
-//! end at or below the data's: the log's end only ever moves forward.
+//! (`recovery::scan_tail_above`). Such a hint is retired before the next
+//! commit as a trusted one is (a read of it that failed once would otherwise
+//! leave it to a later open, as the floor of a tail written differently since).
 
 use std::io;
 use std::rc::Rc;
