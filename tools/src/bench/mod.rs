@@ -729,14 +729,9 @@ mod tests {
     /// A verify run whose drain hit its limit while consumers still acked
     /// says so, rather than calling the records it did not reach lost; both
     /// fail the run.
-    #[test]
-    fn a_drain_cut_short_is_not_reported_as_loss() {
-        let verify = settings(Config {
-            mode: Some(Mode::Flow),
-            verify: true,
-            ..config()
-        });
-        let outcome = |drain_cut_short| Outcome {
+    /// A verified flow that found 3 of 10 acknowledged records missing.
+    fn three_of_ten_missing(drain_cut_short: Option<Duration>, topic_gone: bool) -> Outcome {
+        Outcome {
             produce: None,
             consume: Some(ConsumeSummary {
                 tally: ConsumeTally::new(),
@@ -752,10 +747,20 @@ mod tests {
                 drain_cut_short,
             }),
             abandoned: false,
-            topic_gone: false,
+            topic_gone,
             warnings: Vec::new(),
             series: Series::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_drain_cut_short_is_not_reported_as_loss() {
+        let verify = settings(Config {
+            mode: Some(Mode::Flow),
+            verify: true,
+            ..config()
+        });
+        let outcome = |drain_cut_short| three_of_ten_missing(drain_cut_short, false);
         let lost = judge(&verify, &outcome(None)).unwrap_err();
         assert!(
             lost.contains("3 of 10 acknowledged records were never consumed"),
@@ -775,27 +780,7 @@ mod tests {
             verify: true,
             ..config()
         });
-        let outcome = Outcome {
-            produce: None,
-            consume: Some(ConsumeSummary {
-                tally: ConsumeTally::new(),
-                elapsed: Duration::from_secs(1),
-                duplicate_records: 0,
-                verdict: Some(stamp::Verdict {
-                    produced_ok_records: 10,
-                    missing_records: 3,
-                    duplicate_records: 0,
-                    unknown_records: 0,
-                    untracked_records: 0,
-                }),
-                drain_cut_short: None,
-            }),
-            abandoned: false,
-            topic_gone: true,
-            warnings: Vec::new(),
-            series: Series::default(),
-        };
-        let why = judge(&verify, &outcome).unwrap_err();
+        let why = judge(&verify, &three_of_ten_missing(None, true)).unwrap_err();
         assert!(
             why.contains("the topic was deleted during the run"),
             "{why}"
