@@ -22,7 +22,7 @@ variants=(
   "broken-no-readback|narad-shards|log_faults|a partition commit skips the read-back and CRC check"
   "broken-log-trust-stale-hint|narad-shards|log_crash|a partition log open trusts a tail hint that commits after it made stale"
   "broken-log-trust-stale-hint|narad-shards|log_open|the same, in the hint's own tests"
-  "broken-log-unmasked|narad-shards|log_faults|partition log frames carry payloads unmasked, so recovery takes a frame forged inside one for the log's"
+  "broken-log-unmasked|narad-shards|log_recovery|partition log frames carry payloads unmasked, so recovery takes a frame forged inside one for the log's"
   "broken-ack-state-no-anchor|narad-shards|consumer_state|the consumer-state committer writes its window into the durable anchor slot"
   "broken-growing-dsync|narad-shards|log_crash|a partition commit that grows its segment file is one O_DSYNC write, whose new size the file system may lose"
   "broken-growing-dsync|narad-shards|wal_crash|the same for a WAL batch that grows its segment file"
