@@ -480,45 +480,56 @@ pub fn topic_path(topic: &str, suffix: &str) -> String {
 /// The visibility timeout a broker gives a topic it does not set one for.
 pub const VISIBILITY_DEFAULT: Duration = Duration::from_secs(30);
 
-/// The `visibility_timeout_ms` of a Topic object ([`VISIBILITY_DEFAULT`] if
-/// the answer has none).
-pub fn visibility_of(topic_json: &str) -> Duration {
-    serde_json::from_str::<serde_json::Value>(topic_json)
-        .ok()
-        .and_then(|topic| topic["visibility_timeout_ms"].as_u64())
-        .map_or(VISIBILITY_DEFAULT, Duration::from_millis)
+/// What a run needs to know of its topic, read from a Topic object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicFacts {
+    /// `visibility_timeout_ms` ([`VISIBILITY_DEFAULT`] if the answer has none).
+    pub visibility: Duration,
+    /// `partitions`, if the answer has it.
+    pub partitions: Option<u32>,
 }
 
-/// Creates the topic and returns its visibility timeout; one that already
-/// exists (409) is fine, and gives `None`.
+/// The [`TopicFacts`] of a Topic object.
+pub fn facts_of(topic_json: &str) -> TopicFacts {
+    let topic = serde_json::from_str::<serde_json::Value>(topic_json).ok();
+    let field = |name: &str| topic.as_ref().and_then(|t| t[name].as_u64());
+    TopicFacts {
+        visibility: field("visibility_timeout_ms")
+            .map_or(VISIBILITY_DEFAULT, Duration::from_millis),
+        partitions: field("partitions").and_then(|p| u32::try_from(p).ok()),
+    }
+}
+
+/// Creates the topic and returns its facts; one that already exists (409) is
+/// fine, and gives `None`.
 pub async fn create_topic(
     conn: &mut Conn,
     server: &Server,
     topic: &str,
     partitions: u32,
     existing_ok: bool,
-) -> Result<Option<Duration>, String> {
+) -> Result<Option<TopicFacts>, String> {
     let body = serde_json::json!({"name": topic, "partitions": partitions}).to_string();
     let template = RequestTemplate::new(Method::Post, "/v1/topics", server, "application/json");
     let (status, text) = conn.send_collect(template.build(body.as_bytes())).await?;
     match status {
-        201 => Ok(Some(visibility_of(&text))),
+        201 => Ok(Some(facts_of(&text))),
         409 if existing_ok => Ok(None),
         _ => Err(format!("cannot create topic {topic:?}: {status} {text}")),
     }
 }
 
 /// Checks that the topic exists, so that a typo fails at once instead of as a
-/// run of 404s, and returns its visibility timeout.
+/// run of 404s, and returns its facts.
 pub async fn check_topic(
     conn: &mut Conn,
     server: &Server,
     topic: &str,
-) -> Result<Duration, String> {
+) -> Result<TopicFacts, String> {
     let template = RequestTemplate::get(&topic_path(topic, ""), server);
     let (status, text) = conn.send_collect(template.build(&[])).await?;
     match status {
-        200 => Ok(visibility_of(&text)),
+        200 => Ok(facts_of(&text)),
         404 => Err(format!(
             "topic {topic:?} does not exist (--create creates it)"
         )),
@@ -548,9 +559,19 @@ mod tests {
     #[test]
     fn a_topics_visibility_timeout_is_read_from_its_json() {
         let topic = r#"{"name":"t","visibility_timeout_ms":120000,"partitions":3}"#;
-        assert_eq!(visibility_of(topic), Duration::from_secs(120));
-        assert_eq!(visibility_of(r#"{"name":"t"}"#), VISIBILITY_DEFAULT);
-        assert_eq!(visibility_of("not json"), VISIBILITY_DEFAULT);
+        assert_eq!(
+            facts_of(topic),
+            TopicFacts {
+                visibility: Duration::from_secs(120),
+                partitions: Some(3)
+            }
+        );
+        let bare = TopicFacts {
+            visibility: VISIBILITY_DEFAULT,
+            partitions: None,
+        };
+        assert_eq!(facts_of(r#"{"name":"t"}"#), bare);
+        assert_eq!(facts_of("not json"), bare);
     }
 
     #[test]

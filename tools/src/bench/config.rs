@@ -214,11 +214,41 @@ pub struct Settings {
     pub cpus: Vec<usize>,
     pub create: bool,
     pub partitions: u32,
+    /// `--partitions` was given, not defaulted.
+    pub partitions_given: bool,
     pub json: Option<JsonTarget>,
     pub report: Option<PathBuf>,
 }
 
 impl Settings {
+    /// The run's settings, every default applied: the `settings` object of the
+    /// `--json` line, so that a result file says what produced it.
+    pub fn json_value(&self) -> serde_json::Value {
+        let (count, duration_s) = match self.length {
+            Length::Records(n) => (Some(n), None),
+            Length::Timed(d) => (None, Some(d.as_secs_f64())),
+            Length::UntilIdle => (None, None),
+        };
+        serde_json::json!({
+            "server": format!("http://{}", self.server.authority),
+            "mode": self.mode.name(),
+            "topic": self.topic,
+            "fresh_topic": self.fresh_topic,
+            "count": count,
+            "duration_s": duration_s,
+            "size_bytes": self.size_bytes,
+            "producers": self.producers,
+            "consumers": self.consumers,
+            "batch": self.batch_records,
+            "max": self.consume_max,
+            "rate": self.rate,
+            "verify": self.verify,
+            "partitions": self.create.then_some(self.partitions),
+            "cpus": self.cpus,
+            "timeout_s": self.server.timeout.as_secs_f64(),
+        })
+    }
+
     /// Applies the defaults and refuses what does not fit together.
     pub fn resolve(config: &Config) -> Result<Settings, String> {
         let mut server = Server::parse(&config.server)?;
@@ -300,6 +330,7 @@ impl Settings {
             },
             create: config.create || fresh_topic,
             partitions: config.partitions.unwrap_or(PARTITIONS_DEFAULT),
+            partitions_given: config.partitions.is_some(),
             json: config.json.clone(),
             report: config.report.clone(),
         };

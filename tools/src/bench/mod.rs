@@ -206,6 +206,7 @@ pub fn run(config: &Config) -> Result<(), BenchError> {
                 "topic": settings.topic,
                 "ended": "failed",
                 "error": why,
+                "settings": settings.json_value(),
             });
             let _ = emit_json(&settings, &line.to_string());
             return Err(BenchError::Failed(why));
@@ -241,8 +242,7 @@ fn write_json(settings: &Settings, outcome: &Outcome) -> Result<(), BenchError> 
         return Ok(());
     }
     let line = report::json_line(
-        settings.mode.name(),
-        &settings.topic,
+        settings,
         outcome.ended(),
         outcome.produce.as_ref(),
         outcome.consume.as_ref(),
@@ -349,7 +349,7 @@ fn start_line(s: &Settings) -> String {
         None => String::new(),
     };
     let rate = match s.rate {
-        Some(r) => format!(" at {r:.0} msg/s"),
+        Some(r) => format!(" at {} msg/s", report::rate_figure(r)),
         None => String::new(),
     };
     let topic = if s.fresh_topic {
@@ -358,19 +358,20 @@ fn start_line(s: &Settings) -> String {
         String::new()
     };
     let consuming = format!(
-        "consuming with {} consumers ({} per request)",
-        s.consumers, s.consume_max
+        "consuming with {} ({} per request)",
+        counted(s.consumers, "consumer"),
+        s.consume_max
     );
     match s.mode {
         Mode::Produce => format!(
-            "{topic}producing {what} × {}B{batch}{rate} with {} workers...",
+            "{topic}producing {what} × {}B{batch}{rate} with {}...",
             s.size_bytes,
-            producers_used(s)
+            counted(producers_used(s), "worker")
         ),
         Mode::Flow => format!(
-            "{topic}producing {what} × {}B{batch}{rate} with {} producers, {consuming}...",
+            "{topic}producing {what} × {}B{batch}{rate} with {}, {consuming}...",
             s.size_bytes,
-            producers_used(s)
+            counted(producers_used(s), "producer")
         ),
         Mode::Consume => match s.length {
             Length::Records(n) => format!("{consuming}: {n} messages..."),
@@ -382,10 +383,19 @@ fn start_line(s: &Settings) -> String {
                 _ => what,
             };
             format!(
-                "pinging {HEALTH_PATH} {times} with {} workers...",
-                producers_used(s)
+                "pinging {HEALTH_PATH} {times} with {}...",
+                counted(producers_used(s), "worker")
             )
         }
+    }
+}
+
+/// `1 worker`, `8 workers`.
+fn counted(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
 
@@ -404,6 +414,7 @@ fn producers_used(s: &Settings) -> usize {
 /// Sets up the topic, measures, and deletes a fresh topic.
 async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
     let mut visibility = client::VISIBILITY_DEFAULT;
+    let mut warnings = Vec::new();
     if s.mode.uses_topic() {
         let mut setup = Conn::open(&s.server).await?;
         let created = if s.create {
@@ -413,16 +424,20 @@ async fn drive(s: Settings, show_progress: bool) -> Result<Outcome, String> {
         } else {
             None
         };
-        visibility = match created {
-            Some(visibility) => visibility,
+        let facts = match created {
+            Some(facts) => facts,
             None => client::check_topic(&mut setup, &s.server, &s.topic).await?,
         };
+        visibility = facts.visibility;
+        if created.is_none() {
+            warnings.extend(partitions_warning(&s, facts.partitions));
+        }
     }
     let mut outcome = measure(&s, show_progress, visibility).await;
     if let Ok(outcome) = outcome.as_mut() {
-        if let Some(warning) = saturation_warning(outcome) {
-            outcome.warnings.push(warning);
-        }
+        warnings.extend(saturation_warning(outcome));
+        warnings.extend(foreign_warning(outcome));
+        outcome.warnings.splice(0..0, warnings);
     }
     if s.fresh_topic {
         let deleted = match Conn::open(&s.server).await {
@@ -449,6 +464,35 @@ fn saturation_warning(outcome: &Outcome) -> Option<String> {
         format!(
             "some latencies were longer than {}, the longest the histograms hold, and count as that: the top percentiles are at least what they show",
             report::go_duration(Duration::from_micros(report::LATENCY_US_MAX))
+        )
+    })
+}
+
+/// A warning when `--create --partitions P` found the topic there already
+/// with another partition count: the run used the topic as it is.
+fn partitions_warning(s: &Settings, existing: Option<u32>) -> Option<String> {
+    let asked = s.partitions_given.then_some(s.partitions)?;
+    let found = existing?;
+    (found != asked).then(|| {
+        format!(
+            "topic {:?} already existed with {found} partitions: the run used it as it is, \
+             not with --partitions {asked}",
+            s.topic
+        )
+    })
+}
+
+/// A warning when the consumers took messages this run did not produce (the
+/// topic held them before it started, or another client produced them): they
+/// are acked like the run's own, and counted in the consumed rate.
+fn foreign_warning(outcome: &Outcome) -> Option<String> {
+    let c = outcome.consume.as_ref()?;
+    let foreign = c.tally.foreign_records;
+    (foreign > 0).then(|| {
+        format!(
+            "{foreign} messages received were not produced by this run (the topic held them \
+             before it started, or another client produced them); they were acked like its \
+             own and count in the consumed rate"
         )
     })
 }
@@ -553,6 +597,17 @@ mod tests {
         assert_eq!(
             start_line(&settings(timed)),
             "pinging /healthz for 5s with 64 workers..."
+        );
+        // One of a pool is singular, and a rate below 10 a second keeps its fraction.
+        let slow = Config {
+            workers: 1,
+            rate: Some(0.5),
+            duration: Some(Duration::from_secs(4)),
+            ..config()
+        };
+        assert_eq!(
+            start_line(&settings(slow)),
+            "producing for 4s × 256B at 0.50 msg/s with 1 worker..."
         );
     }
 
@@ -665,5 +720,33 @@ mod tests {
             .saturating_record(10 * report::LATENCY_US_MAX);
         let warning = saturation_warning(&outcome(tally)).unwrap();
         assert!(warning.contains("longer than 1h0m0s"), "{warning}");
+        // Messages of other runs taken in a flow are counted, and said to be.
+        assert_eq!(foreign_warning(&outcome(ConsumeTally::new())), None);
+        let mut tally = ConsumeTally::new();
+        tally.foreign_records = 7;
+        let warning = foreign_warning(&outcome(tally)).unwrap();
+        assert!(
+            warning.starts_with("7 messages received were not produced by this run"),
+            "{warning}"
+        );
+    }
+
+    #[test]
+    fn a_partition_count_the_run_could_not_apply_is_warned_of() {
+        let create = |partitions| Config {
+            create: true,
+            partitions,
+            ..config()
+        };
+        let asked = settings(create(Some(4)));
+        let warning = partitions_warning(&asked, Some(6)).unwrap();
+        assert_eq!(
+            warning,
+            "topic \"t\" already existed with 6 partitions: the run used it as it is, not with --partitions 4"
+        );
+        assert_eq!(partitions_warning(&asked, Some(4)), None, "as asked");
+        assert_eq!(partitions_warning(&asked, None), None, "not known");
+        // Not asked for: the default is no promise.
+        assert_eq!(partitions_warning(&settings(create(None)), Some(6)), None);
     }
 }

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use super::config::Settings;
 use super::consumer::{ConsumeTally, STATUS_TRANSPORT, STATUS_UNREADABLE, STATUS_UNSENT};
 use super::stamp::Verdict;
 
@@ -348,18 +349,18 @@ impl Ended {
 }
 
 /// The `--json` line of a run: the produce fields (as before) and the consume
-/// fields, whichever the mode has.
+/// fields, whichever the mode has, and the settings that produced them.
 pub fn json_line(
-    mode: &str,
-    topic: &str,
+    settings: &Settings,
     ended: Ended,
     produce: Option<&Summary>,
     consume: Option<&ConsumeSummary>,
 ) -> String {
     let mut out = serde_json::Map::new();
-    out.insert("mode".into(), mode.into());
-    out.insert("topic".into(), topic.into());
+    out.insert("mode".into(), settings.mode.name().into());
+    out.insert("topic".into(), settings.topic.as_str().into());
     out.insert("ended".into(), ended.name().into());
+    out.insert("settings".into(), settings.json_value());
     if let Some(produce) = produce {
         if let serde_json::Value::Object(fields) = produce.json_value() {
             out.extend(fields);
@@ -403,6 +404,7 @@ fn latency_json(h: &Histogram<u64>) -> serde_json::Value {
     serde_json::json!({
         "count": h.len(),
         "p50_us": histogram_percentile(h, 0.50),
+        "p90_us": histogram_percentile(h, 0.90),
         "p95_us": histogram_percentile(h, 0.95),
         "p99_us": histogram_percentile(h, 0.99),
         "p999_us": histogram_percentile(h, 0.999),
@@ -424,7 +426,7 @@ pub fn rank(p: f64, n: u64) -> u64 {
 /// An open loop's target as the line prints it: whole units from 10 up,
 /// else with two decimals (a target of 0.2 records a second is not 0). The
 /// achieved rate keeps the reference's whole units.
-fn rate_figure(rate: f64) -> String {
+pub(super) fn rate_figure(rate: f64) -> String {
     if rate >= 10.0 || rate == 0.0 {
         format!("{rate:.0}")
     } else {
@@ -597,9 +599,36 @@ mod tests {
             summary.figures_line("produce", "msg"),
             "produce figures: 2 msg/s, 2.0 MB/s; latency p50=200µs p90=300µs p99=300µs p99.9=300µs max=400µs; errors: 503×1"
         );
-        let line = json_line("produce", "t", Ended::Completed, Some(&summary), None);
+        let settings = Settings::resolve(&super::super::config::Config {
+            count: Some(5),
+            batch_records: Some(10),
+            ..super::super::config::tests::config()
+        })
+        .unwrap();
+        let line = json_line(&settings, Ended::Completed, Some(&summary), None);
         let json: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(json["mode"], "produce");
+        // The settings that produced the figures, every default applied.
+        let run = &json["settings"];
+        assert_eq!(run["server"], "http://127.0.0.1:7942");
+        assert_eq!(run["topic"], "t");
+        assert_eq!(
+            (run["count"].clone(), run["duration_s"].clone()),
+            (5.into(), serde_json::Value::Null)
+        );
+        assert_eq!(
+            (run["producers"].clone(), run["consumers"].clone()),
+            (8.into(), 0.into())
+        );
+        assert_eq!(
+            (run["batch"].clone(), run["size_bytes"].clone()),
+            (10.into(), 256.into())
+        );
+        assert_eq!(
+            run["partitions"],
+            serde_json::Value::Null,
+            "the topic was not created"
+        );
         assert_eq!(json["ok"], 4);
         assert_eq!(json["failed"], 1);
         assert_eq!(json["p50_us"], 200);
@@ -674,7 +703,8 @@ mod tests {
             summary.schedule_line().unwrap(),
             "open loop: 3 of 5 requests written more than 1ms after they were due (latest 40ms)"
         );
-        let line = json_line("produce", "t", Ended::Completed, Some(&summary), None);
+        let settings = Settings::resolve(&super::super::config::tests::config()).unwrap();
+        let line = json_line(&settings, Ended::Completed, Some(&summary), None);
         let json: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(json["late_sends"], 3);
         assert_eq!(json["max_send_lag_us"], 40_000);
