@@ -258,6 +258,34 @@ pub(super) fn copy_masked(out: &mut [u8], from: &[u8], word: u64) {
     }
 }
 
+/// Whether `stored == plain ^ mask`, the mask being `word`'s little-endian
+/// bytes repeated: [`copy_masked`]'s output, checked without being made. The
+/// differences are gathered, not tested word by word, so the loop has no
+/// branch; a mismatch is the rare case.
+pub(super) fn equals_masked(stored: &[u8], plain: &[u8], word: u64) -> bool {
+    if stored.len() != plain.len() {
+        return false;
+    }
+    let mut stored_words = stored.chunks_exact(8);
+    let mut plain_words = plain.chunks_exact(8);
+    let mut differ = 0u64;
+    for (s, p) in (&mut stored_words).zip(&mut plain_words) {
+        let s = u64::from_le_bytes(s.try_into().expect("8 bytes"));
+        let p = u64::from_le_bytes(p.try_into().expect("8 bytes"));
+        differ |= s ^ p ^ word;
+    }
+    let pattern = word.to_le_bytes();
+    for (j, (s, p)) in stored_words
+        .remainder()
+        .iter()
+        .zip(plain_words.remainder())
+        .enumerate()
+    {
+        differ |= u64::from(s ^ p ^ pattern[j]);
+    }
+    differ == 0
+}
+
 /// The header of a frame whose records area of `area_len` bytes is stored as
 /// `stored` (the area itself, or its compression by `codec`; after the mask word
 /// and masked, for version 2).

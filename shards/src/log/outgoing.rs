@@ -6,8 +6,9 @@
 //! pages) and one more pass over every payload byte. An [`OutgoingFrame`] keeps
 //! only the header, the mask word and the unmasked payload (the records area the
 //! cache keeps anyway, or its compression) and produces the frame's bytes on
-//! demand, straight into the device's buffer ([`AppendSource`]), into the
-//! checksum, and into the read-back comparison. Its bytes are exactly those of
+//! demand, straight into the device's buffer ([`AppendSource`]) and into the
+//! checksum; the read-back compares the bytes read against the unmasked payload
+//! under the mask, in place ([`OutgoingFrame::is`]). Its bytes are exactly those of
 //! [`encode_frame`] (or [`encode_unmasked_frame`]) for the same mask word, which
 //! the tests check.
 //!
@@ -18,11 +19,11 @@ use bytes::Bytes;
 use narad_io::AppendSource;
 
 use super::frame::{
-    compress, copy_masked, frame_header_over, FrameSpec, FRAME_HEADER_BYTES, FRAME_VERSION,
-    MASK_WORD_BYTES,
+    compress, copy_masked, equals_masked, frame_header_over, FrameSpec, FRAME_HEADER_BYTES,
+    FRAME_VERSION, MASK_WORD_BYTES,
 };
 
-/// Bytes of the stack buffer the checksum and the comparison stream through.
+/// Bytes of the stack buffer the checksum streams through.
 const CHUNK_BYTES: usize = 4096;
 
 /// One frame, ready to be written; see the module documentation.
@@ -71,7 +72,6 @@ impl OutgoingFrame {
             let mut crc = crc;
             frame.for_each_chunk(FRAME_HEADER_BYTES, |chunk| {
                 crc = crc32c::crc32c_append(crc, chunk);
-                true
             });
             crc
         });
@@ -92,33 +92,32 @@ impl OutgoingFrame {
         FRAME_HEADER_BYTES + self.prefix_bytes() + self.payload.len()
     }
 
-    /// Whether `bytes` are exactly this frame.
+    /// Whether `bytes` are exactly this frame. Compared in place: the stored
+    /// payload against the unmasked one under the mask, with no masked copy
+    /// made (a commit's read-back runs this over every byte it wrote).
     pub fn is(&self, bytes: &[u8]) -> bool {
         if bytes.len() != self.len() {
             return false;
         }
-        let mut at = 0;
-        self.for_each_chunk(0, |chunk| {
-            let same = bytes[at..at + chunk.len()] == *chunk;
-            at += chunk.len();
-            same
-        })
+        let fixed_bytes = FRAME_HEADER_BYTES + self.prefix_bytes();
+        let (header, rest) = bytes.split_at(FRAME_HEADER_BYTES);
+        let (word, stored) = rest.split_at(fixed_bytes - FRAME_HEADER_BYTES);
+        header == self.header
+            && (self.word == 0 || word == self.word.to_le_bytes())
+            && equals_masked(stored, &self.payload, self.word)
     }
 
     /// Hands the frame's bytes from `from` on to `visit` in chunks of a stack
-    /// buffer, while it returns true; returns whether it always did.
-    fn for_each_chunk(&self, from: usize, mut visit: impl FnMut(&[u8]) -> bool) -> bool {
+    /// buffer.
+    fn for_each_chunk(&self, from: usize, mut visit: impl FnMut(&[u8])) {
         let mut buf = [0u8; CHUNK_BYTES];
         let mut at = from;
         while at < self.len() {
             let n = (self.len() - at).min(CHUNK_BYTES);
             self.copy_to(at, &mut buf[..n]);
-            if !visit(&buf[..n]) {
-                return false;
-            }
+            visit(&buf[..n]);
             at += n;
         }
-        true
     }
 }
 
