@@ -204,6 +204,35 @@ impl DmaBlockFile {
     }
 }
 
+/// Zeroed buffers a shard writes again and again (each only ever read by the
+/// device): the partition logs prepare their space in chunks of a few sizes
+/// (powers of two from a sixteenth of `prep_chunk_bytes` to all of it, under
+/// 2 MiB together by default), so each size is allocated and zeroed once per
+/// shard instead of once per chunk. At most [`ZERO_BUFFERS_MAX`] are kept.
+const ZERO_BUFFERS_MAX: usize = 8;
+
+thread_local! {
+    static ZERO_BUFFERS: RefCell<Vec<Rc<glommio::io::DmaBuffer>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A zeroed buffer of `len` bytes, shared with the writes before it.
+fn zero_buffer(file: &DmaFile, len: usize) -> Rc<glommio::io::DmaBuffer> {
+    ZERO_BUFFERS.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if let Some(found) = kept.iter().find(|b| b.len() == len) {
+            return found.clone();
+        }
+        let mut buffer = file.alloc_dma_buffer(len);
+        buffer.as_bytes_mut().fill(0);
+        let buffer = Rc::new(buffer);
+        if kept.len() == ZERO_BUFFERS_MAX {
+            kept.remove(0);
+        }
+        kept.push(buffer.clone());
+        buffer
+    })
+}
+
 impl BlockFile for DmaBlockFile {
     async fn write_at(&self, pos: u64, data: &[u8]) -> io::Result<()> {
         self.write_with(pos, data.len(), |buf| buf.copy_from_slice(data))
@@ -220,6 +249,21 @@ impl BlockFile for DmaBlockFile {
             return Ok(());
         }
         Self::write_on(&self.file, pos, len, fill).await
+    }
+
+    async fn write_zeros(&self, pos: u64, len: usize) -> io::Result<()> {
+        if !self.admit(pos, len)? {
+            return Ok(());
+        }
+        let zeros = zero_buffer(&self.file, len);
+        let written = self.file.write_rc_at(zeros, pos).await?;
+        if written != len {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write: {written} of {len} bytes"),
+            ));
+        }
+        Ok(())
     }
 
     async fn write_durable_with(

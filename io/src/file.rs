@@ -51,6 +51,13 @@ pub trait BlockFile {
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()>;
 
+    /// Writes `len` zero bytes at `pos` (both aligned), as `write_with` filling
+    /// zeros would: the space a log prepares ahead of its appends. A file may
+    /// serve it from zeroed buffers it keeps, rather than fill one per write.
+    async fn write_zeros(&self, pos: u64, len: usize) -> io::Result<()> {
+        self.write_with(pos, len, |zeros| zeros.fill(0)).await
+    }
+
     /// [`BlockFile::write_with`] that returns only once these bytes are
     /// durable: one `O_DSYNC` write instead of a write and an `fdatasync`, so
     /// one device round trip. Only inside the file's size: a write that grows
@@ -122,6 +129,10 @@ impl<F: BlockFile> BlockFile for std::rc::Rc<F> {
         fill: impl FnOnce(&mut [u8]),
     ) -> io::Result<()> {
         (**self).write_with(pos, len, fill).await
+    }
+
+    async fn write_zeros(&self, pos: u64, len: usize) -> io::Result<()> {
+        (**self).write_zeros(pos, len).await
     }
 
     async fn write_durable_with(

@@ -205,6 +205,39 @@ async fn durable_appends_after_a_rename(storage: DmaStorage) -> io::Result<()> {
     Ok(())
 }
 
+/// Zeros written over data, at several sizes and again at one already used (a
+/// kept buffer), read back as zeros, and leave the bytes around them alone;
+/// the write budget counts them as any write.
+async fn zeros_overwrite_what_was_there(storage: DmaStorage) -> io::Result<()> {
+    let file = storage.open("z", OpenMode::CreateOrOpen).await?;
+    let block = BLOCK_BYTES as u64;
+    let data: Vec<u8> = (0..64 * BLOCK_BYTES).map(|i| (i % 251) as u8 + 1).collect();
+    for (pos, len) in [(1, 4), (8, 16), (30, 4), (40, 16)] {
+        file.write_at(0, &data).await?;
+        file.write_zeros(pos * block, len * BLOCK_BYTES).await?;
+        file.sync_data().await?;
+        let read = read_exact_at(&file, 0, data.len()).await?;
+        let (start, end) = (
+            pos as usize * BLOCK_BYTES,
+            (pos as usize + len) * BLOCK_BYTES,
+        );
+        assert!(read[start..end].iter().all(|&b| b == 0), "zeros at {pos}");
+        assert_eq!(read[..start], data[..start], "before {pos}");
+        assert_eq!(read[end..], data[end..], "after {pos}");
+    }
+    file.close().await?;
+    let budgeted = storage.with_write_budget(2 * block);
+    let file = budgeted.open("y", OpenMode::CreateOrOpen).await?;
+    let refused = file
+        .write_zeros(0, 4 * BLOCK_BYTES)
+        .await
+        .expect_err("over the budget");
+    assert_eq!(refused.raw_os_error(), Some(libc::ENOSPC));
+    file.write_zeros(0, 2 * BLOCK_BYTES).await?;
+    file.close().await?;
+    Ok(())
+}
+
 fn temp_root() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("create a temporary directory")
 }
@@ -282,6 +315,13 @@ fn dma_write_budget_refuses_the_write_that_crosses_it() {
     let root = temp_root();
     let storage = DmaStorage::new(root.path());
     rt::run_local(None, write_budget_refuses_the_crossing_write(storage)).expect("real disk I/O");
+}
+
+#[test]
+fn dma_zero_writes_overwrite_with_zeros() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    rt::run_local(None, zeros_overwrite_what_was_there(storage)).expect("real disk I/O");
 }
 
 #[test]

@@ -120,7 +120,7 @@ impl<S: Storage> PartitionLog<S> {
             let from = self.active.prepared_bytes;
             let len = (target - from).min(chunk);
             let file = self.active.file.file();
-            file.write_with(from, len as usize, |zeros| zeros.fill(0))
+            file.write_zeros(from, len as usize)
                 .await
                 .map_err(io_err("prepare segment"))?;
             self.active.prepared_bytes = from + len;
@@ -150,10 +150,8 @@ impl<S: Storage> PartitionLog<S> {
         }
         let from = prepared.max(align_up(end));
         let file = self.active.file.file().clone();
-        let mut write: PendingWrite = Box::pin(async move {
-            file.write_with(from, chunk as usize, |zeros| zeros.fill(0))
-                .await
-        });
+        let mut write: PendingWrite =
+            Box::pin(async move { file.write_zeros(from, chunk as usize).await });
         let first = futures_lite::future::poll_once(&mut write).await;
         let end = from + chunk;
         match first {
