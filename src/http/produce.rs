@@ -254,16 +254,16 @@ where
     let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);
     };
-    let records = match produce_input::decode_batch(&body, encoding.as_deref(), record.partitions) {
+    let records = match produce_input::decode_batch(body, encoding.as_deref(), record.partitions) {
         Ok(records) => records,
         Err(refusal) => {
             let status = StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST);
             return response::error(status, &refusal.message);
         }
     };
-    drop(body);
-    // From here the budget holds the records, kept until they are durable: a
-    // compressed body decodes to more than it took.
+    // From here the budget holds the records (and the body they point into),
+    // kept until they are durable: a compressed body decodes to more than it
+    // took.
     let decoded = records.decoded_bytes() as u64;
     if !permit.try_resize(decoded) {
         return batch_budget_full();

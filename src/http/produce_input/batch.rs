@@ -37,11 +37,17 @@
 //!   0-based index of the message in the array; a document malformed between
 //!   messages (cut short after one, a missing comma) is `invalid batch: …`.
 //!
-//! Allocation: an uncompressed body is parsed in place; a compressed one is
-//! decompressed once. Fields borrow from that buffer, and every payload and key
-//! is then written, decoded, into one buffer sized to the document (decoding
-//! never makes text longer), so a batch of any size costs a fixed handful of
-//! allocations, not one or two per message.
+//! Allocation and copies: an uncompressed body is parsed in place; a compressed
+//! one is decompressed once. Fields borrow from that buffer (the document). A
+//! payload or key whose text is its value (a string without escapes, a JSON
+//! value kept verbatim: the common case) is not copied: its record points into
+//! the document, which the batch keeps. Only what must be decoded (escapes,
+//! base64) is written into one buffer sized to the document (decoding never
+//! makes text longer). So a batch of any size costs a fixed handful of
+//! allocations, and its usual payloads no copy at all before the WAL's. When the
+//! records point at less than half of the document (tiny messages in much
+//! JSON), they are copied out and the document let go, so that what the batch
+//! holds stays within twice what its records need.
 //!
 //! Which cores: every shard; pure functions.
 
@@ -52,6 +58,7 @@ use std::ops::Range;
 
 use base64::engine::{GeneralPurpose, GeneralPurposeConfig};
 use base64::Engine;
+use bytes::Bytes;
 use hyper::StatusCode;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -72,29 +79,91 @@ pub struct BatchRecord<'a> {
     pub partition: Option<u32>,
 }
 
-/// A checked batch: every message's decoded key and payload in one buffer.
+/// A checked batch: every message's key and payload, in the document as sent
+/// or decoded into a buffer of the batch's.
 #[derive(Debug)]
 pub struct DecodedBatch {
-    bytes: Vec<u8>,
+    /// The (decompressed) body; empty once no record points into it.
+    document: Bytes,
+    decoded: Vec<u8>,
     records: Vec<Spans>,
 }
 
-/// Where one message's key and payload sit in [`DecodedBatch::bytes`].
+/// Where one message's key and payload sit.
 #[derive(Debug)]
 struct Spans {
-    key: Option<Range<usize>>,
-    payload: Range<usize>,
+    key: Option<Span>,
+    payload: Span,
     partition: Option<u32>,
+}
+
+/// Bytes of a key or payload: in [`DecodedBatch::document`], or in
+/// [`DecodedBatch::decoded`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Span {
+    Document(Range<usize>),
+    Decoded(Range<usize>),
+}
+
+impl Span {
+    fn len(&self) -> usize {
+        match self {
+            Span::Document(range) | Span::Decoded(range) => range.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl DecodedBatch {
     /// The messages, in batch order.
     pub fn records(&self) -> impl ExactSizeIterator<Item = BatchRecord<'_>> + '_ {
         self.records.iter().map(|spans| BatchRecord {
-            key: spans.key.clone().map(|key| &self.bytes[key]),
-            payload: &self.bytes[spans.payload.clone()],
+            key: spans.key.as_ref().map(|key| self.bytes(key)),
+            payload: self.bytes(&spans.payload),
             partition: spans.partition,
         })
+    }
+
+    fn bytes(&self, span: &Span) -> &[u8] {
+        match span {
+            Span::Document(range) => &self.document[range.clone()],
+            Span::Decoded(range) => &self.decoded[range.clone()],
+        }
+    }
+
+    /// Copies what points into the document out of it, and lets the document
+    /// go, when the records point at less than half of it.
+    fn let_go_of_a_sparse_document(&mut self) {
+        let in_document: usize = self
+            .records
+            .iter()
+            .flat_map(|r| r.key.iter().chain([&r.payload]))
+            .filter(|span| matches!(span, Span::Document(_)))
+            .map(Span::len)
+            .sum();
+        if in_document * 2 >= self.document.len() {
+            return;
+        }
+        self.decoded.reserve_exact(in_document);
+        let Self {
+            document,
+            decoded,
+            records,
+        } = self;
+        for span in records
+            .iter_mut()
+            .flat_map(|r| r.key.iter_mut().chain([&mut r.payload]))
+        {
+            if let Span::Document(range) = span {
+                let start = decoded.len();
+                decoded.extend_from_slice(&document[range.clone()]);
+                *span = Span::Decoded(start..decoded.len());
+            }
+        }
+        *document = Bytes::new();
     }
 
     /// How many messages the batch holds (at least one).
@@ -107,10 +176,19 @@ impl DecodedBatch {
         self.records.is_empty()
     }
 
-    /// The memory the decoded keys and payloads hold, in bytes: their
-    /// buffer's room, at most a quarter more than they fill.
+    /// Bytes that were copied or decoded into the batch's own buffer, rather
+    /// than pointed at in the document.
+    #[cfg(test)]
+    pub fn copied_bytes(&self) -> usize {
+        self.decoded.len()
+    }
+
+    /// The memory the batch holds for its keys and payloads, in bytes: the
+    /// document while records point into it, and the decoded buffer's room (at
+    /// most a quarter more than it fills); at most about twice what the records
+    /// need.
     pub fn decoded_bytes(&self) -> usize {
-        self.bytes.capacity()
+        self.document.len() + self.decoded.capacity()
     }
 }
 
@@ -133,14 +211,18 @@ pub fn check_content_encoding(content_encoding: Option<&str>) -> Result<(), Batc
 /// Decodes and checks a whole batch for a topic of `partitions` partitions.
 /// `content_encoding` is the request's `Content-Encoding` header, if any.
 pub fn decode_batch(
-    body: &[u8],
+    body: Bytes,
     content_encoding: Option<&str>,
     partitions: u32,
 ) -> Result<DecodedBatch, BatchRefusal> {
     assert!(partitions > 0, "a topic has at least one partition");
     let encoding = content::content_encoding(content_encoding).map_err(content_refusal)?;
-    let document =
-        content::decode_content(body, encoding, BATCH_BODY_BYTES_MAX).map_err(content_refusal)?;
+    let document = match content::decode_content(&body, encoding, BATCH_BODY_BYTES_MAX)
+        .map_err(content_refusal)?
+    {
+        Cow::Borrowed(_) => body,
+        Cow::Owned(decompressed) => Bytes::from(decompressed),
+    };
     assert!(document.len() <= BATCH_BODY_BYTES_MAX);
 
     let Object(batch): Object<WireBatch<'_>> =
@@ -152,21 +234,64 @@ pub fn decode_batch(
             format!("a batch holds 1 to {BATCH_MESSAGES_MAX} messages; this one has none"),
         ));
     }
-    let mut bytes = Vec::with_capacity(document.len());
+    let mut sink = Sink {
+        document: &document,
+        decoded: Vec::new(),
+    };
     let mut records = Vec::with_capacity(messages.len());
     for (index, message) in messages.iter().enumerate() {
-        let record = check_message(message, partitions, &mut bytes)
+        let record = check_message(message, partitions, &mut sink)
             .map_err(|(status, message)| refusal(status, format!("message {index}: {message}")))?;
         records.push(record);
     }
-
     assert!(records.len() == messages.len() && records.len() <= BATCH_MESSAGES_MAX);
-    // Room left over past a quarter (small messages in much JSON) goes back,
-    // so that the budget, which counts the room, holds what the records need.
-    if bytes.capacity() - bytes.len() > bytes.len() / 4 {
-        bytes.shrink_to_fit();
+    let mut decoded = sink.decoded;
+    drop(messages);
+    // Room left over past a quarter goes back, so that the budget, which
+    // counts the room, holds what the records need.
+    if decoded.capacity() - decoded.len() > decoded.len() / 4 {
+        decoded.shrink_to_fit();
     }
-    Ok(DecodedBatch { bytes, records })
+    let mut batch = DecodedBatch {
+        document,
+        decoded,
+        records,
+    };
+    batch.let_go_of_a_sparse_document();
+    Ok(batch)
+}
+
+/// Where [`check_message`] puts keys and payloads: text that is its own value
+/// is pointed at where it sits in the document; decoded bytes are appended to
+/// `decoded`, which is sized to the document the first time it is needed.
+struct Sink<'d> {
+    document: &'d [u8],
+    decoded: Vec<u8>,
+}
+
+impl Sink<'_> {
+    /// The span of `text`, a slice of the document.
+    fn in_document(&self, text: &str) -> Span {
+        let start = (text.as_ptr() as usize)
+            .checked_sub(self.document.as_ptr() as usize)
+            .expect("text of the document");
+        assert!(
+            start + text.len() <= self.document.len(),
+            "text of the document"
+        );
+        Span::Document(start..start + text.len())
+    }
+
+    /// Runs `decode` appending to the decoded buffer, and returns its result and
+    /// the span of what it appended.
+    fn decode<R>(&mut self, decode: impl FnOnce(&mut Vec<u8>) -> R) -> (R, Span) {
+        if self.decoded.capacity() == 0 {
+            self.decoded.reserve_exact(self.document.len());
+        }
+        let start = self.decoded.len();
+        let result = decode(&mut self.decoded);
+        (result, Span::Decoded(start..self.decoded.len()))
+    }
 }
 
 /// The document, as parsed: fields borrow from the (decompressed) body.
@@ -297,18 +422,18 @@ fn too_large() -> MessageRefusal {
     )
 }
 
-/// Checks one parsed message, appending its decoded payload and key to `bytes`.
+/// Checks one parsed message, placing its payload and key in `sink`.
 fn check_message(
     message: &WireMessage<'_>,
     partitions: u32,
-    bytes: &mut Vec<u8>,
+    sink: &mut Sink<'_>,
 ) -> Result<Spans, MessageRefusal> {
     let payload_base64 = base64_encoding("payload_encoding", &message.payload_encoding)?;
     let key_base64 = base64_encoding("key_encoding", &message.key_encoding)?;
-    let payload = message_payload(message.payload, payload_base64, bytes)?;
+    let payload = message_payload(message.payload, payload_base64, sink)?;
     let key = message
         .key
-        .map(|raw| message_key(raw, key_base64, bytes))
+        .map(|raw| message_key(raw, key_base64, sink))
         .transpose()?
         .flatten();
     let partition = message
@@ -337,29 +462,25 @@ fn base64_encoding(field: &str, value: &Option<Cow<'_, str>>) -> Result<bool, Me
     }
 }
 
-/// Appends the decoded payload to `bytes`, returning where it sits.
+/// Places the decoded payload in `sink`, returning where it sits.
 fn message_payload(
     raw: Option<&RawValue>,
     base64: bool,
-    bytes: &mut Vec<u8>,
-) -> Result<Range<usize>, MessageRefusal> {
+    sink: &mut Sink<'_>,
+) -> Result<Span, MessageRefusal> {
     let Some(raw) = raw else {
         return Err(bad("payload is required"));
     };
-    let start = bytes.len();
-    if base64 {
+    let payload = if base64 {
         let text = json_string(raw, "payload")?
             .ok_or_else(|| bad("a base64 payload must be a JSON string"))?;
-        decode_base64(&text, bytes)
-            .map_err(|e| bad(format!("payload is not valid base64: {e}")))?;
-    } else if !json_string_into(raw, bytes, "payload")? {
-        // Checked before the copy: a JSON value is stored as its own text.
-        if raw.get().len() > PAYLOAD_BYTES_MAX {
-            return Err(too_large());
-        }
-        bytes.extend_from_slice(raw.get().as_bytes());
-    }
-    let payload = start..bytes.len();
+        let (decoded, span) = sink.decode(|out| decode_base64(&text, out));
+        decoded.map_err(|e| bad(format!("payload is not valid base64: {e}")))?;
+        span
+    } else {
+        // A JSON value other than a string is stored as its own text.
+        json_string_span(raw, sink, "payload")?.unwrap_or_else(|| sink.in_document(raw.get()))
+    };
     if payload.is_empty() {
         return Err(bad("empty message"));
     }
@@ -385,21 +506,21 @@ fn decode_base64(text: &str, out: &mut Vec<u8>) -> Result<(), base64::DecodeErro
     LENIENT.decode_vec(text, out)
 }
 
-/// Appends a message's decoded key to `bytes`, returning where it sits: `None`
+/// Places a message's decoded key in `sink`, returning where it sits: `None`
 /// when it is empty (no key).
 fn message_key(
     raw: &RawValue,
     base64: bool,
-    bytes: &mut Vec<u8>,
-) -> Result<Option<Range<usize>>, MessageRefusal> {
-    let start = bytes.len();
-    if base64 {
+    sink: &mut Sink<'_>,
+) -> Result<Option<Span>, MessageRefusal> {
+    let key = if base64 {
         let text = json_string(raw, "key")?.ok_or_else(|| bad("key must be a JSON string"))?;
-        decode_base64(&text, bytes).map_err(|e| bad(format!("key is not valid base64: {e}")))?;
-    } else if !json_string_into(raw, bytes, "key")? {
-        return Err(bad("key must be a JSON string"));
-    }
-    let key = start..bytes.len();
+        let (decoded, span) = sink.decode(|out| decode_base64(&text, out));
+        decoded.map_err(|e| bad(format!("key is not valid base64: {e}")))?;
+        span
+    } else {
+        json_string_span(raw, sink, "key")?.ok_or_else(|| bad("key must be a JSON string"))?
+    };
     if key.len() > KEY_BYTES_MAX {
         return Err(bad(format!("key too long: at most {KEY_BYTES_MAX} bytes")));
     }
@@ -428,25 +549,31 @@ fn message_partition(raw: &RawValue, partitions: u32) -> Result<u32, MessageRefu
     }
 }
 
-/// Appends the text of a JSON string value, unescaped, to `out`; false (and
-/// nothing appended) when `raw` is not a string. The parser checks an escape's
-/// form but lets a lone UTF-16 surrogate (`"\ud800"`) through, which is no
-/// character: that string is refused, naming `field`.
-fn json_string_into(
+/// Where the text of a JSON string value sits once unescaped: in the document
+/// when it has no escape, else decoded into `sink`; `None` (nothing placed)
+/// when `raw` is not a string. The parser checks an escape's form but lets a
+/// lone UTF-16 surrogate (`"\ud800"`) through, which is no character: that
+/// string is refused, naming `field`.
+fn json_string_span(
     raw: &RawValue,
-    out: &mut Vec<u8>,
+    sink: &mut Sink<'_>,
     field: &str,
-) -> Result<bool, MessageRefusal> {
+) -> Result<Option<Span>, MessageRefusal> {
     let Some(inner) = raw
         .get()
         .strip_prefix('"')
         .and_then(|t| t.strip_suffix('"'))
     else {
-        return Ok(false);
+        return Ok(None);
     };
-    match super::json_text::unescape_into(inner, out) {
-        Some(()) => Ok(true),
-        None => Err(not_a_character(field)),
+    if memchr::memchr(b'\\', inner.as_bytes()).is_none() {
+        // The parser has validated the string: without escapes, the text
+        // between the quotes is its value.
+        return Ok(Some(sink.in_document(inner)));
+    }
+    match sink.decode(|out| super::json_text::unescape_into(inner, out)) {
+        (Some(()), span) => Ok(Some(span)),
+        (None, _) => Err(not_a_character(field)),
     }
 }
 
@@ -459,7 +586,7 @@ fn not_a_character(field: &str) -> MessageRefusal {
 /// The text of a JSON string value, unescaped; `None` when `raw` is not a
 /// string. Borrows when the string has no escapes, which is the common case.
 /// A string whose escapes name no character is refused, as in
-/// [`json_string_into`].
+/// [`json_string_span`].
 fn json_string<'a>(raw: &'a RawValue, field: &str) -> Result<Option<Cow<'a, str>>, MessageRefusal> {
     let text = raw.get();
     let Some(inner) = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')) else {

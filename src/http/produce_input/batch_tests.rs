@@ -12,6 +12,11 @@ use super::*;
 
 const PARTITIONS: u32 = 3;
 
+/// A request body holding `bytes`.
+fn body_of(bytes: impl AsRef<[u8]>) -> bytes::Bytes {
+    bytes::Bytes::copy_from_slice(bytes.as_ref())
+}
+
 /// A decoded message, owning its bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Owned {
@@ -32,7 +37,7 @@ fn owned(batch: &DecodedBatch) -> Vec<Owned> {
 }
 
 fn decode(document: &str) -> Result<Vec<Owned>, BatchRefusal> {
-    decode_batch(document.as_bytes(), None, PARTITIONS).map(|batch| owned(&batch))
+    decode_batch(body_of(document.as_bytes()), None, PARTITIONS).map(|batch| owned(&batch))
 }
 
 fn accepted(document: &str) -> Vec<Owned> {
@@ -354,7 +359,7 @@ fn malformed_documents_are_refused() {
     );
     assert_refused("\u{feff}{}", 400, "invalid batch: ");
     let not_utf8 = b"{\"messages\":[{\"payload\":\"\xff\"}]}";
-    let refusal = decode_batch(not_utf8, None, PARTITIONS).unwrap_err();
+    let refusal = decode_batch(body_of(not_utf8), None, PARTITIONS).unwrap_err();
     assert_eq!(refusal.status, 400);
 }
 
@@ -411,12 +416,12 @@ fn compressed_batches_decode_like_plain_ones() {
         ("GZIP", gzip_of(document.as_bytes())),
     ] {
         assert_eq!(
-            decode_batch(&body, Some(header), PARTITIONS).map(|b| owned(&b)),
+            decode_batch(body_of(&body), Some(header), PARTITIONS).map(|b| owned(&b)),
             Ok(plain.clone())
         );
     }
     assert_eq!(
-        decode_batch(document.as_bytes(), Some("identity"), PARTITIONS).map(|b| owned(&b)),
+        decode_batch(body_of(document.as_bytes()), Some("identity"), PARTITIONS).map(|b| owned(&b)),
         Ok(plain)
     );
 }
@@ -424,7 +429,7 @@ fn compressed_batches_decode_like_plain_ones() {
 #[test]
 fn unsupported_content_encodings_are_415() {
     for header in ["br", "deflate", "gzip, zstd", "compress"] {
-        let refusal = decode_batch(b"{}", Some(header), PARTITIONS).unwrap_err();
+        let refusal = decode_batch(body_of(b"{}"), Some(header), PARTITIONS).unwrap_err();
         assert_eq!(refusal.status, 415, "{header}");
         assert!(refusal.message.starts_with("unsupported content encoding"));
     }
@@ -438,13 +443,14 @@ fn corrupt_compressed_bodies_are_400() {
         ("gzip", gzip_of(document.as_bytes())),
     ] {
         body.truncate(body.len() - 3);
-        let refusal = decode_batch(&body, Some(header), PARTITIONS).unwrap_err();
+        let refusal = decode_batch(body_of(&body), Some(header), PARTITIONS).unwrap_err();
         assert_eq!(refusal.status, 400, "{header}: {}", refusal.message);
         assert!(refusal
             .message
             .starts_with("cannot decompress the request body"));
         // A plain body labelled as compressed is corrupt data too.
-        let refusal = decode_batch(document.as_bytes(), Some(header), PARTITIONS).unwrap_err();
+        let refusal =
+            decode_batch(body_of(document.as_bytes()), Some(header), PARTITIONS).unwrap_err();
         assert_eq!(refusal.status, 400, "{header}");
     }
 }
@@ -459,7 +465,7 @@ fn zip_bombs_are_413_without_being_inflated() {
     let gzip_bomb = gzip_bomb.finish().unwrap();
     for (header, bomb) in [("zstd", zstd_bomb), ("gzip", gzip_bomb)] {
         assert!(bomb.len() < 1 << 20, "{header}: {}", bomb.len());
-        let refusal = decode_batch(&bomb, Some(header), PARTITIONS).unwrap_err();
+        let refusal = decode_batch(body_of(&bomb), Some(header), PARTITIONS).unwrap_err();
         assert_eq!(refusal.status, 413, "{header}: {}", refusal.message);
         assert!(refusal.message.starts_with("request body too large"));
     }
@@ -468,7 +474,7 @@ fn zip_bombs_are_413_without_being_inflated() {
 #[test]
 fn bodies_past_the_batch_cap_are_413() {
     let body = vec![b' '; BATCH_BODY_BYTES_MAX + 1];
-    let refusal = decode_batch(&body, None, PARTITIONS).unwrap_err();
+    let refusal = decode_batch(body_of(&body), None, PARTITIONS).unwrap_err();
     assert_eq!(refusal.status, 413);
 }
 
@@ -548,12 +554,42 @@ fn the_decoded_buffer_holds_little_more_room_than_its_records_need() {
     // Many one-byte messages: the document is mostly JSON around them.
     let document =
         json!({ "messages": vec![json!({"payload": "m", "key": "k"}); 1000] }).to_string();
-    let batch = decode_batch(document.as_bytes(), None, PARTITIONS).unwrap();
+    let batch = decode_batch(body_of(document.as_bytes()), None, PARTITIONS).unwrap();
     assert_eq!(batch.len(), 1000);
+    // The records point at a fifteenth of the document: copied out of it, and
+    // the document let go.
+    assert_eq!(batch.copied_bytes(), 2000);
+    assert!(batch
+        .records()
+        .all(|r| r.key == Some(&b"k"[..]) && r.payload == b"m"));
     assert!(
         batch.decoded_bytes() <= 2000 + 2000 / 4,
         "{} bytes of room for 2000 bytes of keys and payloads",
         batch.decoded_bytes()
+    );
+}
+
+#[test]
+fn text_that_is_its_own_value_is_not_copied() {
+    let plain = "p".repeat(4000);
+    let object = format!(r#"{{"a":"{}"}}"#, "o".repeat(3000));
+    let document = format!(
+        r#"{{"messages":[{{"payload":"{plain}","key":"k1"}},{{"payload":{object}}},{{"payload":"a\"b","key":"k\u0032"}},{{"payload":"aGk=","payload_encoding":"base64"}}]}}"#
+    );
+    let batch = decode_batch(body_of(&document), None, PARTITIONS).unwrap();
+    let expected = [
+        (Some(&b"k1"[..]), plain.as_bytes()),
+        (None, object.as_bytes()),
+        (Some(&b"k2"[..]), &b"a\"b"[..]),
+        (None, &b"hi"[..]),
+    ];
+    let got: Vec<_> = batch.records().map(|r| (r.key, r.payload)).collect();
+    assert_eq!(got, expected);
+    // Only the escaped payload and key and the base64 payload were decoded.
+    assert_eq!(batch.copied_bytes(), 3 + 2 + 2);
+    assert!(
+        batch.decoded_bytes() >= document.len(),
+        "the document is kept"
     );
 }
 
