@@ -390,28 +390,47 @@ fn sigterm_drains_connections_and_exits_zero_within_the_grace() {
         ("NARAD_HTTP_SHUTDOWN_GRACE", "3s"),
         ("NARAD_HTTP_MAX_CONSUME_WAIT", "1s"),
     ]);
-    // One connection has been served and sits idle; one has connected and has not
-    // sent anything yet.
+    // Two connections have been served and sit idle (kept alive); one has
+    // connected and has not sent anything yet; one waits in a long-poll.
+    create_topic(&mut node.client(), "drained");
     let mut served = node.client();
-    assert_eq!(
-        served.request("GET", "/healthz", &[], "").unwrap().status,
-        200
-    );
+    let mut quiet = node.client();
+    for client in [&mut served, &mut quiet] {
+        assert_eq!(
+            client.request("GET", "/healthz", &[], "").unwrap().status,
+            200
+        );
+    }
     let mut fresh = node.client();
-    // Let the node accept the fresh connection before the stop.
+    let mut parked = node.client();
+    let long_poll = std::thread::spawn(move || {
+        parked
+            .request("GET", "/v1/topics/drained/consume?wait=1s", &[], "")
+            .unwrap()
+    });
+    // Let the node accept the fresh connection and park the long-poll.
     std::thread::sleep(Duration::from_millis(200));
 
     let stopped_at = Instant::now();
     node.sigterm();
     node.wait_for_log("stopping");
-    // A request arriving while the node drains is told to go elsewhere.
-    let answer = fresh.request("GET", "/healthz", &[], "").unwrap();
-    assert_eq!(answer.status, 503, "{answer:?}");
-    assert_eq!(answer.header("retry-after"), Some("1"));
-    assert_eq!(answer.body, r#"{"error":"shutting down"}"#);
-    assert!(fresh.is_closed_by_server());
+    // A request arriving while the node drains is told to go elsewhere, on a
+    // fresh connection and on a kept-alive one alike (not met by a bare close).
+    for client in [&mut fresh, &mut served] {
+        let answer = client.request("GET", "/healthz", &[], "").unwrap();
+        assert_eq!(answer.status, 503, "{answer:?}");
+        assert_eq!(answer.header("retry-after"), Some("1"));
+        assert_eq!(answer.header("connection"), Some("close"));
+        assert_eq!(answer.body, r#"{"error":"shutting down"}"#);
+        assert!(client.is_closed_by_server());
+    }
+    // The long-poll is answered, and told the connection closes after it.
+    let answer = long_poll.join().unwrap();
+    assert_eq!(answer.status, 204, "{answer:?}");
+    assert_eq!(answer.header("connection"), Some("close"), "{answer:?}");
     // The idle connection is closed rather than kept to the end of the grace.
-    assert!(served.is_closed_by_server());
+    assert!(quiet.is_closed_by_server());
+    assert!(stopped_at.elapsed() < grace, "{:?}", stopped_at.elapsed());
 
     let status = node.wait_for_exit(grace + Duration::from_secs(5));
     assert!(status.success(), "graceful stop exits 0, got {status}");

@@ -10,11 +10,13 @@
 //! shard:
 //! 1. *Draining*: the accept loop ends and its socket closes, so the kernel sends new
 //!    connections to no one; every request still arriving is answered 503 with
-//!    `Retry-After: 1` and `Connection: close`. A connection that has already served
-//!    a request is told to shut down gracefully (hyper closes it at once if idle,
-//!    else after the response in flight). A connection that has not sent a request
-//!    yet gets [`FRESH_CONNECTION_WINDOW`] to send it and hear the 503, instead of a
-//!    silent close it could not tell from a crash.
+//!    `Retry-After: 1` and `Connection: close`, and any answer given from then on
+//!    says `Connection: close`. A connection serving a request is told to shut
+//!    down gracefully (hyper closes it after the response in flight). A connection
+//!    between requests (one just accepted, or a kept-alive one) gets
+//!    [`FRESH_CONNECTION_WINDOW`] to send its next request and hear the 503,
+//!    instead of a silent close it could not tell from a crash, which a request
+//!    already on its way would otherwise meet.
 //! 2. *Closing*, once every connection is gone or `http.shutdown_grace` has passed:
 //!    the connections left are dropped.
 //!
@@ -35,7 +37,7 @@ use std::time::Duration;
 use futures_lite::future::or;
 use futures_lite::io::AsyncWriteExt;
 use hyper::server::conn::http1;
-use narad_io::net::{ExchangeCell, Linger, Listener, ReadLimits, ShardTimer, Stream};
+use narad_io::net::{Exchange, ExchangeCell, Linger, Listener, ReadLimits, ShardTimer, Stream};
 
 use super::node::{ConnectionPermit, NodeState};
 use super::routes::Routes;
@@ -501,6 +503,7 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
         exchange: exchange.clone(),
     });
     let requests_seen = Rc::new(Cell::new(0u64));
+    let between_requests = exchange.clone();
     let peer = super::Peer {
         addr: stream.peer_addr().ok().map(|a| a.ip()),
         end: stream.peer_end(),
@@ -523,8 +526,12 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
                     .as_ref()
                     .is_some_and(|h| !hyper::body::Body::is_end_stream(&*h.borrow()));
                 // An answer after which the connection closes drains nothing;
-                // nor is a body drained that its client may never send.
-                let closes = closes_after(&response, declared) || (unread && !drainable);
+                // nor is a body drained that its client may never send. Once
+                // the node drains, every answer closes its connection, so that
+                // no client sends another request on it and hears nothing.
+                let closes = closes_after(&response, declared)
+                    || (unread && !drainable)
+                    || shared.node.is_draining();
                 match held.filter(|_| !closes) {
                     Some(held) => drain_after_answer(held, shared, exchange, request_number),
                     None => exchange.answered(),
@@ -549,14 +556,18 @@ async fn serve_connection(slot: Slot, mut stream: Stream) {
     let result = match served {
         Some(result) => result,
         None => {
-            if requests_seen.get() == 0 {
-                // Give a client that connected just before the stop the chance to
-                // send its request and hear the 503, rather than see a bare close.
+            if matches!(between_requests.get(), Exchange::Idle { .. }) {
+                // Give a client that connected just before the stop, or whose
+                // next request on a kept-alive connection may be on its way, the
+                // chance to send it and hear the 503, rather than see a bare
+                // close it could not tell from a crash. A connection serving a
+                // request is told to close after its answer at once.
+                let seen = requests_seen.get();
                 let window = FRESH_CONNECTION_WINDOW.min(shared.shutdown_grace);
                 let first = or(
-                    poll_fn(|_| match requests_seen.get() {
-                        0 => Poll::Pending,
-                        _ => Poll::Ready(()),
+                    poll_fn(|_| match requests_seen.get() == seen {
+                        true => Poll::Pending,
+                        false => Poll::Ready(()),
                     }),
                     narad_io::rt::sleep(window),
                 );
