@@ -66,7 +66,9 @@ use crate::http::routes::{Api, Routes};
 use crate::http::{HttpSettings, NodeState, ShardServer};
 use crate::lifecycle::{self, Dispatching, NodeEvent};
 
+mod descriptors;
 mod retention;
+use descriptors::{connections_max, open_logs_max, OPEN_FILES_MARGIN};
 use retention::{supervise_reaper, RetentionSettings};
 
 /// Ops a shard's inbox from one peer holds before the peer waits.
@@ -74,32 +76,6 @@ const MESH_CHANNEL_CAPACITY: usize = 1_024;
 
 /// Locked memory the runtime's io_uring rings need at least (it refuses below).
 const MEMLOCK_BYTES_MIN: u64 = 512 << 10;
-
-/// Descriptors the broker wants beyond its connections: segment files of open
-/// partition logs (an active segment twice: its `O_DSYNC` descriptor too), WAL
-/// segments, the metadata log, the runtime's rings and eventfds.
-const OPEN_FILES_MARGIN: u64 = 2048;
-
-/// Descriptors an open partition log may hold: its active segment, that
-/// segment's `O_DSYNC` descriptor, and one sealed segment kept for reads.
-const DESCRIPTORS_PER_OPEN_LOG: u64 = 3;
-
-/// Descriptors kept out of the partition logs' budget besides the connections
-/// and the `consumer.ahead` files: WAL segments, the metadata log, the data
-/// directory's lock, the runtime's rings and eventfds.
-const DESCRIPTORS_RESERVED: u64 = 512;
-
-/// Partition logs each of `shards` shards keeps open at most: the soft
-/// open-file limit less the connection cap, the `consumer.ahead` files' share
-/// and a reserve, three descriptors a log, split evenly; at least 16 a shard,
-/// whatever the limit.
-fn open_logs_max(soft_limit: u64, max_connections: usize, shards: usize) -> usize {
-    let spare = soft_limit
-        .saturating_sub(max_connections as u64)
-        .saturating_sub(crate::consume::persist::held_files_descriptors(soft_limit))
-        .saturating_sub(DESCRIPTORS_RESERVED);
-    (spare / DESCRIPTORS_PER_OPEN_LOG / shards.max(1) as u64).max(16) as usize
-}
 
 /// Runs the node until SIGINT or SIGTERM. `shards` defaults to every CPU this
 /// process may run on.
@@ -175,14 +151,16 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     // connection cap plus a margin for the rest.
     let open_files = narad_io::rt::raise_open_files_limit();
     let open_files_wanted = config.http.max_connections as u64 + OPEN_FILES_MARGIN;
+    let max_connections = connections_max(config.http.max_connections, open_files);
     if open_files < open_files_wanted {
         tracing::warn!(
             open_files,
             wanted = open_files_wanted,
-            "RLIMIT_NOFILE is below http.max_connections plus the files the broker keeps open: connections past it are refused at accept; raise it (systemd: LimitNOFILE=65536) or lower http.max_connections"
+            max_connections,
+            "RLIMIT_NOFILE is below http.max_connections plus the files the broker keeps open: the node serves at most max_connections connections at once, so that they leave the storage its descriptors, and refuses more with 503; raise it (systemd: LimitNOFILE=65536) or lower http.max_connections"
         );
     }
-    let open_logs_max = open_logs_max(open_files, config.http.max_connections, shards);
+    let open_logs_max = open_logs_max(open_files, max_connections, shards);
     // Before the address is told: a script that stops the node as soon as it
     // reads it gets a graceful stop.
     let (events_tx, events) = std::sync::mpsc::channel();
@@ -215,7 +193,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let dispatching = Arc::new(Dispatching::new(shards));
     let mut mesh = narad_io::mesh::full_mesh::<Op>(shards, MESH_CHANNEL_CAPACITY).into_iter();
     let node = Arc::new(
-        NodeState::new(config.http.max_connections)
+        NodeState::new(max_connections)
             .with_batch_bytes_max(config.http.max_batch_body_bytes_in_flight)
             .with_consumes_max(config.http.max_consume_in_flight_per_identity)
             .with_produces_max(config.http.max_produce_in_flight_per_identity),
@@ -751,29 +729,4 @@ fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File, String> {
         ));
     }
     Ok(file)
-}
-
-#[cfg(test)]
-mod budget_tests {
-    use super::open_logs_max;
-
-    #[test]
-    fn the_open_log_budget_is_what_the_descriptor_limit_leaves_three_a_log() {
-        // 65,536: less 4,096 connections, 8,192 for consumer files, 512 kept.
-        assert_eq!(
-            open_logs_max(65_536, 4_096, 1),
-            (65_536 - 4_096 - 8_192 - 512) / 3
-        );
-        assert_eq!(
-            open_logs_max(65_536, 4_096, 2),
-            (65_536 - 4_096 - 8_192 - 512) / 3 / 2
-        );
-        // 20,000: the consumer files take a quarter.
-        assert_eq!(
-            open_logs_max(20_000, 4_096, 2),
-            (20_000 - 4_096 - 5_000 - 512) / 3 / 2
-        );
-        // A limit the connections alone exhaust still leaves a few a shard.
-        assert_eq!(open_logs_max(1_024, 4_096, 4), 16);
-    }
 }

@@ -86,9 +86,49 @@ impl Node {
         Node::spawn_with(data, shards, env, &[])
     }
 
+    /// Like [`Node::start_shards`], the process's open-file limit (soft and
+    /// hard) set to `limit`.
+    #[allow(dead_code)]
+    pub fn start_with_open_files(limit: u64, shards: usize, env: &[(&str, &str)]) -> Node {
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let data = dir.path().join("data");
+        let mut node = Node::spawn_limited(&data, shards, env, &[], Some(limit));
+        node._dir = Some(dir);
+        node.await_ready();
+        node
+    }
+
     /// Like [`Node::spawn`] with more arguments to `narad serve`.
     pub fn spawn_with(data: &Path, shards: usize, env: &[(&str, &str)], args: &[&OsStr]) -> Node {
+        Node::spawn_limited(data, shards, env, args, None)
+    }
+
+    fn spawn_limited(
+        data: &Path,
+        shards: usize,
+        env: &[(&str, &str)],
+        args: &[&OsStr],
+        open_files: Option<u64>,
+    ) -> Node {
         let mut command = Command::new(env!("CARGO_BIN_EXE_narad"));
+        if let Some(limit) = open_files {
+            use std::os::unix::process::CommandExt;
+            let limit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: between fork and exec only `setrlimit`, which is
+            // async-signal-safe, runs; nothing is allocated.
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
         command
             .args(["serve", "--dev", "--port", "0", "--shards"])
             .arg(shards.to_string())
