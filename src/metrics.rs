@@ -27,16 +27,18 @@
 //! the help texts and the counters at 0 from the start; [`poller`] sets
 //! the gauges every few seconds; [`storage`] holds the partition logs' series,
 //! fed by the owner's storage events; [`wal`] the ingress WAL's, fed by its
-//! group commits.
+//! group commits; [`shared_render`] lets concurrent scrapes share one render.
 
 mod describe;
 mod poller;
+mod shared_render;
 mod storage;
 mod wal;
 pub use poller::{
     clear_queue_gauges, note_disk_now, poll_once, run_poller, Behind, POLL_INTERVAL,
     QUEUE_LOADS_PER_POLL,
 };
+pub use shared_render::{SharedText, SHARED_RENDER};
 pub use storage::StorageMetrics;
 pub use wal::WalSeries;
 

@@ -411,12 +411,17 @@ impl Routes {
 /// request of the shard that serves the scrape.
 async fn metrics_text(live: Option<std::collections::BTreeMap<String, u32>>) -> Response<Body> {
     let recorder = crate::metrics::install();
-    let render = move |recorder: &crate::metrics::ShardedRecorder| match &live {
-        Some(live) => recorder.render_where(&|topic, partition| {
-            live.get(topic)
-                .is_some_and(|&partitions| partition.is_none_or(|p| p < partitions))
-        }),
-        None => recorder.render(),
+    let asked = std::time::Instant::now();
+    // Renders take turns node-wide, and scrapes that waited share one (see
+    // `metrics::shared_render`).
+    let render = move |recorder: &crate::metrics::ShardedRecorder| {
+        crate::metrics::SHARED_RENDER.text(asked, || match &live {
+            Some(live) => recorder.render_where(&|topic, partition| {
+                live.get(topic)
+                    .is_some_and(|&partitions| partition.is_none_or(|p| p < partitions))
+            }),
+            None => recorder.render(),
+        })
     };
     let (sender, rendered) = futures_channel::oneshot::channel();
     let on_thread = {
@@ -441,7 +446,8 @@ async fn metrics_text(live: Option<std::collections::BTreeMap<String, u32>>) -> 
         // No thread to be had (a process at its limit): render here.
         Err(_) => render(&recorder),
     };
-    let mut response = Response::new(Body::new(bytes::Bytes::from(text)));
+    let text = bytes::Bytes::from_owner(crate::metrics::SharedText(text));
+    let mut response = Response::new(Body::new(text));
     response.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
