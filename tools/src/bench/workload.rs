@@ -41,13 +41,18 @@ pub fn payload(size: usize) -> Vec<u8> {
     payload
 }
 
-/// A batch document of `records` copies of `payload`, each a JSON string:
-/// `{"messages":[{"payload":"{\"bench\":\"x…\"}"},…]}`. The broker stores a
-/// string payload's text, so a record holds the same bytes as one sent alone.
+/// A batch document of `records` copies of `payload`, a JSON object, each
+/// sent as the JSON value it is: `{"messages":[{"payload":{"bench":"x…"}},…]}`,
+/// as a client with JSON payloads sends them. The broker stores a JSON value's
+/// text verbatim, so a record holds the same bytes as one sent alone.
 pub fn batch_body(payload: &[u8], records: u64) -> Vec<u8> {
     assert!(records > 0);
     let text = std::str::from_utf8(payload).expect("the payload is ASCII");
-    let message = serde_json::json!({ "payload": text }).to_string();
+    assert!(
+        serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object()),
+        "the payload is a JSON object"
+    );
+    let message = format!(r#"{{"payload":{text}}}"#);
     let mut body = Vec::with_capacity(16 + (message.len() + 1) * records as usize);
     body.extend_from_slice(b"{\"messages\":[");
     for i in 0..records {
@@ -102,7 +107,7 @@ impl Stamper {
             + full[13..13 + message_bytes]
                 .windows(STAMP_BYTES)
                 .position(|w| w == zero)
-                .expect("the message holds the stamp unescaped");
+                .expect("the message holds the stamp as it is");
         let offsets: Vec<usize> = (0..records as usize)
             .map(|i| first + i * (message_bytes + 1))
             .collect();
@@ -577,9 +582,14 @@ mod tests {
         let messages = value["messages"].as_array().unwrap();
         assert_eq!(messages.len(), 50);
         for m in messages {
-            assert_eq!(m["payload"].as_str().unwrap().as_bytes(), &p[..]);
+            assert_eq!(serde_json::to_vec(&m["payload"]).unwrap(), p);
             assert_eq!(m.as_object().unwrap().len(), 1);
         }
+        // The payload's text, verbatim, which is what the broker stores.
+        let text = std::str::from_utf8(&p).unwrap();
+        assert!(std::str::from_utf8(&body)
+            .unwrap()
+            .contains(&format!(r#"{{"payload":{text}}}"#)));
     }
 
     #[test]
@@ -595,7 +605,8 @@ mod tests {
             let messages = value["messages"].as_array().unwrap();
             assert_eq!(messages.len() as u64, records);
             for (i, m) in messages.iter().enumerate() {
-                let text = m["payload"].as_str().unwrap().as_bytes();
+                let text = serde_json::to_vec(&m["payload"]).unwrap();
+                let text = &text[..];
                 match stamp::read_payload(text) {
                     stamp::Reading::Stamped { stamp, len } => {
                         assert_eq!((stamp.run, stamp.id, len), (7, first + i as u64, 80));
