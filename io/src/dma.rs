@@ -607,6 +607,13 @@ impl Storage for DmaStorage {
         }
     }
 
+    async fn sync_dir(&self, dir: &str) -> io::Result<()> {
+        let dir = glommio::io::Directory::open(self.path(dir)).await?;
+        dir.sync().await?;
+        dir.close().await?;
+        Ok(())
+    }
+
     async fn list(&self, dir: &str) -> io::Result<Vec<String>> {
         let full = self.path(dir);
         let entries = match std::fs::read_dir(&full) {

@@ -212,6 +212,10 @@ pub trait Storage: Clone + 'static {
     /// Removes a file and syncs its directory. A missing file is not an error.
     async fn remove(&self, path: &str) -> io::Result<()>;
 
+    /// Syncs the directory `dir`: the changes made to its entries become
+    /// durable. For a rename that was made and whose own sync then failed.
+    async fn sync_dir(&self, dir: &str) -> io::Result<()>;
+
     /// Removes the files `names` of `dir` in order, then syncs `dir` once: a
     /// batch of deletions for one directory sync. A missing file is not an
     /// error; the first file that cannot be removed stops the batch. Returns how

@@ -132,7 +132,9 @@ struct Inner {
     crash_at_op: Option<u64>,
     fail_next_syncs: u32,
     fail_create_of: Option<String>,
-    fail_rename_of: Option<String>,
+    fail_rename_of: Option<(String, i32)>,
+    /// The next opens that fail, and with which `errno`.
+    fail_next_opens: Option<(u32, i32)>,
     fail_remove_of: Option<String>,
     fail_dir_sync_of: Option<String>,
     flip_next_reads: u32,
@@ -190,6 +192,7 @@ impl SimDisk {
                 fail_next_syncs: 0,
                 fail_create_of: None,
                 fail_rename_of: None,
+                fail_next_opens: None,
                 fail_remove_of: None,
                 fail_dir_sync_of: None,
                 flip_next_reads: 0,
@@ -270,7 +273,19 @@ impl SimDisk {
     /// The next rename of `from` renames it and then fails with `EIO`, as a real
     /// rename whose directory sync failed.
     pub fn fail_next_rename_of(&self, from: &str) {
-        self.inner.borrow_mut().fail_rename_of = Some(from.to_string());
+        self.fail_next_rename_of_with(from, libc::EIO);
+    }
+
+    /// [`SimDisk::fail_next_rename_of`] with another `errno`: `EMFILE` is a
+    /// rename whose directory could not be opened to be synced.
+    pub fn fail_next_rename_of_with(&self, from: &str, errno: i32) {
+        self.inner.borrow_mut().fail_rename_of = Some((from.to_string(), errno));
+    }
+
+    /// The next `n` opens fail with `errno` (`EMFILE`: a process out of
+    /// descriptors) and change nothing.
+    pub fn fail_next_opens_with(&self, n: u32, errno: i32) {
+        self.inner.borrow_mut().fail_next_opens = (n > 0).then_some((n, errno));
     }
 
     /// Whether a rename fault set by [`SimDisk::fail_next_rename_of`] is still

@@ -85,6 +85,12 @@ async fn rename_remove_list(storage: DmaStorage) -> io::Result<()> {
     tmp.close().await?;
     storage.rename("state/offset.tmp", "state/offset").await?;
     assert_eq!(storage.list("state").await?, vec!["offset"]);
+    // A directory is synced on its own (a rename's sync done again).
+    storage.sync_dir("state").await?;
+    assert_eq!(
+        storage.sync_dir("nowhere").await.err().map(|e| e.kind()),
+        Some(io::ErrorKind::NotFound)
+    );
     assert_eq!(storage.size_of("state/offset").await?, BLOCK_BYTES as u64);
     assert_eq!(
         storage.size_of("state/none").await.err().map(|e| e.kind()),

@@ -13,6 +13,10 @@ impl Storage for SimDisk {
         if inner.crashed {
             return Err(crashed_error());
         }
+        if let Some((left, errno)) = inner.fail_next_opens {
+            inner.fail_next_opens = (left > 1).then_some((left - 1, errno));
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         let inode = match inner.names.get(path) {
             Some(&inode) => inode,
             None if mode == OpenMode::CreateOrOpen => {
@@ -71,9 +75,20 @@ impl Storage for SimDisk {
         if crashed.is_err() {
             return Err(crashed_error());
         }
-        if inner.fail_rename_of.as_deref() == Some(from) {
-            inner.fail_rename_of = None;
-            return Err(io::Error::from_raw_os_error(libc::EIO));
+        if let Some((_, errno)) = inner.fail_rename_of.take_if(|(path, _)| path == from) {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        Ok(())
+    }
+
+    /// Renames are durable as they return here: only a crashed disk fails.
+    async fn sync_dir(&self, dir: &str) -> io::Result<()> {
+        let inner = self.inner.borrow();
+        if inner.crashed {
+            return Err(crashed_error());
+        }
+        if !inner.dirs.contains(dir) && !dir.is_empty() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
         Ok(())
     }

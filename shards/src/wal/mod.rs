@@ -7,6 +7,8 @@
 //! - [`checkpoint`]: the 4 KiB checkpoint block.
 //! - [`progress`]: the done-set that computes the checkpoint (sans-IO).
 //! - `writer`: the group-commit flush loop and segment rolls.
+//! - `place`: a roll's next segment put in place, a shortage of descriptors or
+//!   memory waited out rather than latched.
 //! - `upkeep`: the lazy checkpoint flush, compaction and segment preparation.
 //! - [`reader`]: the dispatcher's sequential reader.
 //!
@@ -28,7 +30,9 @@
 //!
 //! The latch. A failed write or `fdatasync` fails every caller of the batch in
 //! flight and every append after it, until the process restarts: a second write on
-//! top of a region of unknown content could be acknowledged and then lost.
+//! top of a region of unknown content could be acknowledged and then lost. A roll
+//! short of descriptors or memory, which has written nothing of the new segment,
+//! waits the shortage out for a few seconds first (`place`).
 //!
 //! Memory: two staging buffers, each kept at most [`STAGING_KEEP_BYTES`] between
 //! batches and never grown past [`WalConfig::staging_bytes_max`] (appenders wait
@@ -37,6 +41,7 @@
 pub mod checkpoint;
 pub mod frame;
 pub mod key;
+mod place;
 pub mod progress;
 pub mod reader;
 pub mod segment;

@@ -663,13 +663,9 @@ impl<S: Storage> Writer<S> {
             let mut sh = inner.shared.borrow_mut();
             std::mem::replace(&mut sh.prep_ready, false)
         };
-        if prepared {
-            inner
-                .storage
-                .rename(&join(&inner.dir, PREP_FILE), &name)
-                .await?;
-        }
-        let file = Rc::new(inner.storage.open(&name, OpenMode::CreateOrOpen).await?);
+        // Waits out a shortage of descriptors or memory rather than latch.
+        let file = super::place::place_segment(&inner.storage, &inner.dir, &name, prepared).await?;
+        let file = Rc::new(file);
         self.device_bytes_sealed += self.active.device_bytes_written();
         let old = std::mem::replace(&mut self.active, AppendFile::open_at(file, 0).await?);
         // A recycled segment may be shorter than the segment size now set.

@@ -1,6 +1,7 @@
 //! Segment preparation in the ingress WAL: a preparation that fails on a full
 //! disk pauses and leaves nothing behind, a growing segment is left for a
-//! prepared one as soon as it is ready, and a short file is never recycled.
+//! prepared one as soon as it is ready, a short file is never recycled, and a
+//! roll short of descriptors waits rather than latch.
 
 use crate::common::*;
 use narad_io::rt::run_local;
@@ -233,6 +234,71 @@ fn a_short_spare_found_at_open_is_removed_not_recycled() {
             .unwrap();
         assert!(prep.1 >= small_config(true).segment_bytes_max, "{sizes:?}");
         assert!(!disk_names_contain(&disk, "spare-00000000000000009999.wal"));
+        wal.close().await;
+    });
+}
+
+/// `EMFILE`: the process is out of descriptors.
+const EMFILE: i32 = 24;
+
+/// A roll whose prepared segment's rename is made but cannot be synced (its
+/// directory could not be opened), and whose opens then fail for want of
+/// descriptors, waits the shortage out: nothing is refused, nothing latches,
+/// and every record is read back after a reopen. An error that is no shortage
+/// still latches the WAL.
+#[test]
+fn a_roll_short_of_descriptors_waits_instead_of_latching() {
+    let disk = SimDisk::new(15, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        let payload = |id: u64| payload_for(id, 1000);
+        let mut id = 0u64;
+        // Past the first (growing) segment, onto prepared ones.
+        while wal.stats().early_rolls == 0 {
+            wal.append(&record(&payload(id), None)).await.unwrap();
+            id += 1;
+        }
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        let rolls = wal.stats().rolls;
+        disk.fail_next_rename_of_with("wal/next-segment.prep", EMFILE);
+        disk.fail_next_opens_with(3, EMFILE);
+        while wal.stats().rolls == rolls {
+            let appended = wal.append(&record(&payload(id), None)).await;
+            assert!(appended.is_ok(), "record {id}: {appended:?}");
+            id += 1;
+        }
+        assert!(!wal.is_latched());
+        assert!(!disk.rename_fault_armed(), "the rename was tried");
+        for _ in 0..20 {
+            wal.append(&record(&payload(id), None)).await.unwrap();
+            id += 1;
+        }
+        // Not a shortage: the roll fails and the WAL latches, as before.
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        disk.fail_next_rename_of("wal/next-segment.prep");
+        let refused = loop {
+            match wal.append(&record(&payload(id), None)).await {
+                Ok(_) => id += 1,
+                Err(e) => break e,
+            }
+        };
+        assert!(wal.is_latched(), "{refused}");
+        wal.close().await;
+        let wal = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        let ids: Vec<u64> = read_all(&wal, Seq(0))
+            .await
+            .into_iter()
+            .map(|r| r.1)
+            .collect();
+        assert!(
+            ids.len() as u64 >= id && ids.iter().take(id as usize).copied().eq(0..id),
+            "{} records read back, {id} acknowledged",
+            ids.len()
+        );
         wal.close().await;
     });
 }
