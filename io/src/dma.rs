@@ -209,16 +209,28 @@ impl DmaBlockFile {
 /// (powers of two from a sixteenth of `prep_chunk_bytes` to all of it, under
 /// 2 MiB together by default), so each size is allocated and zeroed once per
 /// shard instead of once per chunk. At most [`ZERO_BUFFERS_MAX`] are kept.
+/// They belong to the executor that allocated them (a buffer may be one its
+/// ring registered, which no other ring can write from), so a thread that runs
+/// a new executor starts over.
 const ZERO_BUFFERS_MAX: usize = 8;
 
+/// The executor the buffers were allocated under, and the buffers.
+type ZeroBuffers = (usize, Vec<Rc<glommio::io::DmaBuffer>>);
+
 thread_local! {
-    static ZERO_BUFFERS: RefCell<Vec<Rc<glommio::io::DmaBuffer>>> = const { RefCell::new(Vec::new()) };
+    static ZERO_BUFFERS: RefCell<ZeroBuffers> = const { RefCell::new((0, Vec::new())) };
 }
 
 /// A zeroed buffer of `len` bytes, shared with the writes before it.
 fn zero_buffer(file: &DmaFile, len: usize) -> Rc<glommio::io::DmaBuffer> {
+    let executor = glommio::executor().id();
     ZERO_BUFFERS.with(|kept| {
         let mut kept = kept.borrow_mut();
+        let (owner, kept) = &mut *kept;
+        if *owner != executor {
+            kept.clear();
+            *owner = executor;
+        }
         if let Some(found) = kept.iter().find(|b| b.len() == len) {
             return found.clone();
         }
