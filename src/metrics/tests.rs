@@ -232,3 +232,32 @@ fn a_gone_topics_gauges_are_left_out_and_its_counters_kept() {
     // Without a list of topics, everything.
     assert!(recorder.render().contains("topic=\"gone\"} 3\n"));
 }
+
+#[test]
+fn series_past_one_chunk_of_cells_are_all_rendered_and_summed() {
+    let recorder = ShardedRecorder::default();
+    let series = 2 * CELL_CHUNK + 5;
+    // Two threads: every series has a cell in each, in chunks registered
+    // while an earlier render holds the first ones.
+    let mut renders = Vec::new();
+    for _ in 0..2 {
+        let shared = recorder.clone();
+        std::thread::spawn(move || {
+            ::metrics::with_local_recorder(&shared, || {
+                for i in 0..series {
+                    ::metrics::counter!("narad_t_total", "i" => i.to_string()).increment(1);
+                }
+            });
+        })
+        .join()
+        .unwrap();
+        renders.push(recorder.render());
+    }
+    let lines = |text: &str, value: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("narad_t_total{") && l.ends_with(value))
+            .count()
+    };
+    assert_eq!(lines(&renders[0], " 1"), series);
+    assert_eq!(lines(&renders[1], " 2"), series, "both threads' cells");
+}
