@@ -484,4 +484,29 @@ fn a_slow_open_loop_reports_its_rate_over_the_whole_run() {
         lines.iter().any(|l| l.contains("msg/s (target 2.00)")),
         "{lines:#?}"
     );
+    // In a flow, consumers that keep up finish with the last record: their
+    // rate is over the producers' whole time too, not up to that record.
+    let output = bench(
+        &node,
+        &[
+            "paced-flow",
+            "--create",
+            "--mode",
+            "flow",
+            "--workers",
+            "2",
+            "--rate",
+            "2",
+            "--duration",
+            "3",
+            "--json",
+            "-",
+        ],
+    );
+    assert!(output.status.success(), "{:?}", stderr_lines(&output));
+    let summary: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let seconds = summary["consume_seconds"].as_f64().unwrap();
+    let rate = summary["consumed_rate"].as_f64().unwrap();
+    assert!(seconds >= 3.0, "{summary}");
+    assert!((1.5..=2.5).contains(&rate), "{summary}");
 }

@@ -95,9 +95,14 @@ pub(super) async fn run_pools(
             topic_gone |= plan.topic_gone.get();
             let ledger = ledger.borrow();
             let end = tally.last_consumed.unwrap_or_else(Instant::now);
+            // In a flow, the consumers take what the producers sent over their
+            // whole time: consumers that kept up with a slow open loop finish
+            // with its last record, and their rate is over the same time, not
+            // up to that record.
+            let producing = produce.as_ref().map_or(Duration::ZERO, |p| p.elapsed);
             Some(ConsumeSummary {
                 tally,
-                elapsed: end.saturating_duration_since(start),
+                elapsed: end.saturating_duration_since(start).max(producing),
                 duplicate_records: ledger.duplicate_records(),
                 verdict: s.verify.then(|| ledger.verdict()),
                 drain_cut_short,
