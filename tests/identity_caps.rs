@@ -28,6 +28,7 @@ fn a_client_past_its_consume_cap_is_answered_429() {
             .request("GET", "/v1/topics/c/consume", &[], "")
             .unwrap();
         assert_eq!(refused.status, 429, "{refused:?}");
+        assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
         assert!(error_of(&refused).contains("max_consume_in_flight_per_identity"));
     }
     assert_eq!(parked.read_response(false).unwrap().status, 204);
@@ -56,6 +57,7 @@ fn a_client_past_its_produce_cap_is_answered_429() {
         .request("POST", "/v1/topics/p/produce", &OCTET, "x")
         .unwrap();
     assert_eq!(refused.status, 429, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
     assert!(error_of(&refused).contains("max_produce_in_flight_per_identity"));
     let batch = r#"{"messages":[{"payload":"a"}]}"#;
     let refused = node
@@ -63,6 +65,7 @@ fn a_client_past_its_produce_cap_is_answered_429() {
         .request("POST", "/v1/topics/p/produce/batch", &JSON, batch)
         .unwrap();
     assert_eq!(refused.status, 429, "{refused:?}");
+    assert_eq!(refused.header("retry-after"), Some("1"), "{refused:?}");
     slow.stream.write_all(b"cd").unwrap();
     assert_eq!(slow.read_response(false).unwrap().status, 202);
     produce_ok(&mut client, "p", "", b"after");

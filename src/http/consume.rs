@@ -168,9 +168,12 @@ pub async fn consume<B>(
     let identity = super::identity_of(request);
     let weight = query.max.unwrap_or(1);
     let Some(_permit) = api.node.try_begin_consume(identity, weight) else {
-        return response::error(
+        // `Retry-After: 1`: a retry loop waits for the client's own
+        // long-polls to end instead of spinning on refusals.
+        return response::retry_later(
             StatusCode::TOO_MANY_REQUESTS,
             "too many consumes in flight for this client (http.max_consume_in_flight_per_identity)",
+            "1",
         );
     };
     let consume_request = ConsumeRequest {

@@ -93,36 +93,31 @@ fn choose(shard: &Shard, topic: &TopicRecord, explicit: Option<u32>, key: Option
 /// 429: the client has `http.max_produce_in_flight_per_identity` in flight.
 /// 503 with `Retry-After: 1`: `http.max_batch_body_bytes_in_flight` is taken.
 fn batch_budget_full() -> Response<Body> {
-    let mut answer = response::error(
+    response::retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
         "batch produce budget full (http.max_batch_body_bytes_in_flight); retry shortly",
-    );
-    answer.headers_mut().insert(
-        hyper::header::RETRY_AFTER,
-        hyper::header::HeaderValue::from_static("1"),
-    );
-    answer
+        "1",
+    )
 }
 
+/// 429 with `Retry-After: 1`, so that a client's retry loop waits for its own
+/// requests to finish instead of spinning on refusals.
 fn produce_cap_full() -> Response<Body> {
-    response::error(
+    response::retry_later(
         StatusCode::TOO_MANY_REQUESTS,
         "too many produces in flight for this client (http.max_produce_in_flight_per_identity)",
+        "1",
     )
 }
 
 /// 503 while the data directory's disk is nearly full (see
 /// [`DiskGuard`](super::node::DiskGuard)); the client retries later.
 fn disk_low() -> Response<Body> {
-    let mut response = response::error(
+    response::retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
         "the broker's disk is nearly full: produces are refused until space is freed",
-    );
-    response.headers_mut().insert(
-        hyper::header::RETRY_AFTER,
-        hyper::header::HeaderValue::from_static("5"),
-    );
-    response
+        "5",
+    )
 }
 
 pub async fn single<B>(api: &Api, shard: &Shard, topic: &str, request: Request<B>) -> Response<Body>

@@ -46,6 +46,16 @@ pub fn error(status: StatusCode, message: &str) -> Response<Body> {
     json(status, &serde_json::json!({ "error": message }))
 }
 
+/// An error the client should retry after `seconds`: `{"error": message}` with
+/// `Retry-After`.
+pub fn retry_later(status: StatusCode, message: &str, seconds: &'static str) -> Response<Body> {
+    let mut response = error(status, message);
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static(seconds));
+    response
+}
+
 /// A plain-text response.
 pub fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     with_type(status, TEXT, Bytes::from_static(body.as_bytes()))
@@ -68,24 +78,21 @@ pub fn method_not_allowed(allow: &str) -> Response<Body> {
 /// 503 while the node stops: the client should retry (elsewhere) in a second, and
 /// not on this connection, which closes after the answer.
 pub fn draining() -> Response<Body> {
-    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
-    let headers = response.headers_mut();
-    headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    let mut response = retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down", "1");
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
 /// 503 while the node recovers its storage: the client should retry in a second
 /// (the connection stays open).
 pub fn recovering() -> Response<Body> {
-    let mut response = error(
+    retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
         "not ready: storage recovery in progress",
-    );
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    response
+        "1",
+    )
 }
 
 fn with_type(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Body> {

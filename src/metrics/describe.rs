@@ -101,7 +101,7 @@ pub(super) fn describe_all() {
     );
     describe_gauge!(
         "narad_consumer_lag_messages",
-        "Committed messages not yet settled per partition."
+        "Committed messages at or above the lowest unacked offset per partition (those acked ahead of it included)."
     );
     describe_gauge!(
         "narad_consumer_dropped_messages",
