@@ -14,7 +14,9 @@
 //! back to the WAL), feed a tick, feed the commit outcomes that arrived, carry out
 //! the actions (start commits as tasks, seek the reader, store the checkpoint, drop
 //! bytes), then sleep until a record becomes durable, a commit is answered, the
-//! dispatcher's deadline, or the 10 ms backstop.
+//! dispatcher's deadline, or the backstop: 10 ms while it holds records or has
+//! commits in flight, 1 s when it has nothing to do (an idle node's shards then
+//! wake once a second for it, not a hundred times).
 //!
 //! A commit is a task of its own: it sends the records to the owner (this shard's
 //! combiner, or another shard's over the mesh), waits at most the dispatcher's
@@ -65,8 +67,13 @@ const FIRST_BUFFER_BYTES: usize = 64 << 10;
 #[derive(Clone, Debug)]
 pub struct DriverConfig {
     pub dispatch: DispatchConfig,
-    /// The idle backstop: bounds a missed wake-up.
+    /// The backstop while records are held or commits are in flight: bounds a
+    /// missed wake-up.
     pub backstop: Duration,
+    /// The backstop with nothing held and nothing in flight: every wake-up that
+    /// matters then (a record durable, a commit answered, a deadline, the stop)
+    /// is awaited directly.
+    pub idle_backstop: Duration,
     /// How long a stopping dispatcher waits for its commits in flight.
     pub stop_grace: Duration,
     /// How long the task pauses after a WAL read error.
@@ -82,6 +89,7 @@ impl Default for DriverConfig {
         DriverConfig {
             dispatch: DispatchConfig::default(),
             backstop: Duration::from_millis(10),
+            idle_backstop: Duration::from_secs(1),
             stop_grace: Duration::from_secs(5),
             read_error_backoff: Duration::from_secs(1),
             read_bytes_max: READ_CHUNK_BYTES,
@@ -382,12 +390,16 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         let wait = if read_failed {
             config.read_error_backoff
         } else {
+            let idle = dispatcher.held_records_total() == 0 && outcomes.in_flight.get() == 0;
+            let backstop = if idle {
+                config.idle_backstop
+            } else {
+                config.backstop
+            };
             dispatcher
                 .next_deadline()
-                .map_or(config.backstop, |d| {
-                    d.saturating_duration_since(Instant::now())
-                })
-                .min(config.backstop)
+                .map_or(backstop, |d| d.saturating_duration_since(Instant::now()))
+                .min(backstop)
         };
         env.held_bytes(held_bytes.get());
         let can_read = stop_deadline.is_none()
