@@ -435,7 +435,12 @@ where
         }
         Err(e) => {
             let (status, message) = settle_error(topic, &e);
-            response::error(status, &message)
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                // The owner shard stopped: the node is stopping.
+                response::retry_later(status, &message, "1")
+            } else {
+                response::error(status, &message)
+            }
         }
     }
 }

@@ -309,7 +309,7 @@ pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
         })
     };
     let Some(applied) = work.await else {
-        return response::error(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping");
+        return response::retry_later(StatusCode::SERVICE_UNAVAILABLE, "the node is stopping", "1");
     };
     match applied {
         Ok(Applied::Deleted(_)) => {
