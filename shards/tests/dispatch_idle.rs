@@ -3,6 +3,9 @@
 //! turning every 10 ms, and a record appended after a long idle spell is still
 //! dispatched at once, woken by the WAL rather than found by the backstop.
 
+#[path = "dispatch_common/mod.rs"]
+mod dispatch_common;
+
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,33 +15,14 @@ use std::time::{Duration, Instant};
 
 use narad_io::rt::{run_local, Notify};
 use narad_io::sim::{SimDisk, SimFaults};
-use narad_shards::dispatch::{Cluster, OwnerId, TopicMeta};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::produce::{driver, CommitReply, DispatchEnv, DriverConfig, Mode, OwnedRecord};
 use narad_shards::wal::{IngressRecord, Wal, WalConfig};
 
+use dispatch_common::View;
+
 const INCARNATION: IncarnationId = IncarnationId(1);
 const PARTITIONS: u32 = 4;
-
-struct View;
-
-impl Cluster for View {
-    fn topic(&self, name: &str) -> Option<TopicMeta> {
-        (name == "idle").then_some(TopicMeta {
-            incarnation: INCARNATION,
-            partitions: PARTITIONS,
-        })
-    }
-    fn owner(&self, _: &str, _: PartitionId) -> Option<OwnerId> {
-        Some(OwnerId { node: 0, shard: 0 })
-    }
-    fn is_alive(&self, _: OwnerId) -> bool {
-        true
-    }
-    fn is_local(&self, _: OwnerId) -> bool {
-        true
-    }
-}
 
 /// Owners that commit everything at once; counts the task's turns (each turn
 /// takes one view of the cluster) and the records committed.
@@ -56,7 +40,11 @@ impl DispatchEnv for Env {
 
     fn view(&self) -> View {
         self.turns.set(self.turns.get() + 1);
-        View
+        View {
+            topic: "idle",
+            incarnation: INCARNATION,
+            partitions: PARTITIONS,
+        }
     }
 
     fn commit(

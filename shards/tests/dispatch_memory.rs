@@ -3,6 +3,9 @@
 //! turn and stops reading once the buffers its held records keep alive reach
 //! `DriverConfig::held_bytes_max`.
 
+#[path = "dispatch_common/mod.rs"]
+mod dispatch_common;
+
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,44 +15,18 @@ use std::time::Duration;
 
 use narad_io::rt::{run_local, Notify};
 use narad_io::sim::{SimDisk, SimFaults};
-use narad_shards::dispatch::{Cluster, OwnerId, TopicMeta};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use narad_shards::produce::{
     driver, CommitError, CommitReply, DispatchEnv, DriverConfig, Mode, OwnedRecord,
 };
 use narad_shards::wal::{IngressRecord, Wal, WalConfig};
 
+use dispatch_common::View;
+
 const PARTITIONS: u32 = 8;
 const RECORDS: usize = 400;
 const PAYLOAD_BYTES: usize = 64 << 10;
 const INCARNATION: IncarnationId = IncarnationId(1);
-
-/// One topic, each partition on a shard of its own, all alive and local.
-struct View {
-    topic: &'static str,
-    partitions: u32,
-}
-
-impl Cluster for View {
-    fn topic(&self, name: &str) -> Option<TopicMeta> {
-        (name == self.topic).then_some(TopicMeta {
-            incarnation: INCARNATION,
-            partitions: self.partitions,
-        })
-    }
-    fn owner(&self, _: &str, partition: PartitionId) -> Option<OwnerId> {
-        Some(OwnerId {
-            node: 0,
-            shard: partition.0,
-        })
-    }
-    fn is_alive(&self, _: OwnerId) -> bool {
-        true
-    }
-    fn is_local(&self, _: OwnerId) -> bool {
-        true
-    }
-}
 
 /// Owners that take every commit and never answer.
 #[derive(Default)]
@@ -70,6 +47,7 @@ impl DispatchEnv for Env {
     fn view(&self) -> View {
         View {
             topic: "big",
+            incarnation: INCARNATION,
             partitions: PARTITIONS,
         }
     }
@@ -275,6 +253,7 @@ impl DispatchEnv for ProbeEnv {
     fn view(&self) -> View {
         View {
             topic: "wide",
+            incarnation: INCARNATION,
             partitions: self.failing + 1,
         }
     }
