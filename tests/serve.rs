@@ -65,10 +65,11 @@ fn wait_for_log(child: &mut Child, needle: &str) -> Vec<String> {
 fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     // A relative data directory, as the README's run command uses (a regression:
-    // relative paths once failed to open with EBADF).
+    // relative paths once failed to open with EBADF). A port of its own, not the
+    // default one: a broker someone runs on this machine must not fail the test.
     let mut first = KillOnDrop(
         narad(
-            &["serve", "--dev", "--shards", "2"],
+            &["serve", "--dev", "--port", "0", "--shards", "2"],
             std::path::Path::new("data"),
         )
         .current_dir(dir.path())
@@ -90,7 +91,7 @@ fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
     // (a stall of milliseconds): the process runs without them.
     assert_ne!(thp_enabled(first.0.id()), Some(true), "huge pages are on");
 
-    let second = narad(&["serve", "--dev"], &dir.path().join("data"))
+    let second = narad(&["serve", "--dev", "--port", "0"], &dir.path().join("data"))
         .output()
         .unwrap();
     assert!(!second.status.success());
