@@ -242,7 +242,12 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         // restart replays nothing twice; the grace bounds it.
         if env.stopping() {
             let deadline = *stop_deadline.get_or_insert(now + config.stop_grace);
-            let idle = dispatcher.held_records_total() == 0 && outcomes.in_flight.get() == 0;
+            // A drain task holding nothing may still be held back by the
+            // budget it shares with the shard's other drains: it polls for
+            // room as before.
+            let idle = dispatcher.held_records_total() == 0
+                && outcomes.in_flight.get() == 0
+                && held_bytes.get() < config.held_bytes_max;
             if idle || now >= deadline {
                 break;
             }
