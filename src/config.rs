@@ -323,6 +323,11 @@ impl Config {
                     format!("unknown key `{section}`")
                 });
             };
+            // An empty object configures nothing, but a misspelt or foreign
+            // section name is as wrong empty as it is full.
+            if keys.is_empty() && !is_section(section) {
+                return Err(format!("unknown key `{section}`"));
+            }
             for (key, value) in keys {
                 let name = format!("{section}.{key}");
                 let key = known_key(&name)?;

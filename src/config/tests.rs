@@ -131,12 +131,24 @@ fn dev_turns_security_off_and_listens_on_loopback() {
     );
 }
 
+/// An empty section configures nothing: accepted when the section exists
+/// (or is the reference's and unsupported here), refused when its name is
+/// unknown (`unknown_internal_and_unsupported_file_keys_refuse_naming_the_key`).
+#[test]
+fn an_empty_known_section_is_accepted() {
+    for json in [r#"{"http": {}}"#, r#"{"storage": {}, "cluster": {}}"#] {
+        let (_file, flags) = file(json);
+        assert!(Config::load(&flags, &no_env).is_ok(), "{json}");
+    }
+}
+
 #[test]
 fn unknown_internal_and_unsupported_file_keys_refuse_naming_the_key() {
     for (json, needle) in [
         (r#"{"http": {"adr": ":1"}}"#, "unknown key `http.adr`"),
         (r#"{"htp": {"addr": ":1"}}"#, "unknown key `htp.addr`"),
         (r#"{"verbose": true}"#, "unknown key `verbose`"),
+        (r#"{"metrics": {}}"#, "unknown key `metrics`"),
         (
             r#"{"storage": {"fsync": "always"}}"#,
             "`storage.fsync` is internal",
