@@ -276,6 +276,21 @@ fn consume_outcomes_are_counted_by_how_each_consume_ended() {
     ] {
         assert_eq!(sum(&polled, name, &["topic=\"w\""]), 0.0, "{name}");
     }
+    // Every polled partition shows its corrupt-skip counter, at 0, before any
+    // skip: `increase()` needs the series before its first event.
+    let labels_of = |name: &str| -> Vec<String> {
+        let prefix = format!("{name}{{");
+        polled
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix))
+            .filter(|labels| labels.contains("topic=\"w\""))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(
+        labels_of("narad_consumer_corrupt_skipped_total"),
+        labels_of("narad_consumer_dropped_messages"),
+    );
 }
 
 #[test]

@@ -350,6 +350,10 @@ pub fn poll_once(shard: &crate::broker::Shard) -> Vec<Behind> {
             }
             ::metrics::gauge!("narad_consumer_dropped_messages", &labels)
                 .set(table.dropped_total() as f64);
+            // The counter is raised where records are skipped; here it is only
+            // made to exist, at 0 until then, so that `increase()` sees the
+            // first skip.
+            ::metrics::counter!("narad_consumer_corrupt_skipped_total", &labels).increment(0);
         });
     behind
 }
