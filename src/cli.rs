@@ -11,7 +11,8 @@ use crate::config::{Flags, LogConfig};
 #[derive(Parser, Debug)]
 #[command(name = "narad", version, about)]
 pub struct Cli {
-    /// Log level: error, warn, info, debug or trace (`log.level`, NARAD_LOG_LEVEL;
+    /// Log level: off, error, warn, info, debug or trace, or `target=level`
+    /// directives such as `info,hyper=warn` (`log.level`, NARAD_LOG_LEVEL;
     /// default info).
     #[arg(long, global = true)]
     pub log_level: Option<String>,
