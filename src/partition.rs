@@ -16,10 +16,10 @@
 //! messages therefore spread evenly over the partitions from every shard taken
 //! alone, which is the property the reference gives per node.
 
-use std::collections::HashMap;
-
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use narad_shards::ids::DenseIdMap;
 
 /// FNV-1a offset basis, 32-bit.
 const FNV_OFFSET_BASIS: u32 = 2_166_136_261;
@@ -81,7 +81,9 @@ struct Rotation {
 pub struct RoundRobin {
     rng: ChaCha8Rng,
     /// Topic id → index into `rotations`.
-    index: HashMap<u128, u32>,
+    /// Topic id to slot; ids are random values this broker drew, so the
+    /// cheap hash of [`DenseIdMap`] serves (a keyless produce looks it up).
+    index: DenseIdMap<u128, u32>,
     /// The slab of rotations; never longer than `ROUND_ROBIN_TOPICS_MAX`.
     rotations: Vec<Rotation>,
     /// The most recently used rotation, or `NIL` when empty.
@@ -96,7 +98,7 @@ impl RoundRobin {
     pub fn new(seed: u64) -> Self {
         RoundRobin {
             rng: ChaCha8Rng::seed_from_u64(seed),
-            index: HashMap::new(),
+            index: DenseIdMap::default(),
             rotations: Vec::new(),
             newest: NIL,
             oldest: NIL,
