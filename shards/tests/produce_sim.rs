@@ -168,6 +168,7 @@ fn wal_config() -> WalConfig {
         staging_bytes_max: 256 << 10,
         flush_bytes_target: 8 << 10,
         checkpoint_sync_delay: Duration::from_millis(2),
+        checkpoint_store_interval: Duration::from_millis(1),
         spare_segments_max: 2,
         rotate_dispatched_bytes_min: 16 << 10,
         reader_cache_bytes_max: 64 << 10,

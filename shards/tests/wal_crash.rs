@@ -58,6 +58,8 @@ fn config(rng: &mut ChaCha8Rng) -> WalConfig {
     config.flush_bytes_target = [2 << 10, 8 << 10, 1 << 20][rng.random_range(0..3)];
     // Half the lives flush every batch through the write-then-sync pipeline.
     config.durable_writes = rng.random_bool(0.5);
+    // Checkpoint stores held back for up to 3 ms, or not at all.
+    config.checkpoint_store_interval = Duration::from_millis(rng.random_range(0..4));
     config
 }
 

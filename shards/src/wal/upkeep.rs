@@ -2,9 +2,11 @@
 //! durable checkpoint, rotation of a dispatched active segment, and preparation of
 //! the next segment.
 //!
-//! Runs on the WAL's shard. The checkpoint block is written as soon as a new value
-//! is stored (a process crash keeps it) and synced once the sync delay has passed
-//! since the first unsynced store, so many stores share one `fdatasync`. Segments
+//! Runs on the WAL's shard. The checkpoint block is written when a new value is
+//! stored, at most once per `checkpoint_store_interval` (the newest value of the
+//! interval; a process crash keeps it, so a restart replays at most an interval
+//! of dispatched records more), and synced once the sync delay has passed since
+//! the first unsynced store, so many stores share one `fdatasync`. Segments
 //! are removed only behind a checkpoint value that is already durable: every
 //! sequence number below the oldest segment left on disk was committed.
 
@@ -46,7 +48,10 @@ async fn signalled<S: Storage>(wal: &Wal<S>) {
 /// The upkeep task; ends when the WAL closes, after a last checkpoint sync.
 pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S::File>) {
     let delay = wal.inner.config.checkpoint_sync_delay;
+    let store_interval = wal.inner.config.checkpoint_store_interval;
     let mut sync_due: Option<Instant> = None;
+    // When the checkpoint block may next be written.
+    let mut next_store_at: Option<Instant> = None;
     // The recovered checkpoint was synced at open: segments wholly behind it go
     // now, not when the checkpoint next moves, which on an idle node is never.
     let mut compaction_failed = !compact_logged(&wal).await;
@@ -60,8 +65,32 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
                 sh.closing,
             )
         };
-        if wanted > written {
-            // Overwrite at once, so that a process crash keeps the newest value.
+        // Stored now (`Some(now)`), or held back until the store interval ends
+        // (`None`); a sync that falls due meanwhile goes first, of the value
+        // written before.
+        let store_now = if wanted > written {
+            let now = Instant::now();
+            match next_store_at.filter(|at| !closing && now < *at) {
+                None => Some(now),
+                Some(at) => {
+                    let sync_is_due = written > synced && sync_due.is_some_and(|due| now >= due);
+                    if !sync_is_due {
+                        let wake = match sync_due.filter(|_| written > synced) {
+                            Some(due) => at.min(due),
+                            None => at,
+                        };
+                        narad_io::rt::sleep(wake - now).await;
+                        continue;
+                    }
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if let Some(now) = store_now {
+            // Overwrite now, so that a process crash keeps the newest value.
+            next_store_at = Some(now + store_interval);
             if let Err(e) = file.store(wanted).await {
                 tracing::error!(error = %e, "ingress WAL: cannot store the dispatch checkpoint");
                 // A checkpoint left behind only replays (duplicates) what was already

@@ -53,6 +53,43 @@ fn checkpoint_stores_are_page_cache_writes_until_the_sync() {
     });
 }
 
+/// Moves within one store interval go out as one write of the newest value:
+/// under load the dispatcher moves the checkpoint with every commit, and each
+/// write is work for a thread on the shard's core.
+#[test]
+fn checkpoint_moves_within_a_store_interval_share_one_write() {
+    let disk = SimDisk::new(9, SimFaults::default());
+    run_local(None, async move {
+        let config = WalConfig {
+            checkpoint_sync_delay: Duration::from_millis(20),
+            checkpoint_store_interval: Duration::from_millis(200),
+            ..small_config(false)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let payload = payload_for(1, 16);
+        let records: Vec<_> = (0..100).map(|_| record(&payload, None)).collect();
+        wal.append_many(&records).await.unwrap();
+        let before = disk.stats();
+        // 100 moves within about 20 ms: the first is written at once, the
+        // rest wait for the interval's end and go out as one write.
+        for seq in 1..=100 {
+            wal.store_checkpoint(Seq(seq));
+            narad_io::rt::sleep(Duration::from_micros(200)).await;
+        }
+        let started = std::time::Instant::now();
+        while wal.synced_checkpoint() < Seq(100) {
+            assert!(started.elapsed() < Duration::from_secs(10), "never synced");
+            narad_io::rt::sleep(Duration::from_millis(5)).await;
+        }
+        let stores = disk.stats().cached_writes - before.cached_writes;
+        assert!(
+            (1..=3).contains(&stores),
+            "100 checkpoint moves within one interval took {stores} writes"
+        );
+        wal.close().await;
+    });
+}
+
 /// A dispatcher that moves the checkpoint during every store of it (commits
 /// landing faster than one device write) must not keep the checkpoint from
 /// being synced: compaction waits for that sync, so the WAL would grow without
@@ -64,6 +101,9 @@ fn a_checkpoint_moved_during_every_store_is_still_synced() {
     run_local(None, async move {
         let config = WalConfig {
             checkpoint_sync_delay: Duration::from_millis(1),
+            // Every move stored at once, back to back (the case the throttle
+            // below would otherwise hide).
+            checkpoint_store_interval: Duration::ZERO,
             ..small_config(false)
         };
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();

@@ -33,6 +33,7 @@ pub fn small_config(prealloc: bool) -> WalConfig {
         // Small, so that bursts become pipelines of several batches.
         flush_bytes_target: 8 << 10,
         checkpoint_sync_delay: std::time::Duration::from_millis(2),
+        checkpoint_store_interval: std::time::Duration::from_millis(1),
         spare_segments_max: 2,
         rotate_dispatched_bytes_min: 16 << 10,
         reader_cache_bytes_max: 64 << 10,
