@@ -11,6 +11,33 @@ use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::ids::Seq;
 use narad_shards::wal::{Wal, WalConfig};
 
+/// Opens a WAL of 100 records on `disk`, moves its checkpoint to each of them
+/// in turn, `pause` apart, and waits until the last is synced; the disk's
+/// counts before the moves and after the sync.
+async fn move_checkpoint_100_times(
+    disk: &SimDisk,
+    config: WalConfig,
+    pause: Duration,
+) -> (narad_io::sim::SimStats, narad_io::sim::SimStats) {
+    let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+    let payload = payload_for(1, 16);
+    let records: Vec<_> = (0..100).map(|_| record(&payload, None)).collect();
+    wal.append_many(&records).await.unwrap();
+    let before = disk.stats();
+    for seq in 1..=100 {
+        wal.store_checkpoint(Seq(seq));
+        narad_io::rt::sleep(pause).await;
+    }
+    let started = std::time::Instant::now();
+    while wal.synced_checkpoint() < Seq(100) {
+        assert!(started.elapsed() < Duration::from_secs(10), "never synced");
+        narad_io::rt::sleep(Duration::from_millis(5)).await;
+    }
+    let after = disk.stats();
+    wal.close().await;
+    (before, after)
+}
+
 /// The checkpoint moves with every commit that lands, at low rates once a
 /// record: each store is a page-cache write, and only the lazy sync reaches the
 /// device, so a move costs no device write of its own.
@@ -22,21 +49,8 @@ fn checkpoint_stores_are_page_cache_writes_until_the_sync() {
             checkpoint_sync_delay: Duration::from_millis(50),
             ..small_config(false)
         };
-        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
-        let payload = payload_for(1, 16);
-        let records: Vec<_> = (0..100).map(|_| record(&payload, None)).collect();
-        wal.append_many(&records).await.unwrap();
-        let before = disk.stats();
-        for seq in 1..=100 {
-            wal.store_checkpoint(Seq(seq));
-            narad_io::rt::sleep(Duration::from_micros(100)).await;
-        }
-        let started = std::time::Instant::now();
-        while wal.synced_checkpoint() < Seq(100) {
-            assert!(started.elapsed() < Duration::from_secs(10), "never synced");
-            narad_io::rt::sleep(Duration::from_millis(5)).await;
-        }
-        let after = disk.stats();
+        let (before, after) =
+            move_checkpoint_100_times(&disk, config, Duration::from_micros(100)).await;
         let device_writes = |s: &narad_io::sim::SimStats| s.writes - s.cached_writes;
         assert!(
             after.cached_writes > before.cached_writes,
@@ -49,7 +63,6 @@ fn checkpoint_stores_are_page_cache_writes_until_the_sync() {
             after.cached_writes - before.cached_writes
         );
         assert!(after.syncs > before.syncs, "the sync made them durable");
-        wal.close().await;
     });
 }
 
@@ -65,28 +78,15 @@ fn checkpoint_moves_within_a_store_interval_share_one_write() {
             checkpoint_store_interval: Duration::from_millis(200),
             ..small_config(false)
         };
-        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
-        let payload = payload_for(1, 16);
-        let records: Vec<_> = (0..100).map(|_| record(&payload, None)).collect();
-        wal.append_many(&records).await.unwrap();
-        let before = disk.stats();
         // 100 moves within about 20 ms: the first is written at once, the
         // rest wait for the interval's end and go out as one write.
-        for seq in 1..=100 {
-            wal.store_checkpoint(Seq(seq));
-            narad_io::rt::sleep(Duration::from_micros(200)).await;
-        }
-        let started = std::time::Instant::now();
-        while wal.synced_checkpoint() < Seq(100) {
-            assert!(started.elapsed() < Duration::from_secs(10), "never synced");
-            narad_io::rt::sleep(Duration::from_millis(5)).await;
-        }
-        let stores = disk.stats().cached_writes - before.cached_writes;
+        let (before, after) =
+            move_checkpoint_100_times(&disk, config, Duration::from_micros(200)).await;
+        let stores = after.cached_writes - before.cached_writes;
         assert!(
             (1..=3).contains(&stores),
             "100 checkpoint moves within one interval took {stores} writes"
         );
-        wal.close().await;
     });
 }
 
