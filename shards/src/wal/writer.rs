@@ -6,7 +6,13 @@
 //!
 //! The pipeline. A batch that fits one write run, taken when nothing is in
 //! flight, goes out as one durable (`O_DSYNC`) write: write and sync in one
-//! device round trip, and the batch staged meanwhile goes next. Other batches
+//! device round trip, and the batch staged meanwhile goes next. Such a batch
+//! staged while a sync is in flight waits for that sync and then goes out the
+//! same way, rather than being written beside it and synced after: the sync is
+//! handed by the ring to a worker thread that runs on the shard's core (a wake-up
+//! and two context switches each), where a durable write completes inline, and
+//! once written beside a sync, every batch after it would be too for as long as
+//! batches keep coming. Other batches
 //! (several runs, a segment roll, or a write that grows the file) are written
 //! and then synced while the next batch, if one is staged by then, is written: at most one sync and one write
 //! are in flight, the write is issued only after the previous write completed
@@ -314,12 +320,7 @@ pub(super) async fn flush_loop<S: Storage>(
                 // size now configured) is a write and a sync either way (see
                 // `narad_io::append`): the pipeline below overlaps the sync
                 // with the next batch's write.
-                let grows = writer.active.would_grow(job.buf.len() as u64);
-                if wal.inner.config.durable_writes
-                    && !grows
-                    && job.roll_points.is_empty()
-                    && job.buf.len() <= WRITE_RUN_BYTES_MAX
-                {
+                if writer.takes_durable_write(&job) {
                     // Nothing in flight and one run: write it durably, in one
                     // round trip rather than a write and a sync.
                     let result = writer.write_runs(&job.buf, Durability::Now).await;
@@ -362,7 +363,10 @@ pub(super) async fn flush_loop<S: Storage>(
             // sync in flight: a second sync must not run beside it, since one
             // that succeeded before the first one failed would let a further
             // run through.
-            if !next.roll_points.is_empty() || next.buf.len() > WRITE_RUN_BYTES_MAX {
+            if !next.roll_points.is_empty()
+                || next.buf.len() > WRITE_RUN_BYTES_MAX
+                || writer.takes_durable_write(&next)
+            {
                 return Some((next, None));
             }
             let result = writer.write_job(&next).await;
@@ -379,6 +383,17 @@ pub(super) async fn flush_loop<S: Storage>(
         };
         let result = match result {
             Some(result) => result,
+            // One durable write, now that nothing is in flight.
+            None if synced_ok && writer.takes_durable_write(&next) => {
+                let result = writer.write_runs(&next.buf, Durability::Now).await;
+                if result.is_ok() {
+                    wal.inner.shared.borrow_mut().stats.syncs += 1;
+                }
+                if finish(&wal, next, result, writer.device_bytes()) {
+                    continue;
+                }
+                break;
+            }
             // Starts a segment: written only now that the sync is done.
             None if synced_ok => writer.write_job(&next).await,
             None => Ok(()),
@@ -559,6 +574,17 @@ struct Writer<S: Storage> {
 }
 
 impl<S: Storage> Writer<S> {
+    /// Whether `job` goes out as one durable (`O_DSYNC`) write once nothing is
+    /// in flight: one run that starts no segment and grows no file, with
+    /// durable writes on. A write that grows the file is a write and a sync
+    /// either way (see `narad_io::append`).
+    fn takes_durable_write(&self, job: &Job) -> bool {
+        self.wal.inner.config.durable_writes
+            && job.roll_points.is_empty()
+            && job.buf.len() <= WRITE_RUN_BYTES_MAX
+            && !self.active.would_grow(job.buf.len() as u64)
+    }
+
     fn device_bytes(&self) -> u64 {
         self.device_bytes_sealed + self.active.device_bytes_written()
     }
