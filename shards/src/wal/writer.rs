@@ -323,11 +323,7 @@ pub(super) async fn flush_loop<S: Storage>(
                 if writer.takes_durable_write(&job) {
                     // Nothing in flight and one run: write it durably, in one
                     // round trip rather than a write and a sync.
-                    let result = writer.write_runs(&job.buf, Durability::Now).await;
-                    if result.is_ok() {
-                        wal.inner.shared.borrow_mut().stats.syncs += 1;
-                    }
-                    if finish(&wal, job, result, writer.device_bytes()) {
+                    if writer.write_durably(job).await {
                         continue;
                     }
                     break;
@@ -385,11 +381,7 @@ pub(super) async fn flush_loop<S: Storage>(
             Some(result) => result,
             // One durable write, now that nothing is in flight.
             None if synced_ok && writer.takes_durable_write(&next) => {
-                let result = writer.write_runs(&next.buf, Durability::Now).await;
-                if result.is_ok() {
-                    wal.inner.shared.borrow_mut().stats.syncs += 1;
-                }
-                if finish(&wal, next, result, writer.device_bytes()) {
+                if writer.write_durably(next).await {
                     continue;
                 }
                 break;
@@ -583,6 +575,16 @@ impl<S: Storage> Writer<S> {
             && job.roll_points.is_empty()
             && job.buf.len() <= WRITE_RUN_BYTES_MAX
             && !self.active.would_grow(job.buf.len() as u64)
+    }
+
+    /// Writes `job` as one durable write and settles it; false once the WAL
+    /// has latched (the flush loop ends).
+    async fn write_durably(&mut self, job: Job) -> bool {
+        let result = self.write_runs(&job.buf, Durability::Now).await;
+        if result.is_ok() {
+            self.wal.inner.shared.borrow_mut().stats.syncs += 1;
+        }
+        finish(&self.wal, job, result, self.device_bytes())
     }
 
     fn device_bytes(&self) -> u64 {
