@@ -20,7 +20,8 @@ pub struct Cli {
     #[arg(long, global = true, value_enum)]
     pub log_format: Option<LogFormat>,
     /// The broker the client commands talk to, `http://host:port` with an IP
-    /// address or `localhost` as the host.
+    /// address or `localhost` as the host (`serve` refuses it: it listens on
+    /// `--addr` / `--port`).
     #[arg(
         short = 's',
         long,
@@ -106,6 +107,14 @@ impl ServeArgs {
         ))
     }
 }
+
+/// Why `serve` refuses `-s/--server` given on its command line: it is the
+/// client commands' broker address, and a node that took it for its own
+/// listen address would quietly listen elsewhere. (`NARAD_ADDR` in the
+/// environment is left alone: shells set it for the clients.)
+pub const SERVER_FLAG_ON_SERVE: &str =
+    "--server (-s) names the broker the client commands talk to; \
+     serve listens on --addr / --port (http.addr, NARAD_HTTP_ADDR): leave --server out";
 
 /// The most shards a node runs: each holds a listener, a WAL and its rings, and
 /// more shards than CPUs only share them.

@@ -3,7 +3,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 use narad::cli::{Cli, Command, DebugCommand, InspectCommand};
 
 /// The broker allocates per request (bodies, replies, batch vectors) on every
@@ -30,7 +31,12 @@ fn disable_huge_pages() {
 
 fn main() -> ExitCode {
     disable_huge_pages();
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
+    let server_given = matches.value_source("server") == Some(ValueSource::CommandLine);
     // `serve` sets up logging itself, once its configuration (which may name the log
     // level and format) is loaded.
     let serve_flags = match &cli.command {
@@ -41,7 +47,10 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve(args) => match args.unsupported() {
+        Command::Serve(args) => match args
+            .unsupported()
+            .or_else(|| server_given.then(|| narad::cli::SERVER_FLAG_ON_SERVE.to_string()))
+        {
             Some(refusal) => Err(refusal),
             None => narad::serve::run(serve_flags.unwrap_or_default(), args.shards),
         },

@@ -73,6 +73,9 @@ fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
             std::path::Path::new("data"),
         )
         .current_dir(dir.path())
+        // The client commands' broker address, as a shell may keep it: no
+        // listen address, and no reason to refuse.
+        .env("NARAD_ADDR", "http://127.0.0.1:9")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap(),
@@ -215,6 +218,29 @@ fn serve_refuses_a_shard_count_out_of_range_and_the_reference_flags_it_lacks() {
         let message = String::from_utf8_lossy(&output.stderr);
         assert!(
             message.contains(flag) && message.contains("does not support"),
+            "{message}"
+        );
+    }
+    // The client's broker address is no listen address: given on the command
+    // line (before or after `serve`) it is refused; in the environment, where
+    // shells keep it for the client commands, it is left alone (the node
+    // starting with it set is `serve_dev_runs_locks_its_directory_and_stops_on_sigterm`).
+    for args in [
+        &[
+            "serve",
+            "--dev",
+            "--port",
+            "0",
+            "--server",
+            "http://127.0.0.1:9",
+        ][..],
+        &["-s", "http://127.0.0.1:9", "serve", "--dev", "--port", "0"][..],
+    ] {
+        let output = narad(args, dir.path()).output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{args:?}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            message.contains("--server") && message.contains("--addr"),
             "{message}"
         );
     }
