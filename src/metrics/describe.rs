@@ -65,7 +65,7 @@ pub(super) fn describe_all() {
     );
     describe_gauge!(
         "narad_ingress_dispatch_backlog_records",
-        "Records in the ingress WALs not yet committed to their partitions."
+        "Records durable in the ingress WALs and not yet committed to their partitions (behind the dispatch checkpoint)."
     );
     describe_histogram!(
         "narad_ingress_wal_sync_duration_seconds",
