@@ -506,9 +506,10 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     };
     {
         let queues = Rc::downgrade(&queues);
+        let waiters = waiters.clone();
         owner.set_on_visible(Box::new(move |topic, id, partition, hwm| {
             if let Some(queues) = queues.upgrade() {
-                queues.on_visible(topic, id, partition, hwm);
+                queues.on_visible(topic, id, partition, hwm, waiters.is_waited_on(id));
             }
         }));
     }

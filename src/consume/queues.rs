@@ -109,19 +109,26 @@ impl Queues {
     }
 
     /// A commit made records visible: moves the cached high watermark and wakes
-    /// the topic's consumers.
+    /// the topic's consumers, if any wait for records of it: `waited_on` says
+    /// whether some are parked on this shard, and tokens other shards left
+    /// here stand for theirs. A topic nobody waits on costs a commit nothing
+    /// more (no pump task, no look at the topic); whoever comes later parks,
+    /// and the parking wakes the pump.
     pub fn on_visible(
         &self,
         topic: &Arc<str>,
         incarnation: IncarnationId,
         partition: PartitionId,
         hwm: Offset,
+        waited_on: bool,
     ) {
         if let Some(queue) = self.parts.borrow().get(&(incarnation, partition)) {
             let mut queue = queue.borrow_mut();
             queue.hwm = queue.hwm.max(hwm);
         }
-        (self.wake)(incarnation, topic);
+        if waited_on || self.has_tokens(incarnation) {
+            (self.wake)(incarnation, topic);
+        }
     }
 
     /// The partition's queue, loaded on first touch.

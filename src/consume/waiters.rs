@@ -208,6 +208,11 @@ impl Waiters {
         self.core.borrow().has_parked(incarnation)
     }
 
+    /// See [`core::Waiters::is_waited_on`].
+    pub fn is_waited_on(&self, incarnation: IncarnationId) -> bool {
+        self.core.borrow().is_waited_on(incarnation)
+    }
+
     /// See [`core::Waiters::head_parked_ms`].
     pub fn head_parked_ms(&self, incarnation: IncarnationId) -> Option<u64> {
         self.core.borrow().head_parked_ms(incarnation)

@@ -464,6 +464,20 @@ impl<D> Waiters<D> {
         })
     }
 
+    /// Whether records made available for the topic must wake the pump: a
+    /// consumer is on its FIFOs (pinned or not; live or gone, which the pump
+    /// drops), or the pump is at the topic now and may hold a consumer off
+    /// its FIFO, whose look for records may have missed these. One look,
+    /// whatever the FIFOs hold. A consumer that parks later wakes the pump
+    /// itself ([`Waiters::park`]).
+    pub fn is_waited_on(&self, incarnation: IncarnationId) -> bool {
+        self.pumping.contains(&incarnation)
+            || self
+                .topics
+                .get(&incarnation)
+                .is_some_and(|e| !e.queue.is_empty() || e.pinned.values().any(|f| !f.is_empty()))
+    }
+
     /// Whether a live unpinned consumer is parked on the topic.
     pub fn has_parked(&self, incarnation: IncarnationId) -> bool {
         self.topics

@@ -530,3 +530,20 @@ fn a_lease_that_lapses_during_its_read_is_still_delivered() {
         assert_eq!(got.len(), 1, "the record was dropped");
     });
 }
+
+/// A commit wakes the pump only for a topic someone waits for: consumers
+/// parked on this shard (the caller says), or tokens other shards left here.
+#[test]
+fn a_commit_wakes_only_a_topic_someone_waits_for() {
+    run_with_records(|queues, wakes| async move {
+        let topic: Arc<str> = Arc::from("t");
+        queues.on_visible(&topic, ID, PartitionId(0), Offset(4), false);
+        assert_eq!(wakes.get(), 0, "nobody waits");
+        queues.on_visible(&topic, ID, PartitionId(0), Offset(5), true);
+        assert_eq!(wakes.get(), 1, "consumers parked here");
+        queues.register(&topic, ID, 1, Duration::from_secs(10));
+        let registered = wakes.get();
+        queues.on_visible(&topic, ID, PartitionId(0), Offset(6), false);
+        assert_eq!(wakes.get(), registered + 1, "another shard's token");
+    });
+}

@@ -320,3 +320,29 @@ fn nothing_is_released_when_the_head_consumer_takes_all() {
     assert!(hand_out(vec![7, 8], || queue.next()).is_empty());
     assert_eq!(rx.try_recv().unwrap(), Some(vec![7, 8]));
 }
+
+/// Records made available wake the pump only for a topic someone waits on:
+/// a consumer on a FIFO (pinned or not, gone ones too, which the pump drops),
+/// or the pump at the topic now, which may hold a consumer off its FIFO.
+#[test]
+fn a_topic_is_waited_on_while_a_consumer_is_parked_or_the_pump_is_at_it() {
+    let mut waiters = Waiters::<u32>::default();
+    let topic: Arc<str> = Arc::from("t");
+    let id = IncarnationId(1);
+    assert!(!waiters.is_waited_on(id), "nobody ever came");
+    let (queued, _queued_answer) = Waiter::new(1, 5_000);
+    waiters.park(id, &topic, None, queued);
+    assert!(waiters.is_waited_on(id));
+    // The pump takes the topic and the consumer off its FIFO.
+    assert_eq!(waiters.take_kicked().len(), 1);
+    assert!(waiters.pop_live(id, None).is_some());
+    assert!(waiters.is_waited_on(id), "the pump holds the consumer");
+    assert!(!waiters.pumped(id));
+    assert!(!waiters.is_waited_on(id), "served and pumped");
+    let (pinned, pinned_answer) = Waiter::new(1, 5_000);
+    waiters.park(id, &topic, Some(PartitionId(3)), pinned);
+    assert!(waiters.is_waited_on(id), "a pinned consumer");
+    drop(pinned_answer);
+    assert!(waiters.is_waited_on(id), "gone, until the pump drops it");
+    assert!(!waiters.is_waited_on(IncarnationId(2)), "another topic");
+}
