@@ -82,7 +82,7 @@ pub async fn consume(
         answer
             .recv()
             .await
-            .unwrap_or_else(|| Err(ConsumeError::Failed("the owner shard stopped".into())))
+            .unwrap_or_else(|| Err(ConsumeError::Unavailable("the owner shard stopped".into())))
     })
     .await
 }
@@ -126,7 +126,7 @@ async fn within<T>(
 ) -> Result<T, ConsumeError> {
     futures_lite::future::or(answer, async {
         narad_io::rt::sleep(limit).await;
-        Err(ConsumeError::Failed(format!(
+        Err(ConsumeError::NoAnswer(format!(
             "the owner shard did not answer within {limit:?}"
         )))
     })
@@ -301,7 +301,7 @@ async fn probe(
         answer
             .recv()
             .await
-            .unwrap_or_else(|| Err(ConsumeError::Failed("the owner shard stopped".into())))
+            .unwrap_or_else(|| Err(ConsumeError::Unavailable("the owner shard stopped".into())))
     })
     .await
 }
@@ -705,5 +705,29 @@ async fn keeper(shard: Rc<Shard>) {
         for renewal in stale {
             send_renewal(&shard, renewal).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An owner shard that does not answer within the limit is told apart
+    /// from one that stopped (502 and 503 to the client).
+    #[test]
+    fn an_owner_silent_past_the_limit_is_no_answer() {
+        narad_io::rt::run_local(None, async {
+            let silent = within(
+                Duration::from_millis(20),
+                std::future::pending::<Result<(), ConsumeError>>(),
+            )
+            .await;
+            assert!(
+                matches!(silent, Err(ConsumeError::NoAnswer(_))),
+                "{silent:?}"
+            );
+            let answered = within(Duration::from_secs(5), async { Ok(7) }).await;
+            assert_eq!(answered, Ok(7));
+        });
     }
 }

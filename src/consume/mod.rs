@@ -88,6 +88,10 @@ pub enum ConsumeError {
     NotFound,
     /// The partition could not be read.
     Failed(String),
+    /// The partition's owner shard is stopping or gone (503: retry).
+    Unavailable(String),
+    /// The partition's owner shard did not answer in time (502: retry).
+    NoAnswer(String),
 }
 
 /// Why an ack, extend or nack was refused.

@@ -750,7 +750,7 @@ fn read_failure(e: ReadError) -> ConsumeError {
             ConsumeError::Failed(format!("aged out below offset {}", oldest.0))
         }
         ReadError::Failed(why) => ConsumeError::Failed(why),
-        ReadError::Stopping => ConsumeError::Failed("the owner is stopping".into()),
+        ReadError::Stopping => ConsumeError::Unavailable("the owner is stopping".into()),
     }
 }
 

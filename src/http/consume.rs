@@ -215,14 +215,7 @@ pub async fn consume<B>(
     };
     watch.failed = result.is_err();
     let response = match result {
-        Err(ConsumeError::NotFound) => not_found(topic),
-        Err(ConsumeError::Failed(why)) => {
-            tracing::error!(topic, error = %why, "consume failed");
-            response::error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "consume failed: partition read failed",
-            )
-        }
+        Err(e) => consume_error(topic, e),
         Ok(got) if got.is_empty() => {
             watch.series.empty();
             watch.outcome = Some(if no_wait {
@@ -638,9 +631,76 @@ struct AckResult {
     error: Option<String>,
 }
 
+/// The answer to a consume that failed, with the reference's statuses: 404
+/// for a topic gone, 503 (retry) for an owner shard stopping, 502 (retry) for
+/// one that did not answer in time, 500 for a partition that cannot be read.
+fn consume_error(topic: &str, e: ConsumeError) -> Response<Body> {
+    match e {
+        ConsumeError::NotFound => not_found(topic),
+        ConsumeError::Failed(why) => {
+            tracing::error!(topic, error = %why, "consume failed");
+            response::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "consume failed: partition read failed",
+            )
+        }
+        ConsumeError::Unavailable(why) => {
+            tracing::warn!(topic, error = %why, "consume refused: owner unavailable");
+            response::retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the partition's owner is stopping; retry",
+                "1",
+            )
+        }
+        ConsumeError::NoAnswer(why) => {
+            tracing::warn!(topic, error = %why, "consume failed: owner silent");
+            response::error(
+                StatusCode::BAD_GATEWAY,
+                "the partition's owner did not answer in time; retry",
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failed consume answers with the reference's status for its cause,
+    /// and the two an owner shard causes say to retry.
+    #[test]
+    fn a_failed_consume_answers_with_its_causes_status() {
+        let cases = [
+            (ConsumeError::NotFound, StatusCode::NOT_FOUND, None),
+            (
+                ConsumeError::Failed("read".into()),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                None,
+            ),
+            (
+                ConsumeError::Unavailable("stopping".into()),
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("1"),
+            ),
+            (
+                ConsumeError::NoAnswer("silent".into()),
+                StatusCode::BAD_GATEWAY,
+                None,
+            ),
+        ];
+        for (error, status, retry_after) in cases {
+            let response = consume_error("t", error.clone());
+            assert_eq!(response.status(), status, "{error:?}");
+            assert_eq!(
+                response
+                    .headers()
+                    .get(hyper::header::RETRY_AFTER)
+                    .map(|v| v.to_str().unwrap()),
+                retry_after,
+                "{error:?}"
+            );
+        }
+    }
 
     #[test]
     fn batch_ack_handles_borrow_from_the_body_unless_escaped() {
