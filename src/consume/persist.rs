@@ -100,9 +100,14 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     let mut last_error_log: Option<Instant> = None;
     let mut last_slow_tick_log: Option<Instant> = None;
     let mut last_late_sync_log: Option<Instant> = None;
+    // Ticks start `tick` apart, start to start: a pass's own time is not added
+    // to the wait, and a pass slower than a tick is followed at once.
+    let mut next_tick: Option<Instant> = None;
     loop {
         let idle = committer.pending_sync() == 0;
         if idle && !shard.persister.closing.get() {
+            // Acks after a quiet spell gather for a whole tick.
+            next_tick = None;
             // Nothing to write, but a level may still be owed: wait for it
             // (or the next ack), not only for the next ack.
             match committer.next_level_at(Instant::now()) {
@@ -115,7 +120,8 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
             }
         }
         if !shard.persister.closing.get() {
-            narad_io::rt::sleep(tick).await;
+            let at = *next_tick.get_or_insert_with(|| Instant::now() + tick);
+            narad_io::rt::sleep(at.saturating_duration_since(Instant::now())).await;
         }
         let forgets = std::mem::take(&mut *shard.persister.forgets.borrow_mut());
         for incarnation in forgets {
@@ -134,6 +140,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
         let closing = shard.persister.closing.get();
         let partitions = changed.len();
         let started = Instant::now();
+        next_tick = Some(started + tick);
         let mut report = if closing {
             committer.close(started, changed).await
         } else {
