@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures_channel::oneshot;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
@@ -32,6 +33,30 @@ pub const ACK_WINDOW: usize = 128;
 
 /// Records one batch op carries at most.
 pub const ACK_BATCH_MAX: usize = 64;
+
+/// How long an ack sent to its owner waits for the answer, queued or not: a
+/// queued ack gives up no later than a single one would. One that gives up
+/// while queued is never sent; one already sent may still land.
+pub const FORWARD_BUDGET: Duration = Duration::from_secs(2);
+
+/// What a settle hears from an owner shard that dropped it: it stopped.
+fn stopped() -> SettleError {
+    SettleError::Unavailable("the owner shard stopped".into())
+}
+
+/// The answer to a forwarded settle, or [`SettleError::NoAnswer`] once
+/// `deadline` passed.
+async fn answer_by(
+    answer: oneshot::Receiver<Result<(), SettleError>>,
+    deadline: Instant,
+) -> Result<(), SettleError> {
+    let answered = async { answer.await.unwrap_or_else(|_| Err(stopped())) };
+    futures_lite::future::or(answered, async {
+        narad_io::rt::sleep(deadline.saturating_duration_since(Instant::now())).await;
+        Err(SettleError::NoAnswer)
+    })
+    .await
+}
 
 /// One ack, extend or nack on its way to its owner, with its own answer.
 pub struct SettleItem {
@@ -112,14 +137,13 @@ impl AckLanes {
 
 /// Sends an ack to its owner through the shard's lane and waits for its answer.
 pub async fn send(shard: &Rc<Shard>, owner: usize, item: SettleItem) -> Result<(), SettleError> {
+    let deadline = Instant::now() + FORWARD_BUDGET;
     let (reply, answer) = oneshot::channel();
     let item = SettleItem { reply, ..item };
     if let Some(item) = shard.acks.admit(owner, item) {
         narad_io::rt::spawn_local(run_lane(shard.clone(), owner, vec![item]));
     }
-    answer
-        .await
-        .unwrap_or_else(|_| Err(SettleError::Unavailable("the owner shard stopped".into())))
+    answer_by(answer, deadline).await
 }
 
 /// Sends acks for one owner, in order, as ops of up to [`ACK_BATCH_MAX`]
@@ -129,6 +153,7 @@ pub async fn send_many(
     owner: usize,
     items: Vec<SettleItem>,
 ) -> Vec<Result<(), SettleError>> {
+    let deadline = Instant::now() + FORWARD_BUDGET;
     let mut answers = Vec::with_capacity(items.len());
     let mut chunk = Vec::with_capacity(items.len().min(ACK_BATCH_MAX));
     let mut items = items.into_iter().peekable();
@@ -143,15 +168,37 @@ pub async fn send_many(
             }
         }
     }
-    let mut outcomes = Vec::with_capacity(answers.len());
-    for answer in answers {
-        outcomes.push(
-            answer.await.unwrap_or_else(|_| {
-                Err(SettleError::Unavailable("the owner shard stopped".into()))
-            }),
-        );
-    }
+    answers_by(answers, deadline).await
+}
+
+/// [`answer_by`] for several answers under one deadline, and one timer.
+async fn answers_by(
+    mut answers: Vec<oneshot::Receiver<Result<(), SettleError>>>,
+    deadline: Instant,
+) -> Vec<Result<(), SettleError>> {
+    let mut outcomes = vec![None; answers.len()];
+    let gather = async {
+        for (outcome, answer) in outcomes.iter_mut().zip(&mut answers) {
+            *outcome = Some(answer.await.unwrap_or_else(|_| Err(stopped())));
+        }
+    };
+    futures_lite::future::or(gather, async {
+        narad_io::rt::sleep(deadline.saturating_duration_since(Instant::now())).await;
+    })
+    .await;
+    // Answers that came in while an earlier one was awaited count too.
     outcomes
+        .into_iter()
+        .zip(&mut answers)
+        .map(|(outcome, answer)| match outcome {
+            Some(outcome) => outcome,
+            None => match answer.try_recv() {
+                Ok(Some(outcome)) => outcome,
+                Ok(None) => Err(SettleError::NoAnswer),
+                Err(_) => Err(stopped()),
+            },
+        })
+        .collect()
 }
 
 /// Holds one slot of the lane to `owner`: sends `first`, then whatever queued
@@ -258,6 +305,57 @@ mod tests {
             reply,
         };
         (item, answer)
+    }
+
+    /// A forwarded settle waits for its owner until the deadline and no
+    /// longer (502 to the client); a stopped owner is told apart (503).
+    #[test]
+    fn a_forward_unanswered_by_its_deadline_is_no_answer() {
+        narad_io::rt::run_local(None, async {
+            let (reply, answer) = oneshot::channel();
+            let started = Instant::now();
+            let silent = answer_by(answer, started + Duration::from_millis(30)).await;
+            assert_eq!(silent, Err(SettleError::NoAnswer));
+            assert!(started.elapsed() >= Duration::from_millis(30));
+            drop(reply);
+            let (reply, answer) = oneshot::channel();
+            reply.send(Ok(())).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            assert_eq!(answer_by(answer, deadline).await, Ok(()));
+            let (reply, answer) = oneshot::channel();
+            drop(reply);
+            let stopped = answer_by(answer, deadline).await;
+            assert!(
+                matches!(stopped, Err(SettleError::Unavailable(_))),
+                "{stopped:?}"
+            );
+        });
+    }
+
+    /// A batch's answers share one deadline: those in by then are kept (in
+    /// order), the rest are no answer, and a dropped one is a stopped owner.
+    #[test]
+    fn a_batchs_answers_share_one_deadline() {
+        narad_io::rt::run_local(None, async {
+            let channels: Vec<_> = (0..4).map(|_| oneshot::channel()).collect();
+            let (replies, answers): (Vec<_>, Vec<_>) = channels.into_iter().unzip();
+            let mut replies = replies.into_iter();
+            let (first, silent, dropped, last) = (
+                replies.next().unwrap(),
+                replies.next().unwrap(),
+                replies.next().unwrap(),
+                replies.next().unwrap(),
+            );
+            first.send(Err(SettleError::Stale)).unwrap();
+            drop(dropped);
+            last.send(Ok(())).unwrap();
+            let outcomes = answers_by(answers, Instant::now() + Duration::from_millis(30)).await;
+            assert_eq!(outcomes[0], Err(SettleError::Stale));
+            assert_eq!(outcomes[1], Err(SettleError::NoAnswer));
+            assert!(matches!(outcomes[2], Err(SettleError::Unavailable(_))));
+            assert_eq!(outcomes[3], Ok(()), "answered behind the silent one");
+            drop(silent);
+        });
     }
 
     #[test]

@@ -103,6 +103,9 @@ pub enum SettleError {
     NotFound,
     /// The owner shard could not answer (503).
     Unavailable(String),
+    /// The owner shard did not answer within the forward's budget (502): the
+    /// settle may still land, and a retry of an ack that did answers 410.
+    NoAnswer,
 }
 
 /// Milliseconds of this process's monotonic clock: lease expiries live on it.

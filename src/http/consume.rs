@@ -485,6 +485,10 @@ fn settle_error(topic: &str, e: &SettleError) -> (StatusCode, String) {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the partition's owner is unavailable: {why}"),
         ),
+        SettleError::NoAnswer => (
+            StatusCode::BAD_GATEWAY,
+            "the partition's owner did not answer in time; retry (if it landed, the retry answers 410)".into(),
+        ),
     }
 }
 
