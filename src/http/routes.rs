@@ -38,12 +38,103 @@ pub enum Endpoint {
     Consume,
     Ack,
     Metrics,
+    /// A route of the reference for a feature this version lacks: 501 naming
+    /// it, rather than a 404 a client could take for "already gone".
+    NotSupported(Feature),
+}
+
+/// The reference's features whose routes this version answers 501.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Feature {
+    Users,
+    Cluster,
+    Schemas,
+    Children,
+}
+
+impl Feature {
+    /// The routes of the feature, as the reference has them.
+    const ROUTES: [(Method, &'static str, Feature); 16] = [
+        (Method::GET, "/v1/users", Feature::Users),
+        (Method::POST, "/v1/users", Feature::Users),
+        (Method::GET, "/v1/users/{user}", Feature::Users),
+        (Method::DELETE, "/v1/users/{user}", Feature::Users),
+        (Method::PUT, "/v1/users/{user}/grants", Feature::Users),
+        (Method::PUT, "/v1/users/{user}/password", Feature::Users),
+        (Method::GET, "/v1/cluster/members", Feature::Cluster),
+        (
+            Method::POST,
+            "/v1/cluster/members/{id}/decommission",
+            Feature::Cluster,
+        ),
+        (
+            Method::DELETE,
+            "/v1/cluster/members/{id}/decommission",
+            Feature::Cluster,
+        ),
+        (
+            Method::POST,
+            "/v1/cluster/members/{id}/forget",
+            Feature::Cluster,
+        ),
+        (Method::GET, "/v1/cluster/moves", Feature::Cluster),
+        (
+            Method::POST,
+            "/v1/cluster/moves/{topic}/{partition}/abort",
+            Feature::Cluster,
+        ),
+        (Method::GET, "/v1/topics/{topic}/schema", Feature::Schemas),
+        (
+            Method::GET,
+            "/v1/topics/{topic}/children",
+            Feature::Children,
+        ),
+        (
+            Method::POST,
+            "/v1/topics/{topic}/children",
+            Feature::Children,
+        ),
+        (
+            Method::DELETE,
+            "/v1/topics/{topic}/children/{child}",
+            Feature::Children,
+        ),
+    ];
+
+    fn pattern(self) -> &'static str {
+        match self {
+            Feature::Users => "/v1/users",
+            Feature::Cluster => "/v1/cluster",
+            Feature::Schemas => "/v1/topics/{topic}/schema",
+            Feature::Children => "/v1/topics/{topic}/children",
+        }
+    }
+
+    fn refusal(self) -> &'static str {
+        match self {
+            Feature::Users => {
+                "users and grants are not supported by this version (it serves with security off)"
+            }
+            Feature::Cluster => {
+                "clusters are not supported by this version (it runs as a single node)"
+            }
+            Feature::Schemas => "topic schemas are not supported by this version",
+            Feature::Children => "fan-out child topics are not supported by this version",
+        }
+    }
 }
 
 impl Endpoint {
     /// `/healthz` or `/readyz`, whose answers report the node's state.
     fn is_probe(self) -> bool {
         matches!(self, Endpoint::Healthz | Endpoint::Readyz)
+    }
+
+    /// Whether a 5xx of this route is a server error: not a probe's 503 (the
+    /// node's state, answered as designed) nor the 501 of a feature this
+    /// version lacks (the client's choice of route).
+    fn fails_as_server(self) -> bool {
+        !self.is_probe() && !matches!(self, Endpoint::NotSupported(_))
     }
 
     /// The route pattern, the `route` label of the HTTP metrics.
@@ -60,6 +151,7 @@ impl Endpoint {
             Endpoint::ProduceBatch => "/v1/topics/{topic}/produce/batch",
             Endpoint::Consume => "/v1/topics/{topic}/consume",
             Endpoint::Ack => "/v1/topics/{topic}/ack",
+            Endpoint::NotSupported(feature) => feature.pattern(),
         }
     }
 }
@@ -199,6 +291,9 @@ impl Routes {
             )
             .add(Method::GET, "/v1/topics/{topic}/consume", Endpoint::Consume)
             .add(Method::POST, "/v1/topics/{topic}/ack", Endpoint::Ack);
+        for (method, pattern, feature) in Feature::ROUTES {
+            router.add(method, pattern, Endpoint::NotSupported(feature));
+        }
         Routes {
             router,
             api,
@@ -283,8 +378,9 @@ impl Routes {
             duration: ::metrics::histogram!("narad_http_request_duration_seconds", &key),
             // A probe's 503 (not ready while starting, stopping) is the
             // node's state, answered as designed, not an error: counted, a
-            // restart would trip every alert on this series.
-            server_errors: (status.is_server_error() && !endpoint.is_some_and(Endpoint::is_probe))
+            // restart would trip every alert on this series. Nor is a 501.
+            server_errors: (status.is_server_error()
+                && endpoint.is_none_or(Endpoint::fails_as_server))
                 .then(|| {
                 ::metrics::counter!("narad_errors_total", "component" => "http", "kind" => "5xx")
             }),
@@ -313,6 +409,9 @@ impl Routes {
             Routed::MethodNotAllowed { allow } => return response::method_not_allowed(&allow),
             Routed::NotFound => return response::not_found(),
         };
+        if let Endpoint::NotSupported(feature) = endpoint {
+            return response::error(StatusCode::NOT_IMPLEMENTED, feature.refusal());
+        }
         if response::needs_content_type(request.method()) {
             if let Err(refusal) = response::content_type_guard(request.headers()) {
                 return refusal.into_response();
@@ -349,7 +448,10 @@ impl Routes {
         let api = &self.api;
         let topic = topic.unwrap_or_default();
         match endpoint {
-            Endpoint::Healthz | Endpoint::Readyz | Endpoint::Metrics => {
+            Endpoint::Healthz
+            | Endpoint::Readyz
+            | Endpoint::Metrics
+            | Endpoint::NotSupported(_) => {
                 unreachable!("answered above")
             }
             // Each route's future is boxed on its own: the future of this
