@@ -49,6 +49,14 @@ use crate::meta::TopicRecord;
 /// again at most this often per call.
 const TAKE_ATTEMPTS_MAX: usize = 4;
 
+/// A take's reservations in one partition span at most this many offsets per
+/// record it wants. A read covers the whole span, and the offsets between
+/// that others lease or settled count against its byte budget too: after
+/// expiries or nacks scatter free offsets far below new ones, a batch would
+/// otherwise read megabytes to hand over a few records. Contiguous
+/// reservations (the usual case) never come near it.
+const RESERVED_SPAN_PER_RECORD: u64 = 4;
+
 type Key = (IncarnationId, PartitionId);
 
 /// Tells the shard's pump that a topic's records became available here.
@@ -406,11 +414,25 @@ impl Queues {
         let now = now_ms();
         let purged = queue.table.purge_expired(now);
         let hwm = queue.hwm;
-        let mut reserved = Vec::new();
+        let mut reserved: Vec<(Offset, u64)> = Vec::new();
+        let span_max = (want as u64).saturating_mul(RESERVED_SPAN_PER_RECORD);
         while reserved.len() < want {
             let nonce = rng.next_u64();
             match queue.table.reserve(now, hwm, caps, visibility_ms, nonce) {
-                Reserve::Reserved { offset, .. } => reserved.push((offset, nonce)),
+                Reserve::Reserved { offset, .. } => {
+                    if reserved
+                        .first()
+                        .is_some_and(|&(first, _)| offset.0 - first.0 >= span_max)
+                    {
+                        // Too far from the first: the read would pass over
+                        // the records between, others' leases, for this one.
+                        // It stays free for the next take.
+                        let released = queue.table.nack(offset, nonce, now);
+                        assert!(released.is_ok(), "a lease just taken is held");
+                        break;
+                    }
+                    reserved.push((offset, nonce));
+                }
                 Reserve::Empty | Reserve::Full => break,
             }
         }

@@ -547,3 +547,42 @@ fn a_commit_wakes_only_a_topic_someone_waits_for() {
         assert_eq!(wakes.get(), registered + 1, "another shard's token");
     });
 }
+
+/// A batch does not lease free offsets far apart: after a nack frees one
+/// far below the others' leases, a take of two gets that one alone (its read
+/// would otherwise span every leased record between), and the next take
+/// gets the one left free.
+#[test]
+fn a_take_leases_no_offsets_far_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    narad_io::rt::run_local(None, async move {
+        let (owner, storage) = uncached_owner(&path);
+        let topic: Arc<str> = Arc::from("t");
+        commit(&owner, &topic, 0, 50).await;
+        let (queues, _wakes) = counting_wakes(owner, storage);
+        let record = topic_record();
+        let p0 = [PartitionId(0)];
+        let held = queues
+            .take(&topic, &record, &p0, 40, 1 << 30)
+            .await
+            .unwrap();
+        assert_eq!(held.len(), 40);
+        let first = &held[0];
+        assert_eq!(first.record.offset, Offset(0));
+        queues
+            .settle(
+                &record,
+                PartitionId(0),
+                Offset(0),
+                first.nonce,
+                Settle::Nack,
+            )
+            .unwrap();
+        let offsets = |got: &[Delivered]| got.iter().map(|d| d.record.offset.0).collect::<Vec<_>>();
+        let got = queues.take(&topic, &record, &p0, 2, 1 << 30).await.unwrap();
+        assert_eq!(offsets(&got), [0], "offset 40 is 40 past offset 0");
+        let got = queues.take(&topic, &record, &p0, 2, 1 << 30).await.unwrap();
+        assert_eq!(offsets(&got), [40, 41]);
+    });
+}
