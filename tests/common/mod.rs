@@ -200,7 +200,13 @@ impl Node {
             if let Ok(200) = status {
                 return;
             }
-            assert!(Instant::now() < deadline, "not ready in time: {status:?}");
+            if Instant::now() >= deadline {
+                // What the node said meanwhile tells a stall from a slow start.
+                let said: Vec<String> = self.log.try_iter().collect();
+                panic!(
+                    "not ready in time: {status:?}; the node's log since it listened: {said:#?}"
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
