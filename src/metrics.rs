@@ -35,7 +35,7 @@ mod shared_render;
 mod storage;
 mod wal;
 pub use poller::{
-    clear_queue_gauges, note_disk_now, poll_once, run_poller, Behind, POLL_INTERVAL,
+    clear_queue_gauges, note_disk_now, poll_once, run_poller, Behind, QueueSeries, POLL_INTERVAL,
     QUEUE_LOADS_PER_POLL,
 };
 pub use shared_render::{SharedText, SHARED_RENDER};
