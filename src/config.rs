@@ -259,7 +259,8 @@ impl Config {
     /// The `NARAD_*` names among `names` that configure nothing: not a key's
     /// variable, not one this version refuses, not one of the command line's
     /// (`NARAD_SHARDS`, and the client's `NARAD_ADDR`, `NARAD_USER`,
-    /// `NARAD_PASS`). A misspelt variable is otherwise ignored without a word.
+    /// `NARAD_PASS`), not a debug build's `NARAD_DEBUG_*` test hook. A misspelt
+    /// variable is otherwise ignored without a word.
     pub fn unknown_env(names: impl IntoIterator<Item = String>) -> Vec<String> {
         // NARAD_ADMIN_PASSWORD is the reference's, read once authentication
         // exists; with security off it has nothing to protect.
@@ -277,6 +278,9 @@ impl Config {
                 !KEYS.iter().any(|key| key.env == Some(name.as_str()))
                     && !UNSUPPORTED_ENV.contains(&name.as_str())
                     && !COMMAND_LINE_ENV.contains(&name.as_str())
+                    // The test hooks a debug build reads (a release build
+                    // reads none, and says so).
+                    && !(cfg!(debug_assertions) && name.starts_with("NARAD_DEBUG_"))
             })
             .collect();
         unknown.sort();
