@@ -275,12 +275,13 @@ impl Config {
             .into_iter()
             .filter(|name| name.starts_with("NARAD_"))
             .filter(|name| {
-                !KEYS.iter().any(|key| key.env == Some(name.as_str()))
-                    && !UNSUPPORTED_ENV.contains(&name.as_str())
-                    && !COMMAND_LINE_ENV.contains(&name.as_str())
-                    // The test hooks a debug build reads (a release build
-                    // reads none, and says so).
-                    && !(cfg!(debug_assertions) && name.starts_with("NARAD_DEBUG_"))
+                // The test hooks a debug build reads (a release build reads
+                // none, and says so).
+                let debug_hook = cfg!(debug_assertions) && name.starts_with("NARAD_DEBUG_");
+                let known = KEYS.iter().any(|key| key.env == Some(name.as_str()))
+                    || UNSUPPORTED_ENV.contains(&name.as_str())
+                    || COMMAND_LINE_ENV.contains(&name.as_str());
+                !known && !debug_hook
             })
             .collect();
         unknown.sort();
