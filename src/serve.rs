@@ -513,6 +513,14 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
             }
         }));
     }
+    {
+        let queues = Rc::downgrade(&queues);
+        owner.set_on_retained(Box::new(move |topic, id, partition, oldest| {
+            if let Some(queues) = queues.upgrade() {
+                queues.on_retained(topic, id, partition, oldest);
+            }
+        }));
+    }
     let shard = Rc::new(Shard {
         index,
         shards,

@@ -1,7 +1,8 @@
 //! Retention as a client sees it: with the debug hooks making a finite retention
 //! three seconds and the reaper's check interval 100 ms, produced records age out,
-//! `oldest_offset` in `partition_stats` moves forward, a replay below it answers
-//! 410, a queue consumer whose backlog aged out is served only retained records,
+//! `oldest_offset` in `partition_stats` moves forward, the queue gauges count the
+//! records dropped at once, a replay below it answers 410, a queue consumer
+//! whose backlog aged out is served only retained records,
 //! and a topic kept forever keeps everything.
 
 mod common;
@@ -17,7 +18,7 @@ use serde_json::{json, Value};
 /// What the debug hook makes every finite retention.
 const RETENTION_MS: u64 = 3_000;
 
-fn hooks() -> [(&'static str, String); 3] {
+fn hooks() -> [(&'static str, String); 4] {
     [
         (
             "NARAD_DEBUG_RETENTION_MS_OVERRIDE",
@@ -25,7 +26,21 @@ fn hooks() -> [(&'static str, String); 3] {
         ),
         ("NARAD_DEBUG_RETENTION_CHECK_INTERVAL_MS", "100".to_string()),
         ("NARAD_HTTP_MAX_CONSUME_WAIT", "1s".to_string()),
+        // The gauge poller every 100 ms: it loads every partition's consumer
+        // state long before the records age out.
+        ("NARAD_DEBUG_METRICS_POLL_MS", "100".to_string()),
     ]
+}
+
+/// The sum over the topic's partitions of a queue gauge, from `/metrics`.
+fn queue_gauge(client: &mut Client, name: &str, topic: &str) -> f64 {
+    let text = client.request("GET", "/metrics", &[], "").unwrap().body;
+    let prefix = format!("{name}{{");
+    let label = format!("topic=\"{topic}\"");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix) && l.contains(&label))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
 }
 
 fn create(client: &mut Client, body: Value) {
@@ -98,6 +113,23 @@ fn aged_records_are_deleted_replay_answers_410_and_consumers_get_only_retained_r
         all_gone.then_some(now)
     });
     assert!(trimmed.iter().any(|&(oldest, _)| oldest > 0), "{trimmed:?}");
+    // The consumer state follows at once, with no consume to trip over the
+    // gap: the 8 records nobody acked count as dropped, nothing lags, and no
+    // age is left behind.
+    wait_until(
+        Duration::from_secs(5),
+        "queue gauges count the drop",
+        || {
+            let dropped = queue_gauge(&mut client, "narad_consumer_dropped_messages", "aging");
+            let lag = queue_gauge(&mut client, "narad_consumer_lag_messages", "aging");
+            let age = queue_gauge(
+                &mut client,
+                "narad_oldest_unconsumed_message_age_seconds",
+                "aging",
+            );
+            (dropped == 8.0 && lag == 0.0 && age == 0.0).then_some(())
+        },
+    );
 
     // Replay below the oldest retained offset answers 410 and names it.
     let (partition, &(oldest, _)) = trimmed

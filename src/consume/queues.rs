@@ -139,6 +139,32 @@ impl Queues {
         }
     }
 
+    /// Retention deleted the partition's records below `oldest`: a loaded
+    /// queue's frontier jumps there at once (counting what no consumer acked
+    /// as dropped), so its lag, oldest age and dropped count say so without
+    /// waiting for a consumer to trip over the gap.
+    pub fn on_retained(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        oldest: Offset,
+    ) {
+        let key = (incarnation, partition);
+        let Some(queue) = self.parts.borrow().get(&key).cloned() else {
+            return;
+        };
+        let mut queue = queue.borrow_mut();
+        if !queue.table.jump_to(oldest) {
+            return;
+        }
+        tracing::warn!(topic = %topic, partition = partition.0, oldest = oldest.0, dropped = queue.table.dropped_total(), "retention outran the consumers: frontier jumped to the oldest retained offset");
+        drop(queue);
+        self.note_settled(key);
+        // Leases below it are gone: consumers held at a cap may have room.
+        (self.wake)(incarnation, topic);
+    }
+
     /// The partition's queue, loaded on first touch.
     async fn queue(
         &self,

@@ -100,6 +100,10 @@ pub type Liveness = Box<dyn Fn(&str, IncarnationId, PartitionId) -> bool>;
 /// `(topic, incarnation, partition, high watermark)`.
 pub type OnVisible = Box<dyn Fn(&Arc<str>, IncarnationId, PartitionId, Offset)>;
 
+/// Called after retention deleted segments of a partition:
+/// `(topic, incarnation, partition, oldest offset left)`.
+pub type OnRetained = Box<dyn Fn(&Arc<str>, IncarnationId, PartitionId, Offset)>;
+
 /// The partitions of one shard.
 pub struct Owner<S: Storage> {
     pub(super) storage: S,
@@ -108,6 +112,7 @@ pub struct Owner<S: Storage> {
     reopen_backoff: Duration,
     pub(super) slots: RefCell<HashMap<SlotKey, Rc<Slot<S>>>>,
     on_visible: RefCell<Option<OnVisible>>,
+    pub(super) on_retained: RefCell<Option<OnRetained>>,
     /// The topics' current retention; `None` applies `config.retention_ms`.
     pub(super) retention: RefCell<Option<RetentionOf>>,
     /// Set by [`Owner::close_all`]: the reaper stops and opens nothing more.
@@ -160,6 +165,7 @@ impl<S: Storage> Owner<S> {
             reopen_backoff,
             slots: RefCell::new(HashMap::new()),
             on_visible: RefCell::new(None),
+            on_retained: RefCell::new(None),
             retention: RefCell::new(None),
             closing: Cell::new(false),
             reaper_wake: Notify::default(),
@@ -300,6 +306,12 @@ impl<S: Storage> Owner<S> {
     /// Sets what is told when commits make records visible (the consumers).
     pub fn set_on_visible(&self, on_visible: OnVisible) {
         *self.on_visible.borrow_mut() = Some(on_visible);
+    }
+
+    /// Sets what is told when retention deletes records (the consumers, whose
+    /// frontier must not stay below them).
+    pub fn set_on_retained(&self, on_retained: OnRetained) {
+        *self.on_retained.borrow_mut() = Some(on_retained);
     }
 
     /// Whether the node's metadata has this partition of this incarnation now.

@@ -429,6 +429,14 @@ impl<S: Storage> Owner<S> {
                 retention_ms = retention.as_millis() as u64,
                 "retention deleted sealed segments"
             );
+            if let Some(on_retained) = &*self.on_retained.borrow() {
+                on_retained(
+                    &slot.topic,
+                    slot.incarnation,
+                    slot.partition,
+                    log.oldest_offset(),
+                );
+            }
         }
         if let Some(e) = failure {
             totals.failures += 1;
