@@ -22,8 +22,9 @@
 //! and one read-back; only the first commit of a segment, or one that outruns
 //! the prepared space, waits for zeros. Only about one commit per chunk pays a
 //! size change in its durable write (the zeros are never synced on their own: a
-//! durable write inside them makes the size that reaches it durable); the cost is at most one chunk of extra disk per
-//! partition and one extra write of zeros per byte appended (sequential, and
+//! durable write inside them makes the size that reaches it durable); the cost is one to two chunks of extra disk
+//! per partition (the target is the next chunk boundary a whole chunk past the
+//! data's end: up to 2 MiB less a block with full chunks) and one extra write of zeros per byte appended (sequential, and
 //! coalesced into one 1 MiB write). A zeroed region reads as a bad magic, which
 //! every scanner takes as the end of the data. Sealing trims the file to its data,
 //! so sealed segments hold frames and nothing else.
