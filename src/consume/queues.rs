@@ -49,6 +49,14 @@ use crate::meta::TopicRecord;
 /// again at most this often per call.
 const TAKE_ATTEMPTS_MAX: usize = 4;
 
+/// Whether loading a queue leaves the partition's log open (a consumer
+/// reads it next) or as it found it (the gauges' loads).
+#[derive(Clone, Copy)]
+enum Opening {
+    Keep,
+    Spare,
+}
+
 /// A take's reservations in one partition span at most this many offsets per
 /// record it wants. A read covers the whole span, and the offsets between
 /// that others lease or settled count against its byte budget too: after
@@ -172,6 +180,19 @@ impl Queues {
         record: &TopicRecord,
         partition: PartitionId,
     ) -> Result<Rc<RefCell<PartitionQueue>>, ConsumeError> {
+        self.queue_opening(topic, record, partition, Opening::Keep)
+            .await
+    }
+
+    /// [`Queues::queue`], leaving the log as it found it when `opening` says
+    /// so (see [`Opening`]).
+    async fn queue_opening(
+        &self,
+        topic: &Arc<str>,
+        record: &TopicRecord,
+        partition: PartitionId,
+        opening: Opening,
+    ) -> Result<Rc<RefCell<PartitionQueue>>, ConsumeError> {
         let key = (record.id, partition);
         if let Some(queue) = self.parts.borrow().get(&key) {
             return Ok(queue.clone());
@@ -195,11 +216,11 @@ impl Queues {
         // queue in place and moves its high watermark. Read before an await, the
         // watermark of a commit landing during that await would be lost, and its
         // records left undelivered until the partition's next commit.
-        let stats = self
-            .owner
-            .stats(topic, record.id, partition)
-            .await
-            .map_err(read_failure)?;
+        let stats = match opening {
+            Opening::Keep => self.owner.stats(topic, record.id, partition).await,
+            Opening::Spare => self.owner.stats_sparing(topic, record.id, partition).await,
+        }
+        .map_err(read_failure)?;
         if let Some(queue) = self.parts.borrow().get(&key) {
             // Another consume loaded it meanwhile.
             let mut loaded = queue.borrow_mut();
@@ -609,6 +630,22 @@ impl Queues {
         for &p in partitions {
             if let Err(e) = self.queue(topic, record, p).await {
                 tracing::debug!(topic = %topic, partition = p.0, error = ?e, "partition not loadable for tokens");
+            }
+        }
+    }
+
+    /// Loads the consumer state of partitions no consumer asked for, for
+    /// their gauges: a log closed before stays closed (no read window or
+    /// cache held for it until idle eviction).
+    pub async fn load_for_gauges(
+        &self,
+        topic: &Arc<str>,
+        record: &TopicRecord,
+        partitions: &[PartitionId],
+    ) {
+        for &p in partitions {
+            if let Err(e) = self.queue_opening(topic, record, p, Opening::Spare).await {
+                tracing::debug!(topic = %topic, partition = p.0, error = ?e, "partition not loadable for its gauges");
             }
         }
     }

@@ -49,7 +49,9 @@ pub const QUEUE_LOADS_PER_POLL: usize = 64;
 /// age of their oldest record are exported too: an alert on a backlog nobody
 /// consumes must not stay silent because nobody consumes it. A loaded queue
 /// follows its partition's high watermark from then on with no further read
-/// (loading it opens the log once, to learn where it ends).
+/// (loading it reads where the log ends; a closed log is opened for that
+/// and closed again, so a start does not leave every log open until idle
+/// eviction).
 async fn load_unwatched_queues(shard: &crate::broker::Shard, budget: usize) {
     let snapshot = shard.meta.snapshot();
     let mut left = budget;
@@ -68,7 +70,10 @@ async fn load_unwatched_queues(shard: &crate::broker::Shard, budget: usize) {
         }
         left -= unloaded.len();
         let topic: std::sync::Arc<str> = name.as_str().into();
-        shard.queues.load_all(&topic, record, &unloaded).await;
+        shard
+            .queues
+            .load_for_gauges(&topic, record, &unloaded)
+            .await;
     }
 }
 
@@ -173,10 +178,11 @@ pub struct Behind {
 /// unacked records: the age of the record at its frontier (the lowest unacked
 /// offset), from its commit time. A frontier that moved since the last poll
 /// costs one peek at one record, which the recent-frame cache or the read
-/// window usually answers. The peek never opens a closed log and does not count
-/// as a use, so a partition its consumers left is still closed when idle; a
-/// partition whose frontier moved while its log was closed, or whose read
-/// failed, keeps its last value.
+/// window usually answers. The peek does not count as a use, so a partition
+/// its consumers left is still closed when idle; a closed log is opened for
+/// the peek and closed again (once per frontier: after a start, or when the
+/// frontier moved while it was closed). A partition whose read failed keeps
+/// its last value.
 async fn set_oldest_unconsumed_ages(
     shard: &crate::broker::Shard,
     behind: Vec<Behind>,
@@ -197,11 +203,15 @@ async fn set_oldest_unconsumed_ages(
         let commit_time_ms = match known.get(&key) {
             Some(&(frontier, time_ms)) if frontier == b.frontier => time_ms,
             _ => {
+                // A frontier not seen before (after a start, or once it
+                // moved) is read even from a closed log, which is opened for
+                // it and closed again: a backlog nobody consumes must show
+                // its age too. Once per frontier.
                 let peeked = shard
                     .owner
-                    .peek(&b.topic, b.incarnation, b.partition, b.frontier, 1, 1)
+                    .peek_sparing(&b.topic, b.incarnation, b.partition, b.frontier, 1, 1)
                     .await;
-                let Some(Ok(batch)) = peeked else { continue };
+                let Ok(batch) = peeked else { continue };
                 let Some(ReadItem::Record(record)) = batch.items.first() else {
                     continue;
                 };

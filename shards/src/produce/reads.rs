@@ -222,6 +222,118 @@ impl<S: Storage> Owner<S> {
         read_cached(&cache, from, max_records, max_bytes)
     }
 
+    /// Runs `f` on the partition's log under its lock, as an observer: an
+    /// open log is used without counting as a use (idle eviction still closes
+    /// it on time), and a closed one is opened for `f` and closed again after,
+    /// its shape remembered. For the metrics poller, which after a start must
+    /// learn about partitions no client touched without keeping each log (its
+    /// read window and cache) open until idle eviction.
+    async fn with_log_sparing<T>(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        f: impl AsyncFnOnce(&mut PartitionLog<S>) -> Result<T, ReadError>,
+    ) -> Result<T, ReadError> {
+        if self.closing.get() {
+            return Err(ReadError::Stopping);
+        }
+        if !self.is_live(topic, incarnation, partition) {
+            return Err(ReadError::NotFound);
+        }
+        let slot = self.slot(topic, incarnation, partition);
+        let _guard = slot.lock.lock().await;
+        if self.closing.get() {
+            return Err(ReadError::Stopping);
+        }
+        if slot.retired.get() {
+            return Err(ReadError::NotFound);
+        }
+        let open = slot.log.borrow_mut().take();
+        let was_open = open.is_some();
+        let log = match open {
+            Some(log) => log,
+            None => self.open_log(&slot).await.map_err(ReadError::Failed)?,
+        };
+        let mut taken = Taken {
+            owner: self,
+            slot: &slot,
+            log: Some(log),
+        };
+        let result = f(taken.log.as_mut().expect("taken above")).await;
+        let log = taken.log.take().expect("taken above");
+        if was_open || log.is_poisoned() {
+            self.put_back(&slot, log).await;
+        } else if let Err(e) = self.close_log(&slot, log).await {
+            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "closing a log opened to observe it failed");
+        }
+        result
+    }
+
+    /// [`Owner::stats`] for an observer: a log closed before stays closed
+    /// (see [`Owner::with_log_sparing`]).
+    pub async fn stats_sparing(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+    ) -> Result<PartitionStats, ReadError> {
+        if let Some(stats) = self.closed_shape(topic, incarnation, partition)? {
+            return Ok(stats);
+        }
+        self.with_log_sparing(topic, incarnation, partition, async |log| {
+            Ok(shape_of(partition, log))
+        })
+        .await
+    }
+
+    /// [`Owner::peek`] that reads a closed log too, opening it for the read
+    /// and closing it again (see [`Owner::with_log_sparing`]).
+    pub async fn peek_sparing(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+        from: Offset,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<ReadBatch, ReadError> {
+        if let Some(batch) = self.read_cached(incarnation, partition, from, max_records, max_bytes)
+        {
+            return Ok(batch);
+        }
+        self.with_log_sparing(topic, incarnation, partition, async |log| {
+            read_log(log, from, max_records, max_bytes)
+                .await
+                .map(|(batch, _)| batch)
+        })
+        .await
+    }
+
+    /// The shape remembered of a closed log, if any (checked live).
+    fn closed_shape(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+    ) -> Result<Option<PartitionStats>, ReadError> {
+        let closed = self
+            .closed_shapes
+            .borrow()
+            .get(&(incarnation, partition))
+            .cloned();
+        let Some(stats) = closed else {
+            return Ok(None);
+        };
+        if self.closing.get() {
+            return Err(ReadError::Stopping);
+        }
+        if !self.is_live(topic, incarnation, partition) {
+            return Err(ReadError::NotFound);
+        }
+        Ok(Some(stats))
+    }
+
     /// The partition's shape.
     pub async fn stats(
         self: &Rc<Self>,
@@ -231,32 +343,26 @@ impl<S: Storage> Owner<S> {
     ) -> Result<PartitionStats, ReadError> {
         // A closed log's shape is known without opening it (nor keeping it open
         // for another idle period).
-        let closed = self
-            .closed_shapes
-            .borrow()
-            .get(&(incarnation, partition))
-            .cloned();
-        if let Some(stats) = closed {
-            if self.closing.get() {
-                return Err(ReadError::Stopping);
-            }
-            if !self.is_live(topic, incarnation, partition) {
-                return Err(ReadError::NotFound);
-            }
+        if let Some(stats) = self.closed_shape(topic, incarnation, partition)? {
             return Ok(stats);
         }
         self.with_log(topic, incarnation, partition, async |log| {
-            let stats = log.stats();
-            Ok(PartitionStats {
-                partition,
-                oldest_offset: stats.oldest_offset,
-                next_offset: stats.next_offset,
-                segments: stats.segment_count,
-                size_bytes: stats.size_bytes,
-                oldest_segment_ms: stats.oldest_segment_ms,
-            })
+            Ok(shape_of(partition, log))
         })
         .await
+    }
+}
+
+/// What [`Owner::stats`] says of an open log.
+fn shape_of<S: Storage>(partition: PartitionId, log: &PartitionLog<S>) -> PartitionStats {
+    let stats = log.stats();
+    PartitionStats {
+        partition,
+        oldest_offset: stats.oldest_offset,
+        next_offset: stats.next_offset,
+        segments: stats.segment_count,
+        size_bytes: stats.size_bytes,
+        oldest_segment_ms: stats.oldest_segment_ms,
     }
 }
 
