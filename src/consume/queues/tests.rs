@@ -1,6 +1,7 @@
 //! Tests of [`Queues`](super::Queues) over real O_DIRECT storage.
 
 use std::cell::Cell;
+use std::time::Duration;
 
 use futures_channel::oneshot;
 use narad_shards::log::LogConfig;
