@@ -48,6 +48,23 @@ impl<S: Storage> Drop for Taken<'_, S> {
 }
 
 impl<S: Storage> Owner<S> {
+    /// The partition's slot, for a use that must not start while the owner
+    /// stops or once the partition is no longer live here.
+    fn slot_for_use(
+        &self,
+        topic: &Arc<str>,
+        incarnation: IncarnationId,
+        partition: PartitionId,
+    ) -> Result<Rc<Slot<S>>, ReadError> {
+        if self.closing.get() {
+            return Err(ReadError::Stopping);
+        }
+        if !self.is_live(topic, incarnation, partition) {
+            return Err(ReadError::NotFound);
+        }
+        Ok(self.slot(topic, incarnation, partition))
+    }
+
     /// Runs `f` on the partition's log under its lock.
     async fn with_log<T>(
         self: &Rc<Self>,
@@ -56,13 +73,7 @@ impl<S: Storage> Owner<S> {
         partition: PartitionId,
         f: impl AsyncFnOnce(&mut PartitionLog<S>) -> Result<T, ReadError>,
     ) -> Result<T, ReadError> {
-        if self.closing.get() {
-            return Err(ReadError::Stopping);
-        }
-        if !self.is_live(topic, incarnation, partition) {
-            return Err(ReadError::NotFound);
-        }
-        let slot = self.slot(topic, incarnation, partition);
+        let slot = self.slot_for_use(topic, incarnation, partition)?;
         let _guard = loop {
             let guard = slot.lock.lock().await;
             // The stop retires every slot: that is not a deleted topic.
@@ -235,14 +246,9 @@ impl<S: Storage> Owner<S> {
         partition: PartitionId,
         f: impl AsyncFnOnce(&mut PartitionLog<S>) -> Result<T, ReadError>,
     ) -> Result<T, ReadError> {
-        if self.closing.get() {
-            return Err(ReadError::Stopping);
-        }
-        if !self.is_live(topic, incarnation, partition) {
-            return Err(ReadError::NotFound);
-        }
-        let slot = self.slot(topic, incarnation, partition);
+        let slot = self.slot_for_use(topic, incarnation, partition)?;
         let _guard = slot.lock.lock().await;
+        // The stop retires every slot: that is not a deleted topic.
         if self.closing.get() {
             return Err(ReadError::Stopping);
         }
