@@ -434,7 +434,7 @@ impl Routes {
                 let live = self.api.broker.borrow().as_ref().map(|shard| {
                     let snapshot = shard.meta.snapshot();
                     (snapshot.topics.iter())
-                        .map(|(name, topic)| (name.clone(), topic.partitions))
+                        .map(|(name, topic)| (name.to_string(), topic.partitions))
                         .collect()
                 });
                 return metrics_text(live).await;

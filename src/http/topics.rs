@@ -298,7 +298,7 @@ pub async fn delete(shard: &Rc<Shard>, topic: &str) -> Response<Body> {
                     .meta
                     .snapshot()
                     .topics
-                    .get(&topic)
+                    .get(topic.as_str())
                     .is_some_and(|t| t.id == current.id) =>
                 {
                     layout::unmark_deleting(&shard.data_dir, &topic, current.id)

@@ -231,7 +231,9 @@ pub(super) fn decode_snapshot(file: &[u8]) -> Result<MetaState, String> {
                 record.name
             ));
         }
-        state.topics.insert(record.name.clone(), Arc::new(record));
+        state
+            .topics
+            .insert(Arc::from(record.name.as_str()), Arc::new(record));
     }
     Ok(state)
 }

@@ -147,7 +147,10 @@ impl std::error::Error for MetaError {}
 /// pointer per topic, and a record handed out stays valid after later commands.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MetaState {
-    pub topics: BTreeMap<String, Arc<TopicRecord>>,
+    /// Keyed by a shared copy of the name: the control thread publishes a
+    /// copy of this map for every change, and shards drop the one before, so
+    /// each entry's key costs a reference count there, not an allocation.
+    pub topics: BTreeMap<Arc<str>, Arc<TopicRecord>>,
     /// The index of the last command applied; 0 before the first. Each applied
     /// command takes the next index, so a state is named by its version.
     pub version: u64,
@@ -193,17 +196,21 @@ impl MetaState {
         let topics_before = self.topics.len();
         match applied {
             Applied::Created(new) => {
-                let previous = self.topics.insert(new.name.clone(), Arc::clone(new));
+                let previous = self
+                    .topics
+                    .insert(Arc::from(new.name.as_str()), Arc::clone(new));
                 assert!(previous.is_none(), "create over an existing topic");
                 assert_eq!(self.topics.len(), topics_before + 1);
             }
             Applied::Altered { old, new } => {
                 assert_eq!((&old.name, old.id), (&new.name, new.id));
-                let previous = self.topics.insert(new.name.clone(), Arc::clone(new));
+                let previous = self
+                    .topics
+                    .insert(Arc::from(new.name.as_str()), Arc::clone(new));
                 assert_eq!(previous.as_ref(), Some(old), "alter of a changed topic");
             }
             Applied::Deleted(old) => {
-                let previous = self.topics.remove(&old.name);
+                let previous = self.topics.remove(old.name.as_str());
                 assert_eq!(previous.as_ref(), Some(old), "delete of a changed topic");
             }
         }

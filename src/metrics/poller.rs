@@ -69,7 +69,7 @@ async fn load_unwatched_queues(shard: &crate::broker::Shard, budget: usize) {
             continue;
         }
         left -= unloaded.len();
-        let topic: std::sync::Arc<str> = name.as_str().into();
+        let topic: std::sync::Arc<str> = name.clone();
         shard
             .queues
             .load_for_gauges(&topic, record, &unloaded)

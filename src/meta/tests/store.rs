@@ -350,7 +350,7 @@ fn a_snapshot_of_an_impossible_state_refuses_to_open() {
     state.apply(&create("t", 1)).unwrap();
     let mut clash = state.clone();
     let twin = std::sync::Arc::new(record("T", 2));
-    clash.topics.insert("T".to_string(), twin);
+    clash.topics.insert(std::sync::Arc::from("T"), twin);
     fs::create_dir_all(dir(&tmp)).unwrap();
     fs::write(dir(&tmp).join("snapshot"), encode_snapshot(&clash)).unwrap();
     assert_refused(MetaStore::open(&dir(&tmp)), 500, &["snapshot", "twice"]);
