@@ -32,6 +32,26 @@ struct Taken<'a, S: Storage> {
     log: Option<PartitionLog<S>>,
 }
 
+impl<'a, S: Storage> Taken<'a, S> {
+    /// Runs `f` on `log`, taken out of `slot` (whose lock the caller holds),
+    /// and hands the log back for the caller to put back or close; dropped
+    /// half way, the log goes back to the slot.
+    async fn run<T>(
+        owner: &'a Owner<S>,
+        slot: &'a Slot<S>,
+        log: PartitionLog<S>,
+        f: impl AsyncFnOnce(&mut PartitionLog<S>) -> T,
+    ) -> (T, PartitionLog<S>) {
+        let mut taken = Taken {
+            owner,
+            slot,
+            log: Some(log),
+        };
+        let result = f(taken.log.as_mut().expect("taken above")).await;
+        (result, taken.log.take().expect("taken above"))
+    }
+}
+
 impl<S: Storage> Drop for Taken<'_, S> {
     fn drop(&mut self) {
         let Some(log) = self.log.take() else {
@@ -106,13 +126,7 @@ impl<S: Storage> Owner<S> {
             .take()
             .expect("checked under the lock");
         slot.last_used.set(Instant::now());
-        let mut taken = Taken {
-            owner: self,
-            slot: &slot,
-            log: Some(log),
-        };
-        let result = f(taken.log.as_mut().expect("taken above")).await;
-        let log = taken.log.take().expect("taken above");
+        let (result, log) = Taken::run(self, &slot, log, f).await;
         self.put_back(&slot, log).await;
         result
     }
@@ -187,14 +201,9 @@ impl<S: Storage> Owner<S> {
             return None;
         }
         let log = slot.log.borrow_mut().take()?;
-        let mut taken = Taken {
-            owner: self,
-            slot: &slot,
-            log: Some(log),
-        };
-        let log = taken.log.as_mut().expect("taken above");
-        let result = read_log(log, from, max_records, max_bytes).await;
-        let log = taken.log.take().expect("taken above");
+        let read =
+            async |log: &mut PartitionLog<S>| read_log(log, from, max_records, max_bytes).await;
+        let (result, log) = Taken::run(self, &slot, log, read).await;
         self.put_back(&slot, log).await;
         Some(result.map(|(batch, _)| batch))
     }
@@ -261,13 +270,7 @@ impl<S: Storage> Owner<S> {
             Some(log) => log,
             None => self.open_log(&slot).await.map_err(ReadError::Failed)?,
         };
-        let mut taken = Taken {
-            owner: self,
-            slot: &slot,
-            log: Some(log),
-        };
-        let result = f(taken.log.as_mut().expect("taken above")).await;
-        let log = taken.log.take().expect("taken above");
+        let (result, log) = Taken::run(self, &slot, log, f).await;
         if was_open || log.is_poisoned() {
             self.put_back(&slot, log).await;
         } else if let Err(e) = self.close_log(&slot, log).await {
