@@ -207,12 +207,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
 /// waiting to be forgotten here.
 fn shard_has_topic(shard: &Shard, incarnation: IncarnationId) -> bool {
     !shard.persister.forgets.borrow().contains(&incarnation)
-        && shard
-            .meta
-            .snapshot()
-            .topics
-            .values()
-            .any(|t| t.id == incarnation)
+        && shard.meta.snapshot().topics.contains_id(incarnation)
 }
 
 /// Drops the failures of partitions whose topic was deleted while their state

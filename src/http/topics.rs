@@ -53,7 +53,7 @@ where
     // 64 random bits meet a live topic's id about never; a fresh draw if so.
     let id = loop {
         let id = IncarnationId::fresh();
-        if !shard.meta.snapshot().topics.values().any(|t| t.id == id) {
+        if !shard.meta.snapshot().topics.contains_id(id) {
             break id;
         }
     };

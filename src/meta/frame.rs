@@ -20,7 +20,6 @@
 //! the files readable with ordinary tools; the state is small and rarely written,
 //! so its size and parse time do not matter.
 
-use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -150,13 +149,18 @@ struct SnapshotBody {
 
 /// The snapshot file of `state`.
 pub(super) fn encode_snapshot(state: &MetaState) -> Vec<u8> {
+    encode_snapshot_of(state.version, state.topics.values().map(|r| &**r))
+}
+
+/// The snapshot file of these topics at `version`, whether or not a state
+/// could hold them (tests write impossible ones).
+pub(super) fn encode_snapshot_of<'a>(
+    version: u64,
+    topics: impl Iterator<Item = &'a TopicRecord>,
+) -> Vec<u8> {
     let body = SnapshotBody {
-        version: state.version,
-        topics: state
-            .topics
-            .values()
-            .map(|r| TopicRecord::clone(r))
-            .collect(),
+        version,
+        topics: topics.cloned().collect(),
     };
     let body = serde_json::to_vec(&body).expect("a snapshot serializes");
     assert!(body.len() <= SNAPSHOT_BODY_BYTES_MAX, "snapshot too large");
@@ -219,21 +223,18 @@ pub(super) fn decode_snapshot(file: &[u8]) -> Result<MetaState, String> {
         return Err(format!("version {} is out of range", body.version));
     }
     let mut state = MetaState {
-        topics: BTreeMap::new(),
         version: body.version,
+        ..MetaState::default()
     };
-    let mut folded_names = HashSet::with_capacity(body.topics.len());
     for record in body.topics {
         check_record(&record).map_err(|e| format!("topic {}: {e}", record.name))?;
-        if !folded_names.insert(record.name.to_ascii_lowercase()) {
+        if state.topics.case_twin(&record.name).is_some() {
             return Err(format!(
                 "topic {} is there twice, or twice in different case",
                 record.name
             ));
         }
-        state
-            .topics
-            .insert(Arc::from(record.name.as_str()), Arc::new(record));
+        state.topics.insert(Arc::new(record));
     }
     Ok(state)
 }

@@ -4,7 +4,7 @@
 //!
 //! Which cores: the control plane, one thread per node, owns the [`MetaStore`]
 //! and the [`MetaState`] and is their single writer. Shards read copies of the
-//! state (records are shared behind `Arc`, so a copy is cheap) and never write it;
+//! state (a copy shares all but what a change touches, see `topics`) and never write it;
 //! a request that changes topics is parsed where it lands ([`parse_create`],
 //! [`parse_alter`]) and its [`Command`] sent to the control plane.
 //!
@@ -26,11 +26,14 @@
 //!   Topic object of the API.
 //! - `frame`: the on-disk frames of log entries and snapshots.
 //! - `store`: [`MetaStore`], the command log and its snapshots.
+//! - `topics`: [`TopicMap`], the state's topics, shared between copies but
+//!   for the parts a change touches.
 
 mod frame;
 mod request;
 mod state;
 mod store;
+mod topics;
 
 #[cfg(test)]
 mod tests;
@@ -60,3 +63,4 @@ pub use state::{
     LIST_LIMIT_MAX, TOPICS_MAX,
 };
 pub use store::{MetaStore, SNAPSHOT_EVERY_ENTRIES};
+pub use topics::TopicMap;

@@ -12,15 +12,14 @@
 //! was valid when proposed must then fail cleanly instead of breaking the state.
 //! A failed `apply` changes nothing, and the version does not move.
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::ops::Bound;
 use std::sync::Arc;
 
 use narad_shards::ids::IncarnationId;
 use serde::{Deserialize, Serialize};
 
 use super::request::validate_topic_name;
+use super::topics::TopicMap;
 use crate::config::RETENTION_MS_MIN;
 
 /// The largest page [`MetaState::list`] returns, as the reference clamps `limit`.
@@ -30,10 +29,10 @@ pub const LIST_LIMIT_MAX: usize = 1000;
 /// (or otherwise replaced) after the request read it, in the reference's words.
 pub const CHANGED_SINCE_READ: &str = "topic changed since it was read";
 
-/// Topics the metadata holds at most. Every command copies the state and every
-/// snapshot writes it whole (one topic is a few hundred bytes of it), so the
-/// cap keeps a snapshot far below its format's limit and a create from making
-/// the control plane fail: past it a create is refused with 409.
+/// Topics the metadata holds at most. Every snapshot writes the state whole
+/// (one topic is a few hundred bytes of it), so the cap keeps a snapshot far
+/// below its format's limit and a create from making the control plane fail:
+/// past it a create is refused with 409.
 pub const TOPICS_MAX: usize = 100_000;
 
 /// One topic's configuration, as created and altered by [`Command`]s.
@@ -143,14 +142,12 @@ impl std::error::Error for MetaError {}
 
 /// Every topic, by name, and the index of the last command applied.
 ///
-/// Records sit behind `Arc` so that a copy of the state for the shards costs one
-/// pointer per topic, and a record handed out stays valid after later commands.
+/// Records sit behind `Arc`, so a record handed out stays valid after later
+/// commands, and the map shares its parts between copies: the control thread
+/// publishes a copy for every change, and a shard drops the one before.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MetaState {
-    /// Keyed by a shared copy of the name: the control thread publishes a
-    /// copy of this map for every change, and shards drop the one before, so
-    /// each entry's key costs a reference count there, not an allocation.
-    pub topics: BTreeMap<Arc<str>, Arc<TopicRecord>>,
+    pub topics: TopicMap,
     /// The index of the last command applied; 0 before the first. Each applied
     /// command takes the next index, so a state is named by its version.
     pub version: u64,
@@ -196,17 +193,13 @@ impl MetaState {
         let topics_before = self.topics.len();
         match applied {
             Applied::Created(new) => {
-                let previous = self
-                    .topics
-                    .insert(Arc::from(new.name.as_str()), Arc::clone(new));
+                let previous = self.topics.insert(Arc::clone(new));
                 assert!(previous.is_none(), "create over an existing topic");
                 assert_eq!(self.topics.len(), topics_before + 1);
             }
             Applied::Altered { old, new } => {
                 assert_eq!((&old.name, old.id), (&new.name, new.id));
-                let previous = self
-                    .topics
-                    .insert(Arc::from(new.name.as_str()), Arc::clone(new));
+                let previous = self.topics.insert(Arc::clone(new));
                 assert_eq!(previous.as_ref(), Some(old), "alter of a changed topic");
             }
             Applied::Deleted(old) => {
@@ -228,15 +221,8 @@ impl MetaState {
     /// routes refuse a limit below 1 before they get here.
     pub fn list(&self, limit: usize, page_token: &str) -> (Vec<Arc<TopicRecord>>, String) {
         let limit = limit.clamp(1, LIST_LIMIT_MAX);
-        let after = if page_token.is_empty() {
-            Bound::Unbounded
-        } else {
-            Bound::Excluded(page_token)
-        };
-        let mut rest = self
-            .topics
-            .range::<str, _>((after, Bound::Unbounded))
-            .map(|(_, record)| record);
+        // "" sorts below every name, and is none.
+        let mut rest = self.topics.values_after(page_token);
         let page: Vec<Arc<TopicRecord>> = rest.by_ref().take(limit).cloned().collect();
         let more = rest.next().is_some();
         let next_page_token = match page.last() {
@@ -261,13 +247,12 @@ impl MetaState {
 
     /// 409 when `name`, or a name that differs from it only in case, is taken.
     /// Topic names map to directories, and a case-insensitive file system would
-    /// merge two such topics. Creates are rare, so a scan of the names is cheaper
-    /// to keep right than a second, folded index.
+    /// merge two such topics.
     fn check_name_free(&self, name: &str) -> Result<(), MetaError> {
         if self.topics.contains_key(name) {
             return Err(MetaError::Conflict(format!("topic {name} already exists")));
         }
-        if let Some(other) = self.topics.keys().find(|k| k.eq_ignore_ascii_case(name)) {
+        if let Some(other) = self.topics.case_twin(name) {
             return Err(MetaError::Conflict(format!(
                 "topic name {name} differs only in case from the existing topic {other}"
             )));

@@ -55,7 +55,7 @@ pub const QUEUE_LOADS_PER_POLL: usize = 64;
 async fn load_unwatched_queues(shard: &crate::broker::Shard, budget: usize) {
     let snapshot = shard.meta.snapshot();
     let mut left = budget;
-    for (name, record) in &snapshot.topics {
+    for (name, record) in snapshot.topics.iter() {
         if left == 0 {
             return;
         }

@@ -131,7 +131,7 @@ fn owned_partitions(shard: &Rc<Shard>) -> narad_shards::produce::OwnedPartitions
         };
         let snapshot = shard.meta.snapshot();
         let mut owned = Vec::new();
-        for (name, record) in &snapshot.topics {
+        for (name, record) in snapshot.topics.iter() {
             let topic: Arc<str> = name.clone();
             for p in 0..record.partitions {
                 let partition = narad_shards::ids::PartitionId(p);

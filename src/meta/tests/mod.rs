@@ -10,6 +10,7 @@ mod prop;
 mod request;
 mod state;
 mod store;
+mod topics;
 
 fn defaults() -> TopicDefaults {
     Config::default().topic

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::*;
-use crate::meta::frame::{encode_entry, encode_snapshot, ENTRY_HEADER_BYTES};
+use crate::meta::frame::{encode_entry, encode_snapshot, encode_snapshot_of, ENTRY_HEADER_BYTES};
 
 fn open(dir: &Path) -> (MetaStore, MetaState) {
     MetaStore::open(dir).expect("open the metadata store")
@@ -348,11 +348,11 @@ fn a_snapshot_of_an_impossible_state_refuses_to_open() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = MetaState::default();
     state.apply(&create("t", 1)).unwrap();
-    let mut clash = state.clone();
-    let twin = std::sync::Arc::new(record("T", 2));
-    clash.topics.insert(std::sync::Arc::from("T"), twin);
+    let twin = record("T", 2);
+    let clash = state.topics.values().map(|r| &**r).chain([&twin]);
     fs::create_dir_all(dir(&tmp)).unwrap();
-    fs::write(dir(&tmp).join("snapshot"), encode_snapshot(&clash)).unwrap();
+    let snapshot = encode_snapshot_of(state.version, clash);
+    fs::write(dir(&tmp).join("snapshot"), snapshot).unwrap();
     assert_refused(MetaStore::open(&dir(&tmp)), 500, &["snapshot", "twice"]);
 }
 
