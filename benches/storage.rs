@@ -18,11 +18,17 @@
 //!
 //! Usage: `cargo bench --bench storage -- [--quick] [--only NAME] [--dir PATH]
 //! [--seconds S] [--runs N] [--json FILE] [--cpu N] [--no-dispatch]`. `--only`
-//! takes a name or a group (`wal`, `wal-batch`, `log`, `log-read`).
+//! takes a name or a group (`wal`, `wal-batch`, `log`, `log-read`, `acks`).
+//!
+//! The consumer-offset committer is measured too (`acks-…`): the syncs of
+//! acks across many partitions, one at a time and many at once.
 //!
 //! Files: `storage/measure.rs` (samples, histograms, memory), `storage/wal.rs`,
-//! `storage/log.rs` (the benchmarks), `storage/report.rs` (medians and output).
+//! `storage/log.rs`, `storage/acks.rs` (the benchmarks), `storage/report.rs`
+//! (medians and output).
 
+#[path = "storage/acks.rs"]
+mod acks;
 #[path = "storage/log.rs"]
 mod log;
 #[path = "storage/measure.rs"]
@@ -125,6 +131,20 @@ const BENCHES: &[Bench] = &[
     Bench {
         name: "log-read-disk",
         start: |ctx| Box::pin(log::run_read_disk(ctx)),
+    },
+    Bench {
+        name: "acks-2000-serial",
+        start: |ctx| Box::pin(acks::run(ctx, 2000, 1)),
+    },
+    Bench {
+        name: "acks-2000",
+        start: |ctx| {
+            Box::pin(acks::run(
+                ctx,
+                2000,
+                narad_shards::consume::state::SYNCS_AT_ONCE,
+            ))
+        },
     },
 ];
 

@@ -5,6 +5,8 @@
 //! at all: they take the time as an argument.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use glommio::task::JoinHandle;
@@ -24,6 +26,35 @@ pub fn spawn_local<T: 'static>(future: impl Future<Output = T> + 'static) -> Joi
 /// Yields to other tasks of this executor.
 pub async fn yield_now() {
     glommio::yield_if_needed().await;
+}
+
+/// Runs `futures` at once on the calling task (no task is spawned) and returns
+/// their outputs in their order: for a batch of I/O the device may overlap, such
+/// as syncs of many files.
+pub async fn join_all<F: Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut running: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = running.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all_done = true;
+        for (future, output) in running.iter_mut().zip(&mut outputs) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => all_done = false,
+                }
+            }
+        }
+        if all_done {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|output| output.expect("every future finished"))
+        .collect()
 }
 
 /// Monotonic now.

@@ -14,7 +14,7 @@ use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::{BlockFile, Storage, BLOCK_BYTES};
 use narad_shards::consume::state::{
     encode, load, newest, read_offset_file, AckedState, Committer, CommitterConfig, PartitionKey,
-    AHEAD_FILE, OFFSET_FILE, SLOT_BYTES,
+    AHEAD_FILE, OFFSET_FILE, SLOT_BYTES, SYNCS_AT_ONCE,
 };
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use rand::{Rng, SeedableRng};
@@ -51,6 +51,7 @@ fn config(durability_interval: Duration, open_files_max: usize) -> CommitterConf
         durability_interval,
         level_every: Duration::from_secs(30),
         open_files_max,
+        syncs_at_once: SYNCS_AT_ONCE,
     }
 }
 
@@ -449,6 +450,46 @@ fn two_descriptors_serve_five_partitions() {
     }
 }
 
+/// A node acking across many partitions: their syncs (and the first
+/// levelling of each `consumer.offset`) are in flight together, never more than
+/// `SYNCS_AT_ONCE`, and every one of them is durable, held descriptor or not.
+#[test]
+fn the_syncs_of_many_partitions_run_together_within_a_bound() {
+    const MANY: u32 = 100;
+    let disk = disk_with_partitions(9, MANY);
+    disk.set_sync_turns(3);
+    block_on(async {
+        let interval = Duration::from_secs(1);
+        let mut committer = Committer::new(disk.clone(), config(interval, 8));
+        let t0 = Instant::now();
+        let states: Vec<AckedState> = (0..MANY).map(|p| acked(10 + u64::from(p), &[])).collect();
+        let all = (0..MANY).map(|p| (key(p), dir(p), states[p as usize].clone()));
+        // Those whose turn is the first tick are synced then, the rest (they
+        // waited an interval) on the next.
+        let first = committer.tick(t0, all.collect()).await;
+        let second = committer.tick(t0 + interval + 100 * MS, vec![]).await;
+        for report in [&first, &second] {
+            assert!(report.errors.is_empty(), "{report:?}");
+        }
+        assert!(second.durable.len() > MANY as usize / 2, "{second:?}");
+        assert_eq!(first.durable.len() + second.durable.len(), MANY as usize);
+        assert_eq!(first.levelled + second.levelled, MANY as usize);
+        let at_once = disk.stats().syncs_in_flight_max;
+        assert!(
+            (SYNCS_AT_ONCE as u64 / 2..=SYNCS_AT_ONCE as u64).contains(&at_once),
+            "{at_once} syncs in flight at most"
+        );
+        assert!(committer.files_held() <= 8);
+        disk.crash();
+        disk.reboot();
+        for p in 0..MANY {
+            assert_eq!(load(&disk, &dir(p)).await.unwrap(), states[p as usize]);
+            let offset = read_offset_file(&disk, &dir(p)).await.unwrap();
+            assert_eq!(offset, Some(states[p as usize].frontier), "partition {p}");
+        }
+    });
+}
+
 // ---- the seeded crash loop ----
 
 const PARTITIONS: u32 = 3;
@@ -554,6 +595,7 @@ fn run_seed(seed: u64) {
                 durability_interval: [100, 300, 1000][rng.random_range(0..3)] * MS,
                 level_every: [200 * MS, Duration::from_secs(30)][rng.random_range(0..2)],
                 open_files_max: rng.random_range(1..=4),
+                syncs_at_once: rng.random_range(1..=4),
             };
             let mut committer = Committer::new(disk.clone(), config);
             let eio_ppm = [0, 0, 50_000, 200_000][rng.random_range(0..4)];

@@ -38,7 +38,7 @@ use crate::ids::Offset;
 pub use committer::{
     Committer, CommitterConfig, PartitionKey, TickReport, DURABILITY_INTERVAL_DEFAULT,
     DURABILITY_INTERVAL_MAX, DURABILITY_INTERVAL_MIN, LEVEL_EVERY_DEFAULT, OPEN_FILES_MAX_DEFAULT,
-    TICK_DEFAULT,
+    SYNCS_AT_ONCE, TICK_DEFAULT,
 };
 pub use slot::{decode, encode, fitted, newest, SlotRecord, PAYLOAD_BYTES_MAX, SLOTS, SLOT_BYTES};
 

@@ -24,13 +24,16 @@
 //!   again only as an existing file whose anchor slot still holds the anchor.
 //!
 //! Bounds: at most `open_files_max` held descriptors (plus one opened for a single
-//! write, sync or levelling at a time); one write per changed partition per tick.
+//! write at a time, or up to `syncs_at_once` for syncs and levellings); one
+//! write per changed partition per tick; up to `syncs_at_once` syncs in flight
+//! ([`SYNCS_AT_ONCE`] by default).
 
 use std::collections::{BTreeSet, HashMap};
 use std::io;
 use std::time::{Duration, Instant};
 
 use narad_io::file::{join, OpenMode};
+use narad_io::rt::join_all;
 use narad_io::{BlockFile, Storage, BLOCK_BYTES};
 
 use super::slot::{self, SLOT_BYTES};
@@ -52,6 +55,8 @@ pub const DURABILITY_INTERVAL_MAX: Duration = Duration::from_secs(60);
 pub const LEVEL_EVERY_DEFAULT: Duration = Duration::from_secs(30);
 /// Held `consumer.ahead` descriptors at most, before the open-file limit lowers it.
 pub const OPEN_FILES_MAX_DEFAULT: usize = 4096;
+/// Syncs (and levellings) in flight together, by default.
+pub const SYNCS_AT_ONCE: usize = 32;
 
 /// How the committer paces its writes and bounds its descriptors.
 #[derive(Clone, Debug)]
@@ -69,6 +74,9 @@ pub struct CommitterConfig {
     /// least recently written one whose window is durable, else writes through a
     /// descriptor opened for that write alone.
     pub open_files_max: usize,
+    /// Syncs, and levellings, in flight together ([`SYNCS_AT_ONCE`]; 1 for a
+    /// benchmark's baseline).
+    pub syncs_at_once: usize,
 }
 
 impl Default for CommitterConfig {
@@ -78,6 +86,7 @@ impl Default for CommitterConfig {
             durability_interval: DURABILITY_INTERVAL_DEFAULT,
             level_every: LEVEL_EVERY_DEFAULT,
             open_files_max: OPEN_FILES_MAX_DEFAULT,
+            syncs_at_once: SYNCS_AT_ONCE,
         }
     }
 }
@@ -186,6 +195,10 @@ impl<S: Storage> Committer<S> {
             "the committer needs a descriptor"
         );
         assert!(!config.tick.is_zero(), "a zero tick would spin");
+        assert!(
+            config.syncs_at_once >= 1,
+            "the committer needs a sync at a time"
+        );
         assert!(
             (DURABILITY_INTERVAL_MIN..=DURABILITY_INTERVAL_MAX)
                 .contains(&config.durability_interval),
@@ -544,44 +557,58 @@ impl<S: Storage> Committer<S> {
     }
 
     /// Syncs the partitions whose turn it is, that waited a whole interval, or all
-    /// of them when `force`; a success makes the window the anchor.
+    /// of them when `force`; a success makes the window the anchor. Up to
+    /// `syncs_at_once` syncs are in flight together: one after the other, a
+    /// node acking across thousands of partitions took longer than an interval
+    /// to sync them, where the device serves many at once.
     async fn write_out(&mut self, now: Instant, force: bool, report: &mut TickReport) {
         let phase = self.phase(now);
-        let keys: Vec<PartitionKey> = self.sync_pending.iter().copied().collect();
-        for key in keys {
-            let partition = &self.partitions[&key];
-            if partition.needs_write {
-                // The window may hold part of a record: rewrite it in full first.
-                continue;
-            }
-            let waited = partition.unsynced_since.is_some_and(|t| {
-                now.saturating_duration_since(t) >= self.config.durability_interval
-            });
-            if !(force || waited || partition.turn == phase) {
-                continue;
-            }
-            match self.sync_window(key).await {
-                Ok(()) => {
-                    report.synced += 1;
-                    report.durable.push(key);
-                    let partition = &self.partitions[&key];
-                    let level_due = force
-                        || partition.levelled_at.is_none_or(|t| {
-                            now.saturating_duration_since(t) >= self.config.level_every
-                        });
-                    if level_due {
-                        self.level(key, now, report).await;
-                    }
+        let due: Vec<PartitionKey> = (self.sync_pending.iter())
+            .filter(|key| {
+                let partition = &self.partitions[key];
+                let waited = partition.unsynced_since.is_some_and(|t| {
+                    now.saturating_duration_since(t) >= self.config.durability_interval
+                });
+                // A window that may hold part of a record is rewritten in full
+                // before it is synced.
+                !partition.needs_write && (force || waited || partition.turn == phase)
+            })
+            .copied()
+            .collect();
+        let mut level_now = Vec::new();
+        for group in due.chunks(self.config.syncs_at_once) {
+            let mut taken = Vec::with_capacity(group.len());
+            for &key in group {
+                match self.descriptor(key).await {
+                    Ok((file, held)) => taken.push((key, file, held)),
+                    Err(message) => report.errors.push((key, message)),
                 }
-                Err(message) => report.errors.push((key, message)),
+            }
+            let synced = join_all(taken.iter().map(|(_, file, _)| file.sync_data())).await;
+            for ((key, file, held), synced) in taken.into_iter().zip(synced) {
+                self.release(key, file, held).await;
+                match self.settle_sync(key, synced) {
+                    Ok(()) => {
+                        report.synced += 1;
+                        report.durable.push(key);
+                        let partition = &self.partitions[&key];
+                        let level_due = force
+                            || partition.levelled_at.is_none_or(|t| {
+                                now.saturating_duration_since(t) >= self.config.level_every
+                            });
+                        if level_due {
+                            level_now.push(key);
+                        }
+                    }
+                    Err(message) => report.errors.push((key, message)),
+                }
             }
         }
+        self.level(&level_now, now, report).await;
     }
 
-    async fn sync_window(&mut self, key: PartitionKey) -> Result<(), String> {
-        let (file, held) = self.descriptor(key).await?;
-        let synced = file.sync_data().await;
-        self.release(key, file, held).await;
+    /// Takes in the outcome of a sync of the partition's window.
+    fn settle_sync(&mut self, key: PartitionKey, synced: io::Result<()>) -> Result<(), String> {
         let partition = self.partitions.get_mut(&key).expect("partition exists");
         if let Err(e) = synced {
             // After a failed sync the window's bytes are unknown, sector by
@@ -607,45 +634,55 @@ impl<S: Storage> Committer<S> {
     /// `force`) and whose last levelling is old enough.
     async fn level_quiet(&mut self, now: Instant, force: bool, report: &mut TickReport) {
         let phase = self.phase(now);
-        let keys: Vec<PartitionKey> = self.level_pending.iter().copied().collect();
-        for key in keys {
-            let partition = &self.partitions[&key];
-            let due = partition
-                .levelled_at
-                .is_none_or(|t| now.saturating_duration_since(t) >= self.config.level_every);
-            if force || (due && partition.turn == phase) {
-                self.level(key, now, report).await;
-            }
-        }
+        let due: Vec<PartitionKey> = (self.level_pending.iter())
+            .filter(|key| {
+                let partition = &self.partitions[key];
+                let due = partition
+                    .levelled_at
+                    .is_none_or(|t| now.saturating_duration_since(t) >= self.config.level_every);
+                force || (due && partition.turn == phase)
+            })
+            .copied()
+            .collect();
+        self.level(&due, now, report).await;
     }
 
-    /// Brings `consumer.offset` level with the durable frontier. It never lowers
-    /// the file: a frontier found there that is past ours is left as it is.
-    async fn level(&mut self, key: PartitionKey, now: Instant, report: &mut TickReport) {
-        let partition = &self.partitions[&key];
-        let Some(target) = partition.durable_frontier else {
-            self.level_pending.remove(&key);
-            return;
-        };
-        if partition.levelled == Some(target) || partition.stranded {
-            self.level_pending.remove(&key);
-            return;
-        }
-        let path = join(&partition.dir, OFFSET_FILE);
-        match level_file(&self.storage, &path, target).await {
-            Ok(wrote) => {
-                let partition = self.partitions.get_mut(&key).expect("partition exists");
-                partition.levelled = Some(target);
-                partition.levelled_at = Some(now);
-                self.level_pending.remove(&key);
-                report.levelled += usize::from(wrote);
+    /// Brings `consumer.offset` of each of `keys` level with its durable
+    /// frontier, up to `syncs_at_once` files at once (each levelling is a
+    /// write and a sync). It never lowers a file: a frontier found there that
+    /// is past ours is left as it is.
+    async fn level(&mut self, keys: &[PartitionKey], now: Instant, report: &mut TickReport) {
+        let mut targets = Vec::with_capacity(keys.len());
+        for &key in keys {
+            let partition = &self.partitions[&key];
+            match partition.durable_frontier {
+                Some(target) if partition.levelled != Some(target) && !partition.stranded => {
+                    targets.push((key, join(&partition.dir, OFFSET_FILE), target));
+                }
+                _ => {
+                    self.level_pending.remove(&key);
+                }
             }
-            Err(e) => {
-                // Tried again a levelling interval later (or at the close),
-                // not on every tick while the fault lasts.
-                let partition = self.partitions.get_mut(&key).expect("partition exists");
+        }
+        for group in targets.chunks(self.config.syncs_at_once) {
+            let storage = &self.storage;
+            let levelled = join_all(
+                (group.iter()).map(|(_, path, target)| level_file(storage, path, *target)),
+            )
+            .await;
+            for ((key, path, target), levelled) in group.iter().zip(levelled) {
+                let partition = self.partitions.get_mut(key).expect("partition exists");
+                // After a failure it is tried again a levelling interval later
+                // (or at the close), not on every tick while the fault lasts.
                 partition.levelled_at = Some(now);
-                report.errors.push((key, format!("level {path}: {e}")))
+                match levelled {
+                    Ok(wrote) => {
+                        partition.levelled = Some(*target);
+                        self.level_pending.remove(key);
+                        report.levelled += usize::from(wrote);
+                    }
+                    Err(e) => report.errors.push((*key, format!("level {path}: {e}"))),
+                }
             }
         }
     }
