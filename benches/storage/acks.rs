@@ -45,8 +45,9 @@ pub async fn run(ctx: Ctx, partitions: u32, syncs_at_once: usize) -> RunResult {
     }
     let config = CommitterConfig {
         syncs_at_once,
-        // As the broker does: a share of the descriptors this process may open.
-        open_files_max: (narad_io::rt::open_files_soft_limit() / 4).clamp(16, 4096) as usize,
+        // What a one-shard node holds: a quarter of the descriptors this
+        // process may open (32 to 8,192), two a file.
+        open_files_max: ((narad_io::rt::open_files_soft_limit() / 4).clamp(32, 8192) / 2) as usize,
         ..CommitterConfig::default()
     };
     let interval = config.durability_interval;

@@ -265,3 +265,30 @@ impl LocalLock {
         self.semaphore.try_acquire()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::join_all;
+    use futures_lite::future::{block_on, yield_now};
+
+    #[test]
+    fn join_all_runs_every_future_at_once_and_keeps_their_order() {
+        let order = std::cell::RefCell::new(Vec::new());
+        // The first takes the most turns: it finishes last but answers first.
+        let futures = (0..5u32).map(|i| {
+            let order = &order;
+            async move {
+                for _ in 0..(5 - i) {
+                    yield_now().await;
+                }
+                order.borrow_mut().push(i);
+                i * 10
+            }
+        });
+        assert_eq!(block_on(join_all(futures)), [0, 10, 20, 30, 40]);
+        // They ran together: the one with fewest turns ended first.
+        assert_eq!(*order.borrow(), [4, 3, 2, 1, 0]);
+        let none: Vec<std::future::Ready<u8>> = Vec::new();
+        assert!(block_on(join_all(none)).is_empty());
+    }
+}

@@ -490,6 +490,45 @@ fn the_syncs_of_many_partitions_run_together_within_a_bound() {
     });
 }
 
+/// A sync that fails among others in flight: that partition alone is reported,
+/// its window rewritten and synced later; the others are durable at once.
+#[test]
+fn a_failed_sync_among_many_fails_only_its_partition() {
+    const MANY: u32 = 10;
+    let disk = disk_with_partitions(10, MANY);
+    disk.set_sync_turns(2);
+    block_on(async {
+        let interval = Duration::from_secs(1);
+        let mut committer = Committer::new(disk.clone(), config(interval, 4));
+        let t0 = Instant::now();
+        let states: Vec<AckedState> = (0..MANY).map(|p| acked(5 + u64::from(p), &[])).collect();
+        let all = (0..MANY).map(|p| (key(p), dir(p), states[p as usize].clone()));
+        let first = committer.tick(t0, all.collect()).await;
+        assert!(first.errors.is_empty(), "{first:?}");
+        disk.fail_next_syncs(1);
+        let second = committer.tick(t0 + interval + 100 * MS, vec![]).await;
+        assert_eq!(second.errors.len(), 1, "{second:?}");
+        let (failed, _) = second.errors[0];
+        assert!(!second.durable.contains(&failed));
+        assert_eq!(
+            first.durable.len() + second.durable.len(),
+            MANY as usize - 1
+        );
+        assert_eq!(committer.pending_sync(), 1);
+        // The next ticks rewrite its window and sync it.
+        let third = committer.tick(t0 + interval + 200 * MS, vec![]).await;
+        let fourth = committer.tick(t0 + 2 * interval + 300 * MS, vec![]).await;
+        assert!(third.errors.is_empty() && fourth.errors.is_empty());
+        assert!(third.durable.contains(&failed) || fourth.durable.contains(&failed));
+        assert_eq!(committer.pending_sync(), 0);
+        disk.crash();
+        disk.reboot();
+        for p in 0..MANY {
+            assert_eq!(load(&disk, &dir(p)).await.unwrap(), states[p as usize]);
+        }
+    });
+}
+
 // ---- the seeded crash loop ----
 
 const PARTITIONS: u32 = 3;

@@ -20,7 +20,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use narad_io::rt::Notify;
-use narad_shards::consume::state::{AckedState, Committer, CommitterConfig, PartitionKey};
+use narad_shards::consume::state::{
+    AckedState, Committer, CommitterConfig, PartitionKey, SYNCS_AT_ONCE,
+};
 use narad_shards::ids::IncarnationId;
 
 use crate::broker::{partition_dir, Shard};
@@ -61,24 +63,44 @@ pub fn committer_config(
     level_every: Option<Duration>,
 ) -> CommitterConfig {
     let default = CommitterConfig::default();
+    let budget = descriptor_budget(narad_io::rt::open_files_soft_limit(), shards);
     CommitterConfig {
         durability_interval,
-        open_files_max: open_files_max(narad_io::rt::open_files_soft_limit(), shards),
+        open_files_max: budget.held_files,
+        syncs_at_once: budget.syncs_at_once,
         level_every: level_every.unwrap_or(default.level_every),
         ..default
     }
 }
 
-/// Descriptors a held `consumer.ahead` file takes: its own, and the one its
-/// page-cache writes go through (`write_cached_at`).
-const DESCRIPTORS_PER_HELD_FILE: u64 = 2;
+/// Descriptors a `consumer.ahead` file takes, held or opened for one sync:
+/// its own, and the one its page-cache writes go through (`write_cached_at`).
+/// A `consumer.offset` opened for a levelling takes no more.
+const DESCRIPTORS_PER_FILE: u64 = 2;
 
-/// One shard's share of the node's descriptor budget for `consumer.ahead` files:
-/// a quarter of the soft open-file limit in descriptors (32 to 8,192), two a
-/// file, split evenly over its shards (at least 2 files each).
-fn open_files_max(soft_limit: u64, shards: usize) -> usize {
-    let shards = shards.max(1) as u64;
-    (held_files_descriptors(soft_limit) / DESCRIPTORS_PER_HELD_FILE / shards).max(2) as usize
+/// How one shard spends its share of the node's descriptors for consumer state.
+#[derive(Debug, PartialEq, Eq)]
+struct DescriptorBudget {
+    /// `consumer.ahead` files kept open.
+    held_files: usize,
+    /// Syncs (or levellings) in flight together, each through a file opened for
+    /// it when the partition's is not held; at most a quarter of the share.
+    syncs_at_once: usize,
+}
+
+/// One shard's share of the node's descriptors for consumer state (a quarter
+/// of the soft open-file limit, 32 to 8,192, split evenly over the shards):
+/// the files opened for the syncs or levellings in flight first, up to
+/// [`SYNCS_AT_ONCE`] and a quarter of the share, then held files with the rest
+/// (at least 2; one of each on the tightest limits).
+fn descriptor_budget(soft_limit: u64, shards: usize) -> DescriptorBudget {
+    let share = held_files_descriptors(soft_limit) / shards.max(1) as u64;
+    let syncs_at_once = (share / 4 / DESCRIPTORS_PER_FILE).clamp(1, SYNCS_AT_ONCE as u64);
+    let held_files = (share / DESCRIPTORS_PER_FILE).saturating_sub(syncs_at_once);
+    DescriptorBudget {
+        held_files: held_files.max(2) as usize,
+        syncs_at_once: syncs_at_once as usize,
+    }
 }
 
 /// The node's descriptors for held `consumer.ahead` files: a quarter of the
@@ -256,7 +278,10 @@ fn changed_states(shard: &Shard) -> Vec<(PartitionKey, String, AckedState)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{drop_deleted_topics, open_files_max};
+    use super::{
+        descriptor_budget, drop_deleted_topics, held_files_descriptors, DescriptorBudget,
+        DESCRIPTORS_PER_FILE,
+    };
     use narad_shards::ids::{IncarnationId, PartitionId};
 
     #[test]
@@ -287,15 +312,36 @@ mod tests {
 
     #[test]
     fn the_descriptor_budget_is_the_nodes_split_over_its_shards() {
-        assert_eq!(open_files_max(1 << 20, 1), 4096);
-        assert_eq!(open_files_max(1 << 20, 8), 512);
-        // Two descriptors a file: a quarter of the limit is half as many files.
-        assert_eq!(open_files_max(4096, 8), 64);
-        assert_eq!(open_files_max(1024, 1), 128);
+        let budget = |held_files, syncs_at_once| DescriptorBudget {
+            held_files,
+            syncs_at_once,
+        };
+        // 8,192 descriptors (a quarter of the limit, at most 8,192) a shard,
+        // two a file: 32 files for the syncs in flight, the rest held.
+        assert_eq!(descriptor_budget(1 << 20, 1), budget(4096 - 32, 32));
+        assert_eq!(descriptor_budget(1 << 20, 8), budget(512 - 32, 32));
+        // A smaller share gives the syncs a quarter of it.
+        assert_eq!(descriptor_budget(4096, 8), budget(64 - 16, 16));
+        assert_eq!(descriptor_budget(1024, 1), budget(128 - 32, 32));
+        assert_eq!(descriptor_budget(1024, 4), budget(32 - 8, 8));
         // Never none, even on a tiny limit or a very wide node.
-        assert_eq!(open_files_max(64, 2), 8);
-        assert_eq!(open_files_max(1 << 20, 10_000), 2);
-        // A wide node on a small limit keeps its files to half the limit.
-        assert_eq!(open_files_max(1024, 128), 2);
+        assert_eq!(descriptor_budget(64, 2), budget(8 - 2, 2));
+        assert_eq!(descriptor_budget(1 << 20, 10_000), budget(2, 1));
+        assert_eq!(descriptor_budget(1024, 128), budget(2, 1));
+        // Held files and the syncs' files together keep to the share, on
+        // every limit a share holds three files on.
+        for limit in [128, 1024, 4096, 20_000, 65_536, 1 << 20] {
+            for shards in [1, 2, 3, 8, 64] {
+                let share = held_files_descriptors(limit) / shards as u64;
+                let b = descriptor_budget(limit, shards);
+                let files = (b.held_files + b.syncs_at_once) as u64;
+                if share >= 3 * DESCRIPTORS_PER_FILE {
+                    assert!(
+                        files * DESCRIPTORS_PER_FILE <= share,
+                        "{limit} {shards}: {b:?}"
+                    );
+                }
+            }
+        }
     }
 }

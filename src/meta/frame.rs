@@ -234,6 +234,12 @@ pub(super) fn decode_snapshot(file: &[u8]) -> Result<MetaState, String> {
                 record.name
             ));
         }
+        if state.topics.contains_id(record.id) {
+            return Err(format!(
+                "topic {}: its incarnation id {} is another topic's too",
+                record.name, record.id
+            ));
+        }
         state.topics.insert(Arc::new(record));
     }
     Ok(state)

@@ -169,6 +169,14 @@ impl MetaState {
             Command::CreateTopic(record) => {
                 check_record(record)?;
                 self.check_name_free(&record.name)?;
+                // The proposer drew the id fresh against the state it read; a
+                // topic created since may hold it (64 random bits: about never).
+                if self.topics.contains_id(record.id) {
+                    return Err(MetaError::Conflict(format!(
+                        "incarnation id {} is taken; retry the create",
+                        record.id
+                    )));
+                }
                 if self.topics.len() >= TOPICS_MAX {
                     return Err(MetaError::Conflict(format!(
                         "topic limit reached: at most {TOPICS_MAX} topics; delete one first"

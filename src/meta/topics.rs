@@ -265,13 +265,18 @@ impl TopicMap {
 
     /// Puts `record` under its name, in place of the topic of that name if
     /// there is one; returns the one replaced. A different topic's name may
-    /// not differ from it only in case.
+    /// not differ from it only in case, nor may it have its incarnation id.
     pub(super) fn insert(&mut self, record: Arc<TopicRecord>) -> Option<Arc<TopicRecord>> {
         let name: Arc<str> = Arc::from(record.name.as_str());
         if let Some(twin) = self.case_twin(&name) {
             assert_eq!(twin, &*name, "topic names that differ only in case");
         }
         let id = record.id;
+        let same_id = self.get(&name).is_some_and(|old| old.id == id);
+        assert!(
+            same_id || !self.contains_id(id),
+            "two topics with one incarnation id"
+        );
         let previous = self.by_name.insert(name.clone(), record);
         match &previous {
             Some(old) if old.id == id => {}

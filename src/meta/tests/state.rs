@@ -74,6 +74,15 @@ fn create_refuses_a_taken_name_or_a_case_only_clash() {
         );
     }
     state.apply(&create("Orders2", 9)).unwrap();
+    // An incarnation id another topic holds (the proposer drew it against an
+    // older state) is refused too, and a retry with a fresh one goes through.
+    assert_refused_unchanged(
+        &mut state,
+        create("Payments", 9),
+        409,
+        &["incarnation id", "retry"],
+    );
+    state.apply(&create("Payments", 10)).unwrap();
 }
 
 #[test]

@@ -348,12 +348,17 @@ fn a_snapshot_of_an_impossible_state_refuses_to_open() {
     let tmp = tempfile::tempdir().unwrap();
     let mut state = MetaState::default();
     state.apply(&create("t", 1)).unwrap();
-    let twin = record("T", 2);
-    let clash = state.topics.values().map(|r| &**r).chain([&twin]);
     fs::create_dir_all(dir(&tmp)).unwrap();
-    let snapshot = encode_snapshot_of(state.version, clash);
-    fs::write(dir(&tmp).join("snapshot"), snapshot).unwrap();
-    assert_refused(MetaStore::open(&dir(&tmp)), 500, &["snapshot", "twice"]);
+    // A name twice in different case, and an incarnation id twice.
+    for (twin, words) in [
+        (record("T", 2), "twice"),
+        (record("u", 1), "another topic's"),
+    ] {
+        let clash = state.topics.values().map(|r| &**r).chain([&twin]);
+        let snapshot = encode_snapshot_of(state.version, clash);
+        fs::write(dir(&tmp).join("snapshot"), snapshot).unwrap();
+        assert_refused(MetaStore::open(&dir(&tmp)), 500, &["snapshot", words]);
+    }
 }
 
 /// A version or index no command can follow (the next would wrap to 0 and be

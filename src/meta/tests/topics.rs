@@ -72,6 +72,99 @@ proptest! {
     }
 }
 
+#[derive(Clone, Debug)]
+enum TopicOp {
+    /// Creates the name if neither it (in any case) nor the id is taken.
+    Create(u16, bool, u16),
+    /// Replaces the topic of that name with another incarnation.
+    Replace(u16, bool, u16),
+    /// Alters the topic of that name (same incarnation).
+    Alter(u16, bool),
+    Remove(u16, bool),
+}
+
+/// Names from a range a few chunks wide; `upper` picks the case of their
+/// last letter, so twins come up often.
+fn topic_name(n: u16, upper: bool) -> String {
+    format!("t{n:03}{}", if upper { 'Q' } else { 'q' })
+}
+
+fn topic_op() -> impl Strategy<Value = TopicOp> {
+    let name = (0..400u16, any::<bool>());
+    prop_oneof![
+        5 => (name.clone(), 0..1000u16).prop_map(|((n, u), id)| TopicOp::Create(n, u, id)),
+        1 => (name.clone(), 0..1000u16).prop_map(|((n, u), id)| TopicOp::Replace(n, u, id)),
+        1 => name.clone().prop_map(|(n, u)| TopicOp::Alter(n, u)),
+        3 => name.prop_map(|(n, u)| TopicOp::Remove(n, u)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The topic map against a model that scans every topic, through
+    /// creates, replacements, alters and removes: the same topics in the same
+    /// order, and its id and case indexes agree with the scan.
+    #[test]
+    fn the_topic_map_answers_as_a_scan_of_every_topic(
+        ops in proptest::collection::vec(topic_op(), 1..1200),
+    ) {
+        let mut map = TopicMap::default();
+        let mut model: BTreeMap<String, Arc<TopicRecord>> = BTreeMap::new();
+        let twin = |model: &BTreeMap<String, Arc<TopicRecord>>, name: &str| {
+            model.keys().find(|k| k.eq_ignore_ascii_case(name)).cloned()
+        };
+        let id_taken = |model: &BTreeMap<String, Arc<TopicRecord>>, id: u128| {
+            model.values().any(|t| t.id.0 == id)
+        };
+        for op in ops {
+            match op {
+                TopicOp::Create(n, upper, id) => {
+                    let (name, id) = (topic_name(n, upper), u128::from(id));
+                    if twin(&model, &name).is_none() && !id_taken(&model, id) {
+                        prop_assert_eq!(map.insert(topic(&name, id)), None);
+                        model.insert(name.clone(), topic(&name, id));
+                    }
+                }
+                TopicOp::Replace(n, upper, id) => {
+                    let (name, id) = (topic_name(n, upper), u128::from(id));
+                    if model.contains_key(&name) && !id_taken(&model, id) {
+                        let old = map.insert(topic(&name, id));
+                        prop_assert_eq!(old, model.insert(name.clone(), topic(&name, id)));
+                    }
+                }
+                TopicOp::Alter(n, upper) => {
+                    let name = topic_name(n, upper);
+                    if let Some(old) = model.get(&name).cloned() {
+                        let altered = Arc::new(TopicRecord { partitions: old.partitions + 1, ..TopicRecord::clone(&old) });
+                        prop_assert_eq!(map.insert(altered.clone()), Some(old));
+                        model.insert(name, altered);
+                    }
+                }
+                TopicOp::Remove(n, upper) => {
+                    let name = topic_name(n, upper);
+                    prop_assert_eq!(map.remove(&name), model.remove(&name));
+                }
+            }
+            prop_assert_eq!(map.len(), model.len());
+        }
+        prop_assert!(map.values().eq(model.values()));
+        for sizes in map.chunk_sizes() {
+            assert_chunks_sound(&sizes, model.len());
+        }
+        for n in 0..400u16 {
+            for upper in [false, true] {
+                let name = topic_name(n, upper);
+                prop_assert_eq!(map.get(&name), model.get(&name));
+                prop_assert_eq!(map.case_twin(&name).map(str::to_string), twin(&model, &name));
+            }
+        }
+        for id in 0..1000u128 {
+            prop_assert_eq!(map.contains_id(IncarnationId(id)), id_taken(&model, id));
+        }
+    }
+}
+
 fn topic(name: &str, id: u128) -> Arc<TopicRecord> {
     Arc::new(record(name, id))
 }
