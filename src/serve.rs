@@ -192,6 +192,11 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let leftovers = crate::broker::layout::leftover_wals(&data_dir, shards);
     let dispatching = Arc::new(Dispatching::new(shards));
     let mut mesh = narad_io::mesh::full_mesh::<Op>(shards, MESH_CHANNEL_CAPACITY).into_iter();
+    // Every shard's executor exists before any connects its mesh ends: a
+    // connect spins until its peer connects too, and with more shards than
+    // CPUs the spinning shards starved the ones still starting (48 shards on
+    // 2 CPUs took 7 to 15 s to connect).
+    let executors_up = Arc::new(std::sync::Barrier::new(shards));
     let node = Arc::new(
         NodeState::new(max_connections)
             .with_batch_bytes_max(config.http.max_batch_body_bytes_in_flight)
@@ -228,6 +233,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
             stop: stop_rx,
             events: events_tx.clone(),
             mesh: mesh_end,
+            executors_up: executors_up.clone(),
             published: control.published.clone(),
             dispatching: dispatching.clone(),
             control: control.client.clone(),
@@ -358,6 +364,8 @@ struct ShardStart {
     /// Where the shard reports that it started.
     events: std::sync::mpsc::Sender<NodeEvent>,
     mesh: MeshEnd<Op>,
+    /// Passed once every shard's executor runs, before the mesh connects.
+    executors_up: Arc<std::sync::Barrier>,
     published: Arc<Published>,
     control: ControlClient,
     topic_defaults: TopicDefaults,
@@ -390,6 +398,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         stop,
         events,
         mesh,
+        executors_up,
         published,
         control,
         topic_defaults,
@@ -411,6 +420,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     });
     // Every shard connects its mesh end first: a peer that fails after this
     // cannot leave the others waiting to connect.
+    executors_up.wait();
     let (link, receivers) = mesh.connect().await;
     let server = ShardServer::start(
         index,

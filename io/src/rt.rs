@@ -97,8 +97,27 @@ pub fn try_run_local<T: 'static>(
     Ok(executor.run(async move {
         RUNNING.with(|running| running.set(true));
         let _running = Running;
+        glommio::spawn_local(reactor_tick()).detach();
         future.await
     }))
+}
+
+/// The longest an executor sleeps without looking at its rings and queues.
+pub const REACTOR_TICK: Duration = Duration::from_millis(100);
+
+/// Keeps a timer armed on the executor, so that it never sleeps longer than
+/// [`REACTOR_TICK`]: glommio 0.9's reactor can sleep through the completion
+/// a task waits for. Seen at startup with 48 shards on 2 CPUs: a shard asleep
+/// in `io_uring_enter` in the middle of its WAL recovery, with nothing left to
+/// wake it, until anything interrupted the sleep (a debugger attaching) and it
+/// went on at once; the node never got ready and a stop waited for it for
+/// ever. A sleep bounded by a timer is the fix from outside the runtime: the
+/// next turn picks up whatever was missed. It costs a wakeup per tick on an
+/// idle executor (10 a second).
+async fn reactor_tick() {
+    loop {
+        glommio::timer::sleep(REACTOR_TICK).await;
+    }
 }
 
 thread_local! {
