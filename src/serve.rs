@@ -128,6 +128,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let data_dir = std::path::absolute(&data_dir)
         .map_err(|e| format!("cannot resolve data directory {}: {e}", data_dir.display()))?;
     let _lock = lock_data_dir(&data_dir)?;
+    crate::broker::layout::check_writable(&data_dir)?;
     let cpus = allowed_cpus();
     let shards = shards.unwrap_or(cpus.len()).max(1);
     if shards > cpus.len() {

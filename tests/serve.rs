@@ -185,6 +185,42 @@ fn serve_refuses_a_data_directory_that_is_a_file() {
     assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
 }
 
+/// A data directory whose `topics` the process cannot create files in is
+/// refused at the start, naming it, instead of a node that answers ready and
+/// accepts produces it can never commit.
+#[test]
+fn serve_refuses_a_data_directory_it_cannot_create_topic_files_in() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // A file where the topics directory goes: refused as an unwritable one is
+    // (this test may run as root, whom permissions do not stop).
+    std::fs::write(data.join("topics"), b"in the way").unwrap();
+    let mut node = KillOnDrop(
+        narad(&["serve", "--dev", "--port", "0"], &data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = node.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the node started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut message = String::new();
+    std::io::Read::read_to_string(&mut node.0.stderr.take().unwrap(), &mut message).unwrap();
+    assert!(
+        message.contains("cannot create files in") && message.contains("topics"),
+        "{message}"
+    );
+    assert!(message.contains("write access"), "{message}");
+}
+
 /// A shard count outside 1..=1024 is refused before anything starts, naming
 /// the flag or the variable.
 #[test]

@@ -57,6 +57,29 @@ pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Checks that the process may create files in the data directory and in its
+/// `topics` directory (made here if missing), by creating and removing a file
+/// in each. A topic's files are made at its first commit, long after the
+/// start: a directory the process may only read (a `chown` forgotten after a
+/// copy) would otherwise let a node start, answer ready, accept produces into
+/// its WAL and commit none of them, saying so only in its log.
+pub fn check_writable(data_dir: &Path) -> Result<(), String> {
+    let topics = data_dir.join("topics");
+    for dir in [data_dir, topics.as_path()] {
+        let probe = dir.join(".write-check");
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&probe, b""))
+            .and_then(|()| std::fs::remove_file(&probe));
+        if let Err(e) = written {
+            return Err(format!(
+                "cannot create files in {} ({e}): narad keeps its topics and their consumer state there; give the user it runs as write access to the data directory and everything in it",
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Takes away the directory of leftover WAL `index`, fully drained: renamed
 /// first (durably), so that a start never finds half of it under its WAL name,
 /// then removed in the background.
