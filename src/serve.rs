@@ -82,9 +82,11 @@ const MEMLOCK_BYTES_MIN: u64 = 512 << 10;
 pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     let booting = std::time::Instant::now();
     // First, before any thread starts (logging's included): every thread
-    // inherits the mask, so a stop signal is never taken by its default action
-    // (death without a drain), however early it comes. One that comes before
-    // the signal thread waits stays pending for it.
+    // inherits the mask, so from here on a stop signal is never taken by its
+    // default action (death without a drain). One that comes before the
+    // signal thread waits stays pending for it. One in the few milliseconds
+    // before this line (loading, argument parsing) still ends the process as
+    // the default action does, with nothing opened yet to drain.
     lifecycle::block_stop_signals();
     // A value that is not text would read as unset below: refuse it instead.
     if let Some((name, _)) = std::env::vars_os().find(|(name, value)| {
