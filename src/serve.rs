@@ -199,7 +199,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     // connect spins until its peer connects too, and with more shards than
     // CPUs the spinning shards starved the ones still starting (48 shards on
     // 2 CPUs took 7 to 15 s to connect).
-    let executors_up = Arc::new(std::sync::Barrier::new(shards));
+    let executors_up = Arc::new(StartGate::new(shards));
     let node = Arc::new(
         NodeState::new(max_connections)
             .with_batch_bytes_max(config.http.max_batch_body_bytes_in_flight)
@@ -257,6 +257,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         let cpu = cpus[shard % cpus.len()];
         let events = events_tx.clone();
         let dispatching = dispatching.clone();
+        let gate = executors_up.clone();
         let thread = std::thread::Builder::new()
             .name(format!("shard-{shard}"))
             .spawn(move || {
@@ -267,7 +268,9 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
                     narad_io::rt::run_local(Some(cpu), run_shard(start))
                 });
                 let ended = std::panic::catch_unwind(run).unwrap_or_else(|panic| {
-                    // The other shards must not wait on this one's dispatcher.
+                    // The other shards must not wait for this one to start
+                    // (its executor may be what failed), nor on its dispatcher.
+                    gate.fail();
                     dispatching.finish(shard);
                     let _ = events.send(NodeEvent::Panicked { shard });
                     std::panic::resume_unwind(panic)
@@ -351,6 +354,44 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     }
 }
 
+/// Where the shards wait until every shard's executor runs, before they
+/// connect their mesh; a shard that fails before it gets there opens it for
+/// the others, who then stop instead of waiting for it.
+struct StartGate {
+    shards: usize,
+    /// Shards arrived, and whether one failed.
+    state: std::sync::Mutex<(usize, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl StartGate {
+    fn new(shards: usize) -> Self {
+        StartGate {
+            shards,
+            state: std::sync::Mutex::new((0, false)),
+            changed: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Blocks this thread until every shard arrived (true) or one failed
+    /// before that (false).
+    fn arrive(&self) -> bool {
+        let mut state = self.state.lock().expect("start gate poisoned");
+        state.0 += 1;
+        self.changed.notify_all();
+        while state.0 < self.shards && !state.1 {
+            state = self.changed.wait(state).expect("start gate poisoned");
+        }
+        state.0 == self.shards
+    }
+
+    /// A shard failed: whoever waits, or comes later, goes on without it.
+    fn fail(&self) {
+        self.state.lock().expect("start gate poisoned").1 = true;
+        self.changed.notify_all();
+    }
+}
+
 /// What a shard thread starts from; everything in it is moved to the shard.
 struct ShardStart {
     shard: usize,
@@ -368,7 +409,7 @@ struct ShardStart {
     events: std::sync::mpsc::Sender<NodeEvent>,
     mesh: MeshEnd<Op>,
     /// Passed once every shard's executor runs, before the mesh connects.
-    executors_up: Arc<std::sync::Barrier>,
+    executors_up: Arc<StartGate>,
     published: Arc<Published>,
     control: ControlClient,
     topic_defaults: TopicDefaults,
@@ -423,7 +464,11 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     });
     // Every shard connects its mesh end first: a peer that fails after this
     // cannot leave the others waiting to connect.
-    executors_up.wait();
+    if !executors_up.arrive() {
+        // No peer connects now: a shard that would wait for this one's ends
+        // is stopped by the same failure.
+        return Err("another shard failed to start its executor".to_string());
+    }
     let (link, receivers) = mesh.connect().await;
     let server = ShardServer::start(
         index,
@@ -751,4 +796,36 @@ fn lock_data_dir(data_dir: &Path) -> Result<std::fs::File, String> {
         ));
     }
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::StartGate;
+
+    #[test]
+    fn the_start_gate_opens_when_all_arrive_or_one_fails() {
+        let gate = Arc::new(StartGate::new(3));
+        let waiting: Vec<_> = (0..2)
+            .map(|_| {
+                let gate = gate.clone();
+                std::thread::spawn(move || gate.arrive())
+            })
+            .collect();
+        assert!(gate.arrive());
+        assert!(waiting.into_iter().all(|t| t.join().unwrap()));
+
+        // One fails before the others arrive: they go on, told so, and so
+        // does one that arrives after.
+        let gate = Arc::new(StartGate::new(3));
+        let waiting = {
+            let gate = gate.clone();
+            std::thread::spawn(move || gate.arrive())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        gate.fail();
+        assert!(!waiting.join().unwrap());
+        assert!(!gate.arrive());
+    }
 }
