@@ -143,6 +143,7 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     // Before any shard records: handles taken earlier would count into nothing.
     crate::metrics::install();
     let memlock_bytes = narad_io::rt::raise_memlock_limit();
+    narad_io::rt::plan_executors(shards);
     if memlock_bytes < MEMLOCK_BYTES_MIN {
         // The runtime refuses to start its io_uring rings below this: every
         // shard would fail, after the control plane had started.

@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -86,12 +87,20 @@ pub fn try_run_local<T: 'static>(
     pin_cpu: Option<usize>,
     future: impl Future<Output = T> + 'static,
 ) -> Result<T, String> {
-    raise_memlock_limit();
+    let memlock = raise_memlock_limit();
     let placement = match pin_cpu {
         Some(cpu) => glommio::Placement::Fixed(cpu),
         None => glommio::Placement::Unbound,
     };
+    // With CAP_IPC_LOCK (root, usually) the limit does not apply.
+    let memlock = if can_lock_any_memory() {
+        u64::MAX
+    } else {
+        memlock
+    };
+    let io_memory = io_memory_bytes(memlock, EXECUTORS.load(Ordering::Relaxed));
     let executor = glommio::LocalExecutorBuilder::new(placement)
+        .io_memory(io_memory)
         .make()
         .map_err(|e| format!("cannot start an io_uring executor: {e}"))?;
     Ok(executor.run(async move {
@@ -100,6 +109,45 @@ pub fn try_run_local<T: 'static>(
         glommio::spawn_local(reactor_tick()).detach();
         future.await
     }))
+}
+
+/// Executors this process runs at once, as [`plan_executors`] said (1 unless
+/// told): they share the locked-memory limit.
+static EXECUTORS: AtomicUsize = AtomicUsize::new(1);
+
+/// Tells the runtime how many executors the process will run at once, before
+/// it starts them, so that each registers a share of I/O buffers the
+/// locked-memory limit holds (see [`io_memory_bytes`]).
+pub fn plan_executors(executors: usize) {
+    EXECUTORS.store(executors.max(1), Ordering::Relaxed);
+}
+
+/// The I/O buffer memory each executor registers with its rings: the
+/// runtime's 10 MiB, or less where the locked-memory limit cannot hold that
+/// for every executor. Each executor's buffers are registered with its three
+/// rings, each registration counted against the limit, and the rings take
+/// some too: a quarter of its share. Over the limit the registration fails,
+/// and the runtime goes on without registered buffers (and logs a raw error
+/// for each executor, as it did under the common 8 MiB limit of a non-root
+/// user). At least the runtime's smallest pool, 64 KiB.
+pub fn io_memory_bytes(memlock_limit: u64, executors: usize) -> usize {
+    const RUNTIME_DEFAULT: u64 = 10 << 20;
+    const RUNTIME_MIN: u64 = 64 << 10;
+    let share = memlock_limit / executors.max(1) as u64 / 4;
+    (share.min(RUNTIME_DEFAULT) / 4096 * 4096).max(RUNTIME_MIN) as usize
+}
+
+/// Whether this process holds CAP_IPC_LOCK in its effective set (bit 14 of
+/// `CapEff` in `/proc/self/status`), which lifts the locked-memory limit.
+fn can_lock_any_memory() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    (status.lines())
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
 }
 
 /// The longest an executor sleeps without looking at its rings and queues.
@@ -289,6 +337,21 @@ impl LocalLock {
 mod tests {
     use super::join_all;
     use futures_lite::future::{block_on, yield_now};
+
+    #[test]
+    fn each_executor_registers_what_the_locked_memory_limit_holds() {
+        use super::io_memory_bytes;
+        // Unlimited (or large): the runtime's 10 MiB.
+        assert_eq!(io_memory_bytes(u64::MAX, 64), 10 << 20);
+        assert_eq!(io_memory_bytes(1 << 30, 2), 10 << 20);
+        // A non-root user's 8 MiB over two shards: 1 MiB each (a quarter of
+        // the share), so three registrations and the rings fit.
+        assert_eq!(io_memory_bytes(8 << 20, 2), 1 << 20);
+        assert_eq!(io_memory_bytes(8 << 20, 1), 2 << 20);
+        // Page-aligned, and never below the runtime's smallest pool.
+        assert_eq!(io_memory_bytes(8 << 20, 3) % 4096, 0);
+        assert_eq!(io_memory_bytes(8 << 20, 48), 64 << 10);
+    }
 
     #[test]
     fn join_all_runs_every_future_at_once_and_keeps_their_order() {
