@@ -172,7 +172,21 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         .map_err(|e| format!("cannot start the signal thread: {e}"))?;
     let requested = config.listen_addr()?;
     let (sockets, addr) = narad_io::net::bind_reuseport_group(requested, shards)
-        .map_err(|e| format!("cannot listen on {requested}: {e}"))?;
+        .map_err(|e| {
+            let hint = match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    ": another process listens there; stop it, or give this node another --port (0 picks a free one)"
+                }
+                std::io::ErrorKind::AddrNotAvailable => {
+                    ": no interface of this machine has that address; give --addr one it has"
+                }
+                std::io::ErrorKind::PermissionDenied => {
+                    ": ports below 1024 need privileges; give --port 1024 or above"
+                }
+                _ => "",
+            };
+            format!("cannot listen on {requested}: {e}{hint}")
+        })?;
     tracing::info!(%addr, shards, "listening");
     tracing::info!(
         open_files,

@@ -221,6 +221,26 @@ fn serve_refuses_a_data_directory_it_cannot_create_topic_files_in() {
     assert!(message.contains("write access"), "{message}");
 }
 
+/// A port another process listens on is refused with what to do about it.
+#[test]
+fn serve_refuses_a_port_in_use_and_says_what_to_do() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let output = narad(
+        &["serve", "--dev", "--port", &port],
+        &dir.path().join("data"),
+    )
+    .output()
+    .unwrap();
+    assert!(!output.status.success());
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        message.contains("cannot listen on") && message.contains("another process listens there"),
+        "{message}"
+    );
+}
+
 /// A shard count outside 1..=1024 is refused before anything starts, naming
 /// the flag or the variable.
 #[test]
