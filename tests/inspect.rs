@@ -52,6 +52,10 @@ fn inspect_reports_a_stopped_nodes_wal_and_log_and_writes_nothing() {
         );
     }
     wait_for_total(&mut client, "seen", 3, 5, Duration::from_secs(20));
+    // While the node runs, the report says its reading may be of bytes in
+    // flight; once it stopped (below), it does not.
+    let live = inspect("wal", &data.join("ingress").join("shard-0"));
+    assert!(live.starts_with("note: a running narad holds"), "{live}");
     node.sigterm();
     assert!(node.wait_for_exit(Duration::from_secs(30)).success());
     drop(node);

@@ -123,7 +123,44 @@ fn list(dir: &Path) -> Result<Vec<String>, String> {
 
 /// Describes the ingress WAL in `dir`.
 pub fn inspect_wal(dir: &Path) -> Result<Report, String> {
-    block_on(wal_report(dir.to_path_buf()))
+    block_on(wal_report(dir.to_path_buf())).map(|report| noting_a_live_node(dir, report))
+}
+
+/// `report` with a first line saying so when a running node holds the data
+/// directory `dir` lies in: its newest bytes may be a write in flight, so a
+/// torn tail found there is not damage.
+fn noting_a_live_node(dir: &Path, mut report: Report) -> Report {
+    if let Some(data_dir) = held_data_dir(dir) {
+        report.text.insert_str(
+            0,
+            &format!(
+                "note: a running narad holds {}; the newest bytes may be a write in flight, so a torn tail below need not be damage (stop the node for an exact reading)\n",
+                data_dir.display()
+            ),
+        );
+    }
+    report
+}
+
+/// The data directory `dir` lies in, if a process holds its `lock`: read from
+/// `/proc/locks`, never by taking the lock, so that a node starting meanwhile
+/// does not find it taken.
+fn held_data_dir(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let dir = std::fs::canonicalize(dir).ok()?;
+    dir.ancestors().find_map(|ancestor| {
+        let meta = std::fs::metadata(ancestor.join("lock")).ok()?;
+        // glibc's encoding of a device number; /proc/locks writes it as
+        // major:minor in hex, then the inode.
+        let dev = meta.dev();
+        let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+        let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+        let id = format!("{major:02x}:{minor:02x}:{}", meta.ino());
+        let held = (locks.lines())
+            .any(|line| line.contains("FLOCK") && line.split_whitespace().any(|f| f == id));
+        held.then(|| ancestor.to_path_buf())
+    })
 }
 
 /// What the inspector found: the text to print, and whether any of it is
@@ -234,7 +271,7 @@ async fn wal_report(dir: PathBuf) -> Result<Report, String> {
 
 /// Describes the partition log in `dir`.
 pub fn inspect_log(dir: &Path) -> Result<Report, String> {
-    block_on(log_report(dir.to_path_buf()))
+    block_on(log_report(dir.to_path_buf())).map(|report| noting_a_live_node(dir, report))
 }
 
 fn parse_log_name(name: &str) -> Option<Offset> {
