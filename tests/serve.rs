@@ -26,6 +26,33 @@ fn narad(args: &[&str], data_dir: &std::path::Path) -> Command {
     command
 }
 
+/// Runs `command` (a `serve` expected to refuse) until it ends, at most 20 s
+/// (it is killed and the test fails if it is still running then: it
+/// started); returns its exit status and standard error.
+fn ended(command: &mut Command) -> (std::process::ExitStatus, String) {
+    let mut child = KillOnDrop(
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after 20 s: it started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut message = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut message).unwrap();
+    (status, message)
+}
+
 /// Whether the process may use transparent huge pages, from its
 /// `/proc/PID/status` (`None` on a kernel that does not say).
 fn thp_enabled(pid: u32) -> Option<bool> {
@@ -196,24 +223,8 @@ fn serve_refuses_a_data_directory_it_cannot_create_topic_files_in() {
     // A file where the topics directory goes: refused as an unwritable one is
     // (this test may run as root, whom permissions do not stop).
     std::fs::write(data.join("topics"), b"in the way").unwrap();
-    let mut node = KillOnDrop(
-        narad(&["serve", "--dev", "--port", "0"], &data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = node.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the node started");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, message) = ended(&mut narad(&["serve", "--dev", "--port", "0"], &data));
     assert!(!status.success());
-    let mut message = String::new();
-    std::io::Read::read_to_string(&mut node.0.stderr.take().unwrap(), &mut message).unwrap();
     assert!(
         message.contains("cannot create files in") && message.contains("topics"),
         "{message}"
@@ -443,24 +454,8 @@ fn serve_refuses_to_start_when_locked_memory_is_too_low() {
             Ok(())
         });
     }
-    let mut child = KillOnDrop(
-        command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "still running after 20 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, message) = ended(&mut command);
     assert_eq!(status.code(), Some(1), "{status}");
-    let mut message = String::new();
-    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut message).unwrap();
     assert!(
         message.contains("RLIMIT_MEMLOCK") && message.contains("LimitMEMLOCK"),
         "{message}"
