@@ -238,14 +238,9 @@ fn serve_refuses_a_port_in_use_and_says_what_to_do() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
-    let output = narad(
-        &["serve", "--dev", "--port", &port],
-        &dir.path().join("data"),
-    )
-    .output()
-    .unwrap();
-    assert!(!output.status.success());
-    let message = String::from_utf8_lossy(&output.stderr);
+    let data = dir.path().join("data");
+    let (status, message) = ended(&mut narad(&["serve", "--dev", "--port", &port], &data));
+    assert!(!status.success());
     assert!(
         message.contains("cannot listen on") && message.contains("another process listens there"),
         "{message}"
