@@ -2,18 +2,13 @@
 //! node does not know, or an internal one, stops it before it starts, naming the
 //! key; a valid file configures the node (here: listen address, security, logs).
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-struct KillOnDrop(Child);
+mod common;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::KillOnDrop;
 
 fn serve_with_file(json: &str) -> (Command, tempfile::TempDir) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -35,31 +30,7 @@ fn serve_with_file(json: &str) -> (Command, tempfile::TempDir) {
 /// Runs a node that must refuse to start, for at most 20 s; returns whether it
 /// succeeded and what it printed on stderr.
 fn refused(mut command: Command) -> (bool, String) {
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the node did not refuse to start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut message = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut message)
-        .unwrap();
+    let (status, message) = common::run_to_refusal(&mut command);
     (status.success(), message)
 }
 

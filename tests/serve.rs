@@ -7,14 +7,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct KillOnDrop(Child);
+mod common;
 
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{run_to_refusal, KillOnDrop};
 
 fn narad(args: &[&str], data_dir: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_narad"));
@@ -24,33 +19,6 @@ fn narad(args: &[&str], data_dir: &std::path::Path) -> Command {
         .arg(data_dir)
         .env_remove("NARAD_SECURITY_ENABLED");
     command
-}
-
-/// Runs `command` (a `serve` expected to refuse) until it ends, at most 20 s
-/// (it is killed and the test fails if it is still running then: it
-/// started); returns its exit status and standard error.
-fn ended(command: &mut Command) -> (std::process::ExitStatus, String) {
-    let mut child = KillOnDrop(
-        command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running after 20 s: it started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut message = String::new();
-    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut message).unwrap();
-    (status, message)
 }
 
 /// Whether the process may use transparent huge pages, from its
@@ -223,7 +191,7 @@ fn serve_refuses_a_data_directory_it_cannot_create_topic_files_in() {
     // A file where the topics directory goes: refused as an unwritable one is
     // (this test may run as root, whom permissions do not stop).
     std::fs::write(data.join("topics"), b"in the way").unwrap();
-    let (status, message) = ended(&mut narad(&["serve", "--dev", "--port", "0"], &data));
+    let (status, message) = run_to_refusal(&mut narad(&["serve", "--dev", "--port", "0"], &data));
     assert!(!status.success());
     assert!(
         message.contains("cannot create files in") && message.contains("topics"),
@@ -239,7 +207,7 @@ fn serve_refuses_a_port_in_use_and_says_what_to_do() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let data = dir.path().join("data");
-    let (status, message) = ended(&mut narad(&["serve", "--dev", "--port", &port], &data));
+    let (status, message) = run_to_refusal(&mut narad(&["serve", "--dev", "--port", &port], &data));
     assert!(!status.success());
     assert!(
         message.contains("cannot listen on") && message.contains("another process listens there"),
@@ -449,7 +417,7 @@ fn serve_refuses_to_start_when_locked_memory_is_too_low() {
             Ok(())
         });
     }
-    let (status, message) = ended(&mut command);
+    let (status, message) = run_to_refusal(&mut command);
     assert_eq!(status.code(), Some(1), "{status}");
     assert!(
         message.contains("RLIMIT_MEMLOCK") && message.contains("LimitMEMLOCK"),

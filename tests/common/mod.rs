@@ -257,6 +257,46 @@ impl Node {
     }
 }
 
+/// A child process killed (and reaped) when dropped.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `command`, a node that must refuse to start, until it ends: at most
+/// 20 s, past which it is killed and the test fails (it started). Returns its
+/// exit status and what it wrote on standard error.
+pub fn run_to_refusal(command: &mut Command) -> (std::process::ExitStatus, String) {
+    let mut child = KillOnDrop(
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + WAIT_MAX;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running after {WAIT_MAX:?}: the node did not refuse to start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut message = String::new();
+    let stderr = child.0.stderr.take().unwrap();
+    std::io::BufReader::new(stderr)
+        .read_to_string(&mut message)
+        .unwrap();
+    (status, message)
+}
+
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
