@@ -24,14 +24,16 @@
 //! - `slot`: the record encoding (pure).
 //! - `committer`: the per-shard committer (tick, writeout, levelling, priming,
 //!   descriptor cap).
+//! - `offset`: the `consumer.offset` file: its reading and its levelling.
 
 mod committer;
+mod offset;
 mod slot;
 
 use std::io;
 
 use narad_io::file::{join, OpenMode};
-use narad_io::{BlockFile, Storage, BLOCK_BYTES};
+use narad_io::{BlockFile, Storage};
 
 use crate::ids::Offset;
 
@@ -40,6 +42,7 @@ pub use committer::{
     DURABILITY_INTERVAL_MAX, DURABILITY_INTERVAL_MIN, LEVEL_EVERY_DEFAULT, OPEN_FILES_MAX_DEFAULT,
     SYNCS_AT_ONCE, TICK_DEFAULT,
 };
+pub use offset::read_offset_file;
 pub use slot::{decode, encode, fitted, newest, SlotRecord, PAYLOAD_BYTES_MAX, SLOTS, SLOT_BYTES};
 
 /// File name of the two-slot acked-ahead file inside a partition directory.
@@ -87,23 +90,6 @@ pub async fn load<S: Storage>(storage: &S, partition_dir: &str) -> io::Result<Ac
     }
     debug_assert!(state.ahead.iter().all(|offset| *offset > state.frontier));
     Ok(state)
-}
-
-/// The frontier `consumer.offset` holds, `None` when the file is missing.
-pub async fn read_offset_file<S: Storage>(storage: &S, dir: &str) -> io::Result<Option<Offset>> {
-    let Some(file) = open_existing(storage, &join(dir, OFFSET_FILE)).await? else {
-        return Ok(None);
-    };
-    let mut block = vec![0u8; BLOCK_BYTES];
-    let read = file.read_at(0, &mut block).await;
-    let _ = file.close().await;
-    let bytes_in_file = read?;
-    if bytes_in_file < 8 {
-        // A file created but never written: nothing was levelled into it yet.
-        return Ok(None);
-    }
-    let value = u64::from_le_bytes(block[..8].try_into().expect("8 bytes"));
-    Ok(Some(Offset(value)))
 }
 
 /// Both slots of `consumer.ahead`, `None` when the file is missing.

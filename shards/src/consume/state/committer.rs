@@ -34,8 +34,9 @@ use std::time::{Duration, Instant};
 
 use narad_io::file::{join, OpenMode};
 use narad_io::rt::join_all;
-use narad_io::{BlockFile, Storage, BLOCK_BYTES};
+use narad_io::{BlockFile, Storage};
 
+use super::offset::level_file;
 use super::slot::{self, SLOT_BYTES};
 use super::{AckedState, AHEAD_FILE, AHEAD_FILE_BYTES, OFFSET_FILE};
 use crate::ids::{IncarnationId, Offset, PartitionId};
@@ -737,34 +738,6 @@ async fn read_for_prime<F: BlockFile>(file: &F) -> io::Result<Option<(usize, slo
     Ok(found)
 }
 
-/// Writes `target` into `consumer.offset` unless it already holds as much; returns
-/// whether it wrote.
-async fn level_file<S: Storage>(storage: &S, path: &str, target: Offset) -> io::Result<bool> {
-    let file = storage.open(path, OpenMode::CreateOrOpen).await?;
-    let outcome = level_open_file(&file, target).await;
-    let _ = file.close().await;
-    outcome
-}
-
-async fn level_open_file<F: BlockFile>(file: &F, target: Offset) -> io::Result<bool> {
-    let mut block = vec![0u8; BLOCK_BYTES];
-    let bytes_in_file = file.read_at(0, &mut block).await?;
-    if bytes_in_file >= 8 {
-        let found = u64::from_le_bytes(block[..8].try_into().expect("8 bytes"));
-        if found >= target.0 {
-            // What the read shows may be a value whose sync failed, still in
-            // the device's cache: make it durable before trusting it.
-            file.sync_data().await?;
-            return Ok(false);
-        }
-    }
-    block.fill(0);
-    block[..8].copy_from_slice(&target.0.to_le_bytes());
-    file.write_at(0, &block).await?;
-    file.sync_data().await?;
-    Ok(true)
-}
-
 fn stranded_message(dir: &str) -> String {
     format!(
         "consumer offsets: partition directory {dir} removed or replaced under its \
@@ -785,33 +758,4 @@ fn splitmix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use narad_io::sim::{SimDisk, SimFaults};
-
-    /// A level whose sync failed may leave its value readable but not durable;
-    /// the next level, finding it, must not take it as durable unsynced. Over
-    /// many seeds the failed sync keeps, leaves pending or drops the sector, and
-    /// the crash keeps or drops what is pending: the level always survives.
-    #[test]
-    fn a_level_after_a_failed_sync_is_durable_when_it_reports_done() {
-        for seed in 0..64 {
-            let disk = SimDisk::new(seed, SimFaults::default());
-            futures_lite::future::block_on(async {
-                let file = disk.open("offset", OpenMode::CreateOrOpen).await.unwrap();
-                assert!(level_open_file(&file, Offset(5)).await.unwrap());
-                disk.fail_next_syncs(1);
-                assert!(level_open_file(&file, Offset(9)).await.is_err());
-                level_open_file(&file, Offset(9)).await.unwrap();
-                disk.crash();
-            });
-            disk.reboot();
-            let bytes = disk.contents("offset").unwrap();
-            let found = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-            assert_eq!(found, 9, "seed {seed}");
-        }
-    }
 }
