@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{run_to_refusal, KillOnDrop};
+use common::{run_to_refusal, wait_for_exit, KillOnDrop};
 
 fn narad(args: &[&str], data_dir: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_narad"));
@@ -101,15 +101,8 @@ fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
 
     // SAFETY: sends SIGTERM to the child this test started.
     unsafe { libc::kill(first.0.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = first.0.try_wait().unwrap() {
-            assert!(status.success(), "graceful stop exits 0, got {status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "no exit within 10 s of SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = wait_for_exit(&mut first.0, Duration::from_secs(10));
+    assert!(status.success(), "graceful stop exits 0, got {status}");
 }
 
 /// A stop signal sent the moment the address is printed (as a script that
@@ -136,17 +129,7 @@ fn a_sigterm_as_soon_as_the_address_is_printed_stops_gracefully() {
         assert!(line.starts_with("narad listening on"), "{line:?}");
         // SAFETY: sends SIGTERM to the child this test started.
         unsafe { libc::kill(node.0.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = node.0.try_wait().unwrap() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "round {round}: no exit within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = wait_for_exit(&mut node.0, Duration::from_secs(20));
         assert!(
             status.success(),
             "round {round}: graceful stop exits 0, got {status}"

@@ -246,14 +246,19 @@ impl Node {
     }
 
     pub fn wait_for_exit(&mut self, within: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "no exit within {within:?}");
-            std::thread::sleep(Duration::from_millis(20));
+        wait_for_exit(&mut self.child, within)
+    }
+}
+
+/// Waits for `child` to exit, at most `within` (the test fails past it).
+pub fn wait_for_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
         }
+        assert!(Instant::now() < deadline, "no exit within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -278,17 +283,8 @@ pub fn run_to_refusal(command: &mut Command) -> (std::process::ExitStatus, Strin
             .spawn()
             .unwrap(),
     );
-    let deadline = Instant::now() + WAIT_MAX;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running after {WAIT_MAX:?}: the node did not refuse to start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // A node still running at the deadline did not refuse to start.
+    let status = wait_for_exit(&mut child.0, WAIT_MAX);
     let mut message = String::new();
     let stderr = child.0.stderr.take().unwrap();
     std::io::BufReader::new(stderr)
