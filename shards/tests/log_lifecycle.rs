@@ -6,7 +6,9 @@ use futures_lite::future::block_on;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
 use narad_shards::ids::Offset;
-use narad_shards::log::{read_cached, LogConfig, LogError, PartitionLog, ReadItem, RecordRef};
+use narad_shards::log::{
+    read_cached, LogConfig, LogError, PartitionLog, ReadItem, ReadRange, RecordRef,
+};
 
 const DIR: &str = "topics/t/p00001";
 
@@ -460,7 +462,8 @@ fn reads_right_behind_the_high_watermark_never_touch_the_disk() {
         let start = cache.borrow().start().unwrap();
         assert_eq!(cache.borrow().end(), Some(log.high_watermark()));
         for from in start.0..log.high_watermark().0 + 2 {
-            let cached = read_cached(&cache.borrow(), Offset(from), 4, 1 << 20).unwrap();
+            let cached =
+                read_cached(&cache.borrow(), ReadRange::new(Offset(from), 4, 1 << 20)).unwrap();
             if from >= log.high_watermark().0 {
                 assert!(cached.items.is_empty(), "{from}: {cached:?}");
                 continue;
@@ -468,7 +471,11 @@ fn reads_right_behind_the_high_watermark_never_touch_the_disk() {
             let read = log.read(Offset(from), 4, 1 << 20).await.unwrap();
             assert_eq!(cached, read, "from {from}");
         }
-        assert!(read_cached(&cache.borrow(), Offset(start.0 - 1), 4, 1 << 20).is_none());
+        assert!(read_cached(
+            &cache.borrow(),
+            ReadRange::new(Offset(start.0 - 1), 4, 1 << 20),
+        )
+        .is_none());
         // Old records fell out of the budget and come from the disk.
         let before = disk.stats().bytes_read;
         assert_records(&log.read(Offset(0), 3, 1 << 20).await.unwrap().items, 0..3);

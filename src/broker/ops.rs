@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use futures_channel::oneshot;
 use narad_shards::consume::tokens::PromiseId;
-use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::ReadBatch;
+use narad_shards::ids::{IncarnationId, PartitionId};
+use narad_shards::log::{ReadBatch, ReadRange};
 pub use narad_shards::produce::{CommitError, CommitReply, OwnedRecord, PartitionStats, ReadError};
 
 pub use crate::consume::acks::SettleItem;
@@ -34,9 +34,7 @@ pub enum Op {
         topic: Arc<str>,
         incarnation: IncarnationId,
         partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
+        range: ReadRange,
         reply: oneshot::Sender<Result<ReadBatch, ReadError>>,
     },
     Stats {

@@ -17,8 +17,8 @@ use glommio::channels::shared_channel::ConnectedReceiver;
 use narad_io::dma::DmaStorage;
 use narad_io::mesh::MeshLink;
 use narad_io::rt::Notify;
-use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::ReadBatch;
+use narad_shards::ids::{IncarnationId, PartitionId};
+use narad_shards::log::{ReadBatch, ReadRange};
 use narad_shards::wal::Wal;
 
 use super::ops::{CommitError, CommitReply, Op, OwnedRecord, PartitionStats, ReadError};
@@ -114,30 +114,23 @@ impl Shard {
         self.ask(owner, op, stopped).await
     }
 
-    /// Reads a partition from `from`, wherever its owner is.
+    /// Reads `range` of a partition, wherever its owner is.
     pub async fn read(
         &self,
         topic: Arc<str>,
         incarnation: IncarnationId,
         partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
+        range: ReadRange,
     ) -> Result<ReadBatch, ReadError> {
         let owner = self.owner_of(incarnation, partition);
         if owner == self.index {
-            return self
-                .owner
-                .read(&topic, incarnation, partition, from, max_records, max_bytes)
-                .await;
+            return self.owner.read(&topic, incarnation, partition, range).await;
         }
         let op = |reply| Op::Read {
             topic,
             incarnation,
             partition,
-            from,
-            max_records,
-            max_bytes,
+            range,
             reply,
         };
         let stopped = || Err(ReadError::Stopping);
@@ -419,16 +412,12 @@ pub async fn receive_loop(shard: Rc<Shard>, receiver: ConnectedReceiver<Op>) {
                 topic,
                 incarnation,
                 partition,
-                from,
-                max_records,
-                max_bytes,
+                range,
                 reply,
             } => {
                 let owner = shard.owner.clone();
                 narad_io::rt::spawn_local(async move {
-                    let result = owner
-                        .read(&topic, incarnation, partition, from, max_records, max_bytes)
-                        .await;
+                    let result = owner.read(&topic, incarnation, partition, range).await;
                     let _ = reply.send(result);
                 });
             }

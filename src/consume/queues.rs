@@ -33,7 +33,7 @@ use narad_shards::consume::inflight::{Caps, HandleError, InFlight, Reserve};
 use narad_shards::consume::state;
 use narad_shards::consume::tokens::Tokens;
 use narad_shards::ids::{DenseIdMap, DenseIdSet, IncarnationId, Offset, PartitionId};
-use narad_shards::log::ReadItem;
+use narad_shards::log::{ReadItem, ReadRange};
 use rand::RngCore;
 use rand_chacha::ChaCha8Rng;
 
@@ -333,7 +333,12 @@ impl Queues {
             };
             let read = self
                 .owner
-                .read(topic, record.id, partition, first, span, budget_bytes)
+                .read(
+                    topic,
+                    record.id,
+                    partition,
+                    ReadRange::new(first, span, budget_bytes),
+                )
                 .await;
             let reserved = std::mem::take(&mut held.offsets);
             let batch = match read {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use base64::Engine;
 use hyper::{Response, StatusCode};
 use narad_shards::ids::{Offset, PartitionId};
-use narad_shards::log::{ReadItem, Record};
+use narad_shards::log::{ReadItem, ReadRange, Record};
 use serde_json::value::RawValue;
 
 use super::produce_input::json_text::strict_readers_refuse;
@@ -159,9 +159,7 @@ pub async fn replay(
             name,
             record.id,
             partition,
-            Offset(offset),
-            1,
-            REPLAY_BYTES_MAX,
+            ReadRange::new(Offset(offset), 1, REPLAY_BYTES_MAX),
         )
         .await;
     let batch = match read {

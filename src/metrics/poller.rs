@@ -189,7 +189,7 @@ async fn set_oldest_unconsumed_ages(
     known: &mut FrontierTimes,
     series: &QueueSeries,
 ) {
-    use narad_shards::log::ReadItem;
+    use narad_shards::log::{ReadItem, ReadRange};
     let lagging: std::collections::HashSet<(IncarnationId, PartitionId)> = behind
         .iter()
         .map(|b| (b.incarnation, b.partition))
@@ -209,7 +209,12 @@ async fn set_oldest_unconsumed_ages(
                 // its age too. Once per frontier.
                 let peeked = shard
                     .owner
-                    .peek_sparing(&b.topic, b.incarnation, b.partition, b.frontier, 1, 1)
+                    .peek_sparing(
+                        &b.topic,
+                        b.incarnation,
+                        b.partition,
+                        ReadRange::new(b.frontier, 1, 1),
+                    )
                     .await;
                 let Ok(batch) = peeked else { continue };
                 let Some(ReadItem::Record(record)) = batch.items.first() else {

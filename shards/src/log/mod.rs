@@ -43,7 +43,7 @@ pub mod index;
 mod open;
 mod outgoing;
 mod read;
-pub use read::read_cached;
+pub use read::{read_cached, ReadRange};
 pub mod recovery;
 mod segment;
 

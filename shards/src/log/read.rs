@@ -143,16 +143,36 @@ impl Assembly {
     }
 }
 
+/// What a read of a partition asks for: records from `from` on, at most
+/// `max_records` of them and about `max_bytes` of keys and payloads (at least
+/// one record whatever its size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadRange {
+    pub from: Offset,
+    pub max_records: usize,
+    pub max_bytes: usize,
+}
+
+impl ReadRange {
+    pub fn new(from: Offset, max_records: usize, max_bytes: usize) -> ReadRange {
+        ReadRange {
+            from,
+            max_records,
+            max_bytes,
+        }
+    }
+}
+
 /// Reads from the recent-frame cache alone, without the log: `None` when the
 /// cache does not cover `from` (the caller reads through the log). The cache ends
 /// exactly at the high watermark, so an offset at or past its end has nothing to
 /// read yet.
-pub fn read_cached(
-    cache: &FrameCache,
-    from: Offset,
-    max_records: usize,
-    max_bytes: usize,
-) -> Option<ReadBatch> {
+pub fn read_cached(cache: &FrameCache, range: ReadRange) -> Option<ReadBatch> {
+    let ReadRange {
+        from,
+        max_records,
+        max_bytes,
+    } = range;
     let (start, end) = (cache.start()?, cache.end()?);
     if from < start {
         return None;

@@ -18,8 +18,8 @@ use narad_io::Storage;
 
 use super::combiner::{Owner, Slot};
 use super::types::{PartitionStats, ReadError};
-use crate::ids::{IncarnationId, Offset, PartitionId};
-use crate::log::{read_cached, LogError, PartitionLog, ReadBatch};
+use crate::ids::{IncarnationId, PartitionId};
+use crate::log::{read_cached, LogError, PartitionLog, ReadBatch, ReadRange};
 
 /// A log taken out of its slot for one use by a caller that may go away half
 /// way (a consume whose client hung up drops its read): dropped unfinished, it
@@ -145,67 +145,27 @@ impl<S: Storage> Owner<S> {
         Ok(())
     }
 
-    /// Reads records from `from`, below the high watermark.
+    /// Reads `range`, below the high watermark.
     pub async fn read(
         self: &Rc<Self>,
         topic: &Arc<str>,
         incarnation: IncarnationId,
         partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
+        range: ReadRange,
     ) -> Result<ReadBatch, ReadError> {
         if self.is_live(topic, incarnation, partition) {
-            let cached = self.read_cached(incarnation, partition, from, max_records, max_bytes);
-            if let Some(batch) = cached {
+            if let Some(batch) = self.read_cached(incarnation, partition, range) {
                 self.note_read(incarnation, partition, 0);
                 return Ok(batch);
             }
         }
         let (batch, device_bytes) = self
             .with_log(topic, incarnation, partition, async |log| {
-                read_log(log, from, max_records, max_bytes).await
+                read_log(log, range).await
             })
             .await?;
         self.note_read(incarnation, partition, device_bytes);
         Ok(batch)
-    }
-
-    /// Reads like [`Owner::read`], but only a log that is open, and without
-    /// counting as a use: `None` when the partition's log is closed (or the
-    /// partition is not live here). For observers such as the metrics poller,
-    /// which must neither reopen a log nor keep one from idle eviction.
-    pub async fn peek(
-        &self,
-        topic: &Arc<str>,
-        incarnation: IncarnationId,
-        partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
-    ) -> Option<Result<ReadBatch, ReadError>> {
-        if !self.is_live(topic, incarnation, partition) {
-            return None;
-        }
-        if let Some(batch) = self.read_cached(incarnation, partition, from, max_records, max_bytes)
-        {
-            return Some(Ok(batch));
-        }
-        let slot = self
-            .slots
-            .borrow()
-            .get(&(incarnation, partition))
-            .cloned()?;
-        let _guard = slot.lock.lock().await;
-        if slot.retired.get() {
-            return None;
-        }
-        let log = slot.log.borrow_mut().take()?;
-        let read =
-            async |log: &mut PartitionLog<S>| read_log(log, from, max_records, max_bytes).await;
-        let (result, log) = Taken::run(self, &slot, log, read).await;
-        self.put_back(&slot, log).await;
-        Some(result.map(|(batch, _)| batch))
     }
 
     /// Tells the partition's observer, if any, that a read was answered.
@@ -225,9 +185,7 @@ impl<S: Storage> Owner<S> {
         &self,
         incarnation: IncarnationId,
         partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
+        range: ReadRange,
     ) -> Option<ReadBatch> {
         let slot = self
             .slots
@@ -239,7 +197,7 @@ impl<S: Storage> Owner<S> {
         }
         let cache = slot.cache.borrow().clone()?;
         let cache = cache.borrow();
-        read_cached(&cache, from, max_records, max_bytes)
+        read_cached(&cache, range)
     }
 
     /// Runs `f` on the partition's log under its lock, as an observer: an
@@ -296,25 +254,21 @@ impl<S: Storage> Owner<S> {
         .await
     }
 
-    /// [`Owner::peek`] that reads a closed log too, opening it for the read
-    /// and closing it again (see [`Owner::with_log_sparing`]).
+    /// Reads like [`Owner::read`] for an observer such as the metrics poller:
+    /// without counting as a use, and a closed log is opened for the read and
+    /// closed again (see [`Owner::with_log_sparing`]).
     pub async fn peek_sparing(
         &self,
         topic: &Arc<str>,
         incarnation: IncarnationId,
         partition: PartitionId,
-        from: Offset,
-        max_records: usize,
-        max_bytes: usize,
+        range: ReadRange,
     ) -> Result<ReadBatch, ReadError> {
-        if let Some(batch) = self.read_cached(incarnation, partition, from, max_records, max_bytes)
-        {
+        if let Some(batch) = self.read_cached(incarnation, partition, range) {
             return Ok(batch);
         }
         self.with_log_sparing(topic, incarnation, partition, async |log| {
-            read_log(log, from, max_records, max_bytes)
-                .await
-                .map(|(batch, _)| batch)
+            read_log(log, range).await.map(|(batch, _)| batch)
         })
         .await
     }
@@ -375,17 +329,15 @@ fn shape_of<S: Storage>(partition: PartitionId, log: &PartitionLog<S>) -> Partit
     }
 }
 
-/// Reads from `from` in an open log; returns the batch and the bytes it read
-/// from the device.
+/// Reads `range` in an open log; returns the batch and the bytes it read from
+/// the device.
 async fn read_log<S: Storage>(
     log: &mut PartitionLog<S>,
-    from: Offset,
-    max_records: usize,
-    max_bytes: usize,
+    range: ReadRange,
 ) -> Result<(ReadBatch, u64), ReadError> {
     let before = log.device_read_bytes();
     let batch = log
-        .read(from, max_records, max_bytes)
+        .read(range.from, range.max_records, range.max_bytes)
         .await
         .map_err(|e| match e {
             LogError::AgedOut { oldest, .. } => ReadError::AgedOut { oldest },

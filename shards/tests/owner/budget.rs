@@ -11,7 +11,7 @@ use narad_io::dma::DmaStorage;
 use narad_io::rt::run_local;
 use narad_io::Storage;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::{LogConfig, ReadItem};
+use narad_shards::log::{LogConfig, ReadItem, ReadRange};
 use narad_shards::produce::{OwnedPartition, Owner};
 
 const ID: IncarnationId = IncarnationId(0xb0d9e7);
@@ -46,7 +46,12 @@ async fn payloads<S: Storage>(owner: &Rc<Owner<S>>, partition: u32) -> Vec<Strin
     let mut at = Offset(0);
     loop {
         let batch = owner
-            .read(&topic(), ID, PartitionId(partition), at, 64, 1 << 20)
+            .read(
+                &topic(),
+                ID,
+                PartitionId(partition),
+                ReadRange::new(at, 64, 1 << 20),
+            )
             .await
             .expect("read");
         if batch.items.is_empty() {

@@ -9,7 +9,7 @@ use futures_channel::oneshot;
 use narad_io::rt::run_local;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::{LogConfig, ReadItem};
+use narad_shards::log::{LogConfig, ReadItem, ReadRange};
 use narad_shards::produce::{OwnedRecord, Owner};
 
 const TOPIC: &str = "big";
@@ -86,7 +86,12 @@ fn a_run_past_the_commit_limit_commits_whole_in_order() {
         let mut at = Offset(0);
         while read.len() < expected.len() {
             let batch = owner
-                .read(&Arc::from(TOPIC), ID, PartitionId(0), at, 16, 1 << 20)
+                .read(
+                    &Arc::from(TOPIC),
+                    ID,
+                    PartitionId(0),
+                    ReadRange::new(at, 16, 1 << 20),
+                )
                 .await
                 .expect("read");
             assert!(!batch.items.is_empty(), "the log ends early at {at:?}");

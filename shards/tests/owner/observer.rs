@@ -13,7 +13,7 @@ use futures_channel::oneshot;
 use narad_io::rt::{run_local, unix_ms};
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::{CommitIo, LogConfig, LogStats, RetentionOutcome};
+use narad_shards::log::{CommitIo, LogConfig, LogStats, ReadRange, RetentionOutcome};
 use narad_shards::produce::reaper::ColdWalk;
 use narad_shards::produce::{
     CommitReply, OwnedPartition, OwnedRecord, Owner, PartitionObserver, Retention, StorageObserver,
@@ -334,7 +334,12 @@ fn reads_report_whether_they_reached_the_device() {
         // Reads the 20 records and returns the device bytes each read reported.
         let read = async || {
             let batch = owner
-                .read(&topic, ID, PartitionId(0), Offset(0), 100, 1 << 20)
+                .read(
+                    &topic,
+                    ID,
+                    PartitionId(0),
+                    ReadRange::new(Offset(0), 100, 1 << 20),
+                )
                 .await
                 .expect("the records are there");
             assert_eq!(batch.items.len(), 20);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::LogConfig;
+use narad_shards::log::{LogConfig, ReadRange};
 use narad_shards::produce::Owner;
 
 #[test]
@@ -20,9 +20,7 @@ fn a_reads_future_does_not_carry_the_open_of_a_log() {
         &topic,
         IncarnationId(1),
         PartitionId(0),
-        Offset(0),
-        1,
-        1 << 20,
+        ReadRange::new(Offset(0), 1, 1 << 20),
     );
     let size = std::mem::size_of_val(&read);
     println!("a read's future: {size} bytes");
