@@ -162,7 +162,7 @@ fn unknown_internal_and_unsupported_file_keys_refuse_naming_the_key() {
         (r#"{"http": {"#, "invalid JSON"),
         (
             r#"{"http": {"addr": ":1", "addr": ":2"}}"#,
-            "duplicate field \"addr\"",
+            "duplicate field \"addr\" in \"http\"",
         ),
         (
             r#"{"http": {"addr": ":1"}, "http": {"max_connections": 9}}"#,
