@@ -71,14 +71,14 @@ pub struct ServeArgs {
     #[arg(long)]
     pub addr: Option<String>,
     /// API port, keeping the address's host; 0 picks a free port.
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub port: Option<u16>,
     /// Data directory (`storage.data_dir`; default `./data`).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     /// Shards (one pinned executor each), 1 to 1024; default: every CPU this
     /// process may use.
-    #[arg(long, env = "NARAD_SHARDS", value_parser = parse_shards)]
+    #[arg(allow_negative_numbers = true, long, env = "NARAD_SHARDS", value_parser = parse_shards)]
     pub shards: Option<usize>,
     /// The reference's flags for what this version lacks (a cluster, a profiling
     /// listener): refused with the reason rather than as unknown.
@@ -169,16 +169,16 @@ pub struct BenchArgs {
     /// The topic to use; without it, a fresh topic that the run deletes.
     pub topic: Option<String>,
     /// Records to produce (default 10000; in consume mode, records to consume).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub count: Option<u64>,
     /// Payload bytes per record (default 256; at least 12, the JSON frame
     /// around the x's; 64 in flow mode, whose payload also carries an id and a
     /// send time).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub size: Option<usize>,
     /// Concurrent workers, each with its own connection (the default size of
     /// each pool).
-    #[arg(long, default_value_t = 8)]
+    #[arg(allow_negative_numbers = true, long, default_value_t = 8)]
     pub workers: usize,
     /// Measure consuming too: the same as --mode flow.
     #[arg(long)]
@@ -189,14 +189,14 @@ pub struct BenchArgs {
     #[arg(long, value_parser = ["produce", "consume", "flow", "ping"])]
     pub mode: Option<String>,
     /// (Extension) Producer connections (default --workers).
-    #[arg(long, value_name = "N")]
+    #[arg(allow_negative_numbers = true, long, value_name = "N")]
     pub producers: Option<usize>,
     /// (Extension) Consumer connections (default --workers).
-    #[arg(long, value_name = "N")]
+    #[arg(allow_negative_numbers = true, long, value_name = "N")]
     pub consumers: Option<usize>,
     /// (Extension) Messages per consume request (1–100); above 1, batch
     /// consume and one batch ack per reply.
-    #[arg(long, value_name = "N")]
+    #[arg(allow_negative_numbers = true, long, value_name = "N")]
     pub max: Option<u32>,
     /// (Extension) Flow mode: check that every acknowledged record is consumed
     /// and that payloads come back as sent; report missing and duplicates.
@@ -208,13 +208,13 @@ pub struct BenchArgs {
     pub duration: Option<std::time::Duration>,
     /// (Extension) Send `POST .../produce/batch` requests of this many records
     /// (1–1000) instead of single produces; counts and rates stay in records.
-    #[arg(long, value_name = "N")]
+    #[arg(allow_negative_numbers = true, long, value_name = "N")]
     pub batch: Option<u64>,
     /// (Extension) Open loop: send requests at fixed intervals that add up to
     /// this many records per second, whatever the latency. Latency is measured
     /// from each request's scheduled time, so queueing shows instead of being
     /// hidden; the line reports the achieved rate next to the target.
-    #[arg(long, value_name = "MSGS_PER_SEC")]
+    #[arg(allow_negative_numbers = true, long, value_name = "MSGS_PER_SEC")]
     pub rate: Option<f64>,
     /// (Extension) Pin the generator to the first CPU of LIST (`1`, `0,2`,
     /// `2-3`): it runs on one executor, so it uses one CPU whatever the list.
@@ -225,7 +225,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub create: bool,
     /// (Extension) Partitions of a topic the run creates (default 3).
-    #[arg(long)]
+    #[arg(allow_negative_numbers = true, long)]
     pub partitions: Option<u32>,
     /// (Extension) Also write a JSON summary line to FILE, or to standard output
     /// without FILE (or with `-`): mode, topic, ok, failed, seconds, rate,
@@ -405,5 +405,29 @@ impl std::io::Write for LossyStderr {
     fn flush(&mut self) -> std::io::Result<()> {
         let _ = std::io::stderr().flush();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    #[test]
+    fn a_negative_number_is_refused_as_a_value_not_taken_for_a_flag() {
+        for (args, says) in [
+            (&["serve", "--shards", "-1"][..], "want a number of shards"),
+            (&["serve", "--port", "-1"], "not in 0..=65535"),
+            (&["bench", "--workers", "-3"], "invalid digit"),
+            (&["bench", "--batch", "-3"], "invalid digit"),
+        ] {
+            let argv = std::iter::once("narad").chain(args.iter().copied());
+            let error = Cli::try_parse_from(argv).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("invalid value '{}'", args[2])) && error.contains(says),
+                "{args:?}: {error}"
+            );
+        }
     }
 }
