@@ -25,7 +25,7 @@
 
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures_channel::oneshot;
@@ -37,6 +37,9 @@ use crate::meta::{Applied, Command, MetaError, MetaState, MetaStore};
 pub struct Published {
     version: AtomicU64,
     state: RwLock<Arc<MetaState>>,
+    /// The store refuses writes (it latched after a failed write) until the
+    /// node restarts.
+    store_failed: AtomicBool,
 }
 
 impl Published {
@@ -44,6 +47,7 @@ impl Published {
         Published {
             version: AtomicU64::new(state.version),
             state: RwLock::new(Arc::new(state)),
+            store_failed: AtomicBool::new(false),
         }
     }
 
@@ -51,6 +55,24 @@ impl Published {
         let version = state.version;
         *self.state.write().expect("metadata lock poisoned") = Arc::new(state);
         self.version.store(version, Ordering::Release);
+    }
+
+    /// Whether the metadata store refuses topic creates, alters and deletes
+    /// until the node restarts.
+    pub fn store_failed(&self) -> bool {
+        self.store_failed.load(Ordering::Relaxed)
+    }
+
+    /// Notes a store that latched: said once, in the log and in
+    /// `narad_metastore_apply_stopped` (set on the control thread alone).
+    fn note_store(&self, store: &MetaStore) {
+        let Some(reason) = store.latched() else {
+            return;
+        };
+        if !self.store_failed.swap(true, Ordering::Relaxed) {
+            ::metrics::gauge!("narad_metastore_apply_stopped").set(1.0);
+            tracing::error!(reason, "the metadata store failed: topic creates, alters and deletes answer 500 until the node restarts (produce, consume and ack go on)");
+        }
     }
 
     /// The latest published state.
@@ -84,6 +106,11 @@ impl MetaView {
     /// What this view reads from, for a thread that is not a shard.
     pub fn published(&self) -> Arc<Published> {
         self.published.clone()
+    }
+
+    /// See [`Published::store_failed`].
+    pub fn store_failed(&self) -> bool {
+        self.published.store_failed()
     }
 
     /// The latest published snapshot.
@@ -153,12 +180,14 @@ impl Control {
                 .name("control".into())
                 .spawn(move || {
                     let serve = std::panic::AssertUnwindSafe(|| {
+                        ::metrics::gauge!("narad_metastore_apply_stopped").set(0.0);
                         while let Ok(Request::Propose(command, reply)) = rx.recv() {
                             crate::lifecycle::debug_panic_on_propose(&command);
                             let outcome = store.propose(&mut state, command);
                             if outcome.is_ok() {
                                 published.publish(state.clone());
                             }
+                            published.note_store(&store);
                             let _ = reply.send(outcome);
                         }
                     });

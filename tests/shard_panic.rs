@@ -203,6 +203,26 @@ fn a_delete_whose_metadata_sync_failed_is_settled_at_the_next_start() {
     assert_eq!(failed.status, 500, "{failed:?}");
     let kept = client.request("GET", "/v1/topics/shaky", &[], "").unwrap();
     assert_eq!(kept.status, 200, "not applied before the restart: {kept:?}");
+    // The store refuses topic changes until the restart, and says so: once in
+    // the log, in a gauge, and in `/readyz` (ready: the data plane goes on).
+    let create = client
+        .request("POST", "/v1/topics", &JSON, r#"{"name":"later"}"#)
+        .unwrap();
+    assert_eq!(create.status, 500, "{create:?}");
+    assert!(create.body.contains("restart the node"), "{create:?}");
+    node.wait_for_log("the metadata store failed");
+    let ready = client.request("GET", "/readyz", &[], "").unwrap();
+    assert_eq!(
+        (ready.status, ready.body.as_str()),
+        (200, r#"{"status":"ready","degraded":["metastore_failed"]}"#)
+    );
+    let metrics = client.request("GET", "/metrics", &[], "").unwrap();
+    assert!(
+        metrics.body.contains("\nnarad_metastore_apply_stopped 1\n"),
+        "{}",
+        metrics.body
+    );
+    produce_ok(&mut client, "shaky", "", b"still served");
     node.sigkill();
     drop(node);
     restart_finds_the_delete_done(&data, "shaky");

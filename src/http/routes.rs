@@ -482,7 +482,9 @@ impl Routes {
     /// `GET /readyz`: 503 until storage recovery is done, and for good once an
     /// ingress WAL has latched (its shard refuses every produce until the node
     /// restarts); ready but `degraded` while produces are refused for want of
-    /// disk, which passes by itself.
+    /// disk, which passes by itself (`data_dir_low`), and once the metadata
+    /// store has failed, which lasts until a restart (`metastore_failed`: topic
+    /// changes answer 500; produce, consume and ack go on).
     fn readyz(&self) -> Response<Body> {
         let node = &self.api.node;
         if !node.is_ready() {
@@ -495,13 +497,34 @@ impl Routes {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not ready: an ingress WAL failed after a disk error and refuses produces until the node restarts",
             )
-        } else if node.disk_low() {
-            response::json_static(
-                StatusCode::OK,
-                r#"{"status":"ready","degraded":["data_dir_low"]}"#,
-            )
         } else {
-            response::json_static(StatusCode::OK, r#"{"status":"ready"}"#)
+            let metastore_failed = self
+                .api
+                .broker
+                .borrow()
+                .as_ref()
+                .is_some_and(|shard| shard.meta.store_failed());
+            let degraded: Vec<&str> = [
+                (node.disk_low(), "data_dir_low"),
+                (metastore_failed, "metastore_failed"),
+            ]
+            .into_iter()
+            .filter_map(|(on, name)| on.then_some(name))
+            .collect();
+            if degraded.is_empty() {
+                response::json_static(StatusCode::OK, r#"{"status":"ready"}"#)
+            } else {
+                #[derive(serde::Serialize)]
+                struct Degraded<'a> {
+                    status: &'a str,
+                    degraded: Vec<&'a str>,
+                }
+                let body = Degraded {
+                    status: "ready",
+                    degraded,
+                };
+                response::json(StatusCode::OK, &body)
+            }
         }
     }
 }

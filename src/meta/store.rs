@@ -234,6 +234,11 @@ impl MetaStore {
         Ok(())
     }
 
+    /// Why the store refuses writes until the node restarts, once it does.
+    pub fn latched(&self) -> Option<&str> {
+        self.latched.as_deref()
+    }
+
     fn check_not_latched(&self) -> Result<(), MetaError> {
         match &self.latched {
             None => Ok(()),

@@ -213,6 +213,10 @@ fn describe_storage() {
         "Partition logs closed after going unused for storage.idle_log_eviction_ms."
     );
     describe_gauge!(
+        "narad_metastore_apply_stopped",
+        "1 once the metadata store has failed a write: topic creates, alters and deletes answer 500 until the node restarts."
+    );
+    describe_gauge!(
         "narad_data_dir_low",
         "1 while the data directory's free space is below the disk guard's floor (produces answered 503)."
     );
