@@ -697,7 +697,7 @@ fn a_nearly_full_disk_refuses_produces_with_503_and_keeps_serving_consumers() {
     });
     assert_eq!(refused.header("retry-after"), Some("5"), "{refused:?}");
     assert!(
-        error_of(&refused).contains("disk is nearly full"),
+        error_of(&refused).contains("disk is full or nearly full"),
         "{refused:?}"
     );
     let body = batch_doc(&[json!({"payload": "b"})]);

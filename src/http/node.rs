@@ -174,7 +174,7 @@ impl NodeState {
         if low != was {
             self.disk_low.store(low, Ordering::Relaxed);
             if low {
-                tracing::error!(available, total, "the data directory's disk is nearly full: produces are refused (503) until space is freed");
+                tracing::error!(available, total, "the data directory's disk is full or nearly full: produces are refused (503) until space is freed");
             } else {
                 tracing::info!(
                     available,

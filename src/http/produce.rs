@@ -115,7 +115,7 @@ fn produce_cap_full() -> Response<Body> {
 fn disk_low() -> Response<Body> {
     response::retry_later(
         StatusCode::SERVICE_UNAVAILABLE,
-        "the broker's disk is nearly full: produces are refused until space is freed",
+        "the broker's disk is full or nearly full: produces are refused until space is freed",
         "5",
     )
 }
