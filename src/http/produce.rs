@@ -36,12 +36,14 @@ fn accepted_empty() -> Response<Body> {
     response
 }
 
-/// The answer to a failed WAL append. Any failure but these two is the WAL's
-/// latch, which makes the node unready (`/readyz`).
+/// The answer to a failed WAL append. Any failure but these three is the
+/// WAL's latch, which makes the node unready (`/readyz`).
 fn wal_error(node: &NodeState, topic: &str, e: &WalError) -> Response<Body> {
     match e {
         WalError::Invalid(why) => response::error(StatusCode::BAD_REQUEST, why),
         WalError::Closed => response::draining(),
+        // No room for the WAL's next segment: nothing was staged.
+        WalError::NoRoom => disk_low(),
         other => {
             node.note_wal_failed();
             if let Some(refused_since) = refusal_log_due(std::time::Instant::now()) {
@@ -304,8 +306,23 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{refusal_log_due, REFUSAL_LOG_EVERY};
+    use super::{refusal_log_due, wal_error, REFUSAL_LOG_EVERY};
+    use crate::http::node::NodeState;
+    use hyper::StatusCode;
+    use narad_shards::wal::WalError;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_wal_without_room_for_its_next_segment_is_a_503_not_a_latch() {
+        let node = NodeState::new(16);
+        let refused = wal_error(&node, "t", &WalError::NoRoom);
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(refused.headers()["retry-after"], "5");
+        assert!(!node.wal_failed());
+        let latched = wal_error(&node, "t", &WalError::Latched("No space left".into()));
+        assert_eq!(latched.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(node.wal_failed());
+    }
 
     #[test]
     fn refused_produces_are_logged_once_per_interval_with_a_count() {

@@ -110,7 +110,10 @@ pub struct WalConfig {
     /// date by the caller (`None`: not measured). A segment is zero-filled only
     /// with room for two: preparing one ahead must not take the last space a
     /// file system has, which the partition logs and the metadata need too.
-    /// Recycling a spare takes no space and is not held back.
+    /// Recycling a spare takes no space and is not held back. Nor does the WAL
+    /// start a segment that grows (none was prepared) without room for two: an
+    /// append that needs one is refused with [`WalError::NoRoom`] instead, for
+    /// a write that ran out of space would latch the WAL until a restart.
     pub disk_room: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
@@ -132,6 +135,29 @@ impl Default for WalConfig {
     }
 }
 
+/// How many segments appending `records` starts, from an active segment
+/// holding `active_bytes`, with an early roll `requested` or not: as
+/// [`Wal::stage`] rolls.
+fn rolls_needed(
+    mut active_bytes: u64,
+    mut requested: bool,
+    records: &[IngressRecord<'_>],
+    segment_bytes_max: u64,
+) -> u64 {
+    let mut rolls = 0;
+    for record in records {
+        let frame_len = record.frame_len() as u64;
+        let full = active_bytes > 0 && active_bytes + frame_len > segment_bytes_max;
+        if full || (requested && active_bytes > 0) {
+            rolls += 1;
+            active_bytes = 0;
+            requested = false;
+        }
+        active_bytes += frame_len;
+    }
+    rolls
+}
+
 /// Why a WAL operation failed.
 #[derive(Debug, Clone)]
 pub enum WalError {
@@ -143,6 +169,10 @@ pub enum WalError {
     Corrupt(Rc<str>),
     /// An I/O error outside the append path (opening, reading).
     Io(Rc<str>),
+    /// The append needs a new segment, none is prepared, and the file system
+    /// lacks the room to grow one (`WalConfig::disk_room`): nothing was staged
+    /// and the WAL goes on; the append can be retried once space is freed.
+    NoRoom,
     /// The WAL is shutting down.
     Closed,
 }
@@ -156,6 +186,10 @@ impl fmt::Display for WalError {
             }
             WalError::Corrupt(why) => write!(f, "ingress WAL corrupt: {why}"),
             WalError::Io(why) => write!(f, "ingress WAL I/O error: {why}"),
+            WalError::NoRoom => write!(
+                f,
+                "ingress WAL has no room for its next segment: the disk is full or nearly full"
+            ),
             WalError::Closed => write!(f, "ingress WAL is closed"),
         }
     }
@@ -198,6 +232,9 @@ pub struct WalStats {
     pub preparations_failed: u64,
     /// Zero-fills not started for want of room (`WalConfig::disk_room`).
     pub preparations_held: u64,
+    /// Appends refused because they needed a segment that would grow and the
+    /// file system lacked room for it (`WalError::NoRoom`).
+    pub appends_refused_for_room: u64,
 }
 
 /// A batch of staged frames, as the flush loop takes it.
@@ -271,6 +308,8 @@ struct Shared {
     /// First sequence numbers of the segments, oldest first; the last is active.
     segments: VecDeque<Seq>,
     roll_requested: bool,
+    /// Rolls staged that the flush loop has not made yet.
+    rolls_pending: u64,
     /// The active segment was made empty (no prepared file was ready) and each
     /// write past its end grows it: once a prepared segment is ready, the WAL
     /// rolls onto it rather than grow the file to a full segment.
@@ -298,6 +337,14 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether `rolls` more segments can be started: those the prepared
+    /// segment (if one is ready and no roll staged before claims it) does not
+    /// serve grow, and need room on the file system (taken off its measure).
+    fn rolls_have_room(&self, config: &WalConfig, rolls: u64) -> bool {
+        let growing = (self.rolls_pending + rolls).saturating_sub(u64::from(self.prep_ready));
+        rolls == 0 || growing == 0 || upkeep::room_for_segments(config, growing.min(rolls))
+    }
+
     /// Keeps a flushed batch for readers and returns a buffer the budget evicted
     /// (if no reader still holds it), for reuse as a staging buffer.
     fn keep_recent(&mut self, batch: RecentBatch, bytes_max: usize) -> Option<Vec<u8>> {
@@ -449,6 +496,7 @@ impl<S: Storage> Wal<S> {
             active_bytes: active.len(),
             segments,
             roll_requested: false,
+            rolls_pending: 0,
             active_grows: active.file_bytes() < narad_io::align_up(config.segment_bytes_max),
             spares,
             prep_ready,
@@ -515,7 +563,7 @@ impl<S: Storage> Wal<S> {
         }
         let total_bytes: usize = records.iter().map(IngressRecord::frame_len).sum();
         self.wait_for_staging_room(total_bytes).await?;
-        let seqs = self.stage(records, total_bytes);
+        let seqs = self.stage(records, total_bytes)?;
         if seqs.is_empty() {
             return Ok(seqs);
         }
@@ -523,11 +571,35 @@ impl<S: Storage> Wal<S> {
         Ok(seqs)
     }
 
-    fn stage(&self, records: &[IngressRecord<'_>], total_bytes: usize) -> Range<Seq> {
+    /// Stages `records` (`total_bytes` of frames) with consecutive sequence
+    /// numbers, or none of them when a segment they need has no room.
+    fn stage(
+        &self,
+        records: &[IngressRecord<'_>],
+        total_bytes: usize,
+    ) -> Result<Range<Seq>, WalError> {
         let mut guard = self.inner.shared.borrow_mut();
         let sh = &mut *guard;
-        if sh.staging.len() >= self.inner.config.flush_bytes_target {
-            sh.seal(self.inner.config.flush_bytes_target);
+        let config = &self.inner.config;
+        // The segments this batch starts, counted before any of it is staged.
+        // An early roll (compaction's, or off a growing segment) is skipped
+        // rather than refuse the batch for want of room.
+        let max = config.segment_bytes_max;
+        let rolls = if !sh.roll_requested && sh.active_bytes + total_bytes as u64 <= max {
+            0
+        } else {
+            rolls_needed(sh.active_bytes, sh.roll_requested, records, max)
+        };
+        if !sh.rolls_have_room(config, rolls) {
+            let without_early = rolls_needed(sh.active_bytes, false, records, max);
+            if !(sh.roll_requested && sh.rolls_have_room(config, without_early)) {
+                sh.stats.appends_refused_for_room += 1;
+                return Err(WalError::NoRoom);
+            }
+            sh.roll_requested = false;
+        }
+        if sh.staging.len() >= config.flush_bytes_target {
+            sh.seal(config.flush_bytes_target);
         }
         // One growth for the whole batch, not one per frame that overflows.
         sh.staging.reserve(total_bytes);
@@ -538,6 +610,7 @@ impl<S: Storage> Wal<S> {
                 && sh.active_bytes + frame_len > self.inner.config.segment_bytes_max;
             if full || (sh.roll_requested && sh.active_bytes > 0) {
                 sh.roll_points.push(sh.staging.len());
+                sh.rolls_pending += 1;
                 sh.segments.push_back(sh.next_seq);
                 sh.active_bytes = 0;
                 sh.roll_requested = false;
@@ -551,7 +624,7 @@ impl<S: Storage> Wal<S> {
         if let Some(waker) = sh.flusher.take() {
             waker.wake();
         }
-        first..sh.next_seq
+        Ok(first..sh.next_seq)
     }
 
     /// Waits while the staging buffer is too full to take `bytes` more (unless it

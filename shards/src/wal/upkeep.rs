@@ -238,19 +238,21 @@ async fn full_size<S: Storage>(wal: &Wal<S>, path: &str) -> io::Result<bool> {
     Ok(bytes? >= narad_io::align_up(wal.inner.config.segment_bytes_max))
 }
 
-/// Whether the file system has room to zero-fill a segment: twice its size
-/// free, as last measured ([`super::WalConfig::disk_room`]). The segment is
-/// taken off the shared figure at once, so that the WALs of other shards,
-/// which read it too (all of them at a start), count what this one is about
-/// to write; the next measure replaces the figure.
-fn room_for_zero_fill(config: &super::WalConfig) -> bool {
+/// Whether the file system has room to write `segments` more segments (a
+/// zero-fill, or segments that grow): room for one more than that free, as
+/// last measured ([`super::WalConfig::disk_room`]; always, unmeasured). The
+/// segments are taken off the shared figure at once, so that the WALs of other
+/// shards, which read it too (all of them at a start), count what this one is
+/// about to write; the next measure replaces the figure.
+pub(super) fn room_for_segments(config: &super::WalConfig, segments: u64) -> bool {
     use std::sync::atomic::Ordering;
     let Some(room) = &config.disk_room else {
         return true;
     };
     let segment = narad_io::align_up(config.segment_bytes_max);
+    let taken = segment.saturating_mul(segments);
     room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |free| {
-        (free >= segment.saturating_mul(2)).then(|| free - segment)
+        (free >= taken.saturating_add(segment)).then(|| free - taken)
     })
     .is_ok()
 }
@@ -269,7 +271,7 @@ pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
             return;
         }
         // Asked again at the next roll or compaction: the check costs nothing.
-        if sh.spares.is_empty() && !room_for_zero_fill(&wal.inner.config) {
+        if sh.spares.is_empty() && !room_for_segments(&wal.inner.config, 1) {
             sh.stats.preparations_held += 1;
             tracing::debug!(
                 "ingress WAL: no room to prepare a segment; rolls create empty segments"

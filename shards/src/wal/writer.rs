@@ -689,6 +689,7 @@ impl<S: Storage> Writer<S> {
         inner.shared.borrow_mut().stats.syncs += 1;
         let prepared = {
             let mut sh = inner.shared.borrow_mut();
+            sh.rolls_pending -= 1;
             std::mem::replace(&mut sh.prep_ready, false)
         };
         // Waits out a shortage of descriptors or memory rather than latch.

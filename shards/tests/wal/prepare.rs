@@ -9,7 +9,7 @@ use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
 use narad_shards::ids::Seq;
 use narad_shards::wal::segment::segment_name;
-use narad_shards::wal::{Wal, WalConfig};
+use narad_shards::wal::{Wal, WalConfig, WalError};
 
 #[test]
 fn a_preparation_that_fails_on_a_full_disk_pauses_and_leaves_no_partial_file() {
@@ -63,11 +63,13 @@ fn measured_room() -> (std::sync::Arc<std::sync::atomic::AtomicU64>, WalConfig) 
 }
 
 /// With less room on the file system than two segments (as the broker last
-/// measured it), no segment is zero-filled: rolls create empty segments, and
-/// the WAL takes appends all the same. With room again, the next roll
-/// prepares one, and takes its segment off the room.
+/// measured it), no segment is zero-filled, nor is one started that would
+/// grow: the append that needs the next segment is refused (`NoRoom`), with
+/// nothing staged and the WAL not latched. With room again, that append is
+/// taken with the next sequence number, onto a segment that grows (taken off
+/// the room), and the roll prepares the one after it (taken off too).
 #[test]
-fn no_segment_is_zero_filled_without_room_for_two() {
+fn no_segment_is_zero_filled_nor_grown_without_room_for_two() {
     use std::sync::atomic::Ordering;
 
     let disk = SimDisk::new(14, SimFaults::default());
@@ -77,21 +79,73 @@ fn no_segment_is_zero_filled_without_room_for_two() {
         room.store(2 * segment - 1, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
         let payload = vec![5u8; 1024];
-        while wal.stats().rolls < 3 {
-            wal.append(&record(&payload, None)).await.unwrap();
+        // The first segment (made at the open, growing) fills; the append
+        // that needs the next is refused, again and again.
+        let mut last = None;
+        let refused = loop {
+            match wal.append(&record(&payload, None)).await {
+                Ok(seq) => last = Some(seq),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(refused, WalError::NoRoom), "{refused}");
+        for _ in 0..3 {
+            let again = wal.append(&record(&payload, None)).await;
+            assert!(matches!(again, Err(WalError::NoRoom)), "{again:?}");
         }
-        assert!(wal.stats().preparations_held > 0, "{:?}", wal.stats());
-        assert_eq!(wal.stats().prepared_rolls, 0, "{:?}", wal.stats());
+        let stats = wal.stats();
+        assert_eq!(stats.rolls, 0, "{stats:?}");
+        assert_eq!(stats.appends_refused_for_room, 4, "{stats:?}");
+        assert!(stats.preparations_held > 0, "{stats:?}");
         assert!(!disk_names_contain(&disk, "next-segment.tmp"));
         assert!(!disk_names_contain(&disk, "next-segment.prep"));
-        room.store(2 * segment, Ordering::Relaxed);
-        // The next roll asks again, and takes the segment off the room.
-        let rolls = wal.stats().rolls;
-        while wal.stats().rolls < rolls + 1 {
-            wal.append(&record(&payload, None)).await.unwrap();
-        }
+        // Room for three segments: the grown one and the prepared one are
+        // taken off it.
+        room.store(3 * segment, Ordering::Relaxed);
+        let taken = wal.append(&record(&payload, None)).await.unwrap();
+        assert_eq!(taken, last.unwrap().next(), "nothing was staged meanwhile");
+        assert_eq!(wal.stats().rolls, 1);
         wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
         assert_eq!(room.load(Ordering::Relaxed), segment);
+        wal.close().await;
+        // Every record taken is there, in one run of sequence numbers.
+        let reopened = Wal::open(disk.clone(), "wal", small_config(true))
+            .await
+            .unwrap();
+        assert_eq!(reopened.next_seq(), taken.next());
+        reopened.close().await;
+    });
+}
+
+/// A prepared segment serves one roll: without room to grow a segment, a
+/// batch that would fill two is refused whole, and one that fills only the
+/// next is taken onto the prepared segment.
+#[test]
+fn a_batch_is_refused_whole_when_only_some_of_its_segments_have_room() {
+    use std::sync::atomic::Ordering;
+
+    let disk = SimDisk::new(16, SimFaults::default());
+    run_local(None, async move {
+        let (room, config) = measured_room();
+        let segment = config.segment_bytes_max;
+        room.store(3 * segment, Ordering::Relaxed);
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        room.store(0, Ordering::Relaxed);
+        let payload = vec![5u8; 1024];
+        let one = record(&payload, None);
+        let frame = one.frame_len() as u64;
+        // Two segments and more from the start of the active one.
+        let two_rolls = vec![one; (2 * segment / frame + 2) as usize];
+        let next = wal.next_seq();
+        let refused = wal.append_many(&two_rolls).await;
+        assert!(matches!(refused, Err(WalError::NoRoom)), "{refused:?}");
+        assert_eq!(wal.next_seq(), next, "nothing staged");
+        let one_roll = &two_rolls[..(segment / frame + 2) as usize];
+        let taken = wal.append_many(one_roll).await.unwrap();
+        assert_eq!(taken.start, next);
+        let stats = wal.stats();
+        assert_eq!((stats.rolls, stats.prepared_rolls), (1, 1), "{stats:?}");
         wal.close().await;
     });
 }
