@@ -14,6 +14,7 @@
 //! - [`produce`]: the dispatch task and the commit combiner: from a durable WAL
 //!   record to a verified, visible partition record.
 //! - [`testkit`]: self-checking payloads for crash tests.
+//! - [`lines`]: one log line a period for events that come by the thousand.
 //! - [`log`]: the partition log: CRC-framed batches, commit durable (append,
 //!   fdatasync, read back, verify, advance the high watermark), recovery, index,
 //!   roll, retention and the recent-frame cache.
@@ -40,6 +41,7 @@ compile_error!(
 pub mod consume;
 pub mod dispatch;
 pub mod ids;
+pub mod lines;
 pub mod log;
 pub mod produce;
 pub mod testkit;

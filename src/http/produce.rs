@@ -17,6 +17,7 @@ use bytes::Bytes;
 use hyper::header::CONTENT_LENGTH;
 use hyper::{Request, Response, StatusCode};
 use narad_shards::ids::{DenseIdMap, PartitionId};
+use narad_shards::lines::LineThrottle;
 use narad_shards::wal::{IngressRecord, WalError};
 
 use super::node::NodeState;
@@ -59,25 +60,14 @@ fn wal_error(node: &NodeState, topic: &str, e: &WalError) -> Response<Body> {
 const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 thread_local! {
-    /// When this shard last logged a refused produce, and how many it refused
-    /// since without a line.
-    static REFUSALS: std::cell::Cell<(Option<std::time::Instant>, u64)> =
-        const { std::cell::Cell::new((None, 0)) };
+    /// This shard's lines for refused produces.
+    static REFUSALS: LineThrottle = const { LineThrottle::new(REFUSAL_LOG_EVERY) };
 }
 
 /// Whether a refused produce at `now` gets a log line; if so, how many went
 /// unlogged before it.
 fn refusal_log_due(now: std::time::Instant) -> Option<u64> {
-    REFUSALS.with(|cell| {
-        let (last, unlogged) = cell.get();
-        if last.is_some_and(|at| now.duration_since(at) < REFUSAL_LOG_EVERY) {
-            cell.set((last, unlogged + 1));
-            None
-        } else {
-            cell.set((Some(now), 0));
-            Some(unlogged)
-        }
-    })
+    REFUSALS.with(|lines| lines.due(now))
 }
 
 /// Picks the partition of one record.
@@ -306,11 +296,10 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{refusal_log_due, wal_error, REFUSAL_LOG_EVERY};
+    use super::wal_error;
     use crate::http::node::NodeState;
     use hyper::StatusCode;
     use narad_shards::wal::WalError;
-    use std::time::{Duration, Instant};
 
     #[test]
     fn a_wal_without_room_for_its_next_segment_is_a_503_not_a_latch() {
@@ -322,16 +311,5 @@ mod tests {
         let latched = wal_error(&node, "t", &WalError::Latched("No space left".into()));
         assert_eq!(latched.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert!(node.wal_failed());
-    }
-
-    #[test]
-    fn refused_produces_are_logged_once_per_interval_with_a_count() {
-        let start = Instant::now();
-        assert_eq!(refusal_log_due(start), Some(0));
-        for i in 1..=5 {
-            assert_eq!(refusal_log_due(start + Duration::from_millis(i)), None);
-        }
-        assert_eq!(refusal_log_due(start + REFUSAL_LOG_EVERY), Some(5));
-        assert_eq!(refusal_log_due(start + REFUSAL_LOG_EVERY), None);
     }
 }

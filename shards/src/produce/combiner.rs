@@ -51,6 +51,7 @@ use super::observe::{PartitionObserver, StorageObserver};
 use super::reaper::RetentionOf;
 use super::types::{CommitError, CommitReply, OwnedRecord, PartitionStats};
 use crate::ids::{IncarnationId, Offset, PartitionId};
+use crate::lines::LineThrottle;
 use crate::log::cache::FrameCache;
 use crate::log::{commit_bytes_bound, LogConfig, LogError, PartitionLog, RecordRef};
 
@@ -87,8 +88,9 @@ pub(super) struct Slot<S: Storage> {
     pub(super) observer: Option<Rc<dyn PartitionObserver>>,
 }
 
-/// Failed opens of partition logs are logged at most once per this long.
-const OPEN_ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Failed opens, and failed commits, of partition logs are logged at most
+/// once per this long on a shard.
+const ERROR_LOG_EVERY: Duration = Duration::from_secs(10);
 
 pub(super) type SlotKey = (IncarnationId, PartitionId);
 
@@ -129,11 +131,11 @@ pub struct Owner<S: Storage> {
     /// When the budget last made an open close another log, for a log line at
     /// most once a minute.
     budget_noted_at: Cell<Option<Instant>>,
-    /// When a failed open was last logged, and the failures not logged since:
-    /// thousands of partitions failing at once (a directory gone, a disk
-    /// refusing) log one line every [`OPEN_ERROR_LOG_EVERY`], not one each.
-    open_error_noted_at: Cell<Option<Instant>>,
-    open_errors_unlogged: Cell<u64>,
+    /// Failed opens and failed commits: thousands of partitions failing at
+    /// once (a directory gone, a full disk) log one line of each every
+    /// [`ERROR_LOG_EVERY`], not one each.
+    open_errors: LineThrottle,
+    commit_errors: LineThrottle,
     /// Partitions whose log was opened since this owner started, so whose
     /// shape the observer was told: the cold walk opens the others once.
     measured: RefCell<HashSet<SlotKey>>,
@@ -173,8 +175,8 @@ impl<S: Storage> Owner<S> {
             open_logs: Cell::new(0),
             open_logs_max: Cell::new(usize::MAX),
             budget_noted_at: Cell::new(None),
-            open_error_noted_at: Cell::new(None),
-            open_errors_unlogged: Cell::new(0),
+            open_errors: LineThrottle::new(ERROR_LOG_EVERY),
+            commit_errors: LineThrottle::new(ERROR_LOG_EVERY),
             measured: RefCell::new(HashSet::new()),
             closed_shapes: RefCell::new(HashMap::new()),
         })
@@ -493,7 +495,9 @@ impl<S: Storage> Owner<S> {
         }
         self.put_back(slot, log).await;
         result.map_err(|e| {
-            tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, "partition commit failed");
+            if let Some(unlogged) = self.commit_errors.due(Instant::now()) {
+                tracing::warn!(topic = %slot.topic, partition = slot.partition.0, error = %e, failures_not_logged_since_the_last_line = unlogged, "partition commit failed (retried)");
+            }
             CommitError::Failed(e.to_string())
         })
     }
@@ -570,17 +574,7 @@ impl<S: Storage> Owner<S> {
                 Ok(log)
             }
             Err(e) => {
-                let now = Instant::now();
-                let quiet = self
-                    .open_error_noted_at
-                    .get()
-                    .is_some_and(|at| now.saturating_duration_since(at) < OPEN_ERROR_LOG_EVERY);
-                if quiet {
-                    self.open_errors_unlogged
-                        .set(self.open_errors_unlogged.get() + 1);
-                } else {
-                    let unlogged = self.open_errors_unlogged.replace(0);
-                    self.open_error_noted_at.set(Some(now));
+                if let Some(unlogged) = self.open_errors.due(Instant::now()) {
                     tracing::error!(%dir, error = %e, failures_not_logged_since_the_last_line = unlogged, "cannot open partition log");
                 }
                 slot.retry_open_at
