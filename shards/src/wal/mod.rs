@@ -337,6 +337,19 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether the active segment, if it grows (none was prepared for it),
+    /// can grow to its full size with a segment's room to spare, as last
+    /// measured (always, unmeasured): a write that ran out of space would
+    /// latch the WAL.
+    fn growth_has_room(&self, config: &WalConfig) -> bool {
+        use std::sync::atomic::Ordering;
+        let Some(room) = config.disk_room.as_ref().filter(|_| self.active_grows) else {
+            return true;
+        };
+        let to_grow = config.segment_bytes_max.saturating_sub(self.active_bytes);
+        room.load(Ordering::Relaxed) >= to_grow + narad_io::align_up(config.segment_bytes_max)
+    }
+
     /// Whether `rolls` more segments can be started: those the prepared
     /// segment (if one is ready and no roll staged before claims it) does not
     /// serve grow, and need room on the file system (taken off its measure).
@@ -597,6 +610,16 @@ impl<S: Storage> Wal<S> {
                 return Err(WalError::NoRoom);
             }
             sh.roll_requested = false;
+        }
+        // Frames written into the active segment before any roll grow it, if
+        // it grows.
+        let first_rolls = records.first().is_some_and(|record| {
+            let frame_len = record.frame_len() as u64;
+            sh.active_bytes > 0 && (sh.roll_requested || sh.active_bytes + frame_len > max)
+        });
+        if sh.rolls_pending == 0 && !first_rolls && !sh.growth_has_room(config) {
+            sh.stats.appends_refused_for_room += 1;
+            return Err(WalError::NoRoom);
         }
         if sh.staging.len() >= config.flush_bytes_target {
             sh.seal(config.flush_bytes_target);

@@ -62,14 +62,15 @@ fn measured_room() -> (std::sync::Arc<std::sync::atomic::AtomicU64>, WalConfig) 
     (room, config)
 }
 
-/// With less room on the file system than two segments (as the broker last
-/// measured it), no segment is zero-filled, nor is one started that would
-/// grow: the append that needs the next segment is refused (`NoRoom`), with
-/// nothing staged and the WAL not latched. With room again, that append is
-/// taken with the next sequence number, onto a segment that grows (taken off
-/// the room), and the roll prepares the one after it (taken off too).
+/// A segment made because none was prepared grows with every write, and a
+/// write that runs out of space latches the WAL. So, as the broker last
+/// measured the room: an append is refused (`NoRoom`, nothing staged, the WAL
+/// not latched) unless the file system has room for what the growing segment
+/// may still take plus a segment; a roll onto a new growing segment needs room
+/// for two, and takes one off the measure; no segment is zero-filled without
+/// room for two. With room again, appends go on with the next sequence number.
 #[test]
-fn no_segment_is_zero_filled_nor_grown_without_room_for_two() {
+fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
     use std::sync::atomic::Ordering;
 
     let disk = SimDisk::new(14, SimFaults::default());
@@ -79,8 +80,14 @@ fn no_segment_is_zero_filled_nor_grown_without_room_for_two() {
         room.store(2 * segment - 1, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
         let payload = vec![5u8; 1024];
-        // The first segment (made at the open, growing) fills; the append
-        // that needs the next is refused, again and again.
+        // The first segment, made at the open, grows: no room for it.
+        let refused = wal.append(&record(&payload, None)).await;
+        assert!(matches!(refused, Err(WalError::NoRoom)), "{refused:?}");
+        assert_eq!(wal.next_seq(), Seq(0), "nothing staged");
+        // Room for it and one more: it fills, and the roll onto the next
+        // growing segment takes a segment off the room, which then lacks
+        // room for the new segment to grow.
+        room.store(2 * segment, Ordering::Relaxed);
         let mut last = None;
         let refused = loop {
             match wal.append(&record(&payload, None)).await {
@@ -89,26 +96,18 @@ fn no_segment_is_zero_filled_nor_grown_without_room_for_two() {
             }
         };
         assert!(matches!(refused, WalError::NoRoom), "{refused}");
-        for _ in 0..3 {
-            let again = wal.append(&record(&payload, None)).await;
-            assert!(matches!(again, Err(WalError::NoRoom)), "{again:?}");
-        }
         let stats = wal.stats();
-        assert_eq!(stats.rolls, 0, "{stats:?}");
-        assert_eq!(stats.appends_refused_for_room, 4, "{stats:?}");
+        assert_eq!((stats.rolls, stats.prepared_rolls), (1, 0), "{stats:?}");
+        assert_eq!(stats.appends_refused_for_room, 2, "{stats:?}");
         assert!(stats.preparations_held > 0, "{stats:?}");
+        assert_eq!(room.load(Ordering::Relaxed), segment);
         assert!(!disk_names_contain(&disk, "next-segment.tmp"));
         assert!(!disk_names_contain(&disk, "next-segment.prep"));
-        // Room for three segments: the grown one and the prepared one are
-        // taken off it.
+        // Measured again with room: taken, with the next sequence number.
         room.store(3 * segment, Ordering::Relaxed);
         let taken = wal.append(&record(&payload, None)).await.unwrap();
         assert_eq!(taken, last.unwrap().next(), "nothing was staged meanwhile");
-        assert_eq!(wal.stats().rolls, 1);
-        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
-        assert_eq!(room.load(Ordering::Relaxed), segment);
         wal.close().await;
-        // Every record taken is there, in one run of sequence numbers.
         let reopened = Wal::open(disk.clone(), "wal", small_config(true))
             .await
             .unwrap();
@@ -118,8 +117,8 @@ fn no_segment_is_zero_filled_nor_grown_without_room_for_two() {
 }
 
 /// A prepared segment serves one roll: without room to grow a segment, a
-/// batch that would fill two is refused whole, and one that fills only the
-/// next is taken onto the prepared segment.
+/// batch that needs two is refused whole, and one that fits the prepared
+/// segment is taken onto it (the WAL leaves its growing first segment early).
 #[test]
 fn a_batch_is_refused_whole_when_only_some_of_its_segments_have_room() {
     use std::sync::atomic::Ordering;
@@ -128,24 +127,28 @@ fn a_batch_is_refused_whole_when_only_some_of_its_segments_have_room() {
     run_local(None, async move {
         let (room, config) = measured_room();
         let segment = config.segment_bytes_max;
-        room.store(3 * segment, Ordering::Relaxed);
+        room.store(4 * segment, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
         wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
-        room.store(0, Ordering::Relaxed);
         let payload = vec![5u8; 1024];
         let one = record(&payload, None);
+        wal.append(&one).await.unwrap();
+        room.store(0, Ordering::Relaxed);
         let frame = one.frame_len() as u64;
-        // Two segments and more from the start of the active one.
-        let two_rolls = vec![one; (2 * segment / frame + 2) as usize];
+        let two_segments = vec![one; (2 * segment / frame) as usize];
         let next = wal.next_seq();
-        let refused = wal.append_many(&two_rolls).await;
+        let refused = wal.append_many(&two_segments).await;
         assert!(matches!(refused, Err(WalError::NoRoom)), "{refused:?}");
         assert_eq!(wal.next_seq(), next, "nothing staged");
-        let one_roll = &two_rolls[..(segment / frame + 2) as usize];
-        let taken = wal.append_many(one_roll).await.unwrap();
+        let fits = &two_segments[..(segment / frame - 1) as usize];
+        let taken = wal.append_many(fits).await.unwrap();
         assert_eq!(taken.start, next);
         let stats = wal.stats();
-        assert_eq!((stats.rolls, stats.prepared_rolls), (1, 1), "{stats:?}");
+        assert_eq!(
+            (stats.rolls, stats.prepared_rolls, stats.early_rolls),
+            (1, 1, 1),
+            "{stats:?}"
+        );
         wal.close().await;
     });
 }
