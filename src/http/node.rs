@@ -53,19 +53,30 @@ pub struct NodeState {
 ///
 /// The floor is [`DISK_FLOOR_BYTES`] (room for a few WAL segments of every
 /// shard and the partition logs' next chunks), or a tenth of a file system too
-/// small for that to make sense; produces resume once the free space is half as
-/// much again above it, so the state does not flap.
+/// small for that to make sense, but never below [`WAL_ROOM_BYTES`], under
+/// which a WAL refuses to grow a segment anyway; produces resume once the free
+/// space is half as much again above it, so the state does not flap.
 pub struct DiskGuard;
 
 /// The least free space produces are accepted with, on a file system of 5 GiB
 /// or more.
 pub const DISK_FLOOR_BYTES: u64 = 512 << 20;
 
+/// The room an ingress WAL wants before it starts a segment that grows: the
+/// segment and one to spare (see `narad_shards::wal::WalConfig::disk_room`).
+pub const WAL_ROOM_BYTES: u64 = 2 * narad_shards::wal::SEGMENT_BYTES;
+
 impl DiskGuard {
+    /// The free bytes below which produces are refused, on a file system of
+    /// `total` bytes.
+    pub fn floor(total: u64) -> u64 {
+        DISK_FLOOR_BYTES.min(total / 10).max(WAL_ROOM_BYTES)
+    }
+
     /// Whether produces should be refused, given the free and total bytes and
     /// whether they are refused now.
     pub fn low(available: u64, total: u64, refusing: bool) -> bool {
-        let floor = DISK_FLOOR_BYTES.min(total / 10);
+        let floor = DiskGuard::floor(total);
         let resume_at = floor + floor / 2;
         if refusing {
             available < resume_at
@@ -174,7 +185,7 @@ impl NodeState {
         if low != was {
             self.disk_low.store(low, Ordering::Relaxed);
             if low {
-                tracing::error!(available, total, "the data directory's disk is full or nearly full: produces are refused (503) until space is freed");
+                tracing::error!(available, total, floor = DiskGuard::floor(total), "the data directory's disk is full or nearly full: produces are refused (503) until space is freed (more than `floor` bytes free, and half as much again)");
             } else {
                 tracing::info!(
                     available,
@@ -393,9 +404,12 @@ mod tests {
     fn produces_stop_below_the_disk_floor_and_resume_half_as_much_again_above() {
         let node = NodeState::new(8);
         let floor = DISK_FLOOR_BYTES;
-        // A small file system keeps a tenth free instead.
-        assert!(!NodeState::new(8).note_disk(150 << 20, 1 << 30));
-        assert!(NodeState::new(8).note_disk(90 << 20, 1 << 30));
+        // A small file system keeps a tenth free instead, but never less than
+        // a WAL wants to grow a segment.
+        assert!(!NodeState::new(8).note_disk(300 << 20, 2 << 30));
+        assert!(NodeState::new(8).note_disk(200 << 20, 2 << 30));
+        assert!(!NodeState::new(8).note_disk(WAL_ROOM_BYTES, 1 << 30));
+        assert!(NodeState::new(8).note_disk(WAL_ROOM_BYTES - 1, 1 << 30));
         assert!(!node.note_disk(floor, 100 * floor));
         assert!(node.note_disk(floor - 1, 100 * floor));
         assert!(node.disk_low());

@@ -44,7 +44,14 @@ fn wal_error(node: &NodeState, topic: &str, e: &WalError) -> Response<Body> {
         WalError::Invalid(why) => response::error(StatusCode::BAD_REQUEST, why),
         WalError::Closed => response::draining(),
         // No room for the WAL's next segment: nothing was staged.
-        WalError::NoRoom => disk_low(),
+        WalError::NoRoom { .. } => {
+            if let Some(refused_since) =
+                ROOM_REFUSALS.with(|lines| lines.due(std::time::Instant::now()))
+            {
+                tracing::warn!(topic, error = %e, refused_since, "produce refused for want of disk (logged at most every 10 s a shard)");
+            }
+            response::retry_later(StatusCode::SERVICE_UNAVAILABLE, &e.to_string(), "5")
+        }
         other => {
             node.note_wal_failed();
             if let Some(refused_since) = refusal_log_due(std::time::Instant::now()) {
@@ -62,6 +69,8 @@ const REFUSAL_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10
 thread_local! {
     /// This shard's lines for refused produces.
     static REFUSALS: LineThrottle = const { LineThrottle::new(REFUSAL_LOG_EVERY) };
+    /// This shard's lines for produces its WAL refused for want of room.
+    static ROOM_REFUSALS: LineThrottle = const { LineThrottle::new(REFUSAL_LOG_EVERY) };
 }
 
 /// Whether a refused produce at `now` gets a log line; if so, how many went
@@ -304,7 +313,8 @@ mod tests {
     #[test]
     fn a_wal_without_room_for_its_next_segment_is_a_503_not_a_latch() {
         let node = NodeState::new(16);
-        let refused = wal_error(&node, "t", &WalError::NoRoom);
+        let needed_bytes = 128 << 20;
+        let refused = wal_error(&node, "t", &WalError::NoRoom { needed_bytes });
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(refused.headers()["retry-after"], "5");
         assert!(!node.wal_failed());

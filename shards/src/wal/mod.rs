@@ -120,7 +120,7 @@ pub struct WalConfig {
 impl Default for WalConfig {
     fn default() -> Self {
         Self {
-            segment_bytes_max: 64 << 20,
+            segment_bytes_max: SEGMENT_BYTES,
             prealloc: true,
             staging_bytes_max: 32 << 20,
             flush_bytes_target: 1 << 20,
@@ -134,6 +134,9 @@ impl Default for WalConfig {
         }
     }
 }
+
+/// The size of a segment unless configured otherwise.
+pub const SEGMENT_BYTES: u64 = 64 << 20;
 
 /// How many segments appending `records` starts, from an active segment
 /// holding `active_bytes`, with an early roll `requested` or not: as
@@ -172,7 +175,10 @@ pub enum WalError {
     /// The append needs a new segment, none is prepared, and the file system
     /// lacks the room to grow one (`WalConfig::disk_room`): nothing was staged
     /// and the WAL goes on; the append can be retried once space is freed.
-    NoRoom,
+    NoRoom {
+        /// The free space the append waits for, as the WAL counts it.
+        needed_bytes: u64,
+    },
     /// The WAL is shutting down.
     Closed,
 }
@@ -186,9 +192,10 @@ impl fmt::Display for WalError {
             }
             WalError::Corrupt(why) => write!(f, "ingress WAL corrupt: {why}"),
             WalError::Io(why) => write!(f, "ingress WAL I/O error: {why}"),
-            WalError::NoRoom => write!(
+            WalError::NoRoom { needed_bytes } => write!(
                 f,
-                "ingress WAL has no room for its next segment: the disk is full or nearly full"
+                "the ingress WAL needs {} MiB free on the broker's disk to take more records (for its next segment and a segment to spare); produces are refused until space is freed",
+                needed_bytes.div_ceil(1 << 20)
             ),
             WalError::Closed => write!(f, "ingress WAL is closed"),
         }
@@ -341,21 +348,33 @@ impl Shared {
     /// can grow to its full size with a segment's room to spare, as last
     /// measured (always, unmeasured): a write that ran out of space would
     /// latch the WAL.
-    fn growth_has_room(&self, config: &WalConfig) -> bool {
+    /// `Err` holds the room it needs.
+    fn growth_has_room(&self, config: &WalConfig) -> Result<(), u64> {
         use std::sync::atomic::Ordering;
         let Some(room) = config.disk_room.as_ref().filter(|_| self.active_grows) else {
-            return true;
+            return Ok(());
         };
         let to_grow = config.segment_bytes_max.saturating_sub(self.active_bytes);
-        room.load(Ordering::Relaxed) >= to_grow + narad_io::align_up(config.segment_bytes_max)
+        let needed = to_grow + narad_io::align_up(config.segment_bytes_max);
+        if room.load(Ordering::Relaxed) >= needed {
+            Ok(())
+        } else {
+            Err(needed)
+        }
     }
 
     /// Whether `rolls` more segments can be started: those the prepared
     /// segment (if one is ready and no roll staged before claims it) does not
     /// serve grow, and need room on the file system (taken off its measure).
-    fn rolls_have_room(&self, config: &WalConfig, rolls: u64) -> bool {
+    /// `Err` holds the room they need.
+    fn rolls_have_room(&self, config: &WalConfig, rolls: u64) -> Result<(), u64> {
         let growing = (self.rolls_pending + rolls).saturating_sub(u64::from(self.prep_ready));
-        rolls == 0 || growing == 0 || upkeep::room_for_segments(config, growing.min(rolls))
+        let segments = growing.min(rolls);
+        if segments == 0 || upkeep::room_for_segments(config, segments) {
+            Ok(())
+        } else {
+            Err((segments + 1) * narad_io::align_up(config.segment_bytes_max))
+        }
     }
 
     /// Keeps a flushed batch for readers and returns a buffer the budget evicted
@@ -603,11 +622,13 @@ impl<S: Storage> Wal<S> {
         } else {
             rolls_needed(sh.active_bytes, sh.roll_requested, records, max)
         };
-        if !sh.rolls_have_room(config, rolls) {
+        if let Err(needed) = sh.rolls_have_room(config, rolls) {
             let without_early = rolls_needed(sh.active_bytes, false, records, max);
-            if !(sh.roll_requested && sh.rolls_have_room(config, without_early)) {
+            if !(sh.roll_requested && sh.rolls_have_room(config, without_early).is_ok()) {
                 sh.stats.appends_refused_for_room += 1;
-                return Err(WalError::NoRoom);
+                return Err(WalError::NoRoom {
+                    needed_bytes: needed,
+                });
             }
             sh.roll_requested = false;
         }
@@ -617,9 +638,13 @@ impl<S: Storage> Wal<S> {
             let frame_len = record.frame_len() as u64;
             sh.active_bytes > 0 && (sh.roll_requested || sh.active_bytes + frame_len > max)
         });
-        if sh.rolls_pending == 0 && !first_rolls && !sh.growth_has_room(config) {
-            sh.stats.appends_refused_for_room += 1;
-            return Err(WalError::NoRoom);
+        if sh.rolls_pending == 0 && !first_rolls {
+            if let Err(needed) = sh.growth_has_room(config) {
+                sh.stats.appends_refused_for_room += 1;
+                return Err(WalError::NoRoom {
+                    needed_bytes: needed,
+                });
+            }
         }
         if sh.staging.len() >= config.flush_bytes_target {
             sh.seal(config.flush_bytes_target);

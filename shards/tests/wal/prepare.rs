@@ -82,7 +82,11 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
         let payload = vec![5u8; 1024];
         // The first segment, made at the open, grows: no room for it.
         let refused = wal.append(&record(&payload, None)).await;
-        assert!(matches!(refused, Err(WalError::NoRoom)), "{refused:?}");
+        let needed_bytes = 2 * segment;
+        assert!(
+            matches!(refused, Err(WalError::NoRoom { needed_bytes: n }) if n == needed_bytes),
+            "{refused:?}"
+        );
         assert_eq!(wal.next_seq(), Seq(0), "nothing staged");
         // Room for it and one more: it fills, and the roll onto the next
         // growing segment takes a segment off the room, which then lacks
@@ -95,7 +99,7 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
                 Err(e) => break e,
             }
         };
-        assert!(matches!(refused, WalError::NoRoom), "{refused}");
+        assert!(matches!(refused, WalError::NoRoom { .. }), "{refused}");
         let stats = wal.stats();
         assert_eq!((stats.rolls, stats.prepared_rolls), (1, 0), "{stats:?}");
         assert_eq!(stats.appends_refused_for_room, 2, "{stats:?}");
@@ -138,7 +142,10 @@ fn a_batch_is_refused_whole_when_only_some_of_its_segments_have_room() {
         let two_segments = vec![one; (2 * segment / frame) as usize];
         let next = wal.next_seq();
         let refused = wal.append_many(&two_segments).await;
-        assert!(matches!(refused, Err(WalError::NoRoom)), "{refused:?}");
+        assert!(
+            matches!(refused, Err(WalError::NoRoom { .. })),
+            "{refused:?}"
+        );
         assert_eq!(wal.next_seq(), next, "nothing staged");
         let fits = &two_segments[..(segment / frame - 1) as usize];
         let taken = wal.append_many(fits).await.unwrap();
