@@ -135,6 +135,13 @@ impl Default for WalConfig {
     }
 }
 
+/// What an append asks of the file system: room for `demand` bytes (plus a
+/// segment to spare), of which it takes `claim` off the measure.
+struct RoomPlan {
+    demand: u64,
+    claim: u64,
+}
+
 /// The size of a segment unless configured otherwise.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
 
@@ -344,36 +351,43 @@ struct Shared {
 }
 
 impl Shared {
-    /// Whether the active segment, if it grows (none was prepared for it),
-    /// can grow to its full size with a segment's room to spare, as last
-    /// measured (always, unmeasured): a write that ran out of space would
-    /// latch the WAL.
-    /// `Err` holds the room it needs.
-    fn growth_has_room(&self, config: &WalConfig) -> Result<(), u64> {
-        use std::sync::atomic::Ordering;
-        let Some(room) = config.disk_room.as_ref().filter(|_| self.active_grows) else {
-            return Ok(());
+    /// What appending `records` (`total_bytes` of frames), with an early roll
+    /// or not, asks of the file system: segments that grow are written only
+    /// with room for what they may still take plus a segment to spare, for a
+    /// write that ran out of space would latch the WAL.
+    fn room_plan(
+        &self,
+        config: &WalConfig,
+        records: &[IngressRecord<'_>],
+        total_bytes: u64,
+        early: bool,
+    ) -> RoomPlan {
+        let max = config.segment_bytes_max;
+        let segment = narad_io::align_up(max);
+        let rolls = if !early && self.active_bytes + total_bytes <= max {
+            0
+        } else {
+            rolls_needed(self.active_bytes, early, records, max)
         };
-        let to_grow = config.segment_bytes_max.saturating_sub(self.active_bytes);
-        let needed = to_grow + narad_io::align_up(config.segment_bytes_max);
-        if room.load(Ordering::Relaxed) >= needed {
-            Ok(())
+        // New segments the prepared one (if ready, and not claimed by a roll
+        // staged before) does not serve grow.
+        let growing = (self.rolls_pending + rolls)
+            .saturating_sub(u64::from(self.prep_ready))
+            .min(rolls);
+        // Frames written into the active segment before any roll grow it, if
+        // it grows; with rolls staged, it is a segment counted above.
+        let first_rolls = records.first().is_some_and(|record| {
+            let frame_len = record.frame_len() as u64;
+            self.active_bytes > 0 && (early || self.active_bytes + frame_len > max)
+        });
+        let rest = if self.active_grows && self.rolls_pending == 0 && !first_rolls {
+            max.saturating_sub(self.active_bytes)
         } else {
-            Err(needed)
-        }
-    }
-
-    /// Whether `rolls` more segments can be started: those the prepared
-    /// segment (if one is ready and no roll staged before claims it) does not
-    /// serve grow, and need room on the file system (taken off its measure).
-    /// `Err` holds the room they need.
-    fn rolls_have_room(&self, config: &WalConfig, rolls: u64) -> Result<(), u64> {
-        let growing = (self.rolls_pending + rolls).saturating_sub(u64::from(self.prep_ready));
-        let segments = growing.min(rolls);
-        if segments == 0 || upkeep::room_for_segments(config, segments) {
-            Ok(())
-        } else {
-            Err((segments + 1) * narad_io::align_up(config.segment_bytes_max))
+            0
+        };
+        RoomPlan {
+            demand: rest + growing * segment,
+            claim: total_bytes.min(rest) + growing * segment,
         }
     }
 
@@ -613,38 +627,21 @@ impl<S: Storage> Wal<S> {
         let mut guard = self.inner.shared.borrow_mut();
         let sh = &mut *guard;
         let config = &self.inner.config;
-        // The segments this batch starts, counted before any of it is staged.
-        // An early roll (compaction's, or off a growing segment) is skipped
-        // rather than refuse the batch for want of room.
-        let max = config.segment_bytes_max;
-        let rolls = if !sh.roll_requested && sh.active_bytes + total_bytes as u64 <= max {
-            0
-        } else {
-            rolls_needed(sh.active_bytes, sh.roll_requested, records, max)
-        };
-        if let Err(needed) = sh.rolls_have_room(config, rolls) {
-            let without_early = rolls_needed(sh.active_bytes, false, records, max);
-            if !(sh.roll_requested && sh.rolls_have_room(config, without_early).is_ok()) {
+        // Room for the segments this batch grows, checked and taken off the
+        // measure before any of it is staged. An early roll (compaction's, or
+        // off a growing segment) is skipped rather than refuse the batch.
+        let total = total_bytes as u64;
+        let plan = sh.room_plan(config, records, total, sh.roll_requested);
+        if let Err(needed_bytes) = upkeep::claim_room(config, plan.demand, plan.claim) {
+            let without_early = sh
+                .roll_requested
+                .then(|| sh.room_plan(config, records, total, false))
+                .map(|plan| upkeep::claim_room(config, plan.demand, plan.claim));
+            if !matches!(without_early, Some(Ok(()))) {
                 sh.stats.appends_refused_for_room += 1;
-                return Err(WalError::NoRoom {
-                    needed_bytes: needed,
-                });
+                return Err(WalError::NoRoom { needed_bytes });
             }
             sh.roll_requested = false;
-        }
-        // Frames written into the active segment before any roll grow it, if
-        // it grows.
-        let first_rolls = records.first().is_some_and(|record| {
-            let frame_len = record.frame_len() as u64;
-            sh.active_bytes > 0 && (sh.roll_requested || sh.active_bytes + frame_len > max)
-        });
-        if sh.rolls_pending == 0 && !first_rolls {
-            if let Err(needed) = sh.growth_has_room(config) {
-                sh.stats.appends_refused_for_room += 1;
-                return Err(WalError::NoRoom {
-                    needed_bytes: needed,
-                });
-            }
         }
         if sh.staging.len() >= config.flush_bytes_target {
             sh.seal(config.flush_bytes_target);

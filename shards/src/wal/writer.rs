@@ -687,10 +687,14 @@ impl<S: Storage> Writer<S> {
         // Seal only what is durable.
         self.active.sync().await?;
         inner.shared.borrow_mut().stats.syncs += 1;
-        let prepared = {
+        // What the appenders stage from now on goes to the new segment: it
+        // grows unless prepared (a prepared file is a full segment; a shorter
+        // recycled one is found below).
+        let (prepared, left_growing) = {
             let mut sh = inner.shared.borrow_mut();
             sh.rolls_pending -= 1;
-            std::mem::replace(&mut sh.prep_ready, false)
+            let prepared = std::mem::replace(&mut sh.prep_ready, false);
+            (prepared, std::mem::replace(&mut sh.active_grows, !prepared))
         };
         // Waits out a shortage of descriptors or memory rather than latch.
         let file = super::place::place_segment(&inner.storage, &inner.dir, &name, prepared).await?;
@@ -705,7 +709,7 @@ impl<S: Storage> Writer<S> {
             let mut sh = inner.shared.borrow_mut();
             sh.stats.rolls += 1;
             sh.stats.prepared_rolls += u64::from(prepared);
-            sh.stats.early_rolls += u64::from(prepared && sh.active_grows);
+            sh.stats.early_rolls += u64::from(prepared && left_growing);
             sh.active_grows =
                 !prepared || file_bytes < narad_io::align_up(inner.config.segment_bytes_max);
             // A preparation that finished during this roll saw the old segment.

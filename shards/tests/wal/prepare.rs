@@ -66,9 +66,10 @@ fn measured_room() -> (std::sync::Arc<std::sync::atomic::AtomicU64>, WalConfig) 
 /// write that runs out of space latches the WAL. So, as the broker last
 /// measured the room: an append is refused (`NoRoom`, nothing staged, the WAL
 /// not latched) unless the file system has room for what the growing segment
-/// may still take plus a segment; a roll onto a new growing segment needs room
-/// for two, and takes one off the measure; no segment is zero-filled without
-/// room for two. With room again, appends go on with the next sequence number.
+/// may still take plus a segment, and takes its bytes off the measure; a roll
+/// onto a new growing segment needs room for two, and takes one; no segment
+/// is zero-filled without room for two. With room again, appends go on with
+/// the next sequence number.
 #[test]
 fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
     use std::sync::atomic::Ordering;
@@ -88,9 +89,9 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
             "{refused:?}"
         );
         assert_eq!(wal.next_seq(), Seq(0), "nothing staged");
-        // Room for it and one more: it fills, and the roll onto the next
-        // growing segment takes a segment off the room, which then lacks
-        // room for the new segment to grow.
+        // Room for it and one more: it fills, each append taking its bytes
+        // off the room, which then lacks room for a roll onto a segment that
+        // would grow.
         room.store(2 * segment, Ordering::Relaxed);
         let mut last = None;
         let refused = loop {
@@ -101,16 +102,23 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
         };
         assert!(matches!(refused, WalError::NoRoom { .. }), "{refused}");
         let stats = wal.stats();
-        assert_eq!((stats.rolls, stats.prepared_rolls), (1, 0), "{stats:?}");
+        assert_eq!(stats.rolls, 0, "{stats:?}");
         assert_eq!(stats.appends_refused_for_room, 2, "{stats:?}");
         assert!(stats.preparations_held > 0, "{stats:?}");
-        assert_eq!(room.load(Ordering::Relaxed), segment);
+        assert_eq!(
+            room.load(Ordering::Relaxed),
+            2 * segment - stats.frame_bytes
+        );
         assert!(!disk_names_contain(&disk, "next-segment.tmp"));
         assert!(!disk_names_contain(&disk, "next-segment.prep"));
-        // Measured again with room: taken, with the next sequence number.
+        // Measured again with room for three: the roll onto a growing segment
+        // takes one, the preparation it starts another.
         room.store(3 * segment, Ordering::Relaxed);
         let taken = wal.append(&record(&payload, None)).await.unwrap();
         assert_eq!(taken, last.unwrap().next(), "nothing was staged meanwhile");
+        assert_eq!(wal.stats().rolls, 1);
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        assert_eq!(room.load(Ordering::Relaxed), segment);
         wal.close().await;
         let reopened = Wal::open(disk.clone(), "wal", small_config(true))
             .await
@@ -156,6 +164,90 @@ fn a_batch_is_refused_whole_when_only_some_of_its_segments_have_room() {
             (1, 1, 1),
             "{stats:?}"
         );
+        wal.close().await;
+    });
+}
+
+/// Rolls staged and not yet made count against the one prepared segment:
+/// appends staged together across two segment ends, with no room to grow a
+/// segment, fill the prepared segment (the first leaves the growing one
+/// early) and the rest are refused, never rolling onto a segment that grows.
+#[test]
+fn appends_staged_together_share_the_one_prepared_segment() {
+    use std::sync::atomic::Ordering;
+
+    let disk = SimDisk::new(17, SimFaults::default());
+    run_local(None, async move {
+        let (room, config) = measured_room();
+        let segment = config.segment_bytes_max;
+        room.store(4 * segment, Ordering::Relaxed);
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        let payload = vec![5u8; 1024];
+        let one = record(&payload, None);
+        wal.append(&one).await.unwrap();
+        room.store(0, Ordering::Relaxed);
+        let frame = one.frame_len() as u64;
+        let appends = (0..2 * segment / frame + 4).map(|_| wal.append(&one));
+        let results = narad_io::rt::join_all(appends).await;
+        let taken = results.iter().filter(|r| r.is_ok()).count() as u64;
+        assert!(
+            results[taken as usize..]
+                .iter()
+                .all(|r| matches!(r, Err(WalError::NoRoom { .. }))),
+            "{results:?}"
+        );
+        assert_eq!(taken, segment / frame, "the prepared segment's worth");
+        let stats = wal.stats();
+        assert_eq!(
+            (stats.rolls, stats.prepared_rolls, stats.early_rolls),
+            (1, 1, 1),
+            "{stats:?}"
+        );
+        wal.close().await;
+    });
+}
+
+/// An early roll that would start a segment that grows, without room for it,
+/// is dropped and the append taken into the active segment: here a
+/// compaction's rotation of a dispatched segment, with preparation off.
+#[test]
+fn an_early_roll_without_room_is_dropped_not_the_append() {
+    use std::sync::atomic::Ordering;
+
+    let disk = SimDisk::new(18, SimFaults::default());
+    run_local(None, async move {
+        let (room, config) = measured_room();
+        let config = WalConfig {
+            prealloc: false,
+            ..config
+        };
+        let segment = config.segment_bytes_max;
+        room.store(u64::MAX, Ordering::Relaxed);
+        let wal = Wal::open(disk.clone(), "wal", config.clone())
+            .await
+            .unwrap();
+        let payload = vec![5u8; 1024];
+        // Past `rotate_dispatched_bytes_min` and all dispatched: compaction
+        // asks for a roll, which the next append makes.
+        let mut next = Seq(0);
+        while next.0 * 1100 < 2 * config.rotate_dispatched_bytes_min {
+            next = wal.append(&record(&payload, None)).await.unwrap().next();
+        }
+        wal.store_checkpoint(next);
+        wait_until(|| wal.synced_checkpoint() == next).await;
+        // Room for the rest of the active segment and one more, not for a
+        // new segment besides.
+        room.store(2 * segment - 1, Ordering::Relaxed);
+        let taken = wal.append(&record(&payload, None)).await.unwrap();
+        assert_eq!(taken, next);
+        assert_eq!(wal.stats().rolls, 0, "{:?}", wal.stats());
+        // With room, the next rotation is made.
+        room.store(u64::MAX, Ordering::Relaxed);
+        wal.store_checkpoint(taken.next());
+        wait_until(|| wal.synced_checkpoint() == taken.next()).await;
+        wal.append(&record(&payload, None)).await.unwrap();
+        assert_eq!(wal.stats().rolls, 1, "{:?}", wal.stats());
         wal.close().await;
     });
 }
