@@ -128,24 +128,32 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
     });
 }
 
+/// A WAL with a prepared segment ready, one record in its growing first
+/// segment, and no room left on the file system as last measured; and the
+/// segment size.
+async fn one_prepared_segment_and_no_room(disk: &SimDisk) -> (Wal<SimDisk>, u64) {
+    use std::sync::atomic::Ordering;
+
+    let (room, config) = measured_room();
+    let segment = config.segment_bytes_max;
+    room.store(4 * segment, Ordering::Relaxed);
+    let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+    wait_until(|| disk_names_contain(disk, "next-segment.prep")).await;
+    wal.append(&record(&[5u8; 1024], None)).await.unwrap();
+    room.store(0, Ordering::Relaxed);
+    (wal, segment)
+}
+
 /// A prepared segment serves one roll: without room to grow a segment, a
 /// batch that needs two is refused whole, and one that fits the prepared
 /// segment is taken onto it (the WAL leaves its growing first segment early).
 #[test]
 fn a_batch_is_refused_whole_when_only_some_of_its_segments_have_room() {
-    use std::sync::atomic::Ordering;
-
     let disk = SimDisk::new(16, SimFaults::default());
     run_local(None, async move {
-        let (room, config) = measured_room();
-        let segment = config.segment_bytes_max;
-        room.store(4 * segment, Ordering::Relaxed);
-        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
-        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        let (wal, segment) = one_prepared_segment_and_no_room(&disk).await;
         let payload = vec![5u8; 1024];
         let one = record(&payload, None);
-        wal.append(&one).await.unwrap();
-        room.store(0, Ordering::Relaxed);
         let frame = one.frame_len() as u64;
         let two_segments = vec![one; (2 * segment / frame) as usize];
         let next = wal.next_seq();
@@ -174,19 +182,11 @@ fn a_batch_is_refused_whole_when_only_some_of_its_segments_have_room() {
 /// early) and the rest are refused, never rolling onto a segment that grows.
 #[test]
 fn appends_staged_together_share_the_one_prepared_segment() {
-    use std::sync::atomic::Ordering;
-
     let disk = SimDisk::new(17, SimFaults::default());
     run_local(None, async move {
-        let (room, config) = measured_room();
-        let segment = config.segment_bytes_max;
-        room.store(4 * segment, Ordering::Relaxed);
-        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
-        wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
+        let (wal, segment) = one_prepared_segment_and_no_room(&disk).await;
         let payload = vec![5u8; 1024];
         let one = record(&payload, None);
-        wal.append(&one).await.unwrap();
-        room.store(0, Ordering::Relaxed);
         let frame = one.frame_len() as u64;
         let appends = (0..2 * segment / frame + 4).map(|_| wal.append(&one));
         let results = narad_io::rt::join_all(appends).await;
