@@ -144,6 +144,18 @@ async fn one_prepared_segment_and_no_room(disk: &SimDisk) -> (Wal<SimDisk>, u64)
     (wal, segment)
 }
 
+/// Checks that the WAL rolled once, early, onto its prepared segment, and
+/// closes it.
+async fn rolled_once_early_onto_the_prepared_segment(wal: Wal<SimDisk>) {
+    let stats = wal.stats();
+    assert_eq!(
+        (stats.rolls, stats.prepared_rolls, stats.early_rolls),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    wal.close().await;
+}
+
 /// A prepared segment serves one roll: without room to grow a segment, a
 /// batch that needs two is refused whole, and one that fits the prepared
 /// segment is taken onto it (the WAL leaves its growing first segment early).
@@ -166,13 +178,7 @@ fn a_batch_is_refused_whole_when_only_some_of_its_segments_have_room() {
         let fits = &two_segments[..(segment / frame - 1) as usize];
         let taken = wal.append_many(fits).await.unwrap();
         assert_eq!(taken.start, next);
-        let stats = wal.stats();
-        assert_eq!(
-            (stats.rolls, stats.prepared_rolls, stats.early_rolls),
-            (1, 1, 1),
-            "{stats:?}"
-        );
-        wal.close().await;
+        rolled_once_early_onto_the_prepared_segment(wal).await;
     });
 }
 
@@ -198,13 +204,7 @@ fn appends_staged_together_share_the_one_prepared_segment() {
             "{results:?}"
         );
         assert_eq!(taken, segment / frame, "the prepared segment's worth");
-        let stats = wal.stats();
-        assert_eq!(
-            (stats.rolls, stats.prepared_rolls, stats.early_rolls),
-            (1, 1, 1),
-            "{stats:?}"
-        );
-        wal.close().await;
+        rolled_once_early_onto_the_prepared_segment(wal).await;
     });
 }
 
