@@ -10,6 +10,8 @@
 //! - `place`: a roll's next segment put in place, a shortage of descriptors or
 //!   memory waited out rather than latched.
 //! - `upkeep`: the lazy checkpoint flush, compaction and segment preparation.
+//! - `room`: the free space an append or a preparation needs where nothing was
+//!   prepared, refused (not latched) without it.
 //! - [`reader`]: the dispatcher's sequential reader.
 //!
 //! Group commit. An append encodes its frame into a shared staging buffer, takes
@@ -44,6 +46,7 @@ pub mod key;
 mod place;
 pub mod progress;
 pub mod reader;
+mod room;
 pub mod segment;
 mod upkeep;
 mod writer;
@@ -135,38 +138,8 @@ impl Default for WalConfig {
     }
 }
 
-/// What an append asks of the file system: room for `demand` bytes (plus a
-/// segment to spare), of which it takes `claim` off the measure.
-struct RoomPlan {
-    demand: u64,
-    claim: u64,
-}
-
 /// The size of a segment unless configured otherwise.
 pub const SEGMENT_BYTES: u64 = 64 << 20;
-
-/// How many segments appending `records` starts, from an active segment
-/// holding `active_bytes`, with an early roll `requested` or not: as
-/// [`Wal::stage`] rolls.
-fn rolls_needed(
-    mut active_bytes: u64,
-    mut requested: bool,
-    records: &[IngressRecord<'_>],
-    segment_bytes_max: u64,
-) -> u64 {
-    let mut rolls = 0;
-    for record in records {
-        let frame_len = record.frame_len() as u64;
-        let full = active_bytes > 0 && active_bytes + frame_len > segment_bytes_max;
-        if full || (requested && active_bytes > 0) {
-            rolls += 1;
-            active_bytes = 0;
-            requested = false;
-        }
-        active_bytes += frame_len;
-    }
-    rolls
-}
 
 /// Why a WAL operation failed.
 #[derive(Debug, Clone)]
@@ -351,46 +324,6 @@ struct Shared {
 }
 
 impl Shared {
-    /// What appending `records` (`total_bytes` of frames), with an early roll
-    /// or not, asks of the file system: segments that grow are written only
-    /// with room for what they may still take plus a segment to spare, for a
-    /// write that ran out of space would latch the WAL.
-    fn room_plan(
-        &self,
-        config: &WalConfig,
-        records: &[IngressRecord<'_>],
-        total_bytes: u64,
-        early: bool,
-    ) -> RoomPlan {
-        let max = config.segment_bytes_max;
-        let segment = narad_io::align_up(max);
-        let rolls = if !early && self.active_bytes + total_bytes <= max {
-            0
-        } else {
-            rolls_needed(self.active_bytes, early, records, max)
-        };
-        // New segments the prepared one (if ready, and not claimed by a roll
-        // staged before) does not serve grow.
-        let growing = (self.rolls_pending + rolls)
-            .saturating_sub(u64::from(self.prep_ready))
-            .min(rolls);
-        // Frames written into the active segment before any roll grow it, if
-        // it grows; with rolls staged, it is a segment counted above.
-        let first_rolls = records.first().is_some_and(|record| {
-            let frame_len = record.frame_len() as u64;
-            self.active_bytes > 0 && (early || self.active_bytes + frame_len > max)
-        });
-        let rest = if self.active_grows && self.rolls_pending == 0 && !first_rolls {
-            max.saturating_sub(self.active_bytes)
-        } else {
-            0
-        };
-        RoomPlan {
-            demand: rest + growing * segment,
-            claim: total_bytes.min(rest) + growing * segment,
-        }
-    }
-
     /// Keeps a flushed batch for readers and returns a buffer the budget evicted
     /// (if no reader still holds it), for reuse as a staging buffer.
     fn keep_recent(&mut self, batch: RecentBatch, bytes_max: usize) -> Option<Vec<u8>> {
@@ -627,22 +560,7 @@ impl<S: Storage> Wal<S> {
         let mut guard = self.inner.shared.borrow_mut();
         let sh = &mut *guard;
         let config = &self.inner.config;
-        // Room for the segments this batch grows, checked and taken off the
-        // measure before any of it is staged. An early roll (compaction's, or
-        // off a growing segment) is skipped rather than refuse the batch.
-        let total = total_bytes as u64;
-        let plan = sh.room_plan(config, records, total, sh.roll_requested);
-        if let Err(needed_bytes) = upkeep::claim_room(config, plan.demand, plan.claim) {
-            let without_early = sh
-                .roll_requested
-                .then(|| sh.room_plan(config, records, total, false))
-                .map(|plan| upkeep::claim_room(config, plan.demand, plan.claim));
-            if !matches!(without_early, Some(Ok(()))) {
-                sh.stats.appends_refused_for_room += 1;
-                return Err(WalError::NoRoom { needed_bytes });
-            }
-            sh.roll_requested = false;
-        }
+        sh.admit(config, records, total_bytes as u64)?;
         if sh.staging.len() >= config.flush_bytes_target {
             sh.seal(config.flush_bytes_target);
         }

@@ -238,32 +238,6 @@ async fn full_size<S: Storage>(wal: &Wal<S>, path: &str) -> io::Result<bool> {
     Ok(bytes? >= narad_io::align_up(wal.inner.config.segment_bytes_max))
 }
 
-/// Whether the file system has room to write `segments` more segments (a
-/// zero-fill): see [`claim_room`].
-pub(super) fn room_for_segments(config: &super::WalConfig, segments: u64) -> bool {
-    let bytes = narad_io::align_up(config.segment_bytes_max) * segments;
-    claim_room(config, bytes, bytes).is_ok()
-}
-
-/// Checks that the file system has room for `demand` bytes plus a segment to
-/// spare, as last measured ([`super::WalConfig::disk_room`]; always,
-/// unmeasured, or for no demand), and takes `claim` off the measure at once,
-/// so that the WALs of other shards, which read it too (all of them at a
-/// start), count what this one is about to write; the next measure replaces
-/// the figure. `Err` holds the room needed; nothing is taken then.
-pub(super) fn claim_room(config: &super::WalConfig, demand: u64, claim: u64) -> Result<(), u64> {
-    use std::sync::atomic::Ordering;
-    let Some(room) = config.disk_room.as_ref().filter(|_| demand > 0) else {
-        return Ok(());
-    };
-    let needed = demand.saturating_add(narad_io::align_up(config.segment_bytes_max));
-    room.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |free| {
-        (free >= needed).then(|| free - claim.min(free))
-    })
-    .map(|_| ())
-    .map_err(|_| needed)
-}
-
 /// Starts preparing the next segment in the background unless one is ready or
 /// being prepared.
 pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
@@ -278,7 +252,7 @@ pub(super) fn start_preparation<S: Storage>(wal: &Wal<S>) {
             return;
         }
         // Asked again at the next roll or compaction: the check costs nothing.
-        if sh.spares.is_empty() && !room_for_segments(&wal.inner.config, 1) {
+        if sh.spares.is_empty() && !super::room::room_for_segments(&wal.inner.config, 1) {
             sh.stats.preparations_held += 1;
             tracing::debug!(
                 "ingress WAL: no room to prepare a segment; rolls create empty segments"
