@@ -117,6 +117,47 @@ fn consume_and_ack_one(client: &mut Client, topic: &str) {
     assert_eq!(acked.status, 204, "{acked:?}");
 }
 
+/// Acks whose consumer state cannot be written are still answered (they are
+/// durable only within the write interval, by design), but each failed write
+/// counts in `narad_errors_total{component="storage",kind="consumer_state"}`
+/// and is logged, so that an operator can alert on it. A directory where the
+/// partition's `consumer.ahead` file goes makes its writes fail, for root too.
+#[test]
+fn acks_whose_state_cannot_be_written_are_counted_and_logged() {
+    let mut node = Node::start_shards(1, &[]);
+    let mut client = node.client();
+    let failed = r#"narad_errors_total{component="storage",kind="consumer_state"}"#;
+    let count = |client: &mut Client| -> f64 {
+        let metrics = client.request("GET", "/metrics", &[], "").unwrap();
+        metrics
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix(failed)?.strip_prefix(' '))
+            .map(|v| v.trim().parse().unwrap())
+            .expect("the series is there from the start")
+    };
+    post_topic(&mut client, r#"{"name":"stuck","partitions":3}"#);
+    produce_ok(&mut client, "stuck", "partition=0", b"one");
+    wait_for_total(&mut client, "stuck", 1, 1, Duration::from_secs(10));
+    // Leased: the partition's consumer state is loaded (with no file yet);
+    // the ack's write will create the file, where a directory now is.
+    let handle = common::lease_one(&mut client, "stuck", 0);
+    let state = common::partition_dir(&node.data, "stuck", 0).join("consumer.ahead");
+    std::fs::create_dir(&state).unwrap();
+    assert_eq!(count(&mut client), 0.0);
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("receipt_handle", &handle)
+        .finish();
+    let acked = client
+        .request("POST", &format!("/v1/topics/stuck/ack?{query}"), &JSON, "")
+        .unwrap();
+    assert_eq!(acked.status, 204, "{acked:?}");
+    common::wait_until(Duration::from_secs(10), "a failed write counted", || {
+        (count(&mut client) >= 1.0).then_some(())
+    });
+    node.wait_for_log("consumer offsets not persisted");
+}
+
 /// `consumer.offset` of a quiet partition catches up with its durable frontier
 /// while the node runs, with no further ack to prompt it (levelled every 3 s
 /// here through a debug hook, every 30 s by default).

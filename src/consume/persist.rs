@@ -199,6 +199,10 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
                 );
             }
         }
+        if !report.errors.is_empty() {
+            ::metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "consumer_state")
+                .increment(report.errors.len() as u64);
+        }
         if !report.errors.is_empty()
             && (closing || last_error_log.is_none_or(|at| at.elapsed() >= ERROR_LOG_EVERY))
         {

@@ -25,6 +25,7 @@ pub(super) fn register_zeroes() {
         ("storage", "fsync_poisoned"),
         ("storage", "retention_unlink"),
         ("storage", "retention_panic"),
+        ("storage", "consumer_state"),
     ] {
         ::metrics::counter!("narad_errors_total", "component" => component, "kind" => kind)
             .absolute(0);
