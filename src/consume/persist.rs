@@ -24,6 +24,7 @@ use narad_shards::consume::state::{
     AckedState, Committer, CommitterConfig, PartitionKey, SYNCS_AT_ONCE,
 };
 use narad_shards::ids::IncarnationId;
+use narad_shards::lines::LineThrottle;
 
 use crate::broker::{partition_dir, Shard};
 
@@ -119,9 +120,9 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     let durability_interval = config.durability_interval;
     let mut committer = Committer::new(shard.storage.clone(), config);
     let mut known: HashSet<PartitionKey> = HashSet::new();
-    let mut last_error_log: Option<Instant> = None;
-    let mut last_slow_tick_log: Option<Instant> = None;
-    let mut last_late_sync_log: Option<Instant> = None;
+    let error_lines = LineThrottle::new(ERROR_LOG_EVERY);
+    let slow_tick_lines = LineThrottle::new(LAG_WARNING_EVERY);
+    let late_sync_lines = LineThrottle::new(LAG_WARNING_EVERY);
     // Ticks start `tick` apart, start to start: a pass's own time is not added
     // to the wait, and a pass slower than a tick is followed at once.
     let mut next_tick: Option<Instant> = None;
@@ -181,7 +182,11 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
         }
         let took = started.elapsed();
         // A tick that primed partitions read their files first: not a lag.
-        if !closing && took > tick && report.primed == 0 && due(&mut last_slow_tick_log) {
+        if !closing
+            && took > tick
+            && report.primed == 0
+            && slow_tick_lines.due(Instant::now()).is_some()
+        {
             tracing::warn!(
                 written = partitions,
                 flush_took = ?took,
@@ -190,7 +195,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
             );
         }
         if let Some((waiting, oldest)) = committer.oldest_unsynced(Instant::now()) {
-            if oldest > durability_interval * 2 && due(&mut last_late_sync_log) {
+            if oldest > durability_interval * 2 && late_sync_lines.due(Instant::now()).is_some() {
                 tracing::warn!(
                     partitions = waiting,
                     oldest = ?oldest,
@@ -203,10 +208,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
             ::metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "consumer_state")
                 .increment(report.errors.len() as u64);
         }
-        if !report.errors.is_empty()
-            && (closing || last_error_log.is_none_or(|at| at.elapsed() >= ERROR_LOG_EVERY))
-        {
-            last_error_log = Some(Instant::now());
+        if !report.errors.is_empty() && (closing || error_lines.due(Instant::now()).is_some()) {
             for (key, error) in report.errors.iter().take(8) {
                 tracing::error!(partition = key.1 .0, %error, "consumer offsets not persisted; acks will be redelivered after a crash until this clears");
             }
@@ -250,16 +252,6 @@ fn drop_deleted_topics(
         }
         keep
     });
-}
-
-/// Whether a warning last logged at `last` may be logged again (at most once a
-/// minute); if so, notes that it is.
-fn due(last: &mut Option<Instant>) -> bool {
-    if last.is_some_and(|at| at.elapsed() < LAG_WARNING_EVERY) {
-        return false;
-    }
-    *last = Some(Instant::now());
-    true
 }
 
 /// The settled state of every partition acked since the last call.

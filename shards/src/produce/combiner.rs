@@ -128,9 +128,8 @@ pub struct Owner<S: Storage> {
     /// Logs this owner keeps open at most: an open past it first closes the
     /// least recently used log nobody is using (see [`Owner::set_open_logs_max`]).
     open_logs_max: Cell<usize>,
-    /// When the budget last made an open close another log, for a log line at
-    /// most once a minute.
-    budget_noted_at: Cell<Option<Instant>>,
+    /// Opens the budget made close another log: one line a minute at most.
+    budget_lines: LineThrottle,
     /// Failed opens and failed commits: thousands of partitions failing at
     /// once (a directory gone, a full disk) log one line of each every
     /// [`ERROR_LOG_EVERY`], not one each.
@@ -174,7 +173,7 @@ impl<S: Storage> Owner<S> {
             observer: RefCell::new(None),
             open_logs: Cell::new(0),
             open_logs_max: Cell::new(usize::MAX),
-            budget_noted_at: Cell::new(None),
+            budget_lines: LineThrottle::new(Duration::from_secs(60)),
             open_errors: LineThrottle::new(ERROR_LOG_EVERY),
             commit_errors: LineThrottle::new(ERROR_LOG_EVERY),
             measured: RefCell::new(HashSet::new()),
@@ -242,13 +241,7 @@ impl<S: Storage> Owner<S> {
         if let Some(observer) = observer {
             observer.idle_evicted(closed);
         }
-        let now = Instant::now();
-        let quiet = self
-            .budget_noted_at
-            .get()
-            .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(60));
-        if !quiet {
-            self.budget_noted_at.set(Some(now));
+        if self.budget_lines.due(Instant::now()).is_some() {
             tracing::info!(
                 open_logs_max = self.open_logs_max.get(),
                 "partition logs in use exceed the open-log budget: the least recently used are closed and opened again when next needed (raise RLIMIT_NOFILE to keep more open)"
