@@ -14,7 +14,7 @@ use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::{BlockFile, Storage, BLOCK_BYTES};
 use narad_shards::consume::state::{
     encode, load, newest, read_offset_file, AckedState, Committer, CommitterConfig, PartitionKey,
-    AHEAD_FILE, OFFSET_FILE, SLOT_BYTES, SYNCS_AT_ONCE,
+    TickReport, AHEAD_FILE, OFFSET_FILE, SLOT_BYTES, SYNCS_AT_ONCE,
 };
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
 use rand::{Rng, SeedableRng};
@@ -450,6 +450,23 @@ fn two_descriptors_serve_five_partitions() {
     }
 }
 
+/// A committer over `disk` whose first tick, at `t0`, writes an ack for each
+/// of `many` partitions (partition `p` settled below `base + p`); its states
+/// and that tick's report.
+async fn ack_each(
+    disk: &SimDisk,
+    config: CommitterConfig,
+    many: u32,
+    base: u64,
+    t0: Instant,
+) -> (Committer<SimDisk>, Vec<AckedState>, TickReport) {
+    let mut committer = Committer::new(disk.clone(), config);
+    let states: Vec<AckedState> = (0..many).map(|p| acked(base + u64::from(p), &[])).collect();
+    let all = (0..many).map(|p| (key(p), dir(p), states[p as usize].clone()));
+    let first = committer.tick(t0, all.collect()).await;
+    (committer, states, first)
+}
+
 /// A node acking across many partitions: their syncs (and the first
 /// levelling of each `consumer.offset`) are in flight together, never more than
 /// `SYNCS_AT_ONCE`, and every one of them is durable, held descriptor or not.
@@ -460,13 +477,11 @@ fn the_syncs_of_many_partitions_run_together_within_a_bound() {
     disk.set_sync_turns(3);
     block_on(async {
         let interval = Duration::from_secs(1);
-        let mut committer = Committer::new(disk.clone(), config(interval, 8));
         let t0 = Instant::now();
-        let states: Vec<AckedState> = (0..MANY).map(|p| acked(10 + u64::from(p), &[])).collect();
-        let all = (0..MANY).map(|p| (key(p), dir(p), states[p as usize].clone()));
         // Those whose turn is the first tick are synced then, the rest (they
         // waited an interval) on the next.
-        let first = committer.tick(t0, all.collect()).await;
+        let (mut committer, states, first) =
+            ack_each(&disk, config(interval, 8), MANY, 10, t0).await;
         let second = committer.tick(t0 + interval + 100 * MS, vec![]).await;
         for report in [&first, &second] {
             assert!(report.errors.is_empty(), "{report:?}");
@@ -499,11 +514,9 @@ fn a_failed_sync_among_many_fails_only_its_partition() {
     disk.set_sync_turns(2);
     block_on(async {
         let interval = Duration::from_secs(1);
-        let mut committer = Committer::new(disk.clone(), config(interval, 4));
         let t0 = Instant::now();
-        let states: Vec<AckedState> = (0..MANY).map(|p| acked(5 + u64::from(p), &[])).collect();
-        let all = (0..MANY).map(|p| (key(p), dir(p), states[p as usize].clone()));
-        let first = committer.tick(t0, all.collect()).await;
+        let (mut committer, states, first) =
+            ack_each(&disk, config(interval, 4), MANY, 5, t0).await;
         assert!(first.errors.is_empty(), "{first:?}");
         disk.fail_next_syncs(1);
         let second = committer.tick(t0 + interval + 100 * MS, vec![]).await;
