@@ -18,6 +18,8 @@ variants=(
   "broken-checkpoint-past-uncommitted|narad|crash_sigkill|the same, in a real process killed with SIGKILL"
   "broken-checkpoint-past-uncommitted|narad-shards|dispatch_sim|the same, in the dispatcher's seeded simulation"
   "broken-checkpoint-past-uncommitted|narad-shards|produce_sim|the same, through the real dispatch task, combiner and logs"
+  "broken-dispatched-skipped-as-done|narad-shards|dispatch_sim|a graceful stop leaves the records it skipped (left in the WAL) as done"
+  "broken-dispatched-skipped-as-done|narad-shards|produce_sim|the same, through the real WAL, dispatch task and logs"
   "broken-no-torn-truncation|narad-shards|wal_crash|recovery resumes after a torn write instead of at its hole"
   "broken-no-readback|narad-shards|log_faults|a partition commit skips the read-back and CRC check"
   "broken-log-trust-stale-hint|narad-shards|log_crash|a partition log open trusts a tail hint that commits after it made stale"

@@ -28,7 +28,9 @@
         feature = "broken-ack-before-fsync",
         feature = "broken-ack-state-no-anchor",
         feature = "broken-checkpoint-past-uncommitted",
+        feature = "broken-dispatched-skipped-as-done",
         feature = "broken-growing-dsync",
+        feature = "broken-log-trust-stale-hint",
         feature = "broken-log-unmasked",
         feature = "broken-no-readback",
         feature = "broken-no-torn-truncation"

@@ -4,7 +4,9 @@
 //! owners answer commits with random latency and go through slow, hung, failing and
 //! dead periods; partitions change owner; topics are recreated under new
 //! incarnations (with the local replica and the owners catching up at different
-//! times); the dispatcher crashes and is rebuilt from the last *stored* checkpoint.
+//! times); the dispatcher crashes and is rebuilt from the last *stored* checkpoint,
+//! or stops gracefully and is resumed from the progress it left (the records done
+//! above the checkpoint, which must never be committed again).
 //! Every step checks that the stored checkpoint never passes a record that is not
 //! committed (or discarded after the leader confirmed its incarnation gone), that a
 //! destination never has two commits in flight, and that memory stays bounded. Once
@@ -13,7 +15,7 @@
 //!
 //! `NARAD_TEST_SEED=<n>` replays one seed; `NARAD_DISPATCH_SEEDS=<n>` runs more.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
@@ -129,6 +131,9 @@ struct Sim {
     next_produce_at: Duration,
     next_fault_at: Duration,
     crashes: u32,
+    /// Records the last graceful stop left done above the checkpoint, since
+    /// when no crash happened: none may be committed again.
+    done_at_stop: BTreeSet<Seq>,
     stats: BTreeMap<&'static str, u64>,
 }
 
@@ -206,6 +211,7 @@ impl Sim {
             next_produce_at: Duration::ZERO,
             next_fault_at: Duration::from_millis(200),
             crashes: 0,
+            done_at_stop: BTreeSet::new(),
             stats: BTreeMap::new(),
         }
     }
@@ -237,6 +243,8 @@ impl Sim {
             self.deliver();
             if self.faults_on() && self.rng.random_bool(0.000_5) {
                 self.crash();
+            } else if self.faults_on() && self.rng.random_bool(0.000_5) {
+                self.stop_and_resume();
             }
             self.drive(Event::Tick);
             self.read();
@@ -445,7 +453,27 @@ impl Sim {
         self.reader_pos = self.stored_checkpoint;
         let now = self.base + self.now();
         self.dispatcher = Dispatcher::new(self.config.clone(), self.stored_checkpoint, now);
+        self.done_at_stop.clear();
         self.bump("crashes");
+    }
+
+    /// A graceful stop: the dispatcher leaves its progress (commits still in
+    /// flight are abandoned, as past a stop's grace, and may land later), and
+    /// the next one resumes from it at the stored checkpoint.
+    fn stop_and_resume(&mut self) {
+        let progress = self.dispatcher.progress_at_stop();
+        assert_eq!(progress.checkpoint(), self.stored_checkpoint);
+        let checkpoint = progress.checkpoint().0;
+        self.done_at_stop = (checkpoint..checkpoint + progress.done_above().len() as u64)
+            .map(Seq)
+            .filter(|&s| progress.is_done(s))
+            .collect();
+        self.generation += 1;
+        self.in_flight.clear();
+        self.reader_pos = self.stored_checkpoint;
+        let now = self.base + self.now();
+        self.dispatcher = Dispatcher::resume(self.config.clone(), progress, now);
+        self.bump("graceful stops");
     }
 
     fn drive(&mut self, event: Event<'_>) {
@@ -565,6 +593,9 @@ impl Sim {
             partition.0
         );
         assert!(!seqs.is_empty());
+        if let Some(seq) = seqs.iter().find(|s| self.done_at_stop.contains(s)) {
+            panic!("record {seq} committed again after a graceful stop left it done");
+        }
         if !self.cluster.is_local(owner) && seqs.len() > 1 {
             let bytes: u64 = seqs
                 .iter()

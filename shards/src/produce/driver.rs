@@ -223,7 +223,15 @@ pub async fn run<E: DispatchEnv, S: Storage>(
     config: DriverConfig,
 ) {
     let start = wal.checkpoint();
-    let mut dispatcher = Dispatcher::new(config.dispatch.clone(), start, Instant::now());
+    // Records a graceful stop committed above the checkpoint are passed over.
+    let mut dispatcher = match wal.take_dispatched().filter(|p| p.checkpoint() == start) {
+        Some(progress) => {
+            let done = progress.done_above().filter(|&d| d).count();
+            tracing::info!(wal = %name, checkpoint = start.0, done, "resuming dispatch past the records the last stop had committed above the checkpoint");
+            Dispatcher::resume(config.dispatch.clone(), progress, Instant::now())
+        }
+        None => Dispatcher::new(config.dispatch.clone(), start, Instant::now()),
+    };
     let mut reader: WalReader<S> = wal.reader(start);
     let mut held: DenseIdMap<Seq, HeldBytes> = DenseIdMap::default();
     let held_bytes = match (mode, env.drain_held_bytes()) {
@@ -443,6 +451,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
             wal.store_checkpoint(seq);
         }
     }
+    wal.leave_dispatched(dispatcher.progress_at_stop());
     tracing::info!(wal = %name, checkpoint = dispatcher.checkpoint().0, "dispatcher stopped");
 }
 

@@ -41,6 +41,7 @@
 //! for the flush instead); one chunk buffer per reader; the segment list.
 
 pub mod checkpoint;
+pub mod dispatched;
 pub mod frame;
 pub mod key;
 mod place;
@@ -423,6 +424,9 @@ struct Inner<S: Storage> {
     shared: RefCell<Shared>,
     tasks: RefCell<Vec<narad_io::rt::JoinHandle<()>>>,
     observer: RefCell<Option<Rc<dyn WalObserver>>>,
+    /// The done-set a graceful stop left, until the dispatcher takes it; then
+    /// the one its stop leaves, until the close writes it.
+    dispatched: RefCell<Option<DispatchProgress>>,
 }
 
 /// A handle to one shard's ingress WAL. Clones share it.
@@ -457,6 +461,7 @@ impl<S: Storage> Wal<S> {
             prep_ready,
             resumed,
         } = recovered;
+        let dispatched = dispatched::take(&storage, dir, checkpoint, next_seq).await?;
         let shared = Shared {
             staging: Vec::new(),
             spare: Vec::new(),
@@ -504,6 +509,7 @@ impl<S: Storage> Wal<S> {
                 shared: RefCell::new(shared),
                 tasks: RefCell::new(Vec::new()),
                 observer: RefCell::new(None),
+                dispatched: RefCell::new(dispatched),
             }),
         };
         wal.inner
@@ -729,7 +735,21 @@ impl<S: Storage> Wal<S> {
         WalReader::new(self.clone(), from)
     }
 
-    /// Flushes what is staged, makes the checkpoint durable and stops the tasks.
+    /// The done-set the last graceful stop left (see [`dispatched`]), if the
+    /// open could trust it: for the dispatcher, once.
+    pub fn take_dispatched(&self) -> Option<DispatchProgress> {
+        self.inner.dispatched.borrow_mut().take()
+    }
+
+    /// Leaves the dispatcher's progress at its stop for [`Wal::close`] to write,
+    /// so that the next start does not commit again what it says is done.
+    pub fn leave_dispatched(&self, progress: DispatchProgress) {
+        *self.inner.dispatched.borrow_mut() = Some(progress);
+    }
+
+    /// Flushes what is staged, makes the checkpoint durable and stops the tasks;
+    /// then writes the done-set left by [`Wal::leave_dispatched`], if it is
+    /// worth writing and still true of what is on disk.
     /// Appends after this fail with [`WalError::Closed`].
     pub async fn close(&self) {
         {
@@ -748,6 +768,35 @@ impl<S: Storage> Wal<S> {
         let tasks: Vec<_> = self.inner.tasks.borrow_mut().drain(..).collect();
         for task in tasks {
             task.await;
+        }
+        self.store_dispatched().await;
+    }
+
+    async fn store_dispatched(&self) {
+        let Some(progress) = self.inner.dispatched.borrow_mut().take() else {
+            return;
+        };
+        let (synced, next_seq, whole) = {
+            let sh = self.inner.shared.borrow();
+            let whole = sh.latched.is_none()
+                && sh.durable_next == sh.next_seq
+                && sh.checkpoint_wanted == sh.checkpoint_synced;
+            (sh.checkpoint_synced, sh.durable_next, whole)
+        };
+        // Only a progress whose checkpoint is the durable one, over a WAL whose
+        // every record is durable, says something the next open can check.
+        let done = progress.done_above().filter(|&d| d).count();
+        if done == 0 || !whole || progress.checkpoint() != synced {
+            return;
+        }
+        let dir = &self.inner.dir;
+        match dispatched::store(&self.inner.storage, dir, &progress, next_seq).await {
+            Ok(()) => {
+                tracing::info!(wal = %dir, checkpoint = synced.0, done, "ingress WAL: left the records committed above the checkpoint for the next start")
+            }
+            Err(e) => {
+                tracing::warn!(wal = %dir, error = %e, done, "ingress WAL: cannot write the done-set; the next start may commit again records committed above the checkpoint")
+            }
         }
     }
 }

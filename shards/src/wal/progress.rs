@@ -34,6 +34,27 @@ impl DispatchProgress {
         }
     }
 
+    /// Resumes a progress left by a graceful stop: `done[i]` says whether
+    /// `checkpoint + i` is done. `None` when the flags cannot be a progress: the
+    /// checkpoint itself done, or more flags than the read-ahead tracks.
+    pub fn resume(checkpoint: Seq, done: impl IntoIterator<Item = bool>) -> Option<Self> {
+        let mut done: VecDeque<bool> = done.into_iter().collect();
+        if done.front() == Some(&true) || done.len() as u64 > TRACKED_SEQS_MAX {
+            return None;
+        }
+        while done.back() == Some(&false) {
+            done.pop_back();
+        }
+        Some(Self { checkpoint, done })
+    }
+
+    /// Whether `checkpoint + i` is done, for each `i` up to the highest done
+    /// record above the checkpoint (empty when none is).
+    pub fn done_above(&self) -> impl ExactSizeIterator<Item = bool> + '_ {
+        let last = self.done.iter().rposition(|&d| d).map_or(0, |i| i + 1);
+        self.done.range(..last).copied()
+    }
+
     /// The first sequence number not done.
     pub fn checkpoint(&self) -> Seq {
         self.checkpoint
@@ -105,5 +126,26 @@ mod tests {
         p.mark_done(Seq(5));
         assert_eq!(p.checkpoint(), Seq(13));
         assert!(p.is_done(Seq(12)) && !p.is_done(Seq(13)));
+    }
+
+    #[test]
+    #[cfg(not(feature = "broken-checkpoint-past-uncommitted"))]
+    fn a_resumed_progress_keeps_what_was_done_above_its_checkpoint() {
+        let mut p = DispatchProgress::new(Seq(10));
+        p.mark_done(Seq(12));
+        p.mark_done(Seq(14));
+        let flags: Vec<bool> = p.done_above().collect();
+        assert_eq!(flags, [false, false, true, false, true]);
+        let mut resumed = DispatchProgress::resume(Seq(10), flags.iter().copied().chain([false]))
+            .expect("a progress");
+        assert_eq!(resumed.done_above().len(), 5, "trailing flags dropped");
+        assert!(resumed.is_done(Seq(12)) && !resumed.is_done(Seq(13)));
+        resumed.mark_done(Seq(10));
+        resumed.mark_done(Seq(11));
+        assert_eq!(resumed.checkpoint(), Seq(13));
+        assert!(DispatchProgress::resume(Seq(10), [true]).is_none());
+        let too_many = std::iter::repeat_n(false, TRACKED_SEQS_MAX as usize + 1);
+        assert!(DispatchProgress::resume(Seq(10), too_many).is_none());
+        assert_eq!(DispatchProgress::new(Seq(3)).done_above().len(), 0);
     }
 }

@@ -1,15 +1,19 @@
 //! The ingress WAL's dispatch checkpoint under load and faults: its stores go
 //! to the page cache, not each to the device; a checkpoint the dispatcher moves
 //! during every store is still synced once due; and a failed sync has the value
-//! stored again before a retry vouches for it.
+//! stored again before a retry vouches for it. The done-set a graceful stop
+//! leaves beside it is taken once, and only by the WAL it describes.
 
 use std::time::Duration;
 
 use crate::common::*;
+use narad_io::file::OpenMode;
 use narad_io::rt::run_local;
 use narad_io::sim::{SimDisk, SimFaults};
+use narad_io::{BlockFile, Storage};
 use narad_shards::ids::Seq;
-use narad_shards::wal::{Wal, WalConfig};
+use narad_shards::wal::dispatched::DISPATCHED_FILE;
+use narad_shards::wal::{DispatchProgress, Wal, WalConfig};
 
 /// Opens a WAL of 100 records on `disk`, moves its checkpoint to each of them
 /// in turn, `pause` apart, and waits until the last is synced; the disk's
@@ -194,3 +198,82 @@ fn a_failed_checkpoint_sync_stores_the_value_again_before_the_retry() {
 
 /// A seed of [`SimDisk`] whose first failed sync drops the sector it covered.
 const SEED_DROPPING_A_FAILED_SYNC: u64 = 26;
+
+/// The done-set a stop leaves: written at the close when the checkpoint is
+/// durable, handed back once by the next open (which removes the file), and
+/// dropped when the WAL no longer is what it was written for.
+#[test]
+fn the_done_set_a_stop_leaves_is_taken_once_and_only_by_the_wal_it_describes() {
+    let disk = SimDisk::new(11, SimFaults::default());
+    run_local(None, async move {
+        let open = || Wal::open(disk.clone(), "wal", small_config(false));
+        let payload = payload_for(1, 16);
+        let records: Vec<_> = (0..10).map(|_| record(&payload, None)).collect();
+        let wal = open().await.unwrap();
+        wal.append_many(&records).await.unwrap();
+        wal.store_checkpoint(Seq(2));
+        let mut progress = DispatchProgress::new(Seq(2));
+        progress.mark_done(Seq(4));
+        progress.mark_done(Seq(7));
+        wal.leave_dispatched(progress);
+        wal.close().await;
+        assert!(disk_names_contain(&disk, DISPATCHED_FILE));
+        let bytes = read_file(&disk, DISPATCHED_FILE).await;
+
+        let wal = open().await.unwrap();
+        assert!(!disk_names_contain(&disk, DISPATCHED_FILE), "taken once");
+        let taken = wal.take_dispatched().expect("trusted");
+        assert_eq!(taken.checkpoint(), Seq(2));
+        let done: Vec<u64> = (2..10).filter(|&s| taken.is_done(Seq(s))).collect();
+        assert_eq!(done, [4, 7]);
+        assert!(wal.take_dispatched().is_none());
+        // A stop with nothing done above the checkpoint writes nothing.
+        wal.leave_dispatched(DispatchProgress::new(Seq(2)));
+        wal.append_many(&records[..1]).await.unwrap();
+        wal.close().await;
+        assert!(!disk_names_contain(&disk, DISPATCHED_FILE));
+
+        // The same file put back after the WAL took another record: its
+        // flags may name records it was not written for, so it is dropped.
+        write_file(&disk, DISPATCHED_FILE, &bytes).await;
+        let wal = open().await.unwrap();
+        assert!(wal.take_dispatched().is_none(), "next_seq moved");
+        assert!(!disk_names_contain(&disk, DISPATCHED_FILE));
+        // Nor is a done-set written over a checkpoint that is not durable.
+        wal.store_checkpoint(Seq(3));
+        let mut progress = DispatchProgress::new(Seq(3));
+        progress.mark_done(Seq(5));
+        wal.leave_dispatched(progress.clone());
+        wal.close().await;
+        assert!(disk_names_contain(&disk, DISPATCHED_FILE));
+        let wal = open().await.unwrap();
+        wal.store_checkpoint(Seq(4));
+        wal.leave_dispatched(progress);
+        wal.close().await;
+        assert!(
+            !disk_names_contain(&disk, DISPATCHED_FILE),
+            "written for checkpoint 3 with 4 durable"
+        );
+    });
+}
+
+async fn read_file(disk: &SimDisk, name: &str) -> Vec<u8> {
+    let file = disk
+        .open(&format!("wal/{name}"), OpenMode::Existing)
+        .await
+        .unwrap();
+    let mut bytes = vec![0u8; file.size().await.unwrap() as usize];
+    file.read_at(0, &mut bytes).await.unwrap();
+    file.close().await.unwrap();
+    bytes
+}
+
+async fn write_file(disk: &SimDisk, name: &str, bytes: &[u8]) {
+    let file = disk
+        .open(&format!("wal/{name}"), OpenMode::CreateOrOpen)
+        .await
+        .unwrap();
+    file.write_at(0, bytes).await.unwrap();
+    file.sync_data().await.unwrap();
+    file.close().await.unwrap();
+}
