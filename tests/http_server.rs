@@ -329,7 +329,7 @@ fn a_client_still_sending_its_body_reads_the_early_answer() {
 /// sends it, and a client that asked `Expect: 100-continue` is not told to go
 /// on. An error answered to a request that carried a body says the server
 /// closes; a success keeps the connection. A transfer coding other than
-/// chunked is refused 400.
+/// chunked is refused 400, an expectation other than 100-continue 417.
 #[test]
 fn a_body_declared_past_the_cap_is_413_before_it_is_sent() {
     let node = Node::start(&[]);
@@ -377,6 +377,20 @@ fn a_body_declared_past_the_cap_is_413_before_it_is_sent() {
     assert_eq!(refused.status, 400, "{refused:?}");
     assert!(refused.body.contains("Transfer-Encoding"), "{refused:?}");
     assert_eq!(refused.header("connection"), Some("close"));
+    // An expectation other than 100-continue is 417.
+    let unmet = client
+        .request(
+            "POST",
+            "/v1/topics/declared/produce",
+            &[
+                ("content-type", "application/octet-stream"),
+                ("expect", "something-else"),
+            ],
+            "x",
+        )
+        .unwrap();
+    assert_eq!(unmet.status, 417, "{unmet:?}");
+    assert!(unmet.body.contains("100-continue"), "{unmet:?}");
     // An error to a small body keeps the connection: hyper drains the body.
     let unsupported = client
         .request("POST", "/v1/topics/declared/produce", &[], "x")

@@ -13,7 +13,8 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::header::{
-    HeaderMap, HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, HOST, RETRY_AFTER, TRANSFER_ENCODING,
+    HeaderMap, HeaderValue, ALLOW, CONNECTION, CONTENT_TYPE, EXPECT, HOST, RETRY_AFTER,
+    TRANSFER_ENCODING,
 };
 use hyper::{Method, Response, StatusCode};
 
@@ -180,6 +181,24 @@ pub fn host_guard(version: hyper::Version, headers: &HeaderMap) -> Result<(), Re
         }),
         _ => Ok(()),
     }
+}
+
+/// RFC 9110 (10.1.1): an expectation the server cannot meet is answered 417
+/// rather than ignored, as the reference's server does. `100-continue` is the
+/// only one served (hyper sends the 100 when the body is first read); an empty
+/// value asks for nothing.
+pub fn expect_guard(headers: &HeaderMap) -> Result<(), Refusal> {
+    let unmet = headers.get_all(EXPECT).iter().any(|value| {
+        let value = value.as_bytes().trim_ascii();
+        !value.is_empty() && !value.eq_ignore_ascii_case(b"100-continue")
+    });
+    if unmet {
+        return Err(Refusal {
+            status: StatusCode::EXPECTATION_FAILED,
+            message: "the only expectation this server meets is Expect: 100-continue",
+        });
+    }
+    Ok(())
 }
 
 /// A query whose percent-escapes do not decode (`%zz`, a `%` at the end) is
@@ -396,6 +415,29 @@ mod tests {
         for version in [Version::HTTP_10, Version::HTTP_11] {
             let refusal = host_guard(version, &two).unwrap_err();
             assert_eq!(refusal.status, StatusCode::BAD_REQUEST, "{version:?}");
+        }
+    }
+
+    #[test]
+    fn expectations_other_than_100_continue_are_417() {
+        for ok in [
+            &[][..],
+            &[("expect", "100-continue")],
+            &[("expect", " 100-Continue ")],
+            &[("expect", "")],
+        ] {
+            assert!(expect_guard(&headers(ok)).is_ok(), "{ok:?}");
+        }
+        for refused in [
+            &[("expect", "something-else")][..],
+            &[("expect", "100-continue, x")],
+        ] {
+            let refusal = expect_guard(&headers(refused)).unwrap_err();
+            assert_eq!(
+                refusal.status,
+                StatusCode::EXPECTATION_FAILED,
+                "{refused:?}"
+            );
         }
     }
 

@@ -404,6 +404,9 @@ impl Routes {
         if let Err(refusal) = response::host_guard(request.version(), request.headers()) {
             return refusal.into_response();
         }
+        if let Err(refusal) = response::expect_guard(request.headers()) {
+            return refusal.into_response();
+        }
         let (endpoint, topic) = match routed {
             Routed::Found { endpoint, topic } => (endpoint, topic),
             Routed::MethodNotAllowed { allow } => return response::method_not_allowed(&allow),
