@@ -8,6 +8,9 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use common::{create_topic, produce_ok, wait_for_total, Node};
+use narad_shards::ids::Seq;
+use narad_shards::wal::checkpoint::{self, CHECKPOINT_FILE};
+use narad_shards::wal::{dispatched, DispatchProgress};
 
 fn inspect(what: &str, dir: &Path) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_narad"))
@@ -95,6 +98,27 @@ fn inspect_reports_a_stopped_nodes_wal_and_log_and_writes_nothing() {
 
     assert_eq!(listing(&wal), wal_before);
     assert_eq!(listing(&log), log_before);
+
+    // A done-set a graceful stop left is reported, with whether the next
+    // start would use it. Made here over a checkpoint moved back to record 3,
+    // with record 4 committed above it.
+    std::fs::write(wal.join(CHECKPOINT_FILE), checkpoint::encode(Seq(3))).unwrap();
+    let mut progress = DispatchProgress::new(Seq(3));
+    progress.mark_done(Seq(4));
+    let done_set = |next: u64| dispatched::encode(&progress, Seq(next));
+    std::fs::write(wal.join(dispatched::DISPATCHED_FILE), done_set(5)).unwrap();
+    let report = inspect("wal", &wal);
+    assert!(
+        report.contains("done-set: 1 records above the checkpoint were committed"),
+        "{report}"
+    );
+    std::fs::write(wal.join(dispatched::DISPATCHED_FILE), done_set(6)).unwrap();
+    let report = inspect("wal", &wal);
+    assert!(
+        report.contains("done-set: present, but the next start will not use it"),
+        "{report}"
+    );
+    assert!(wal.join(dispatched::DISPATCHED_FILE).exists(), "read only");
 
     // Pointed at the wrong directory, it says so and fails, rather than
     // reporting an empty WAL or log.

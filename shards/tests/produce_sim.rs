@@ -102,8 +102,10 @@ struct Env {
     owner: Rc<Owner<SimDisk>>,
     rng: RefCell<ChaCha8Rng>,
     faults: bool,
-    /// A partition whose every commit fails (for as long as it is set).
-    refused: Cell<Option<PartitionId>>,
+    /// Partitions whose every commit fails (for as long as they are set)...
+    refused: RefCell<Vec<PartitionId>>,
+    /// ...after hanging a second, past a stop's grace.
+    hang: Cell<bool>,
     /// Ids whose commit was answered committed.
     committed: Rc<RefCell<BTreeSet<u64>>>,
     stopping: Cell<bool>,
@@ -122,7 +124,8 @@ impl Env {
             owner,
             rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
             faults,
-            refused: Cell::new(None),
+            refused: RefCell::default(),
+            hang: Cell::new(false),
             committed: Rc::default(),
             stopping: Cell::new(false),
             stop: Notify::default(),
@@ -158,7 +161,12 @@ impl DispatchEnv for Env {
             )
         };
         let owner = self.owner.clone();
-        let refuse = refuse || self.refused.get() == Some(partition);
+        let refused = self.refused.borrow().contains(&partition);
+        let refuse = refuse || refused;
+        let delay = match refused && self.hang.get() {
+            true => Duration::from_secs(1),
+            false => delay,
+        };
         let ids: Vec<u64> = records
             .iter()
             .filter_map(|r| check_payload(&r.payload))
@@ -488,15 +496,27 @@ async fn life(disk: SimDisk, model: Rc<RefCell<Model>>, seed: u64, life: usize, 
     trace(seed, life, "done");
 }
 
-/// One life of the graceful-stop test: produces `batches` batches to "orders"
-/// (the first record to `refused`, whose commits all fail, when set), waits
-/// until every record not of `refused` is committed (or, without one, until
-/// the WAL is drained), then stops gracefully.
+/// What the first life of the graceful-stop test does to commits.
+#[derive(Clone, Debug)]
+struct Stuck {
+    /// Partitions whose every commit fails; each gets the first record of a
+    /// batch, so that one of them holds the checkpoint and, with two, the
+    /// other's probe waits above it.
+    refused: Vec<PartitionId>,
+    /// Their commits hang a second first: past the stop's grace, they are
+    /// still in flight when the stop leaves its done-set.
+    hang: bool,
+}
+
+/// One life of the graceful-stop test: produces `batches` batches to "orders",
+/// waits until every record of a partition `stuck` does not refuse is
+/// committed (or, with nothing stuck, until the WAL is drained), then stops
+/// gracefully.
 async fn stuck_life(
     disk: SimDisk,
     model: Rc<RefCell<Model>>,
     seed: u64,
-    refused: Option<PartitionId>,
+    stuck: Option<Stuck>,
     batches: usize,
 ) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -512,10 +532,15 @@ async fn stuck_life(
     let owner =
         Owner::with_reopen_backoff(disk.clone(), log_config(), live, Duration::from_millis(5));
     let env = Env::new(&model, owner.clone(), rng.random(), false);
-    env.refused.set(refused);
-    // Records stay in their partition: a stuck one holds the checkpoint.
+    let refused: Vec<PartitionId> = stuck.as_ref().map_or(Vec::new(), |s| s.refused.clone());
+    *env.refused.borrow_mut() = refused.clone();
+    env.hang.set(stuck.as_ref().is_some_and(|s| s.hang));
+    // Records stay in their partition: a stuck one holds the checkpoint. A
+    // hanging commit is waited for longer than the stop's grace.
     let mut config = driver_config();
     config.dispatch.reroute_after = Duration::from_secs(3_600);
+    config.dispatch.probe_budget = Duration::from_secs(2);
+    config.dispatch.commit_budget = Duration::from_secs(2);
     let dispatcher = glommio::spawn_local(driver::run(
         env.clone(),
         wal.clone(),
@@ -530,8 +555,8 @@ async fn stuck_life(
         let first = model.borrow().next_id;
         model.borrow_mut().next_id += count;
         let partitions: Vec<PartitionId> = (0..count)
-            .map(|i| match refused {
-                Some(p) if b == 0 && i == 0 => p,
+            .map(|i| match refused.get(b) {
+                Some(&p) if i == 0 => p,
                 _ => PartitionId(rng.random_range(0..PARTITIONS)),
             })
             .collect();
@@ -554,40 +579,33 @@ async fn stuck_life(
             .await
             .unwrap_or_else(|e| panic!("seed {seed}: append failed: {e}"));
         let ids = (first..first + count).zip(&partitions);
-        elsewhere.extend(ids.filter(|(_, &p)| Some(p) != refused).map(|(id, _)| id));
+        elsewhere.extend(ids.filter(|(_, p)| !refused.contains(p)).map(|(id, _)| id));
         model
             .borrow_mut()
             .acked
             .extend((first..first + count).map(|id| (id, incarnation)));
     }
-    for _ in 0..10_000 {
-        let settled = match refused {
-            Some(_) => elsewhere
+    let settled = || match &stuck {
+        Some(_) => {
+            elsewhere
                 .iter()
-                .all(|id| env.committed.borrow().contains(id)),
-            None => wal.checkpoint() >= wal.durable_next(),
-        };
-        if settled {
+                .all(|id| env.committed.borrow().contains(id))
+                && wal.checkpoint() < wal.durable_next()
+        }
+        None => wal.checkpoint() >= wal.durable_next(),
+    };
+    for _ in 0..10_000 {
+        if settled() {
             break;
         }
         narad_io::rt::sleep(Duration::from_millis(1)).await;
     }
-    match refused {
-        Some(p) => assert!(
-            elsewhere.iter().all(|id| env.committed.borrow().contains(id))
-                && wal.checkpoint() < wal.durable_next(),
-            "seed {seed}: the records not of partition {} were not all committed above a stuck checkpoint ({} of {})",
-            p.0,
-            wal.checkpoint(),
-            wal.durable_next()
-        ),
-        None => assert!(
-            wal.checkpoint() >= wal.durable_next(),
-            "seed {seed}: the WAL did not drain: checkpoint {} of {}",
-            wal.checkpoint(),
-            wal.durable_next()
-        ),
-    }
+    assert!(
+        settled(),
+        "seed {seed}: {stuck:?}: not settled (checkpoint {} of {})",
+        wal.checkpoint(),
+        wal.durable_next()
+    );
     env.stopping.set(true);
     env.stop.notify();
     dispatcher.await;
@@ -595,8 +613,9 @@ async fn stuck_life(
     wal.close().await;
 }
 
-/// A graceful stop while one partition's commits keep failing, then a start
-/// where they succeed: every record ends committed exactly once.
+/// A graceful stop while one or two partitions' commits keep failing (or
+/// hang past the stop), then a start where they succeed: every record ends
+/// committed exactly once.
 fn run_graceful_stop_seed(seed: u64) {
     let disk = SimDisk::new(seed, SimFaults::default());
     let model = Rc::new(RefCell::new(Model::default()));
@@ -604,11 +623,27 @@ fn run_graceful_stop_seed(seed: u64) {
         model.borrow_mut().create(topic);
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let refused = PartitionId(rng.random_range(0..PARTITIONS));
+    let first = rng.random_range(0..PARTITIONS);
+    let mut refused = vec![PartitionId(first)];
+    if rng.random_bool(0.5) {
+        refused.push(PartitionId(
+            (first + rng.random_range(1..PARTITIONS)) % PARTITIONS,
+        ));
+    }
+    let stuck = Stuck {
+        refused,
+        hang: rng.random_bool(0.5),
+    };
     let batches = rng.random_range(5..40);
     run_local(
         None,
-        stuck_life(disk.clone(), model.clone(), seed, Some(refused), batches),
+        stuck_life(
+            disk.clone(),
+            model.clone(),
+            seed,
+            Some(stuck.clone()),
+            batches,
+        ),
     );
     // The done-set is durable once the stop is over.
     if rng.random_bool(0.5) {
@@ -641,8 +676,7 @@ fn run_graceful_stop_seed(seed: u64) {
             .collect();
         assert!(
             missing.is_empty() && twice.is_empty(),
-            "seed {seed}: after a graceful stop with partition {} failing, {} records are missing ({:?}) and {} were committed twice ({:?}) of {} (replay with NARAD_TEST_SEED={seed})",
-            refused.0,
+            "seed {seed}: after a graceful stop with {stuck:?}, {} records are missing ({:?}) and {} were committed twice ({:?}) of {} (replay with NARAD_TEST_SEED={seed})",
             missing.len(),
             &missing[..missing.len().min(10)],
             twice.len(),

@@ -2,8 +2,9 @@
 //!
 //! Runs in the calling thread. It reads every segment of the directory with
 //! the broker's own decoders and reports what recovery would find: the
-//! checkpoint, each segment's sequence range, where its valid frames end, and
-//! any corruption.
+//! checkpoint, each segment's sequence range, where its valid frames end, any
+//! corruption, and the done-set a graceful stop left (and whether the next
+//! start would use it).
 //!
 //! It reads through the page cache with files opened read-only
 //! ([`ReadOnlyFile`]), not through the broker's O_DIRECT storage: that storage
@@ -23,6 +24,7 @@ use narad_shards::ids::{Offset, Seq};
 use narad_shards::log::recovery::scan_tail_above;
 use narad_shards::log::{acknowledged_end, HINT_FILE};
 use narad_shards::wal::checkpoint::{decode as decode_checkpoint, CHECKPOINT_FILE};
+use narad_shards::wal::dispatched::{decode as decode_dispatched, DISPATCHED_FILE};
 use narad_shards::wal::key::{key_check_of, KEY_FILE};
 use narad_shards::wal::segment::{
     parse_segment_name, scan_past_dispatched, ScanError, PREP_FILE, SPARE_PREFIX,
@@ -209,6 +211,8 @@ async fn wal_report(dir: PathBuf) -> Result<Report, String> {
         .ok()
         .and_then(|block| key_check_of(&block));
     let firsts: Vec<Seq> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+    // Where the last segment's valid frames end: the next record's number.
+    let mut next_seq = None;
     for (i, &first) in firsts.iter().enumerate() {
         let name = narad_shards::wal::segment::segment_name(first);
         let last_expected = firsts.get(i + 1).map(|next| Seq(next.0 - 1));
@@ -220,6 +224,7 @@ async fn wal_report(dir: PathBuf) -> Result<Report, String> {
         let scanned = scan_past_dispatched(&file, first, last_expected, dispatched, key_check);
         let line = match scanned.await {
             Ok(end) => {
+                next_seq = Some(end.next_seq);
                 let torn = end
                     .torn_until_bytes
                     .map(|until| format!(", torn write survives up to byte {until}"))
@@ -253,6 +258,21 @@ async fn wal_report(dir: PathBuf) -> Result<Report, String> {
                 damaged = true;
                 format!("{name}: read error: {e}")
             }
+        };
+        writeln!(out, "{line}").ok();
+    }
+    if names.iter().any(|n| n == DISPATCHED_FILE) {
+        let bytes = std::fs::read(dir.join(DISPATCHED_FILE)).map_err(|e| e.to_string())?;
+        let checked = match (checkpoint, next_seq) {
+            (Some(checkpoint), Some(next)) => decode_dispatched(&bytes, checkpoint, next),
+            _ => Err("the checkpoint or the end of the WAL is unknown".into()),
+        };
+        let line = match checked {
+            Ok(progress) => format!(
+                "done-set: {} records above the checkpoint were committed before a graceful stop; the next start passes over them",
+                progress.done_above().filter(|&d| d).count()
+            ),
+            Err(why) => format!("done-set: present, but the next start will not use it ({why})"),
         };
         writeln!(out, "{line}").ok();
     }

@@ -79,6 +79,11 @@ pub struct Dispatcher {
     /// A pass ended early inside a read: the reader is sent to `reader_pos` once
     /// the read is over.
     pub(super) seek_after_read: bool,
+    /// The end of the records a graceful stop left done (see `resume`): the
+    /// lookahead counts from here, not from the checkpoint, until the
+    /// checkpoint passes it, so a long run of them above a checkpoint that
+    /// still waits does not keep the reader from what follows.
+    pub(super) resumed_end: Seq,
     /// Moving average of commit latency per owner.
     pub(super) latency: BTreeMap<OwnerId, Duration>,
     pub(super) actions: VecDeque<Action>,
@@ -115,6 +120,7 @@ impl Dispatcher {
             pass_seen_at: None,
             open_in_pass: 0,
             seek_after_read: false,
+            resumed_end: checkpoint,
             latency: BTreeMap::new(),
             actions: VecDeque::new(),
         }
@@ -126,6 +132,7 @@ impl Dispatcher {
     /// committed again.
     pub fn resume(config: DispatchConfig, progress: DispatchProgress, now: Instant) -> Self {
         let mut dispatcher = Self::new(config, progress.checkpoint(), now);
+        dispatcher.resumed_end = Seq(progress.checkpoint().0 + progress.done_above().len() as u64);
         dispatcher.progress = progress;
         dispatcher
     }
@@ -217,12 +224,19 @@ impl Dispatcher {
     }
 
     /// How many records the reader may visit now: room in the window, and no more
-    /// than the lookahead past the checkpoint.
+    /// than the lookahead past the checkpoint (or past the records a graceful
+    /// stop left done, up to the largest lookahead).
     pub fn read_budget(&self) -> usize {
         let held_max = self.config.held_records_max(self.window_records);
         let room = held_max.saturating_sub(self.held_counting);
-        let limit =
-            self.progress.checkpoint().0 + self.config.lookahead_records(self.window_records);
+        let checkpoint = self.progress.checkpoint().0;
+        let from = checkpoint.max(self.resumed_end.0);
+        let limit = (from + self.config.lookahead_records(self.window_records)).min(
+            checkpoint
+                + self
+                    .config
+                    .lookahead_records(self.config.window_records_max),
+        );
         let ahead = limit.saturating_sub(self.reader_pos.0);
         room.min(usize::try_from(ahead).unwrap_or(usize::MAX))
     }

@@ -584,3 +584,73 @@ fn a_rescan_ends_once_every_partition_it_could_place_for_is_blocked_again() {
     assert_eq!(h.d.checkpoint(), Seq(1_001));
     assert_eq!(h.d.skipped_records(), 0);
 }
+
+/// A dispatcher resumed with `done` records left done above checkpoint 0 (whose
+/// own record is not done).
+fn resumed(partitions: u32, done: u64) -> Harness {
+    let mut h = Harness::new(partitions);
+    let progress = DispatchProgress::resume(Seq(0), (0..=done).map(|i| i != 0)).expect("valid");
+    h.d = Dispatcher::resume(DispatchConfig::default(), progress, h.t0);
+    h
+}
+
+#[test]
+fn a_resumed_checkpoint_jumps_past_the_frontier_once_its_record_lands() {
+    let n = 200_000u64;
+    let mut h = resumed(2, n);
+    h.wal.extend((0..n + 3).map(|i| ((i % 2) as u32, INC)));
+    // Only the checkpoint's record is read before its commit lands.
+    let first = commits(&h.step(0, 1));
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].2, [0]);
+    let landed = Event::CommitDone {
+        commit: first[0].0,
+        outcome: CommitOutcome::Committed,
+    };
+    h.d.handle(h.at(1), landed, &h.c);
+    assert_eq!(
+        h.d.checkpoint(),
+        Seq(n + 1),
+        "every record left done is passed"
+    );
+    // Before the reader moves: the frontier is not left below the checkpoint.
+    h.d.assert_invariants();
+    let mut rest = commits(&h.read(1));
+    rest.extend(commits(&h.step(1_000, usize::MAX)));
+    let mut sent: Vec<u64> = rest.into_iter().flat_map(|c| c.2).collect();
+    sent.sort_unstable();
+    assert_eq!(sent, [n + 1, n + 2], "only the records after them are sent");
+    assert_eq!(h.fed, 3);
+}
+
+/// A run of records left done longer than the base window's lookahead, above
+/// a checkpoint whose partition keeps failing: the reader goes past it to
+/// what was produced after, as it would after committing them again.
+#[test]
+fn a_long_run_left_done_does_not_hold_the_reader_back() {
+    let (partitions, n) = (64u32, 100_000u64);
+    let mut h = resumed(partitions, n);
+    h.wal.push((0, INC));
+    let after = 20_000;
+    h.wal.extend(
+        (1..n + after)
+            .map(|i| (1 + (i % u64::from(partitions - 1))) as u32)
+            .map(|p| (p, INC)),
+    );
+    let mut actions = h.read(0);
+    for ms in (5..6_000).step_by(5) {
+        let mut next = Vec::new();
+        for (id, p, _) in commits(&actions) {
+            let outcome = match p {
+                0 => CommitOutcome::Failed,
+                _ => CommitOutcome::Committed,
+            };
+            next.extend(h.answer(ms, id, outcome));
+        }
+        next.extend(h.step(ms, usize::MAX));
+        actions = next;
+    }
+    assert_eq!(h.d.reader_position(), Seq(n + after));
+    assert_eq!(h.d.checkpoint(), Seq(0), "partition 0 still fails");
+    assert_eq!(h.fed as u64, after, "records left done are not fed");
+}

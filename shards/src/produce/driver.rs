@@ -224,7 +224,10 @@ pub async fn run<E: DispatchEnv, S: Storage>(
 ) {
     let start = wal.checkpoint();
     // Records a graceful stop committed above the checkpoint are passed over.
-    let mut dispatcher = match wal.take_dispatched().filter(|p| p.checkpoint() == start) {
+    // The open matched the done-set to the recovered checkpoint, and nothing
+    // stores one before this: the filter only keeps a stale one out.
+    let left = wal.take_dispatched();
+    let mut dispatcher = match left.filter(|p| p.checkpoint() == start) {
         Some(progress) => {
             let done = progress.done_above().filter(|&d| d).count();
             tracing::info!(wal = %name, checkpoint = start.0, done, "resuming dispatch past the records the last stop had committed above the checkpoint");

@@ -776,17 +776,15 @@ impl<S: Storage> Wal<S> {
         let Some(progress) = self.inner.dispatched.borrow_mut().take() else {
             return;
         };
-        let (synced, next_seq, whole) = {
+        let (synced, next_seq) = {
             let sh = self.inner.shared.borrow();
-            let whole = sh.latched.is_none()
-                && sh.durable_next == sh.next_seq
-                && sh.checkpoint_wanted == sh.checkpoint_synced;
-            (sh.checkpoint_synced, sh.durable_next, whole)
+            (sh.checkpoint_synced, sh.durable_next)
         };
-        // Only a progress whose checkpoint is the durable one, over a WAL whose
-        // every record is durable, says something the next open can check.
+        // Only a progress whose checkpoint is the durable one says something
+        // the next open can check (it also checks `next_seq`, which records
+        // written but not durable here would change).
         let done = progress.done_above().filter(|&d| d).count();
-        if done == 0 || !whole || progress.checkpoint() != synced {
+        if done == 0 || progress.checkpoint() != synced {
             return;
         }
         let dir = &self.inner.dir;
