@@ -142,6 +142,27 @@ impl Listener {
         let source = self.registration.source();
         let fd = poll_fn(|cx| loop {
             ready!(source.poll_readable(cx));
+            match self.try_accept() {
+                Ok(Some(fd)) => return Poll::Ready(Ok(fd)),
+                Ok(None) => source.read_found_nothing(cx),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        })
+        .await?;
+        Stream::new(fd)
+    }
+
+    /// A connection the kernel has already queued on this socket, if any,
+    /// without waiting: for a listener about to close, whose queued
+    /// connections the close would reset.
+    pub fn accept_queued(&self) -> io::Result<Option<Stream>> {
+        self.try_accept()?.map(Stream::new).transpose()
+    }
+
+    /// One `accept4`: `None` when nothing is queued. A connection that failed
+    /// before it was taken is passed over for the next.
+    fn try_accept(&self) -> io::Result<Option<OwnedFd>> {
+        loop {
             // SAFETY: null address pointers ask for no peer address; a
             // non-negative result is a new descriptor we own.
             let fd = unsafe {
@@ -154,19 +175,17 @@ impl Listener {
             };
             if fd >= 0 {
                 // SAFETY: see above.
-                return Poll::Ready(Ok(unsafe { OwnedFd::from_raw_fd(fd) }));
+                return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }));
             }
             let e = io::Error::last_os_error();
             match e.kind() {
-                io::ErrorKind::WouldBlock => source.read_found_nothing(cx),
+                io::ErrorKind::WouldBlock => return Ok(None),
                 // The connection was reset before we took it: take the next.
                 io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted => {}
                 _ if is_connection_error(&e) => {}
-                _ => return Poll::Ready(Err(e)),
+                _ => return Err(e),
             }
-        })
-        .await?;
-        Stream::new(fd)
+        }
     }
 }
 

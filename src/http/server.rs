@@ -8,8 +8,10 @@
 //!
 //! Stopping happens in two phases, each a broadcast to every connection of the
 //! shard:
-//! 1. *Draining*: the accept loop ends and its socket closes, so the kernel sends new
-//!    connections to no one; every request still arriving is answered 503 with
+//! 1. *Draining*: the accept loop takes the connections the kernel already
+//!    queued (a close would reset them) and ends, and its socket closes, so the
+//!    kernel sends new connections to no one; every request still arriving is
+//!    answered 503 with
 //!    `Retry-After: 1` and `Connection: close`, and any answer given from then on
 //!    says `Connection: close`. A connection serving a request is told to shut
 //!    down gracefully (hyper closes it after the response in flight). A connection
@@ -130,6 +132,8 @@ struct Shared {
     waiters: RefCell<HashMap<u64, Waker>>,
     next_id: Cell<u64>,
     open: Cell<usize>,
+    /// The accept loop runs (until it has taken what was queued at the stop).
+    accepting: Cell<bool>,
     all_closed: RefCell<Option<Waker>>,
     overflow_answers: Cell<usize>,
 }
@@ -173,6 +177,7 @@ impl ShardServer {
             waiters: RefCell::new(HashMap::new()),
             next_id: Cell::new(ACCEPTOR_ID + 1),
             open: Cell::new(0),
+            accepting: Cell::new(true),
             all_closed: RefCell::new(None),
             overflow_answers: Cell::new(0),
         });
@@ -253,9 +258,10 @@ impl Shared {
         })
     }
 
+    /// Resolves once the accept loop has ended and every connection closed.
     fn until_all_closed(&self) -> impl Future<Output = ()> + '_ {
         poll_fn(move |cx| {
-            if self.open.get() == 0 {
+            if self.open.get() == 0 && !self.accepting.get() {
                 return Poll::Ready(());
             }
             *self.all_closed.borrow_mut() = Some(cx.waker().clone());
@@ -286,9 +292,26 @@ async fn accept_loop(shared: Rc<Shared>, listener: Listener) {
         }
     }
     shared.waiters.borrow_mut().remove(&ACCEPTOR_ID);
+    // The close would reset the connections the kernel already queued on
+    // this socket: they are taken first, and hear the stopping node's 503
+    // like any connection open at the stop.
+    loop {
+        match listener.accept_queued() {
+            Ok(Some(stream)) => admit(&shared, stream),
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(shard = shared.shard, error = %e, "accept failed while stopping");
+                break;
+            }
+        }
+    }
     // Dropping the listener here closes this shard's socket: the kernel stops
     // handing it connections.
     drop(listener);
+    shared.accepting.set(false);
+    if let Some(waker) = shared.all_closed.borrow_mut().take() {
+        waker.wake();
+    }
     tracing::debug!(shard = shared.shard, "stopped accepting");
 }
 
@@ -661,5 +684,57 @@ mod tests {
         // A stopping node's 503 says it closes: nothing is drained after it.
         assert!(closes_after(&answer(503, true), small));
         assert!(closes_after(&answer(200, true), Some(0)));
+    }
+
+    /// Connections the kernel queued before the stop, which the accept loop
+    /// never took, are not reset by the socket's close: each request on them
+    /// is answered 503.
+    #[test]
+    fn connections_queued_at_the_stop_hear_the_503() {
+        use std::io::{Read, Write};
+        let answers = narad_io::rt::run_local(None, async {
+            let loopback = "127.0.0.1:0".parse().unwrap();
+            let (mut sockets, addr) = narad_io::net::bind_reuseport_group(loopback, 1).unwrap();
+            let node = Arc::new(NodeState::new(16));
+            node.set_ready();
+            let api = Rc::new(super::super::routes::Api {
+                node: node.clone(),
+                topic_defaults: crate::config::Config::default().topic,
+                consume_wait_max: Duration::from_secs(10),
+                body_read_timeout: Duration::from_secs(30),
+                broker: RefCell::new(None),
+            });
+            let settings = HttpSettings::from(&crate::config::Config::default().http);
+            let server = ShardServer::start(
+                0,
+                sockets.pop().unwrap(),
+                node.clone(),
+                Rc::new(Routes::new(api)),
+                &settings,
+            )
+            .unwrap();
+            // Connected and sent before the accept loop first runs: queued.
+            let clients: Vec<std::net::TcpStream> = (0..3)
+                .map(|_| {
+                    let mut client = std::net::TcpStream::connect(addr).unwrap();
+                    client
+                        .write_all(b"GET /healthz HTTP/1.1\r\nhost: test\r\n\r\n")
+                        .unwrap();
+                    client
+                })
+                .collect();
+            node.start_draining();
+            server.drain().await;
+            clients
+        });
+        for mut client in answers {
+            client
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut text = String::new();
+            let read = client.read_to_string(&mut text);
+            assert!(read.is_ok(), "{read:?}: reset instead of answered");
+            assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+        }
     }
 }

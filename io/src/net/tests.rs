@@ -64,6 +64,28 @@ mod stream_tests {
     }
 
     #[test]
+    fn connections_already_queued_are_taken_without_waiting() {
+        crate::rt::run_local(None, async {
+            let (listener, addr) = listen();
+            assert!(listener.accept_queued().unwrap().is_none());
+            // The kernel completes these handshakes before anyone accepts.
+            let clients: Vec<_> = (0..3)
+                .map(|_| std::net::TcpStream::connect(addr).unwrap())
+                .collect();
+            let mut taken = 0;
+            let started = Instant::now();
+            while taken < clients.len() {
+                match listener.accept_queued().unwrap() {
+                    Some(_) => taken += 1,
+                    // A handshake the kernel has not finished queueing yet.
+                    None => assert!(started.elapsed() < Duration::from_secs(5), "{taken}"),
+                }
+            }
+            assert!(listener.accept_queued().unwrap().is_none());
+        });
+    }
+
+    #[test]
     fn a_lingering_stream_left_when_its_executor_ends_closes_at_once() {
         // The stream's task is still waiting when the main future ends: the
         // executor drops it afterwards, where no task can be spawned.
