@@ -250,6 +250,15 @@ fn driver_config() -> DriverConfig {
     }
 }
 
+/// The owner of every partition of the model's live incarnations.
+fn owner(disk: &SimDisk, model: &Rc<RefCell<Model>>) -> Rc<Owner<SimDisk>> {
+    let model = model.clone();
+    let live = Box::new(move |topic: &str, id: IncarnationId, p: PartitionId| {
+        p.0 < PARTITIONS && model.borrow().live.get(topic) == Some(&id)
+    });
+    Owner::with_reopen_backoff(disk.clone(), log_config(), live, Duration::from_millis(5))
+}
+
 /// Ids of every intact record in every partition log of every incarnation, with
 /// the incarnation whose log holds them.
 async fn committed(disk: &SimDisk, model: &Model, seed: u64) -> BTreeMap<u64, IncarnationId> {
@@ -353,14 +362,7 @@ async fn life(disk: SimDisk, model: Rc<RefCell<Model>>, seed: u64, life: usize, 
         .unwrap_or_else(|e| panic!("seed {seed} life {life}: WAL recovery failed: {e}"));
     let known = model.borrow().clone();
     check_recovery(&disk, &wal, &known, seed, life).await;
-    let live = {
-        let model = model.clone();
-        Box::new(move |topic: &str, id: IncarnationId, p: PartitionId| {
-            p.0 < PARTITIONS && model.borrow().live.get(topic) == Some(&id)
-        })
-    };
-    let owner =
-        Owner::with_reopen_backoff(disk.clone(), log_config(), live, Duration::from_millis(5));
+    let owner = owner(&disk, &model);
     let env = Env::new(&model, owner.clone(), rng.random(), faults);
     if faults {
         let at = disk.ops() + rng.random_range(50..3_000);
@@ -523,14 +525,7 @@ async fn stuck_life(
     let wal = Wal::open(disk.clone(), "ingress/shard-0", wal_config())
         .await
         .unwrap_or_else(|e| panic!("seed {seed}: WAL recovery failed: {e}"));
-    let live = {
-        let model = model.clone();
-        Box::new(move |topic: &str, id: IncarnationId, p: PartitionId| {
-            p.0 < PARTITIONS && model.borrow().live.get(topic) == Some(&id)
-        })
-    };
-    let owner =
-        Owner::with_reopen_backoff(disk.clone(), log_config(), live, Duration::from_millis(5));
+    let owner = owner(&disk, &model);
     let env = Env::new(&model, owner.clone(), rng.random(), false);
     let refused: Vec<PartitionId> = stuck.as_ref().map_or(Vec::new(), |s| s.refused.clone());
     *env.refused.borrow_mut() = refused.clone();
