@@ -27,6 +27,7 @@ use narad_io::file::{join, OpenMode};
 use narad_io::{BlockFile, Storage, BLOCK_BYTES};
 
 use super::progress::{DispatchProgress, TRACKED_SEQS_MAX};
+use super::Wal;
 use crate::ids::Seq;
 
 /// File name of the done-set inside a WAL directory.
@@ -151,6 +152,49 @@ pub async fn store<S: Storage>(
     file.close().await?;
     written?;
     storage.rename(&tmp, &join(dir, DISPATCHED_FILE)).await
+}
+
+impl<S: Storage> Wal<S> {
+    /// The done-set the last graceful stop left (see the module docs), if the
+    /// open could trust it: for the dispatcher, once.
+    pub fn take_dispatched(&self) -> Option<DispatchProgress> {
+        self.inner.dispatched.borrow_mut().take()
+    }
+
+    /// Leaves the dispatcher's progress at its stop for [`Wal::close`] to write,
+    /// so that the next start does not commit again what it says is done.
+    pub fn leave_dispatched(&self, progress: DispatchProgress) {
+        *self.inner.dispatched.borrow_mut() = Some(progress);
+    }
+
+    /// Writes the done-set [`Wal::leave_dispatched`] left, if it is worth
+    /// writing and its checkpoint is the durable one: at the close, once the
+    /// flush loop and the checkpoint's last sync are over.
+    pub(super) async fn store_dispatched(&self) {
+        let Some(progress) = self.inner.dispatched.borrow_mut().take() else {
+            return;
+        };
+        let (synced, next_seq) = {
+            let sh = self.inner.shared.borrow();
+            (sh.checkpoint_synced, sh.durable_next)
+        };
+        // Only a progress whose checkpoint is the durable one says something
+        // the next open can check (it also checks `next_seq`, which records
+        // written but not durable here would change).
+        let done = progress.done_above().filter(|&d| d).count();
+        if done == 0 || progress.checkpoint() != synced {
+            return;
+        }
+        let dir = &self.inner.dir;
+        match store(&self.inner.storage, dir, &progress, next_seq).await {
+            Ok(()) => {
+                tracing::info!(wal = %dir, checkpoint = synced.0, done, "ingress WAL: left the records committed above the checkpoint for the next start")
+            }
+            Err(e) => {
+                tracing::warn!(wal = %dir, error = %e, done, "ingress WAL: cannot write the done-set; the next start may commit again records committed above the checkpoint")
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -735,18 +735,6 @@ impl<S: Storage> Wal<S> {
         WalReader::new(self.clone(), from)
     }
 
-    /// The done-set the last graceful stop left (see [`dispatched`]), if the
-    /// open could trust it: for the dispatcher, once.
-    pub fn take_dispatched(&self) -> Option<DispatchProgress> {
-        self.inner.dispatched.borrow_mut().take()
-    }
-
-    /// Leaves the dispatcher's progress at its stop for [`Wal::close`] to write,
-    /// so that the next start does not commit again what it says is done.
-    pub fn leave_dispatched(&self, progress: DispatchProgress) {
-        *self.inner.dispatched.borrow_mut() = Some(progress);
-    }
-
     /// Flushes what is staged, makes the checkpoint durable and stops the tasks;
     /// then writes the done-set left by [`Wal::leave_dispatched`], if it is
     /// worth writing and still true of what is on disk.
@@ -770,31 +758,5 @@ impl<S: Storage> Wal<S> {
             task.await;
         }
         self.store_dispatched().await;
-    }
-
-    async fn store_dispatched(&self) {
-        let Some(progress) = self.inner.dispatched.borrow_mut().take() else {
-            return;
-        };
-        let (synced, next_seq) = {
-            let sh = self.inner.shared.borrow();
-            (sh.checkpoint_synced, sh.durable_next)
-        };
-        // Only a progress whose checkpoint is the durable one says something
-        // the next open can check (it also checks `next_seq`, which records
-        // written but not durable here would change).
-        let done = progress.done_above().filter(|&d| d).count();
-        if done == 0 || progress.checkpoint() != synced {
-            return;
-        }
-        let dir = &self.inner.dir;
-        match dispatched::store(&self.inner.storage, dir, &progress, next_seq).await {
-            Ok(()) => {
-                tracing::info!(wal = %dir, checkpoint = synced.0, done, "ingress WAL: left the records committed above the checkpoint for the next start")
-            }
-            Err(e) => {
-                tracing::warn!(wal = %dir, error = %e, done, "ingress WAL: cannot write the done-set; the next start may commit again records committed above the checkpoint")
-            }
-        }
     }
 }
