@@ -594,6 +594,22 @@ impl Traffic {
         cached.insert(key, series.clone());
         series
     }
+
+    /// Lets go of a deleted incarnation's cached handles (its series stay in
+    /// the recorder): under topic churn the caches would otherwise fill with
+    /// incarnations that never come back, up to their bound.
+    pub fn forget(&self, incarnation: IncarnationId) {
+        self.topics.borrow_mut().remove(&incarnation);
+        self.series
+            .borrow_mut()
+            .retain(|(cached, _), _| *cached != incarnation);
+    }
+
+    /// Handles cached: topics, partitions.
+    #[cfg(test)]
+    pub fn cached(&self) -> (usize, usize) {
+        (self.topics.borrow().len(), self.series.borrow().len())
+    }
 }
 
 #[cfg(test)]

@@ -331,11 +331,13 @@ impl Shard {
         }
     }
 
-    /// Drops a deleted incarnation's consumer state and parked consumers here.
+    /// Drops a deleted incarnation's consumer state, parked consumers and
+    /// cached metric handles here.
     pub fn forget_consumers(&self, incarnation: IncarnationId) {
         self.queues.drop_incarnation(incarnation);
         self.waiters.drop_incarnation(incarnation);
         self.persister.forget(incarnation);
+        self.traffic.forget(incarnation);
     }
 
     /// Closes the incarnation's logs on every shard; returns when all have.

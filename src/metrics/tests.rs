@@ -261,3 +261,21 @@ fn series_past_one_chunk_of_cells_are_all_rendered_and_summed() {
     assert_eq!(lines(&renders[0], " 1"), series);
     assert_eq!(lines(&renders[1], " 2"), series, "both threads' cells");
 }
+
+#[test]
+fn a_deleted_incarnations_cached_handles_are_let_go() {
+    let recorder = ShardedRecorder::default();
+    ::metrics::with_local_recorder(&recorder, || {
+        let traffic = Traffic::default();
+        let (gone, kept) = (IncarnationId(1), IncarnationId(2));
+        for incarnation in [gone, kept] {
+            traffic.topic("t", incarnation);
+            for p in 0..3 {
+                traffic.partition("t", incarnation, PartitionId(p));
+            }
+        }
+        assert_eq!(traffic.cached(), (2, 6));
+        traffic.forget(gone);
+        assert_eq!(traffic.cached(), (1, 3));
+    });
+}
