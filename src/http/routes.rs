@@ -612,6 +612,7 @@ fn status_label(status: StatusCode) -> &'static str {
         410 => "410",
         413 => "413",
         415 => "415",
+        417 => "417",
         422 => "422",
         429 => "429",
         431 => "431",
@@ -661,8 +662,8 @@ mod tests {
     #[test]
     fn every_status_the_api_answers_is_its_own_label() {
         for code in [
-            200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 409, 410, 413, 415, 422, 429, 431,
-            499, 500, 501, 502, 503, 504,
+            200, 201, 202, 204, 400, 401, 403, 404, 405, 408, 409, 410, 413, 415, 417, 422, 429,
+            431, 499, 500, 501, 502, 503, 504,
         ] {
             let status = StatusCode::from_u16(code).unwrap();
             assert_eq!(status_label(status), code.to_string());

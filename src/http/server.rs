@@ -287,15 +287,20 @@ async fn accept_loop(shared: Rc<Shared>, listener: Listener) {
             Some(Ok(stream)) => admit(&shared, stream),
             Some(Err(e)) => {
                 tracing::warn!(shard = shared.shard, error = %e, "accept failed");
-                narad_io::rt::sleep(ACCEPT_ERROR_BACKOFF).await;
+                or(
+                    narad_io::rt::sleep(ACCEPT_ERROR_BACKOFF),
+                    shared.until(ACCEPTOR_ID, Phase::Draining),
+                )
+                .await;
             }
         }
     }
     shared.waiters.borrow_mut().remove(&ACCEPTOR_ID);
     // The close would reset the connections the kernel already queued on
     // this socket: they are taken first, and hear the stopping node's 503
-    // like any connection open at the stop.
-    loop {
+    // like any connection open at the stop. At most a full queue's worth, so
+    // that connections still arriving do not keep it taking.
+    for _ in 0..narad_io::net::LISTEN_BACKLOG_MAX {
         match listener.accept_queued() {
             Ok(Some(stream)) => admit(&shared, stream),
             Ok(None) => break,
@@ -364,7 +369,8 @@ const DRAINED_BODY_BYTES_MAX: u64 = 64 << 10;
 
 /// Whether the answer to a request with a body of `declared` bytes (`None`:
 /// chunked) is one after which the connection closes, because the body was
-/// left unread: a body refused as too large or too slow (413, 408), or any
+/// left unread: a body refused as too large or too slow (413, 408) or sent
+/// after an expectation the server refused (417), or any
 /// error to a body too large to drain (an early 415 or 404, a full budget's
 /// 503). Such answers say `Connection: close`, so that a client's pool does
 /// not send its next request into a connection about to close; an error to a
@@ -378,7 +384,10 @@ fn closes_after<B>(response: &hyper::Response<B>, declared: Option<u64>) -> bool
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
     let status = response.status();
     let has_body = declared != Some(0);
-    let refused_body = matches!(status.as_u16(), 408 | 413);
+    // A 417's client may have held its body back and send its next request
+    // instead (RFC 9110 asks it to retry without the expectation): a drain
+    // would take that request for the body.
+    let refused_body = matches!(status.as_u16(), 408 | 413 | 417);
     let undrainable = declared.is_none_or(|n| n > DRAINED_BODY_BYTES_MAX);
     says_close || (has_body && !status.is_success() && (refused_body || undrainable))
 }
@@ -674,6 +683,7 @@ mod tests {
             (404, None, true),
             (413, small, true),
             (408, small, true),
+            (417, small, true),
         ] {
             assert_eq!(
                 closes_after(&answer(status, false), declared),
@@ -725,6 +735,17 @@ mod tests {
                 .collect();
             node.start_draining();
             server.drain().await;
+            // The drain waited for them: each answer is there already.
+            for client in &clients {
+                client.set_nonblocking(true).unwrap();
+                let mut byte = [0u8; 1];
+                let peeked = client.peek(&mut byte);
+                assert!(
+                    matches!(peeked, Ok(1)),
+                    "{peeked:?}: not answered within the drain"
+                );
+                client.set_nonblocking(false).unwrap();
+            }
             clients
         });
         for mut client in answers {
