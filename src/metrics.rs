@@ -43,7 +43,7 @@ pub use storage::StorageMetrics;
 pub use wal::WalSeries;
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -537,11 +537,17 @@ impl TopicSeries {
 pub struct Traffic {
     series: RefCell<DenseIdMap<(IncarnationId, PartitionId), Rc<PartitionSeries>>>,
     topics: RefCell<HashMap<IncarnationId, Rc<TopicSeries>>>,
+    /// Incarnations deleted lately: a request that looked one up before the
+    /// delete and counts after it gets handles that are not cached again.
+    forgotten: RefCell<VecDeque<IncarnationId>>,
 }
 
 /// Partitions one shard keeps counters cached for; past it the cache starts over
 /// (the series themselves live on in the recorder).
 const TRAFFIC_CACHED_MAX: usize = 65_536;
+
+/// Deleted incarnations a shard remembers not to cache again.
+const TRAFFIC_FORGOTTEN_MAX: usize = 64;
 
 impl Traffic {
     /// The consume series of a topic.
@@ -559,6 +565,9 @@ impl Traffic {
             }),
             empty: ::metrics::counter!("narad_consume_empty_total", "topic" => topic.to_string()),
         });
+        if self.forgotten.borrow().contains(&incarnation) {
+            return series;
+        }
         let mut cached = self.topics.borrow_mut();
         if cached.len() >= TRAFFIC_CACHED_MAX {
             cached.clear();
@@ -587,6 +596,9 @@ impl Traffic {
             consumed: ::metrics::counter!("narad_messages_consumed_total", &labels),
             consumed_bytes: ::metrics::counter!("narad_bytes_consumed_total", &labels),
         });
+        if self.forgotten.borrow().contains(&incarnation) {
+            return series;
+        }
         let mut cached = self.series.borrow_mut();
         if cached.len() >= TRAFFIC_CACHED_MAX {
             cached.clear();
@@ -599,6 +611,11 @@ impl Traffic {
     /// the recorder): under topic churn the caches would otherwise fill with
     /// incarnations that never come back, up to their bound.
     pub fn forget(&self, incarnation: IncarnationId) {
+        let mut forgotten = self.forgotten.borrow_mut();
+        if forgotten.len() == TRAFFIC_FORGOTTEN_MAX {
+            forgotten.pop_front();
+        }
+        forgotten.push_back(incarnation);
         self.topics.borrow_mut().remove(&incarnation);
         self.series
             .borrow_mut()

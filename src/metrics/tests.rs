@@ -277,5 +277,10 @@ fn a_deleted_incarnations_cached_handles_are_let_go() {
         assert_eq!(traffic.cached(), (2, 6));
         traffic.forget(gone);
         assert_eq!(traffic.cached(), (1, 3));
+        // A request that looked the topic up before the delete and counts
+        // after it does not cache it again.
+        traffic.topic("t", gone);
+        traffic.partition("t", gone, PartitionId(0));
+        assert_eq!(traffic.cached(), (1, 3));
     });
 }
