@@ -87,7 +87,8 @@ pub struct WalConfig {
     /// A staging buffer holding this many bytes is sealed as one batch and later
     /// appends stage into the next: the size of one write in a sustained burst.
     pub flush_bytes_target: usize,
-    /// How long a stored checkpoint may sit written but not yet synced.
+    /// How long a stored checkpoint may sit written but not yet synced (one
+    /// that passes the start of a segment is synced at once).
     pub checkpoint_sync_delay: Duration,
     /// The shortest time between two writes of the checkpoint block: the stores
     /// of an interval go out as one write of the newest value. Each write is a

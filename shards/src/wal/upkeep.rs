@@ -6,9 +6,11 @@
 //! stored, at most once per `checkpoint_store_interval` (the newest value of the
 //! interval; a process crash keeps it, so a restart replays at most an interval
 //! of dispatched records more), and synced once the sync delay has passed since
-//! the first unsynced store, so many stores share one `fdatasync`. Segments
-//! are removed only behind a checkpoint value that is already durable: every
-//! sequence number below the oldest segment left on disk was committed.
+//! the first unsynced store, so many stores share one `fdatasync`, or at once
+//! when the stored value has passed the start of a segment (see
+//! `sync_deadline`). Segments are removed (or kept as spares) only behind a
+//! checkpoint value that is already durable: every sequence number below the
+//! oldest segment left on disk was committed.
 
 use std::future::poll_fn;
 use std::io;
@@ -22,6 +24,7 @@ use narad_io::{BlockFile, Storage};
 use super::checkpoint::CheckpointFile;
 use super::segment::{segment_name, PREP_FILE, SPARE_PREFIX};
 use super::Wal;
+use crate::ids::Seq;
 
 /// Where a zero-filled segment is made before it is renamed `PREP_FILE`.
 const PREP_TMP_FILE: &str = "next-segment.tmp";
@@ -105,13 +108,13 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
             written = wanted;
             // A dispatcher that moves the checkpoint during every store must not
             // hold the sync off: once it is due, it comes before the next store.
-            let due = *sync_due.get_or_insert_with(|| Instant::now() + delay);
+            let due = sync_deadline(&wal, &mut sync_due, delay, written);
             if !closing && Instant::now() < due {
                 continue;
             }
         }
         if written > synced {
-            let due = *sync_due.get_or_insert_with(|| Instant::now() + delay);
+            let due = sync_deadline(&wal, &mut sync_due, delay, written);
             let now = Instant::now();
             if !closing && now < due {
                 future::or(narad_io::rt::sleep(due - now), signalled(&wal)).await;
@@ -162,6 +165,34 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
         }
         signalled(&wal).await;
     }
+}
+
+/// When the stored checkpoint `written` is to be synced: `delay` after the
+/// first store the last sync did not cover, or at once if it has passed the
+/// start of a segment the last sync had not, so compaction can free that
+/// segment now. A busy WAL fills a segment in well under `delay` (64 MiB
+/// take about 60 ms at 1 GB/s); waiting would leave several segments behind
+/// the checkpoint at each sync, more than are kept as spares, and the rolls
+/// that follow would wait on zero-filled new files instead of recycled ones.
+/// This adds at most one sync per segment.
+fn sync_deadline<S: Storage>(
+    wal: &Wal<S>,
+    sync_due: &mut Option<Instant>,
+    delay: std::time::Duration,
+    written: Seq,
+) -> Instant {
+    let now = Instant::now();
+    let due = *sync_due.get_or_insert(now + delay);
+    let sh = wal.inner.shared.borrow();
+    let frees_a_segment = sh
+        .segments
+        .get(1)
+        .is_some_and(|&next| sh.checkpoint_synced < next && next <= written);
+    if frees_a_segment && due > now {
+        *sync_due = Some(now);
+        return now;
+    }
+    due
 }
 
 /// [`compact`], logging a failure; returns whether it succeeded.

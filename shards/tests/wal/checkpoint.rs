@@ -67,6 +67,39 @@ fn the_dispatch_backlog_is_what_the_checkpoint_has_not_passed() {
     });
 }
 
+/// A checkpoint stored past the start of a segment is synced at once, not
+/// after the sync delay: a busy WAL fills a segment well within the delay, and
+/// only a synced checkpoint lets compaction turn the segments behind it into
+/// spares for the next rolls. A checkpoint that frees no segment still waits.
+#[test]
+fn a_checkpoint_past_a_segment_start_is_synced_at_once() {
+    let disk = SimDisk::new(31, SimFaults::default());
+    run_local(None, async move {
+        let config = WalConfig {
+            checkpoint_sync_delay: Duration::from_secs(3600),
+            ..small_config(true)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let payload = payload_for(1, 1024);
+        let records: Vec<_> = (0..8).map(|_| record(&payload, None)).collect();
+        // Within the first segment: nothing to free, so the sync waits.
+        wal.append_many(&records).await.unwrap();
+        wal.store_checkpoint(wal.durable_next());
+        narad_io::rt::sleep(Duration::from_millis(50)).await;
+        assert_eq!(wal.synced_checkpoint(), Seq(0), "synced before its delay");
+        // Three segments and more, each dispatched as it is written.
+        while wal.stats().rolls < 3 {
+            wal.append_many(&records).await.unwrap();
+            wal.store_checkpoint(wal.durable_next());
+        }
+        wait_until(|| wal.stats().compactions >= 2).await;
+        let stats = wal.stats();
+        assert_eq!(stats.prepared_rolls, stats.rolls, "{stats:?}");
+        assert!(stats.checkpoint_syncs <= stats.rolls + 1, "{stats:?}");
+        wal.close().await;
+    });
+}
+
 /// The checkpoint moves with every commit that lands, at low rates once a
 /// record: each store is a page-cache write, and only the lazy sync reaches the
 /// device, so a move costs no device write of its own.
