@@ -511,6 +511,10 @@ mod tests {
             Ok(())
         }
 
+        async fn reserve(&self, _: u64) -> io::Result<()> {
+            Ok(())
+        }
+
         async fn close(self) -> io::Result<()> {
             Ok(())
         }

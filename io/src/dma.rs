@@ -386,6 +386,11 @@ impl BlockFile for DmaBlockFile {
         Ok(())
     }
 
+    async fn reserve(&self, len: u64) -> io::Result<()> {
+        self.file.pre_allocate(len, true).await?;
+        Ok(())
+    }
+
     async fn close(self) -> io::Result<()> {
         let durable = match self.durable.into_inner() {
             Some(Ok(durable)) => durable.close().await,

@@ -110,6 +110,13 @@ pub trait BlockFile {
     /// Sets the file's size. Growing fills with zeros. Durable after `sync_data`.
     async fn truncate(&self, len: u64) -> io::Result<()>;
 
+    /// Allocates the file's blocks up to `len` bytes without changing its size
+    /// (`fallocate` with `FALLOC_FL_KEEP_SIZE`), so that writes below `len`
+    /// that grow the file cannot run out of space. An error of kind
+    /// [`io::ErrorKind::StorageFull`] means the file system lacks the room;
+    /// one of kind [`io::ErrorKind::Unsupported`], that it cannot reserve.
+    async fn reserve(&self, len: u64) -> io::Result<()>;
+
     /// Closes the file; pending writes are not synced by closing.
     async fn close(self) -> io::Result<()>;
 }
@@ -171,6 +178,10 @@ impl<F: BlockFile> BlockFile for std::rc::Rc<F> {
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
         (**self).truncate(len).await
+    }
+
+    async fn reserve(&self, len: u64) -> io::Result<()> {
+        (**self).reserve(len).await
     }
 
     async fn close(self) -> io::Result<()> {

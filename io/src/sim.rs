@@ -101,6 +101,16 @@ struct FileData {
     versions: BTreeMap<u64, Vec<(u64, Vec<u8>)>>,
     version_seq: u64,
     length_dirty: bool,
+    /// Bytes allocated from the start whatever the length
+    /// ([`crate::BlockFile::reserve`]): writes below it never run out of space.
+    reserved: u64,
+}
+
+impl FileData {
+    /// The bytes the file occupies: its blocks, or its reservation if larger.
+    fn allocated_bytes(&self) -> u64 {
+        align_up(self.current.len() as u64).max(self.reserved)
+    }
 }
 
 /// Earlier unsynced versions a sector keeps at most (the newest ones).
@@ -150,6 +160,9 @@ struct Inner {
     sync_turns: u32,
     syncs_in_flight: u64,
     capacity_bytes: Option<u64>,
+    /// [`crate::BlockFile::reserve`] fails as on a file system without
+    /// `fallocate` ([`SimDisk::set_reserve_unsupported`]).
+    reserve_unsupported: bool,
     /// Inodes whose reads fail with `EIO`.
     unreadable: BTreeSet<u64>,
     stats: SimStats,
@@ -203,6 +216,7 @@ impl SimDisk {
                 syncs_in_flight: 0,
                 unreadable: BTreeSet::new(),
                 capacity_bytes: None,
+                reserve_unsupported: false,
                 stats: SimStats::default(),
             })),
         }
@@ -377,6 +391,12 @@ impl SimDisk {
         self.inner.borrow_mut().capacity_bytes = capacity_bytes;
     }
 
+    /// Makes every reservation fail as on a file system that cannot reserve
+    /// space (`EOPNOTSUPP`), or succeed again.
+    pub fn set_reserve_unsupported(&self, unsupported: bool) {
+        self.inner.borrow_mut().reserve_unsupported = unsupported;
+    }
+
     /// Changes the spontaneous fault rates.
     pub fn set_faults(&self, faults: SimFaults) {
         self.inner.borrow_mut().faults = faults;
@@ -409,7 +429,7 @@ impl SimDisk {
         inner
             .names
             .values()
-            .map(|inode| align_up(inner.inodes[inode].current.len() as u64))
+            .map(|inode| inner.inodes[inode].allocated_bytes())
             .sum()
     }
 

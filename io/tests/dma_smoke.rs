@@ -360,6 +360,36 @@ fn a_files_size_is_its_own_after_a_rename() {
     .expect("real disk I/O");
 }
 
+/// A reservation allocates the blocks and leaves the size: a growing WAL
+/// segment holds its space from the start, and is still known to grow.
+#[test]
+fn a_reservation_allocates_blocks_and_keeps_the_size() {
+    use std::os::unix::fs::MetadataExt;
+
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    let path = root.path().join("r");
+    rt::run_local(None, async move {
+        let file = storage.open("r", OpenMode::CreateOrOpen).await?;
+        file.write_at(0, &vec![1u8; BLOCK_BYTES]).await?;
+        let reserved = 1u64 << 20;
+        match file.reserve(reserved).await {
+            // A file system without `fallocate` says so: the WAL goes on
+            // without the reservation.
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => return Ok(()),
+            result => result?,
+        }
+        assert_eq!(file.size().await?, BLOCK_BYTES as u64);
+        let allocated = std::fs::metadata(&path)?.blocks() * 512;
+        assert!(allocated >= reserved, "{allocated} bytes allocated");
+        file.write_at(BLOCK_BYTES as u64, &vec![2u8; BLOCK_BYTES])
+            .await?;
+        assert_eq!(file.size().await?, 2 * BLOCK_BYTES as u64);
+        io::Result::Ok(())
+    })
+    .expect("real disk I/O");
+}
+
 #[test]
 fn removing_what_is_gone_is_not_an_error_and_renames_cross_directories() {
     let root = temp_root();

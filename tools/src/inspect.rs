@@ -108,6 +108,10 @@ impl BlockFile for ReadOnlyFile {
         Err(read_only())
     }
 
+    async fn reserve(&self, _: u64) -> io::Result<()> {
+        Err(read_only())
+    }
+
     async fn close(self) -> io::Result<()> {
         Ok(())
     }

@@ -14,13 +14,11 @@ impl SimFile {
         SimDisk::check_handle(inner, self.generation)?;
         SimDisk::tick(inner)?;
         let end = pos as usize + bytes.len();
-        let old_len = inner.inodes[&self.inode].current.len();
-        if end > old_len {
-            if let Some(capacity) = inner.capacity_bytes {
-                let grow = align_up(end as u64) - align_up(old_len as u64);
-                if SimDisk::used_bytes(inner) + grow > capacity {
-                    return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-                }
+        let allocated = inner.inodes[&self.inode].allocated_bytes();
+        if let Some(capacity) = inner.capacity_bytes {
+            let grow = align_up(end as u64).saturating_sub(allocated);
+            if grow > 0 && SimDisk::used_bytes(inner) + grow > capacity {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
             }
         }
         let data = inner
@@ -383,6 +381,9 @@ impl BlockFile for SimFile {
             }
         } else {
             data.current.truncate(len as usize);
+            // Cutting a file frees its blocks past the new end, reserved ones
+            // too.
+            data.reserved = data.reserved.min(align_up(len));
             // Sectors wholly past the new end hold nothing a sync could make
             // durable: the next sync makes the shorter length durable. (A write
             // still in flight there keeps its record until it lands, before-
@@ -395,6 +396,31 @@ impl BlockFile for SimFile {
             data.cached_sectors.retain(|&s| s < first_gone);
         }
         data.length_dirty = true;
+        Ok(())
+    }
+
+    async fn reserve(&self, len: u64) -> io::Result<()> {
+        let mut guard = self.disk.inner.borrow_mut();
+        let inner = &mut *guard;
+        SimDisk::check_handle(inner, self.generation)?;
+        SimDisk::tick(inner)?;
+        if inner.reserve_unsupported {
+            return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+        }
+        let grow = align_up(len).saturating_sub(inner.inodes[&self.inode].allocated_bytes());
+        if grow == 0 {
+            return Ok(());
+        }
+        if let Some(capacity) = inner.capacity_bytes {
+            if SimDisk::used_bytes(inner) + grow > capacity {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+        }
+        let data = inner
+            .inodes
+            .get_mut(&self.inode)
+            .expect("open inode exists");
+        data.reserved = data.reserved.max(align_up(len));
         Ok(())
     }
 

@@ -303,6 +303,9 @@ struct Shared {
     /// write past its end grows it: once a prepared segment is ready, the WAL
     /// rolls onto it rather than grow the file to a full segment.
     active_grows: bool,
+    /// The active segment grows, and its blocks up to a full segment are
+    /// reserved (`room::reserve_growing`): no write to it can run out of space.
+    active_reserved: bool,
     spares: Vec<String>,
     prep_ready: bool,
     prep_running: bool,
@@ -463,6 +466,8 @@ impl<S: Storage> Wal<S> {
             resumed,
         } = recovered;
         let dispatched = dispatched::take(&storage, dir, checkpoint, next_seq).await?;
+        let active_grows = active.file_bytes() < narad_io::align_up(config.segment_bytes_max);
+        let active_reserved = active_grows && room::reserve_growing(active.file(), &config).await;
         let shared = Shared {
             staging: Vec::new(),
             spare: Vec::new(),
@@ -482,7 +487,8 @@ impl<S: Storage> Wal<S> {
             segments,
             roll_requested: false,
             rolls_pending: 0,
-            active_grows: active.file_bytes() < narad_io::align_up(config.segment_bytes_max),
+            active_grows,
+            active_reserved,
             spares,
             prep_ready,
             prep_running: false,

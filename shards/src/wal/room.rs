@@ -15,6 +15,13 @@
 //! - what is granted is taken off the shared measure at once, so the other
 //!   shards count it, until the next measure replaces the figure.
 //!
+//! The measure is up to a second old, and another process can fill the disk
+//! meanwhile. So a segment that grows has its blocks up to a full segment
+//! reserved as it is made ([`reserve_growing`]): writes to it then cannot run
+//! out of space, and appends to it ask for no room. Where the reservation
+//! fails (no room left, or a file system without `fallocate`), the segment
+//! grows as before, under the measure alone.
+//!
 //! Unmeasured (`disk_room` unset: benchmarks, simulations), nothing is held.
 
 use super::frame::IngressRecord;
@@ -84,7 +91,11 @@ impl Shared {
             let frame_len = record.frame_len() as u64;
             self.active_bytes > 0 && (early || self.active_bytes + frame_len > max)
         });
-        let rest = if self.active_grows && self.rolls_pending == 0 && !first_rolls {
+        let rest = if self.active_grows
+            && !self.active_reserved
+            && self.rolls_pending == 0
+            && !first_rolls
+        {
             max.saturating_sub(self.active_bytes)
         } else {
             0
@@ -117,6 +128,24 @@ fn rolls_needed(
         active_bytes += frame_len;
     }
     rolls
+}
+
+/// Reserves the blocks of a segment that grows, up to a full segment, keeping
+/// its size: see the module doc. Returns whether it holds the reservation; a
+/// failure is logged, and nothing else changes.
+pub(super) async fn reserve_growing<F: narad_io::BlockFile>(file: &F, config: &WalConfig) -> bool {
+    let bytes = narad_io::align_up(config.segment_bytes_max);
+    match file.reserve(bytes).await {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+            tracing::debug!(error = %e, "ingress WAL: the file system cannot reserve a growing segment's space");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "ingress WAL: cannot reserve a growing segment's space; it grows under the last measure of free space");
+            false
+        }
+    }
 }
 
 /// Whether the file system has room to write `segments` more segments (a

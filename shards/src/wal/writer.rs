@@ -703,6 +703,9 @@ impl<S: Storage> Writer<S> {
         let old = std::mem::replace(&mut self.active, AppendFile::open_at(file, 0).await?);
         // A recycled segment may be shorter than the segment size now set.
         let file_bytes = self.active.file_bytes();
+        let grows = !prepared || file_bytes < narad_io::align_up(inner.config.segment_bytes_max);
+        let reserved =
+            grows && super::room::reserve_growing(self.active.file(), &inner.config).await;
         self.active_first = first;
         old.into_file().close().await?;
         {
@@ -710,8 +713,8 @@ impl<S: Storage> Writer<S> {
             sh.stats.rolls += 1;
             sh.stats.prepared_rolls += u64::from(prepared);
             sh.stats.early_rolls += u64::from(prepared && left_growing);
-            sh.active_grows =
-                !prepared || file_bytes < narad_io::align_up(inner.config.segment_bytes_max);
+            sh.active_grows = grows;
+            sh.active_reserved = reserved;
             // A preparation that finished during this roll saw the old segment.
             sh.roll_onto_prepared_if_growing();
         }

@@ -75,6 +75,9 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
     use std::sync::atomic::Ordering;
 
     let disk = SimDisk::new(14, SimFaults::default());
+    // Growing segments go under the measure alone where nothing can be
+    // reserved.
+    disk.set_reserve_unsupported(true);
     run_local(None, async move {
         let (room, config) = measured_room();
         let segment = config.segment_bytes_max;
@@ -124,6 +127,55 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
             .await
             .unwrap();
         assert_eq!(reopened.next_seq(), taken.next());
+        reopened.close().await;
+    });
+}
+
+/// The measure of room appends are admitted by is up to a second old, and
+/// another process can fill the disk meanwhile: a segment that grows has its
+/// blocks reserved as it is made, so writes to it cannot run out of space and
+/// the WAL does not latch; appends to it take nothing off the measure.
+#[test]
+fn a_growing_segment_is_reserved_so_a_disk_filled_behind_the_measure_does_not_latch() {
+    use std::sync::atomic::Ordering;
+
+    let disk = SimDisk::new(15, SimFaults::default());
+    run_local(None, async move {
+        let (room, config) = measured_room();
+        let config = WalConfig {
+            prealloc: false,
+            ..config
+        };
+        let segment = config.segment_bytes_max;
+        room.store(100 * segment, Ordering::Relaxed);
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        // Another process takes every byte left, after the last measure.
+        let filler = disk
+            .open("filler", narad_io::file::OpenMode::CreateOrOpen)
+            .await
+            .unwrap();
+        narad_io::BlockFile::write_at(&filler, 0, &[1u8; 4096])
+            .await
+            .unwrap();
+        disk.set_capacity(Some(disk.allocated_bytes()));
+        let payload = vec![5u8; 1024];
+        let records: Vec<_> = (0..10).map(|_| record(&payload, None)).collect();
+        for _ in 0..5 {
+            wal.append_many(&records).await.unwrap();
+        }
+        assert!(!wal.is_latched());
+        assert_eq!(wal.stats().rolls, 0, "all in the first segment");
+        assert_eq!(
+            room.load(Ordering::Relaxed),
+            100 * segment,
+            "nothing claimed"
+        );
+        wal.close().await;
+        disk.set_capacity(None);
+        let reopened = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        assert_eq!(reopened.next_seq(), Seq(50));
         reopened.close().await;
     });
 }
