@@ -110,6 +110,22 @@ pub struct DmaBlockFile {
 }
 
 impl DmaBlockFile {
+    /// `fstat` of the open file, by its descriptor (answered from the inode
+    /// without the device): glommio's `file_size` asks by path, which after a
+    /// rename or remove names another file or none.
+    fn stat(&self) -> io::Result<libc::stat> {
+        let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
+        // SAFETY: `stat` is valid for writes of a `struct stat`, which fstat
+        // fills on success; it is read only then.
+        let done = unsafe { libc::fstat(fd, stat.as_mut_ptr()) };
+        if done != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fstat succeeded, so it initialised `stat`.
+        Ok(unsafe { stat.assume_init() })
+    }
+
     /// The raw file descriptor, for benchmarks that count syscalls.
     pub fn inner(&self) -> &DmaFile {
         &self.file
@@ -365,20 +381,9 @@ impl BlockFile for DmaBlockFile {
         Ok(())
     }
 
-    /// The open file's size, by its descriptor (`fstat`, answered from the
-    /// inode without the device): glommio's `file_size` asks by path, which
-    /// after a rename or remove names another file or none.
+    /// The open file's size, by its descriptor ([`DmaBlockFile::stat`]).
     async fn size(&self) -> io::Result<u64> {
-        let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
-        // SAFETY: `stat` is valid for writes of a `struct stat`, which fstat
-        // fills on success; it is read only then.
-        let done = unsafe { libc::fstat(fd, stat.as_mut_ptr()) };
-        if done != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fstat succeeded, so it initialised `stat`.
-        Ok(unsafe { stat.assume_init() }.st_size as u64)
+        Ok(self.stat()?.st_size as u64)
     }
 
     async fn truncate(&self, len: u64) -> io::Result<()> {
@@ -386,8 +391,19 @@ impl BlockFile for DmaBlockFile {
         Ok(())
     }
 
+    /// `fallocate(FALLOC_FL_KEEP_SIZE)`, then a check that the blocks are
+    /// there: some file systems (ZFS) answer it with a check of free space and
+    /// allocate nothing, which guarantees no later write. Those say
+    /// [`io::ErrorKind::Unsupported`].
     async fn reserve(&self, len: u64) -> io::Result<()> {
         self.file.pre_allocate(len, true).await?;
+        let allocated = self.stat()?.st_blocks as u64 * 512;
+        if allocated < len {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("the file system allocated {allocated} of the {len} bytes reserved"),
+            ));
+        }
         Ok(())
     }
 

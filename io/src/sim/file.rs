@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::file::BlockFile;
-use crate::is_aligned;
+use crate::{align_down, is_aligned};
 
 impl SimFile {
     /// Applies a write at once; returns whether it stays in flight for a turn.
@@ -411,17 +411,24 @@ impl BlockFile for SimFile {
         if grow == 0 {
             return Ok(());
         }
-        if let Some(capacity) = inner.capacity_bytes {
-            if SimDisk::used_bytes(inner) + grow > capacity {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
-            }
-        }
+        let used = SimDisk::used_bytes(inner);
         let data = inner
             .inodes
             .get_mut(&self.inode)
             .expect("open inode exists");
-        data.reserved = data.reserved.max(align_up(len));
-        Ok(())
+        match inner.capacity_bytes {
+            // As ext4 does, it allocates what is left before it fails, and
+            // keeps it: cutting the file to its size gives it back.
+            Some(capacity) if used + grow > capacity => {
+                let left = align_down(capacity.saturating_sub(used));
+                data.reserved = data.allocated_bytes() + left;
+                Err(io::Error::from_raw_os_error(libc::ENOSPC))
+            }
+            _ => {
+                data.reserved = data.reserved.max(align_up(len));
+                Ok(())
+            }
+        }
     }
 
     async fn close(self) -> io::Result<()> {

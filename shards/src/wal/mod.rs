@@ -304,7 +304,8 @@ struct Shared {
     /// rolls onto it rather than grow the file to a full segment.
     active_grows: bool,
     /// The active segment grows, and its blocks up to a full segment are
-    /// reserved (`room::reserve_growing`): no write to it can run out of space.
+    /// reserved (`room::reserve_growing`, at its first write): no write to it
+    /// can run out of space.
     active_reserved: bool,
     spares: Vec<String>,
     prep_ready: bool,
@@ -467,7 +468,6 @@ impl<S: Storage> Wal<S> {
         } = recovered;
         let dispatched = dispatched::take(&storage, dir, checkpoint, next_seq).await?;
         let active_grows = active.file_bytes() < narad_io::align_up(config.segment_bytes_max);
-        let active_reserved = active_grows && room::reserve_growing(active.file(), &config).await;
         let shared = Shared {
             staging: Vec::new(),
             spare: Vec::new(),
@@ -488,7 +488,7 @@ impl<S: Storage> Wal<S> {
             roll_requested: false,
             rolls_pending: 0,
             active_grows,
-            active_reserved,
+            active_reserved: false,
             spares,
             prep_ready,
             prep_running: false,

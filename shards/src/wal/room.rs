@@ -16,11 +16,13 @@
 //!   shards count it, until the next measure replaces the figure.
 //!
 //! The measure is up to a second old, and another process can fill the disk
-//! meanwhile. So a segment that grows has its blocks up to a full segment
-//! reserved as it is made ([`reserve_growing`]): writes to it then cannot run
-//! out of space, and appends to it ask for no room. Where the reservation
-//! fails (no room left, or a file system without `fallocate`), the segment
-//! grows as before, under the measure alone.
+//! meanwhile. So before its first write a segment that grows has its blocks
+//! up to a full segment reserved ([`reserve_growing`]), out of the room its
+//! first appends were admitted for: writes to it then cannot run out of
+//! space, and later appends to it ask for no room. (A segment never written,
+//! such as the one an idle WAL rotates onto, holds nothing.) Where the
+//! reservation fails (no room left, or a file system that does not allocate
+//! for it), the segment grows as before, under the measure alone.
 //!
 //! Unmeasured (`disk_room` unset: benchmarks, simulations), nothing is held.
 
@@ -130,22 +132,31 @@ fn rolls_needed(
     rolls
 }
 
-/// Reserves the blocks of a segment that grows, up to a full segment, keeping
-/// its size: see the module doc. Returns whether it holds the reservation; a
-/// failure is logged, and nothing else changes.
-pub(super) async fn reserve_growing<F: narad_io::BlockFile>(file: &F, config: &WalConfig) -> bool {
+/// Reserves the blocks of a segment that grows (now `file_bytes` long), up
+/// to a full segment, keeping its size: see the module doc. Returns whether
+/// it holds the reservation. A failure is logged, and whatever it allocated
+/// is given back (a file system short of space may allocate part of a range
+/// before it fails): the file is cut to its own size, which frees blocks past
+/// its end.
+pub(super) async fn reserve_growing<F: narad_io::BlockFile>(
+    file: &F,
+    file_bytes: u64,
+    config: &WalConfig,
+) -> bool {
     let bytes = narad_io::align_up(config.segment_bytes_max);
-    match file.reserve(bytes).await {
-        Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            tracing::debug!(error = %e, "ingress WAL: the file system cannot reserve a growing segment's space");
-            false
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "ingress WAL: cannot reserve a growing segment's space; it grows under the last measure of free space");
-            false
-        }
+    let e = match file.reserve(bytes).await {
+        Ok(()) => return true,
+        Err(e) => e,
+    };
+    if e.kind() == std::io::ErrorKind::Unsupported {
+        tracing::debug!(error = %e, "ingress WAL: the file system cannot reserve a growing segment's space");
+    } else {
+        tracing::warn!(error = %e, "ingress WAL: cannot reserve a growing segment's space; it grows under the last measure of free space");
     }
+    if let Err(e) = file.truncate(file_bytes).await {
+        tracing::warn!(error = %e, "ingress WAL: cannot give back a failed reservation");
+    }
+    false
 }
 
 /// Whether the file system has room to write `segments` more segments (a

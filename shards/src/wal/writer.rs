@@ -304,6 +304,7 @@ pub(super) async fn flush_loop<S: Storage>(
         active,
         active_first,
         device_bytes_sealed: 0,
+        reserve_tried: false,
     };
     // A batch written whose last run is not synced yet.
     let mut written: Option<Job> = None;
@@ -563,6 +564,8 @@ struct Writer<S: Storage> {
     active_first: Seq,
     /// Device bytes written to segments before the active one.
     device_bytes_sealed: u64,
+    /// A reservation of the active segment's blocks was asked for (it grows).
+    reserve_tried: bool,
 }
 
 impl<S: Storage> Writer<S> {
@@ -601,6 +604,7 @@ impl<S: Storage> Writer<S> {
             .iter()
             .chain(std::iter::once(&job.buf.len()))
         {
+            self.reserve_if_growing().await;
             self.write_runs(&job.buf[start..roll_at], Durability::Later)
                 .await?;
             if roll_at < job.buf.len() {
@@ -679,6 +683,26 @@ impl<S: Storage> Writer<S> {
         Ok(())
     }
 
+    /// Before the first write into a segment that grows, reserves its blocks
+    /// up to a full segment ([`super::room::reserve_growing`]): the appends
+    /// staged for it were admitted by a measure of free space up to a second
+    /// old, and from then on no write to it can run out of space. Asked once
+    /// a segment: one the file system refused grows under the measure alone.
+    async fn reserve_if_growing(&mut self) {
+        let inner = &self.wal.inner;
+        let wanted = {
+            let sh = inner.shared.borrow();
+            sh.active_grows && !sh.active_reserved
+        };
+        if !wanted || std::mem::replace(&mut self.reserve_tried, true) {
+            return;
+        }
+        let file_bytes = self.active.file_bytes();
+        let reserved =
+            super::room::reserve_growing(self.active.file(), file_bytes, &inner.config).await;
+        inner.shared.borrow_mut().active_reserved = reserved;
+    }
+
     /// Seals the active segment (synced here) and starts the one beginning at
     /// `first`: the prepared spare if one is ready, else a new empty file.
     async fn roll(&mut self, first: Seq) -> io::Result<()> {
@@ -694,6 +718,8 @@ impl<S: Storage> Writer<S> {
             let mut sh = inner.shared.borrow_mut();
             sh.rolls_pending -= 1;
             let prepared = std::mem::replace(&mut sh.prep_ready, false);
+            // Not reserved until its first write (`reserve_if_growing`).
+            sh.active_reserved = false;
             (prepared, std::mem::replace(&mut sh.active_grows, !prepared))
         };
         // Waits out a shortage of descriptors or memory rather than latch.
@@ -704,8 +730,7 @@ impl<S: Storage> Writer<S> {
         // A recycled segment may be shorter than the segment size now set.
         let file_bytes = self.active.file_bytes();
         let grows = !prepared || file_bytes < narad_io::align_up(inner.config.segment_bytes_max);
-        let reserved =
-            grows && super::room::reserve_growing(self.active.file(), &inner.config).await;
+        self.reserve_tried = false;
         self.active_first = first;
         old.into_file().close().await?;
         {
@@ -714,7 +739,6 @@ impl<S: Storage> Writer<S> {
             sh.stats.prepared_rolls += u64::from(prepared);
             sh.stats.early_rolls += u64::from(prepared && left_growing);
             sh.active_grows = grows;
-            sh.active_reserved = reserved;
             // A preparation that finished during this roll saw the old segment.
             sh.roll_onto_prepared_if_growing();
         }

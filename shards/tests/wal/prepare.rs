@@ -4,6 +4,7 @@
 //! roll short of descriptors waits rather than latch.
 
 use crate::common::*;
+use narad_io::file::OpenMode;
 use narad_io::rt::run_local;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
@@ -133,8 +134,9 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
 
 /// The measure of room appends are admitted by is up to a second old, and
 /// another process can fill the disk meanwhile: a segment that grows has its
-/// blocks reserved as it is made, so writes to it cannot run out of space and
-/// the WAL does not latch; appends to it take nothing off the measure.
+/// blocks reserved before its first write, so later writes to it cannot run
+/// out of space and the WAL does not latch; appends to it then take nothing
+/// off the measure. So does the next growing segment a roll makes.
 #[test]
 fn a_growing_segment_is_reserved_so_a_disk_filled_behind_the_measure_does_not_latch() {
     use std::sync::atomic::Ordering;
@@ -146,37 +148,121 @@ fn a_growing_segment_is_reserved_so_a_disk_filled_behind_the_measure_does_not_la
             prealloc: false,
             ..config
         };
-        let segment = config.segment_bytes_max;
-        room.store(100 * segment, Ordering::Relaxed);
+        room.store(100 * config.segment_bytes_max, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
-        // Another process takes every byte left, after the last measure.
-        let filler = disk
-            .open("filler", narad_io::file::OpenMode::CreateOrOpen)
-            .await
-            .unwrap();
-        narad_io::BlockFile::write_at(&filler, 0, &[1u8; 4096])
-            .await
-            .unwrap();
-        disk.set_capacity(Some(disk.allocated_bytes()));
         let payload = vec![5u8; 1024];
         let records: Vec<_> = (0..10).map(|_| record(&payload, None)).collect();
-        for _ in 0..5 {
+        let filler = disk.open("filler", OpenMode::CreateOrOpen).await.unwrap();
+        let mut filled = 0;
+        for segment in 0..2 {
+            // The first write into the segment reserves it.
             wal.append_many(&records).await.unwrap();
+            let measured = room.load(Ordering::Relaxed);
+            // Another process takes every byte left, after the last measure.
+            filled += 4096;
+            narad_io::BlockFile::write_at(&filler, filled - 4096, &[1u8; 4096])
+                .await
+                .unwrap();
+            disk.set_capacity(Some(disk.allocated_bytes()));
+            for _ in 0..4 {
+                wal.append_many(&records).await.unwrap();
+            }
+            assert!(!wal.is_latched());
+            assert_eq!(wal.stats().rolls, segment, "all in one segment");
+            assert_eq!(room.load(Ordering::Relaxed), measured, "nothing claimed");
+            // Room again, and records up to the next roll.
+            disk.set_capacity(None);
+            while wal.stats().rolls == segment {
+                wal.append(&record(&payload, None)).await.unwrap();
+            }
         }
-        assert!(!wal.is_latched());
-        assert_eq!(wal.stats().rolls, 0, "all in the first segment");
-        assert_eq!(
-            room.load(Ordering::Relaxed),
-            100 * segment,
-            "nothing claimed"
-        );
+        let end = wal.next_seq();
         wal.close().await;
-        disk.set_capacity(None);
         let reopened = Wal::open(disk.clone(), "wal", small_config(false))
             .await
             .unwrap();
-        assert_eq!(reopened.next_seq(), Seq(50));
+        assert_eq!(reopened.next_seq(), end);
         reopened.close().await;
+    });
+}
+
+/// A roll off a reserved growing segment makes a new one that is not
+/// reserved until its first write: appends staged meanwhile (here while the
+/// roll waits for a descriptor) are admitted by the measure of room, and
+/// refused when it says the disk is full, rather than written into a segment
+/// that can run out of space.
+#[test]
+fn appends_during_a_roll_off_a_reserved_segment_ask_for_room() {
+    use std::sync::atomic::Ordering;
+    const EMFILE: i32 = 24;
+
+    let disk = SimDisk::new(16, SimFaults::default());
+    run_local(None, async move {
+        let (room, config) = measured_room();
+        let config = WalConfig {
+            prealloc: false,
+            ..config
+        };
+        let segment = config.segment_bytes_max;
+        room.store(100 * segment, Ordering::Relaxed);
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let payload = vec![5u8; 1024];
+        let frame = record(&payload, None).frame_len() as u64;
+        // Up to one record short of the roll.
+        while wal.stats().frame_bytes + 2 * frame <= segment {
+            wal.append(&record(&payload, None)).await.unwrap();
+        }
+        wal.append(&record(&payload, None)).await.unwrap();
+        assert_eq!(wal.stats().rolls, 0);
+        disk.fail_next_opens_with(3, EMFILE);
+        let rolling = {
+            let wal = wal.clone();
+            narad_io::rt::spawn_local(async move { wal.append(&record(&[6u8; 1024], None)).await })
+        };
+        narad_io::rt::sleep(std::time::Duration::from_millis(5)).await;
+        assert_eq!(wal.stats().rolls, 0, "still placing the next segment");
+        // The disk fills, and the measure says so.
+        room.store(0, Ordering::Relaxed);
+        disk.set_capacity(Some(disk.allocated_bytes() + 8192));
+        let records: Vec<_> = (0..10).map(|_| record(&[7u8; 1024], None)).collect();
+        let refused = wal.append_many(&records).await;
+        assert!(
+            matches!(refused, Err(WalError::NoRoom { .. })),
+            "{refused:?}"
+        );
+        // The append that rolled was admitted before the disk filled; the new
+        // segment's reservation fails, and its one record still fits.
+        let rolled = rolling.await.unwrap();
+        assert!(rolled.is_ok(), "{rolled:?}");
+        assert!(!wal.is_latched());
+        wal.close().await;
+    });
+}
+
+/// A reservation that fails for want of space gives back what it took (a
+/// file system may allocate part of the range before it fails), and the
+/// segment grows under the measure alone.
+#[test]
+fn a_failed_reservation_gives_its_space_back() {
+    let disk = SimDisk::new(17, SimFaults::default());
+    run_local(None, async move {
+        let config = small_config(false);
+        let segment = config.segment_bytes_max;
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let before = disk.allocated_bytes();
+        // Room for half a segment: the reservation fails.
+        disk.set_capacity(Some(before + segment / 2));
+        let payload = vec![5u8; 1024];
+        let records: Vec<_> = (0..10).map(|_| record(&payload, None)).collect();
+        wal.append_many(&records).await.unwrap();
+        assert!(!wal.is_latched());
+        let frames = 10 * records[0].frame_len() as u64;
+        assert_eq!(
+            disk.allocated_bytes() - before,
+            narad_io::align_up(frames),
+            "only the frames' blocks are taken"
+        );
+        wal.close().await;
     });
 }
 
