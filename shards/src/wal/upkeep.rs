@@ -184,10 +184,15 @@ fn sync_deadline<S: Storage>(
     let now = Instant::now();
     let due = *sync_due.get_or_insert(now + delay);
     let sh = wal.inner.shared.borrow();
+    // The first segment start past the synced value (the oldest segment's own
+    // start is no boundary: nothing before it is on disk).
+    let first_unsynced = sh
+        .segments
+        .partition_point(|&start| start <= sh.checkpoint_synced);
     let frees_a_segment = sh
         .segments
-        .get(1)
-        .is_some_and(|&next| sh.checkpoint_synced < next && next <= written);
+        .get(first_unsynced.max(1))
+        .is_some_and(|&next| next <= written);
     if frees_a_segment && due > now {
         *sync_due = Some(now);
         return now;

@@ -100,6 +100,35 @@ fn a_checkpoint_past_a_segment_start_is_synced_at_once() {
     });
 }
 
+/// The sync a segment boundary brings forward can fail like any other: the
+/// segment behind it is then not compacted until a later sync succeeds.
+#[test]
+fn a_failed_early_sync_compacts_nothing() {
+    let disk = SimDisk::new(32, SimFaults::default());
+    run_local(None, async move {
+        let config = WalConfig {
+            checkpoint_sync_delay: Duration::from_secs(3600),
+            ..small_config(false)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let payload = payload_for(1, 1024);
+        let records: Vec<_> = (0..8).map(|_| record(&payload, None)).collect();
+        while wal.segment_count() < 3 {
+            wal.append_many(&records).await.unwrap();
+        }
+        disk.fail_next_syncs(1);
+        wal.store_checkpoint(wal.durable_next());
+        narad_io::rt::sleep(Duration::from_millis(100)).await;
+        assert_eq!(wal.synced_checkpoint(), Seq(0), "the sync failed");
+        assert_eq!(wal.segment_count(), 3, "nothing compacted behind it");
+        // The retry (a second later) stores the value again and syncs it.
+        let target = wal.durable_next();
+        wait_until(|| wal.synced_checkpoint() == target).await;
+        wait_until(|| wal.segment_count() == 1).await;
+        wal.close().await;
+    });
+}
+
 /// The checkpoint moves with every commit that lands, at low rates once a
 /// record: each store is a page-cache write, and only the lazy sync reaches the
 /// device, so a move costs no device write of its own.
