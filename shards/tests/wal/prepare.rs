@@ -51,14 +51,15 @@ fn a_preparation_that_fails_on_a_full_disk_pauses_and_leaves_no_partial_file() {
     });
 }
 
-/// A config with no spares (every preparation zero-fills) whose room, as the
-/// broker would measure it, the test sets; 0 to begin with.
-fn measured_room() -> (std::sync::Arc<std::sync::atomic::AtomicU64>, WalConfig) {
+/// A config (preparing segments or not) with no spares (every preparation
+/// zero-fills) whose room, as the broker would measure it, the test sets; 0
+/// to begin with.
+fn measured_room(prealloc: bool) -> (std::sync::Arc<std::sync::atomic::AtomicU64>, WalConfig) {
     let room = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let config = WalConfig {
         spare_segments_max: 0,
         disk_room: Some(room.clone()),
-        ..small_config(true)
+        ..small_config(prealloc)
     };
     (room, config)
 }
@@ -80,7 +81,7 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
     // reserved.
     disk.set_reserve_unsupported(true);
     run_local(None, async move {
-        let (room, config) = measured_room();
+        let (room, config) = measured_room(true);
         let segment = config.segment_bytes_max;
         room.store(2 * segment - 1, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
@@ -123,12 +124,7 @@ fn no_segment_grows_nor_is_zero_filled_without_room_for_it_and_one_more() {
         assert_eq!(wal.stats().rolls, 1);
         wait_until(|| disk_names_contain(&disk, "next-segment.prep")).await;
         assert_eq!(room.load(Ordering::Relaxed), segment);
-        wal.close().await;
-        let reopened = Wal::open(disk.clone(), "wal", small_config(true))
-            .await
-            .unwrap();
-        assert_eq!(reopened.next_seq(), taken.next());
-        reopened.close().await;
+        reopens_at(wal, &disk, true, taken.next()).await;
     });
 }
 
@@ -143,11 +139,7 @@ fn a_growing_segment_is_reserved_so_a_disk_filled_behind_the_measure_does_not_la
 
     let disk = SimDisk::new(15, SimFaults::default());
     run_local(None, async move {
-        let (room, config) = measured_room();
-        let config = WalConfig {
-            prealloc: false,
-            ..config
-        };
+        let (room, config) = measured_room(false);
         room.store(100 * config.segment_bytes_max, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
         let payload = vec![5u8; 1024];
@@ -177,12 +169,7 @@ fn a_growing_segment_is_reserved_so_a_disk_filled_behind_the_measure_does_not_la
             }
         }
         let end = wal.next_seq();
-        wal.close().await;
-        let reopened = Wal::open(disk.clone(), "wal", small_config(false))
-            .await
-            .unwrap();
-        assert_eq!(reopened.next_seq(), end);
-        reopened.close().await;
+        reopens_at(wal, &disk, false, end).await;
     });
 }
 
@@ -198,11 +185,7 @@ fn appends_during_a_roll_off_a_reserved_segment_ask_for_room() {
 
     let disk = SimDisk::new(16, SimFaults::default());
     run_local(None, async move {
-        let (room, config) = measured_room();
-        let config = WalConfig {
-            prealloc: false,
-            ..config
-        };
+        let (room, config) = measured_room(false);
         let segment = config.segment_bytes_max;
         room.store(100 * segment, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
@@ -272,7 +255,7 @@ fn a_failed_reservation_gives_its_space_back() {
 async fn one_prepared_segment_and_no_room(disk: &SimDisk) -> (Wal<SimDisk>, u64) {
     use std::sync::atomic::Ordering;
 
-    let (room, config) = measured_room();
+    let (room, config) = measured_room(true);
     let segment = config.segment_bytes_max;
     room.store(4 * segment, Ordering::Relaxed);
     let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
@@ -355,11 +338,7 @@ fn an_early_roll_without_room_is_dropped_not_the_append() {
 
     let disk = SimDisk::new(18, SimFaults::default());
     run_local(None, async move {
-        let (room, config) = measured_room();
-        let config = WalConfig {
-            prealloc: false,
-            ..config
-        };
+        let (room, config) = measured_room(false);
         let segment = config.segment_bytes_max;
         room.store(u64::MAX, Ordering::Relaxed);
         let wal = Wal::open(disk.clone(), "wal", config.clone())
@@ -399,7 +378,7 @@ fn wals_sharing_one_measure_of_room_count_each_others_segments() {
 
     let disk = SimDisk::new(15, SimFaults::default());
     run_local(None, async move {
-        let (room, config) = measured_room();
+        let (room, config) = measured_room(true);
         room.store(3 * config.segment_bytes_max - 1, Ordering::Relaxed);
         let first = Wal::open(disk.clone(), "wal", config.clone())
             .await
@@ -488,12 +467,7 @@ fn a_growing_segment_is_left_for_a_prepared_one() {
                 assert!(bytes >= segment_bytes, "{name}: {bytes} bytes");
             }
         }
-        wal.close().await;
-        let wal = Wal::open(disk.clone(), "wal", small_config(true))
-            .await
-            .unwrap();
-        assert_eq!(wal.next_seq(), target);
-        wal.close().await;
+        reopens_at(wal, &disk, true, target).await;
     });
 }
 

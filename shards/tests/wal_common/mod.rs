@@ -69,6 +69,22 @@ pub async fn read_all<S: Storage>(wal: &Wal<S>, from: Seq) -> Vec<(Seq, u64)> {
     }
 }
 
+/// Closes `wal`, opens the WAL on `disk` again (`small_config(prealloc)`),
+/// and checks that it resumes at `next`.
+pub async fn reopens_at(
+    wal: narad_shards::wal::Wal<narad_io::sim::SimDisk>,
+    disk: &narad_io::sim::SimDisk,
+    prealloc: bool,
+    next: narad_shards::ids::Seq,
+) {
+    wal.close().await;
+    let reopened = narad_shards::wal::Wal::open(disk.clone(), "wal", small_config(prealloc))
+        .await
+        .unwrap();
+    assert_eq!(reopened.next_seq(), next, "where the reopened WAL resumes");
+    reopened.close().await;
+}
+
 /// Waits, polling every 2 ms, until `cond` holds; panics after about 4 s.
 pub async fn wait_until(mut cond: impl FnMut() -> bool) {
     for _ in 0..2000 {
