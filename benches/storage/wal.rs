@@ -217,6 +217,14 @@ fn report(
         (after.prepared_rolls - before.prepared_rolls) as f64,
     );
     sample.add(
+        "recycled",
+        (after.segments_recycled - before.segments_recycled) as f64,
+    );
+    sample.add(
+        "zero_filled",
+        (after.segments_zero_filled - before.segments_zero_filled) as f64,
+    );
+    sample.add(
         "compactions",
         (after.compactions - before.compactions) as f64,
     );

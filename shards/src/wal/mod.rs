@@ -212,6 +212,11 @@ pub struct WalStats {
     pub compactions: u64,
     /// Rolls that found a prepared segment ready.
     pub prepared_rolls: u64,
+    /// Segments prepared by recycling a compacted one (a rename).
+    pub segments_recycled: u64,
+    /// Segments prepared by zero-filling a new file (a segment's worth of
+    /// device writes).
+    pub segments_zero_filled: u64,
     /// Rolls that left a growing segment (one made when nothing was prepared)
     /// for a prepared one: as soon as one is ready, however little it holds.
     pub early_rolls: u64,

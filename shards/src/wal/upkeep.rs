@@ -344,6 +344,7 @@ async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<bool> {
             continue;
         }
         inner.storage.rename(&spare, &prep).await?;
+        inner.shared.borrow_mut().stats.segments_recycled += 1;
         return Ok(true);
     }
     let tmp = join(&inner.dir, PREP_TMP_FILE);
@@ -364,5 +365,6 @@ async fn prepare<S: Storage>(wal: &Wal<S>) -> io::Result<bool> {
     file.sync_data().await?;
     file.close().await?;
     inner.storage.rename(&tmp, &prep).await?;
+    inner.shared.borrow_mut().stats.segments_zero_filled += 1;
     Ok(true)
 }
