@@ -9,7 +9,10 @@ mod common;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::{batch_doc, batch_ok, create_topic, json_of, produce_ok, Client, Node, Response};
+use common::prometheus::{scrape, sum};
+use common::{
+    batch_doc, batch_ok, create_topic, json_of, produce_ok, wait_until, Client, Node, Response,
+};
 use serde_json::json;
 
 #[test]
@@ -26,7 +29,7 @@ fn a_parked_consumer_gets_the_record_before_a_later_poll() {
                 .unwrap();
             (parked, response)
         });
-        std::thread::sleep(Duration::from_millis(50));
+        wait_parked(&mut admin);
         let mut poller = node.client();
         produce_ok(
             &mut admin,
@@ -51,6 +54,16 @@ fn a_parked_consumer_gets_the_record_before_a_later_poll() {
         assert_eq!(response.status, 200, "trial {trial}: {response:?}");
         settle_ok(&mut parked, "order", &response, "");
     }
+}
+
+/// Waits until the one consumer sent off has parked: its request in flight
+/// beside the scrape, and a moment more to reach its wait. On a loaded
+/// machine a fixed pause alone can pass before the request reached the node.
+fn wait_parked(client: &mut Client) {
+    wait_until(Duration::from_secs(4), "the consumer in flight", || {
+        (sum(&scrape(client), "narad_http_requests_in_flight", &[]) >= 2.0).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(50));
 }
 
 /// Settles the lease `leased` (a consume's 200) with `extend` (`""` acks,
@@ -91,7 +104,7 @@ fn a_pinned_consumer_keeps_its_record_while_another_partition_has_a_backlog() {
                 .unwrap();
             (parked, response)
         });
-        std::thread::sleep(Duration::from_millis(50));
+        wait_parked(&mut admin);
         let mut poller = node.client();
         produce_ok(&mut admin, "pinned", "partition=0", b"r");
         let polling = Instant::now();
