@@ -407,6 +407,10 @@ impl BlockFile for DmaBlockFile {
         Ok(())
     }
 
+    async fn issued_writes_submitted(&self) {
+        crate::rt::after_reactor_poll().await;
+    }
+
     async fn close(self) -> io::Result<()> {
         let durable = match self.durable.into_inner() {
             Some(Ok(durable)) => durable.close().await,

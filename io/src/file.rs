@@ -119,6 +119,13 @@ pub trait BlockFile {
 
     /// Closes the file; pending writes are not synced by closing.
     async fn close(self) -> io::Result<()>;
+
+    /// Returns once the writes this task has issued so far are in the
+    /// kernel's hands, not merely queued: the real disk's executor submits
+    /// queued I/O only between rounds of its runnable tasks
+    /// ([`crate::rt::after_reactor_poll`]). A file whose writes are done when
+    /// issued has nothing to wait for.
+    async fn issued_writes_submitted(&self) {}
 }
 
 /// A file shared between tasks of one shard: the partition log prepares the
@@ -182,6 +189,10 @@ impl<F: BlockFile> BlockFile for std::rc::Rc<F> {
 
     async fn reserve(&self, len: u64) -> io::Result<()> {
         (**self).reserve(len).await
+    }
+
+    async fn issued_writes_submitted(&self) {
+        (**self).issued_writes_submitted().await
     }
 
     async fn close(self) -> io::Result<()> {

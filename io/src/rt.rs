@@ -24,6 +24,18 @@ pub fn spawn_local<T: 'static>(future: impl Future<Output = T> + 'static) -> Joi
     glommio::spawn_local(future).detach()
 }
 
+/// Returns once the executor has polled its reactor, which is when it hands
+/// the I/O queued since its last poll to the kernel: work done after this
+/// cannot delay a request queued before it. The executor polls its reactor
+/// only after every runnable task has run, so a task that wakes others and
+/// then queues a request would otherwise leave the device idle while they run.
+///
+/// A timer due in one microsecond: the reactor fires timers as it polls, in
+/// the same step as it submits, and a task woken by one runs after both.
+pub async fn after_reactor_poll() {
+    glommio::timer::sleep(Duration::from_micros(1)).await;
+}
+
 /// Yields to other tasks of this executor.
 pub async fn yield_now() {
     glommio::yield_if_needed().await;

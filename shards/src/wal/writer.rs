@@ -6,7 +6,9 @@
 //!
 //! The pipeline. A batch that fits one write run, taken when nothing is in
 //! flight, goes out as one durable (`O_DSYNC`) write: write and sync in one
-//! device round trip, and the batch staged meanwhile goes next. Such a batch
+//! device round trip, and the batch staged meanwhile goes next, handed to the
+//! kernel before the callers of the one before it are released (who would
+//! otherwise run first, the write waiting in the executor's queue). Such a batch
 //! staged while a sync is in flight waits for that sync and then goes out the
 //! same way, rather than being written beside it and synced after: the sync is
 //! handed by the ring to a worker thread that runs on the shard's core (a wake-up
@@ -308,12 +310,18 @@ pub(super) async fn flush_loop<S: Storage>(
     };
     // A batch written whose last run is not synced yet.
     let mut written: Option<Job> = None;
+    // A batch taken but not written yet.
+    let mut taken: Option<Job> = None;
     loop {
         let job = match written.take() {
             Some(job) => job,
             None => {
-                let Some(job) = take_job(&wal).await else {
-                    break;
+                let job = match taken.take() {
+                    Some(job) => job,
+                    None => match take_job(&wal).await {
+                        Some(job) => job,
+                        None => break,
+                    },
                 };
                 // A write that grows the file (a segment made empty because
                 // nothing was prepared, a batch that runs past the end of a
@@ -324,10 +332,13 @@ pub(super) async fn flush_loop<S: Storage>(
                 if writer.takes_durable_write(&job) {
                     // Nothing in flight and one run: write it durably, in one
                     // round trip rather than a write and a sync.
-                    if writer.write_durably(job).await {
-                        continue;
+                    match writer.write_durably(job).await {
+                        Ok(next) => {
+                            taken = next;
+                            continue;
+                        }
+                        Err(()) => break,
                     }
-                    break;
                 }
                 if let Err(e) = writer.write_job(&job).await {
                     finish(&wal, job, Err(e), writer.device_bytes());
@@ -382,10 +393,13 @@ pub(super) async fn flush_loop<S: Storage>(
             Some(result) => result,
             // One durable write, now that nothing is in flight.
             None if synced_ok && writer.takes_durable_write(&next) => {
-                if writer.write_durably(next).await {
-                    continue;
+                match writer.write_durably(next).await {
+                    Ok(next) => {
+                        taken = next;
+                        continue;
+                    }
+                    Err(()) => break,
                 }
-                break;
             }
             // Starts a segment: written only now that the sync is done.
             None if synced_ok => writer.write_job(&next).await,
@@ -481,6 +495,17 @@ fn keep_for_readers<S: Storage>(wal: &Wal<S>, job: &mut Job) -> Option<Vec<u8>> 
 
 async fn take_job<S: Storage>(wal: &Wal<S>) -> Option<Job> {
     poll_fn(|cx| poll_take_job(wal, cx)).await
+}
+
+/// The oldest staged batch if there is one, without waiting for one. The flush
+/// loop calls [`take_job`] again before it next waits, and registers itself
+/// then.
+fn try_take_job<S: Storage>(wal: &Wal<S>) -> Option<Job> {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match poll_take_job(wal, &mut cx) {
+        Poll::Ready(job) => job,
+        Poll::Pending => None,
+    }
 }
 
 /// The oldest staged batch, or `Ready(None)` when the WAL closes or latches with
@@ -580,14 +605,42 @@ impl<S: Storage> Writer<S> {
             && !self.active.would_grow(job.buf.len() as u64)
     }
 
-    /// Writes `job` as one durable write and settles it; false once the WAL
-    /// has latched (the flush loop ends).
-    async fn write_durably(&mut self, job: Job) -> bool {
-        let result = self.write_runs(&job.buf, Durability::Now).await;
-        if result.is_ok() {
+    /// Writes `job` as one durable write and settles it, then each batch
+    /// staged meanwhile that also takes one, until none is staged; returns a
+    /// batch it took that takes another kind of write, or an error once the
+    /// WAL has latched (the flush loop ends).
+    ///
+    /// The callers of the batch just written are released only once the next
+    /// batch's write is in the kernel's hands
+    /// ([`AppendFile::append_durable_then`]): released first, they would run
+    /// (and stage their next appends) while that write waited in the
+    /// executor's queue, and the device sat idle.
+    async fn write_durably(&mut self, mut job: Job) -> Result<Option<Job>, ()> {
+        let mut result = self.write_runs(&job.buf, Durability::Now).await;
+        loop {
+            if result.is_err() {
+                finish(&self.wal, job, result, self.device_bytes());
+                return Err(());
+            }
             self.wal.inner.shared.borrow_mut().stats.syncs += 1;
+            let device_bytes = self.device_bytes();
+            let next = match try_take_job(&self.wal) {
+                Some(next) if self.takes_durable_write(&next) => next,
+                other => {
+                    finish(&self.wal, job, result, device_bytes);
+                    return Ok(other);
+                }
+            };
+            let wal = self.wal.clone();
+            self.mark_position(&next.buf);
+            result = self
+                .active
+                .append_durable_then(&[&next.buf], move || {
+                    finish(&wal, job, Ok(()), device_bytes);
+                })
+                .await;
+            job = next;
         }
-        finish(&self.wal, job, result, self.device_bytes())
     }
 
     fn device_bytes(&self) -> u64 {
@@ -635,10 +688,9 @@ impl<S: Storage> Writer<S> {
         }
     }
 
-    /// Writes `bytes` in runs, each but the last synced before the next; the
-    /// last is durable when this returns only with [`Durability::Now`], which
-    /// takes one run at most.
-    async fn write_runs(&mut self, bytes: &[u8], durability: Durability) -> io::Result<()> {
+    /// Records where the frames of `bytes`, about to be appended, start: the
+    /// readers find a sequence number's frame by these.
+    fn mark_position(&self, bytes: &[u8]) {
         if bytes.len() >= FRAME_HEADER_BYTES {
             let seq = Seq(u64::from_be_bytes(
                 bytes[8..16].try_into().expect("8 bytes"),
@@ -653,6 +705,13 @@ impl<S: Storage> Writer<S> {
                     pos: self.active.len(),
                 });
         }
+    }
+
+    /// Writes `bytes` in runs, each but the last synced before the next; the
+    /// last is durable when this returns only with [`Durability::Now`], which
+    /// takes one run at most.
+    async fn write_runs(&mut self, bytes: &[u8], durability: Durability) -> io::Result<()> {
+        self.mark_position(bytes);
         let mut run_start = 0;
         while run_start < bytes.len() {
             if run_start > 0 {
