@@ -328,10 +328,24 @@ enum Durability {
     Now,
 }
 
-/// A write at least this large goes to the device as several concurrent writes.
+/// A write at least twice this large goes to the device as several concurrent
+/// writes, each at least this large.
 const PIECE_BYTES_MIN: usize = 256 << 10;
 /// The most writes one append has in flight at once.
 const PIECES_MAX: usize = 4; // the four futures joined in `write_pieces`
+
+/// How many device writes a write of `len` bytes goes out as.
+fn pieces(len: usize) -> usize {
+    (len / PIECE_BYTES_MIN).clamp(1, PIECES_MAX)
+}
+
+/// Whether an append of `len` bytes goes to the device in several pieces,
+/// submitted one executor round apart while the next is copied: a write long
+/// enough to copy that work which can wait ([`AppendFile::append_durable_then`])
+/// is worth holding back until it was all submitted.
+pub fn goes_in_pieces(len: usize) -> bool {
+    pieces(len) > 1
+}
 
 /// The bytes one append adds, produced on demand: [`AppendFile`] asks for them
 /// piece by piece, straight into the buffers the device reads from.
@@ -452,7 +466,7 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
             }
         }
     };
-    let count = (len / PIECE_BYTES_MIN).clamp(1, PIECES_MAX);
+    let count = pieces(len);
     // Polled after the pieces (`zip` polls in order), so in step with them:
     // piece `i` is queued after `i` waits and submitted by the next, the
     // last one by the `count`th, which this waits for.

@@ -6,9 +6,9 @@
 //!
 //! The pipeline. A batch that fits one write run, taken when nothing is in
 //! flight, goes out as one durable (`O_DSYNC`) write: write and sync in one
-//! device round trip, and the batch staged meanwhile goes next, handed to the
-//! kernel before the callers of the one before it are released (who would
-//! otherwise run first, the write waiting in the executor's queue). Such a batch
+//! device round trip, and the batch staged meanwhile goes next (a large one
+//! handed to the kernel before the callers of the one before it are released,
+//! who would otherwise run first while it waits in the executor's queue). Such a batch
 //! staged while a sync is in flight waits for that sync and then goes out the
 //! same way, rather than being written beside it and synced after: the sync is
 //! handed by the ring to a worker thread that runs on the shard's core (a wake-up
@@ -610,11 +610,14 @@ impl<S: Storage> Writer<S> {
     /// batch it took that takes another kind of write, or an error once the
     /// WAL has latched (the flush loop ends).
     ///
-    /// The callers of the batch just written are released only once the next
-    /// batch's write is in the kernel's hands
-    /// ([`AppendFile::append_durable_then`]): released first, they would run
-    /// (and stage their next appends) while that write waited in the
-    /// executor's queue, and the device sat idle.
+    /// When the next batch's write is large (it goes out in pieces), the
+    /// callers of the batch just written are released only once that write
+    /// is in the kernel's hands ([`AppendFile::append_durable_then`]):
+    /// released first, they would run (and stage their next appends) while it
+    /// waited in the executor's queue, and the device sat idle. A small write
+    /// is not held for them: the device is not what limits small batches, and
+    /// the sooner a group commit goes out the less it carries (in the broker,
+    /// 11% more WAL writes per message and 2% more CPU when every one was).
     async fn write_durably(&mut self, mut job: Job) -> Result<Option<Job>, ()> {
         let mut result = self.write_runs(&job.buf, Durability::Now).await;
         loop {
@@ -631,8 +634,16 @@ impl<S: Storage> Writer<S> {
                     return Ok(other);
                 }
             };
-            let wal = self.wal.clone();
             self.mark_position(&next.buf);
+            if !narad_io::append::goes_in_pieces(next.buf.len()) {
+                // Quick to copy: held back, its callers would only make the
+                // next group commit start sooner and hold less.
+                finish(&self.wal, job, Ok(()), device_bytes);
+                result = self.active.append_durable(&[&next.buf]).await;
+                job = next;
+                continue;
+            }
+            let wal = self.wal.clone();
             result = self
                 .active
                 .append_durable_then(&[&next.buf], move || {
