@@ -47,6 +47,7 @@ pub mod key;
 mod place;
 pub mod progress;
 pub mod reader;
+mod recover;
 mod room;
 pub mod segment;
 mod upkeep;
@@ -459,9 +460,9 @@ impl<S: Storage> Wal<S> {
     pub async fn open(storage: S, dir: &str, config: WalConfig) -> Result<Self, WalError> {
         assert!(config.segment_bytes_max >= 2 * narad_io::BLOCK_BYTES as u64);
         storage.create_dir_all(dir).await?;
-        let recovered = writer::recover(&storage, dir).await?;
+        let recovered = recover::recover(&storage, dir).await?;
         let key = key::load_or_create(&storage, dir, &recovered.segments).await?;
-        let writer::Recovered {
+        let recover::Recovered {
             active,
             segments,
             next_seq,
