@@ -20,6 +20,14 @@ fn a_parked_consumer_gets_the_record_before_a_later_poll() {
     let node = Node::start_shards(2, &[]);
     let mut admin = node.client();
     create_topic(&mut admin, "order");
+    // Every shard opens its partitions of the topic now: a first consume
+    // opens them on its way to parking (their files made and synced), and
+    // on a loaded machine that outlasts any pause, while a consumer not yet
+    // parked is not yet first in line.
+    let warm = admin
+        .request("GET", "/v1/topics/order/consume", &[], "")
+        .unwrap();
+    assert_eq!(warm.status, 204, "{warm:?}");
     for trial in 0..40u32 {
         // The parked consumer, on a connection (and so a shard) of its own.
         let mut parked = node.client();
