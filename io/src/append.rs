@@ -194,6 +194,16 @@ impl<F: BlockFile> AppendFile<F> {
             .await
     }
 
+    /// Whether an append of `added` bytes goes to the device in several
+    /// pieces, submitted one executor round apart while the next is copied: a
+    /// write long enough to copy that work which can wait
+    /// ([`AppendFile::append_durable_then`]) is worth holding back until it
+    /// was all submitted.
+    pub fn goes_in_pieces(&self, added: usize) -> bool {
+        let start = align_down(self.len);
+        pieces(align_up(self.len + added as u64 - start) as usize) > 1
+    }
+
     /// [`AppendFile::append_durable`] of bytes that `source` produces as they
     /// are copied into the device's buffer, so a caller that builds them from
     /// other bytes (masking them, say) never lays them out in memory first.
@@ -339,14 +349,6 @@ fn pieces(len: usize) -> usize {
     (len / PIECE_BYTES_MIN).clamp(1, PIECES_MAX)
 }
 
-/// Whether an append of `len` bytes goes to the device in several pieces,
-/// submitted one executor round apart while the next is copied: a write long
-/// enough to copy that work which can wait ([`AppendFile::append_durable_then`])
-/// is worth holding back until it was all submitted.
-pub fn goes_in_pieces(len: usize) -> bool {
-    pieces(len) > 1
-}
-
 /// The bytes one append adds, produced on demand: [`AppendFile`] asks for them
 /// piece by piece, straight into the buffers the device reads from.
 pub trait AppendSource {
@@ -482,6 +484,10 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
         return zip(write(0, len), handed).await.0;
     }
     let piece_bytes = align_up(len.div_ceil(count) as u64) as usize;
+    // Set by a piece that failed: the pieces not issued yet are not issued at
+    // all. The append has failed whatever they do, and each one written would
+    // only leave more of its bytes past the end the caller rewinds to.
+    let failed = &std::cell::Cell::new(false);
     let piece = |i: usize| {
         let from = (i * piece_bytes).min(len);
         let to = ((i + 1) * piece_bytes).min(len);
@@ -492,7 +498,12 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
             for _ in 0..i {
                 file.issued_writes_submitted().await;
             }
-            write(from, to).await
+            if failed.get() {
+                return Ok(());
+            }
+            let result = write(from, to).await;
+            failed.set(failed.get() || result.is_err());
+            result
         }
     };
     let writes = zip(zip(piece(0), piece(1)), zip(piece(2), piece(3)));
@@ -520,8 +531,9 @@ pub async fn read_exact_at<F: BlockFile>(file: &F, pos: u64, len: usize) -> io::
 mod tests {
     use super::*;
 
-    /// A file whose durable writes fail: refused for space at the first piece's
-    /// position, with `EIO` everywhere else.
+    /// A file whose durable writes fail: refused for space at once at
+    /// `refused_at`, with `EIO` everywhere else once polled again (as a device
+    /// reports it later).
     struct FailingFile {
         refused_at: u64,
     }
@@ -544,6 +556,7 @@ mod tests {
             if pos == self.refused_at {
                 Err(io::Error::from_raw_os_error(libc::ENOSPC))
             } else {
+                futures_lite::future::yield_now().await;
                 Err(io::Error::from_raw_os_error(libc::EIO))
             }
         }
@@ -594,7 +607,9 @@ mod tests {
     #[test]
     fn a_durable_append_reports_an_unknown_piece_before_a_refused_one() {
         futures_lite::future::block_on(async {
-            let mut file = AppendFile::open_at(FailingFile { refused_at: 0 }, 0)
+            // The first piece fails later, the second is refused at once.
+            let refused_at = PIECE_BYTES_MIN as u64;
+            let mut file = AppendFile::open_at(FailingFile { refused_at }, 0)
                 .await
                 .unwrap();
             let err = file
@@ -614,6 +629,8 @@ mod tests {
         round: std::cell::Cell<u32>,
         /// Each write issued: its position and the round it was issued in.
         issued: std::cell::RefCell<Vec<(u64, u32)>>,
+        /// A position whose write is refused for space.
+        refused_at: Option<u64>,
     }
 
     impl BlockFile for QueueingFile {
@@ -633,6 +650,9 @@ mod tests {
         ) -> io::Result<()> {
             fill(&mut vec![0; len]);
             self.issued.borrow_mut().push((pos, self.round.get()));
+            if self.refused_at == Some(pos) {
+                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
             Ok(())
         }
 
@@ -726,6 +746,26 @@ mod tests {
             hook_round > last_round,
             "hook in round {hook_round}, the last piece issued in round {last_round}"
         );
+    }
+
+    /// Once a piece has failed, the pieces not issued yet are not issued: the
+    /// append has failed, and their bytes would only lie past the end the
+    /// caller rewinds to. The refusal is what the caller hears.
+    #[test]
+    fn pieces_after_a_failed_one_are_not_issued() {
+        let file = QueueingFile {
+            refused_at: Some(PIECE_BYTES_MIN as u64),
+            ..QueueingFile::default()
+        };
+        let file = std::rc::Rc::new(file);
+        let mut append =
+            futures_lite::future::block_on(AppendFile::open_at(file.clone(), 0)).unwrap();
+        let bytes = vec![7u8; 4 * PIECE_BYTES_MIN];
+        let err = futures_lite::future::block_on(append.append_durable(&[&bytes])).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
+        let issued: Vec<u64> = file.issued.borrow().iter().map(|&(pos, _)| pos).collect();
+        assert_eq!(issued, [0, PIECE_BYTES_MIN as u64]);
+        assert_eq!(append.len(), 0);
     }
 
     /// Rewound after an append of several blocks, the file holds its bytes up

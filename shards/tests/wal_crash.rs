@@ -19,6 +19,7 @@ mod wal_common;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use narad_io::rt::run_local;
@@ -50,8 +51,25 @@ impl Model {
     }
 }
 
-fn config(rng: &mut ChaCha8Rng) -> WalConfig {
+/// Batches released only once the next batch's write was submitted, over
+/// every life of this process: the path the large lives are there to take.
+static RELEASES_AFTER_NEXT_WRITE: AtomicU64 = AtomicU64::new(0);
+
+/// Payloads up to this large in a large life.
+const LARGE_PAYLOAD_BYTES_MAX: usize = 40_000;
+
+fn config(rng: &mut ChaCha8Rng, large: bool) -> WalConfig {
     let mut config = small_config(rng.random_bool(0.5));
+    if large {
+        // Batches large enough to go out in several pieces.
+        config.segment_bytes_max = 4 << 20;
+        config.staging_bytes_max = 4 << 20;
+        config.flush_bytes_target = 1 << 20;
+        config.durable_writes = true;
+        config.checkpoint_sync_delay = Duration::from_millis(rng.random_range(0..3));
+        config.rotate_dispatched_bytes_min = 8 << 10;
+        return config;
+    }
     config.segment_bytes_max = [16 << 10, 64 << 10, 1 << 20][rng.random_range(0..3)];
     config.checkpoint_sync_delay = Duration::from_millis(rng.random_range(0..3));
     config.rotate_dispatched_bytes_min = 8 << 10;
@@ -67,7 +85,11 @@ fn config(rng: &mut ChaCha8Rng) -> WalConfig {
 /// crashes or the work is done.
 async fn life(disk: SimDisk, model: Rc<RefCell<Model>>, seed: u64, life: usize) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (life as u64) << 32);
-    let config = config(&mut rng);
+    // A quarter of the lives write large records, in batches of up to a few
+    // MiB, so that durable writes go out in pieces.
+    let large = rng.random_bool(0.25);
+    let config = config(&mut rng, large);
+    let payload_max = if large { LARGE_PAYLOAD_BYTES_MAX } else { 3000 };
     // Half the lives run with writes in flight while other tasks run (a sync
     // issued meanwhile does not cover them), as on a device.
     disk.set_slow_writes(rng.random_bool(0.5));
@@ -119,7 +141,7 @@ async fn life(disk: SimDisk, model: Rc<RefCell<Model>>, seed: u64, life: usize) 
                 };
                 let payloads: Vec<Vec<u8>> = ids
                     .iter()
-                    .map(|&id| payload_for(id, rng.random_range(8..3000)))
+                    .map(|&id| payload_for(id, rng.random_range(8..payload_max)))
                     .collect();
                 let records: Vec<_> = payloads.iter().map(|p| record(p, None)).collect();
                 match wal.append_many(&records).await {
@@ -132,6 +154,7 @@ async fn life(disk: SimDisk, model: Rc<RefCell<Model>>, seed: u64, life: usize) 
     for a in appenders {
         a.await;
     }
+    RELEASES_AFTER_NEXT_WRITE.fetch_add(wal.stats().releases_after_next_write, Ordering::Relaxed);
     // Let the dispatcher drain, then crash whatever is in flight.
     for _ in 0..50 {
         if disk.is_crashed() {
@@ -280,11 +303,19 @@ fn seeds() -> Vec<u64> {
 
 #[test]
 fn every_acknowledged_append_survives_crashes() {
-    for seed in seeds() {
+    let seeds = seeds();
+    for &seed in &seeds {
         let outcome = std::panic::catch_unwind(|| run_seed(seed));
         if let Err(panic) = outcome {
             eprintln!("wal crash test failed with seed {seed}: replay with NARAD_TEST_SEED={seed}");
             std::panic::resume_unwind(panic);
         }
+    }
+    if seeds.len() >= 40 {
+        assert!(
+            RELEASES_AFTER_NEXT_WRITE.load(Ordering::Relaxed) > 0,
+            "no batch was released behind the next one's write in {} seeds",
+            seeds.len()
+        );
     }
 }

@@ -213,6 +213,9 @@ pub struct WalStats {
     pub compactions: u64,
     /// Rolls that found a prepared segment ready.
     pub prepared_rolls: u64,
+    /// Batches whose callers were released only once the next batch's write,
+    /// one large enough to go out in pieces, had been submitted.
+    pub releases_after_next_write: u64,
     /// Segments prepared by recycling a compacted one (a rename).
     pub segments_recycled: u64,
     /// Segments prepared by zero-filling a new file (a segment's worth of

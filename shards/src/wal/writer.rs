@@ -386,7 +386,7 @@ impl<S: Storage> Writer<S> {
                 }
             };
             self.mark_position(&next.buf);
-            if !narad_io::append::goes_in_pieces(next.buf.len()) {
+            if !self.active.goes_in_pieces(next.buf.len()) {
                 // Quick to copy: held back, its callers would only make the
                 // next group commit start sooner and hold less.
                 finish(&self.wal, job, Ok(()), device_bytes);
@@ -398,6 +398,11 @@ impl<S: Storage> Writer<S> {
             result = self
                 .active
                 .append_durable_then(&[&next.buf], move || {
+                    wal.inner
+                        .shared
+                        .borrow_mut()
+                        .stats
+                        .releases_after_next_write += 1;
                     finish(&wal, job, Ok(()), device_bytes);
                 })
                 .await;
