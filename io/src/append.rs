@@ -531,96 +531,6 @@ pub async fn read_exact_at<F: BlockFile>(file: &F, pos: u64, len: usize) -> io::
 mod tests {
     use super::*;
 
-    /// A file whose durable writes fail: refused for space at once at
-    /// `refused_at`, with `EIO` everywhere else once polled again (as a device
-    /// reports it later).
-    struct FailingFile {
-        refused_at: u64,
-    }
-
-    impl BlockFile for FailingFile {
-        async fn write_at(&self, _: u64, _: &[u8]) -> io::Result<()> {
-            Ok(())
-        }
-
-        async fn write_with(&self, _: u64, _: usize, _: impl FnOnce(&mut [u8])) -> io::Result<()> {
-            Ok(())
-        }
-
-        async fn write_durable_with(
-            &self,
-            pos: u64,
-            _: usize,
-            _: impl FnOnce(&mut [u8]),
-        ) -> io::Result<()> {
-            if pos == self.refused_at {
-                Err(io::Error::from_raw_os_error(libc::ENOSPC))
-            } else {
-                futures_lite::future::yield_now().await;
-                Err(io::Error::from_raw_os_error(libc::EIO))
-            }
-        }
-
-        async fn write_cached_at(&self, _: u64, _: &[u8]) -> io::Result<()> {
-            Ok(())
-        }
-
-        async fn read_at(&self, _: u64, buf: &mut [u8]) -> io::Result<usize> {
-            buf.fill(0);
-            Ok(0)
-        }
-
-        async fn read_with<R>(
-            &self,
-            _: u64,
-            len: usize,
-            inspect: impl FnOnce(&[u8]) -> R,
-        ) -> io::Result<R> {
-            Ok(inspect(&vec![0; len]))
-        }
-
-        async fn sync_data(&self) -> io::Result<()> {
-            Ok(())
-        }
-
-        /// Prepared far ahead: every durable append is `O_DSYNC` writes.
-        async fn size(&self) -> io::Result<u64> {
-            Ok(1 << 40)
-        }
-
-        async fn truncate(&self, _: u64) -> io::Result<()> {
-            Ok(())
-        }
-
-        async fn reserve(&self, _: u64) -> io::Result<()> {
-            Ok(())
-        }
-
-        async fn close(self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// A large durable append goes out in pieces; one refused for space and one
-    /// failed otherwise is reported as the other failure, since that piece's
-    /// blocks are unknown and a caller hearing "refused" would trust them.
-    #[test]
-    fn a_durable_append_reports_an_unknown_piece_before_a_refused_one() {
-        futures_lite::future::block_on(async {
-            // The first piece fails later, the second is refused at once.
-            let refused_at = PIECE_BYTES_MIN as u64;
-            let mut file = AppendFile::open_at(FailingFile { refused_at }, 0)
-                .await
-                .unwrap();
-            let err = file
-                .append_durable(&[&vec![1u8; 4 * PIECE_BYTES_MIN]])
-                .await
-                .unwrap_err();
-            assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
-            assert_eq!(file.len(), 0);
-        });
-    }
-
     /// A device behind a submission queue, as the real disk's executor keeps
     /// one: writes issued during a round of the executor (here, a poll of
     /// the test's future) reach the device only after that round.
@@ -629,8 +539,11 @@ mod tests {
         round: std::cell::Cell<u32>,
         /// Each write issued: its position and the round it was issued in.
         issued: std::cell::RefCell<Vec<(u64, u32)>>,
-        /// A position whose write is refused for space.
+        /// A position whose write is refused for space, at once.
         refused_at: Option<u64>,
+        /// Every other write fails with `EIO`, and every failure is reported
+        /// two rounds after its write was issued (as a device reports it).
+        others_fail: bool,
     }
 
     impl BlockFile for QueueingFile {
@@ -650,8 +563,16 @@ mod tests {
         ) -> io::Result<()> {
             fill(&mut vec![0; len]);
             self.issued.borrow_mut().push((pos, self.round.get()));
+            if self.others_fail {
+                for _ in 0..2 {
+                    futures_lite::future::yield_now().await;
+                }
+            }
             if self.refused_at == Some(pos) {
                 return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            if self.others_fail {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
             }
             Ok(())
         }
@@ -766,6 +687,30 @@ mod tests {
         let issued: Vec<u64> = file.issued.borrow().iter().map(|&(pos, _)| pos).collect();
         assert_eq!(issued, [0, PIECE_BYTES_MIN as u64]);
         assert_eq!(append.len(), 0);
+    }
+
+    /// A large durable append goes out in pieces; one refused for space and one
+    /// failed otherwise is reported as the other failure, since that piece's
+    /// blocks are unknown and a caller hearing "refused" would trust them.
+    #[test]
+    fn a_durable_append_reports_an_unknown_piece_before_a_refused_one() {
+        futures_lite::future::block_on(async {
+            // The first piece is refused, the second fails otherwise: both in
+            // flight by the time the first reports.
+            let refused_at = 0;
+            let failing = QueueingFile {
+                refused_at: Some(refused_at),
+                others_fail: true,
+                ..QueueingFile::default()
+            };
+            let mut file = AppendFile::open_at(failing, 0).await.unwrap();
+            let err = file
+                .append_durable(&[&vec![1u8; 4 * PIECE_BYTES_MIN]])
+                .await
+                .unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+            assert_eq!(file.len(), 0);
+        });
     }
 
     /// Rewound after an append of several blocks, the file holds its bytes up
