@@ -172,10 +172,11 @@ impl<F: BlockFile> AppendFile<F> {
     /// instead of two. Earlier appends not yet synced are not made durable by it,
     /// unless the append grows the file: then it is plain writes and an
     /// `fdatasync` (see the module doc), which makes them durable too. An error
-    /// of kind [`io::ErrorKind::StorageFull`] means every device write that
-    /// failed was refused before it was issued, so the bytes before the append
-    /// are as they were; after any other error the blocks the append covered,
-    /// the rewritten partial block among them, are unknown.
+    /// of kind [`io::ErrorKind::StorageFull`] means nothing of the append was
+    /// written (its device writes were refused before they were issued, or
+    /// never issued), so the blocks before and after the end are as they
+    /// were; after any other error the blocks the append covered, the
+    /// rewritten partial block among them, are unknown.
     pub async fn append_durable(&mut self, parts: &[&[u8]]) -> io::Result<()> {
         self.append_as(parts, Durability::Now, NOTHING).await
     }
@@ -488,6 +489,8 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
     // all. The append has failed whatever they do, and each one written would
     // only leave more of its bytes past the end the caller rewinds to.
     let failed = &std::cell::Cell::new(false);
+    // Set by a piece that was written.
+    let written = &std::cell::Cell::new(false);
     let piece = |i: usize| {
         let from = (i * piece_bytes).min(len);
         let to = ((i + 1) * piece_bytes).min(len);
@@ -503,6 +506,7 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
             }
             let result = write(from, to).await;
             failed.set(failed.get() || result.is_err());
+            written.set(written.get() || result.is_ok());
             result
         }
     };
@@ -512,7 +516,16 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
     // failure leaves its piece unknown, which is what the caller must hear.
     let mut failures: Vec<io::Error> = [a, b, c, d].into_iter().filter_map(Result::err).collect();
     failures.sort_by_key(|e| e.kind() == io::ErrorKind::StorageFull);
-    failures.into_iter().next().map_or(Ok(()), Err)
+    match failures.into_iter().next() {
+        None => Ok(()),
+        // Refused, but other pieces were written: the append's bytes lie on
+        // the device past the end the caller goes back to, which a refusal
+        // promises they do not.
+        Some(e) if e.kind() == io::ErrorKind::StorageFull && written.get() => Err(io::Error::other(
+            format!("a write of {len} bytes at {pos} was refused in part, after other parts were written: {e}"),
+        )),
+        Some(e) => Err(e),
+    }
 }
 
 /// Reads `len` bytes at the unaligned position `pos`, with aligned device reads.
@@ -671,7 +684,8 @@ mod tests {
 
     /// Once a piece has failed, the pieces not issued yet are not issued: the
     /// append has failed, and their bytes would only lie past the end the
-    /// caller rewinds to. The refusal is what the caller hears.
+    /// caller rewinds to. A refusal after another piece was written is not
+    /// reported as a refusal: that piece's bytes are on the device.
     #[test]
     fn pieces_after_a_failed_one_are_not_issued() {
         let file = QueueingFile {
@@ -683,10 +697,28 @@ mod tests {
             futures_lite::future::block_on(AppendFile::open_at(file.clone(), 0)).unwrap();
         let bytes = vec![7u8; 4 * PIECE_BYTES_MIN];
         let err = futures_lite::future::block_on(append.append_durable(&[&bytes])).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
         let issued: Vec<u64> = file.issued.borrow().iter().map(|&(pos, _)| pos).collect();
         assert_eq!(issued, [0, PIECE_BYTES_MIN as u64]);
         assert_eq!(append.len(), 0);
+        // The first piece was written: not a clean refusal.
+        assert_ne!(err.kind(), io::ErrorKind::StorageFull, "{err}");
+    }
+
+    /// A refusal of the first piece stops the others before they are issued:
+    /// nothing of the append was written, and the caller hears the refusal.
+    #[test]
+    fn a_refused_first_piece_is_a_clean_refusal() {
+        let file = QueueingFile {
+            refused_at: Some(0),
+            ..QueueingFile::default()
+        };
+        let file = std::rc::Rc::new(file);
+        let mut append =
+            futures_lite::future::block_on(AppendFile::open_at(file.clone(), 0)).unwrap();
+        let bytes = vec![7u8; 4 * PIECE_BYTES_MIN];
+        let err = futures_lite::future::block_on(append.append_durable(&[&bytes])).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
+        assert_eq!(file.issued.borrow().len(), 1);
     }
 
     /// A large durable append goes out in pieces; one refused for space and one

@@ -244,6 +244,55 @@ fn enospc_fails_the_commit_and_keeps_earlier_data() {
     });
 }
 
+/// A commit that grows its segment in pieces, whose later piece is refused
+/// for space after an earlier one was written, is not a clean refusal: that
+/// piece's frames lie on the device past the end the log goes back to. The
+/// log is poisoned, and the reopen (the owner's, within a second) zeros them.
+#[test]
+fn a_commit_refused_in_part_poisons_the_log_and_its_frames_are_zeroed() {
+    block_on(async {
+        let disk = SimDisk::new(8, SimFaults::default());
+        let cfg = LogConfig {
+            zstd_level: None,
+            prep_chunk_bytes: 0,
+            segment_bytes_max: 16 << 20,
+            commit_bytes_max: 4 << 20,
+            ..config()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
+            .await
+            .unwrap();
+        commit_n(&mut log, 0, 20, 1).await.unwrap();
+        let tail = log.stats().size_bytes;
+        // Room for the first of the pieces of a commit of about 1 MB.
+        disk.set_capacity(Some(narad_io::align_up(tail) + (384 << 10)));
+        let failed = commit_n(&mut log, 20, 3_600, 2).await;
+        assert!(matches!(failed, Err(LogError::SyncFailed(_))), "{failed:?}");
+        assert!(log.is_poisoned());
+        let file = format!("{DIR}/{:020}.log", 0);
+        let written = disk.contents(&file).unwrap();
+        assert!(
+            written[tail as usize..].iter().any(|&b| b != 0),
+            "the first piece was written"
+        );
+        disk.set_capacity(None);
+        drop(log);
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        assert_holds(&mut log, 20).await;
+        // Past the block the tail ends in (which the next commit writes again
+        // from memory), nothing of the failed commit is left.
+        let reopened = disk.contents(&file).unwrap();
+        assert!(
+            reopened[narad_io::align_up(tail) as usize..]
+                .iter()
+                .all(|&b| b == 0),
+            "the failed commit's frames are gone"
+        );
+        commit_n(&mut log, 20, 5, 3).await.unwrap();
+        assert_holds(&mut log, 25).await;
+    });
+}
+
 #[test]
 fn enospc_while_preparing_space_is_a_clean_failure() {
     block_on(async {

@@ -272,8 +272,10 @@ impl<S: Storage> PartitionLog<S> {
         // (no zeros prepared ahead of it): see `narad_io::append`.
         if let Err(e) = self.active.file.append_durable_from(frames).await {
             if e.kind() == std::io::ErrorKind::StorageFull {
-                // Refused for space before it went out: the blocks of earlier
-                // commits are untouched, and the caller rewinds.
+                // Refused for space before any of it went out (a commit
+                // refused in part, after a piece was written, is an error of
+                // another kind): the device holds what the log does, and the
+                // caller rewinds.
                 return Err(super::io_err("append frames")(e));
             }
             self.poisoned = true;
