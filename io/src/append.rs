@@ -682,25 +682,30 @@ mod tests {
         );
     }
 
+    /// A four-piece durable append to a file that refuses the write at
+    /// `refused_at`: its error, the positions it issued, and its length after.
+    fn append_refused_at(refused_at: u64) -> (io::Error, Vec<u64>, u64) {
+        use futures_lite::future::block_on;
+        let file = std::rc::Rc::new(QueueingFile {
+            refused_at: Some(refused_at),
+            ..QueueingFile::default()
+        });
+        let mut append = block_on(AppendFile::open_at(file.clone(), 0)).unwrap();
+        let bytes = vec![7u8; 4 * PIECE_BYTES_MIN];
+        let err = block_on(append.append_durable(&[&bytes])).unwrap_err();
+        let issued = file.issued.borrow().iter().map(|&(pos, _)| pos).collect();
+        (err, issued, append.len())
+    }
+
     /// Once a piece has failed, the pieces not issued yet are not issued: the
     /// append has failed, and their bytes would only lie past the end the
     /// caller rewinds to. A refusal after another piece was written is not
     /// reported as a refusal: that piece's bytes are on the device.
     #[test]
     fn pieces_after_a_failed_one_are_not_issued() {
-        let file = QueueingFile {
-            refused_at: Some(PIECE_BYTES_MIN as u64),
-            ..QueueingFile::default()
-        };
-        let file = std::rc::Rc::new(file);
-        let mut append =
-            futures_lite::future::block_on(AppendFile::open_at(file.clone(), 0)).unwrap();
-        let bytes = vec![7u8; 4 * PIECE_BYTES_MIN];
-        let err = futures_lite::future::block_on(append.append_durable(&[&bytes])).unwrap_err();
-        let issued: Vec<u64> = file.issued.borrow().iter().map(|&(pos, _)| pos).collect();
+        let (err, issued, len) = append_refused_at(PIECE_BYTES_MIN as u64);
         assert_eq!(issued, [0, PIECE_BYTES_MIN as u64]);
-        assert_eq!(append.len(), 0);
-        // The first piece was written: not a clean refusal.
+        assert_eq!(len, 0);
         assert_ne!(err.kind(), io::ErrorKind::StorageFull, "{err}");
     }
 
@@ -708,17 +713,10 @@ mod tests {
     /// nothing of the append was written, and the caller hears the refusal.
     #[test]
     fn a_refused_first_piece_is_a_clean_refusal() {
-        let file = QueueingFile {
-            refused_at: Some(0),
-            ..QueueingFile::default()
-        };
-        let file = std::rc::Rc::new(file);
-        let mut append =
-            futures_lite::future::block_on(AppendFile::open_at(file.clone(), 0)).unwrap();
-        let bytes = vec![7u8; 4 * PIECE_BYTES_MIN];
-        let err = futures_lite::future::block_on(append.append_durable(&[&bytes])).unwrap_err();
+        let (err, issued, len) = append_refused_at(0);
+        assert_eq!(issued, [0]);
+        assert_eq!(len, 0);
         assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
-        assert_eq!(file.issued.borrow().len(), 1);
     }
 
     /// A large durable append goes out in pieces; one refused for space and one
