@@ -211,26 +211,29 @@ fn report(
         }
     };
     sample.add_latency(prefix, &appended.latency);
-    sample.add("rolls", (after.rolls - before.rolls) as f64);
-    sample.add(
-        "prepared_rolls",
-        (after.prepared_rolls - before.prepared_rolls) as f64,
-    );
-    sample.add(
-        "recycled",
-        (after.segments_recycled - before.segments_recycled) as f64,
-    );
-    sample.add(
-        "zero_filled",
-        (after.segments_zero_filled - before.segments_zero_filled) as f64,
-    );
-    sample.add(
-        "compactions",
-        (after.compactions - before.compactions) as f64,
-    );
-    sample.add(
-        "checkpoint_syncs",
-        (after.checkpoint_syncs - before.checkpoint_syncs) as f64,
-    );
+    // The WAL's counters over the measured phase.
+    let counted = [
+        ("rolls", after.rolls - before.rolls),
+        (
+            "prepared_rolls",
+            after.prepared_rolls - before.prepared_rolls,
+        ),
+        (
+            "recycled",
+            after.segments_recycled - before.segments_recycled,
+        ),
+        (
+            "zero_filled",
+            after.segments_zero_filled - before.segments_zero_filled,
+        ),
+        ("compactions", after.compactions - before.compactions),
+        (
+            "checkpoint_syncs",
+            after.checkpoint_syncs - before.checkpoint_syncs,
+        ),
+    ];
+    for (name, count) in counted {
+        sample.add(name, count as f64);
+    }
     sample
 }
