@@ -324,6 +324,44 @@ fn wake_all<S: Storage>(wal: &Wal<S>) {
     }
 }
 
+/// A durable batch whose callers wait for the next write's submission
+/// ([`Writer::write_durably`]). Released there, or when dropped unreleased
+/// (the flush loop's future dropped with the write pending, as when the
+/// executor goes away): its write completed, so its callers learn it is
+/// durable rather than wait for a release that never comes.
+struct HeldRelease<S: Storage> {
+    wal: Wal<S>,
+    job: Option<Job>,
+    device_bytes: u64,
+}
+
+impl<S: Storage> HeldRelease<S> {
+    fn release(mut self) {
+        self.wal
+            .inner
+            .shared
+            .borrow_mut()
+            .stats
+            .releases_after_next_write += 1;
+        self.settle();
+    }
+
+    fn settle(&mut self) {
+        if let Some(job) = self.job.take() {
+            finish(&self.wal, job, Ok(()), self.device_bytes);
+        }
+    }
+}
+
+impl<S: Storage> Drop for HeldRelease<S> {
+    fn drop(&mut self) {
+        // Unwinding with the WAL's state possibly borrowed: leave it be.
+        if !std::thread::panicking() {
+            self.settle();
+        }
+    }
+}
+
 /// Whether the last run [`Writer::write_runs`] writes is durable when it returns.
 #[derive(Clone, Copy)]
 enum Durability {
@@ -394,17 +432,14 @@ impl<S: Storage> Writer<S> {
                 job = next;
                 continue;
             }
-            let wal = self.wal.clone();
+            let held = HeldRelease {
+                wal: self.wal.clone(),
+                job: Some(job),
+                device_bytes,
+            };
             result = self
                 .active
-                .append_durable_then(&[&next.buf], move || {
-                    wal.inner
-                        .shared
-                        .borrow_mut()
-                        .stats
-                        .releases_after_next_write += 1;
-                    finish(&wal, job, Ok(()), device_bytes);
-                })
+                .append_durable_then(&[&next.buf], move || held.release())
                 .await;
             job = next;
         }
