@@ -201,6 +201,25 @@ impl DmaBlockFile {
         self.cached.get().and_then(|c| c.as_ref().ok())
     }
 
+    /// `e` from the `O_DSYNC` or page-cache descriptor, which the runtime
+    /// names by the `/proc/self/fd` link it was opened through, with the path
+    /// this file was opened by added (its name then: a rename since leaves it
+    /// stale, still more use to an operator than a descriptor number). Kind
+    /// and text are kept, so callers that sort errors still can.
+    pub fn named(&self, e: io::Error) -> io::Error {
+        let text = e.to_string();
+        if !text.contains("/proc/self/fd/") {
+            return e;
+        }
+        match self.file.path() {
+            Some(path) => io::Error::new(
+                e.kind(),
+                format!("{text} (a second descriptor of {})", path.display()),
+            ),
+            None => e,
+        }
+    }
+
     async fn write_on(
         file: &DmaFile,
         pos: u64,
@@ -314,12 +333,14 @@ impl BlockFile for DmaBlockFile {
         };
         // The kernel may report a full disk after the write went out (the sync
         // half, or a file system that allocates late): not a clean refusal.
-        issued.map_err(|e| match e.kind() {
-            io::ErrorKind::StorageFull => io::Error::other(format!(
-                "durable write of {len} bytes at {pos} failed after it was issued: {e}"
-            )),
-            _ => e,
-        })
+        issued
+            .map_err(|e| self.named(e))
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::StorageFull => io::Error::other(format!(
+                    "durable write of {len} bytes at {pos} failed after it was issued: {e}"
+                )),
+                _ => e,
+            })
     }
 
     /// A write on the page-cache descriptor, through the ring like every other
@@ -335,7 +356,10 @@ impl BlockFile for DmaBlockFile {
         }
         match self.cached_file().await {
             Some(file) => {
-                let written = file.write_at(data.to_vec(), pos).await?;
+                let written = file
+                    .write_at(data.to_vec(), pos)
+                    .await
+                    .map_err(|e| self.named(e.into()))?;
                 if written != data.len() {
                     return Err(io::Error::new(
                         io::ErrorKind::WriteZero,

@@ -516,3 +516,33 @@ fn reads_leave_the_access_time_alone() {
     .expect("real disk I/O");
     assert!(path.exists());
 }
+
+#[test]
+fn errors_of_the_second_descriptors_name_the_file() {
+    let root = temp_root();
+    let storage = DmaStorage::new(root.path());
+    let (from_link, elsewhere) = rt::run_local(None, async move {
+        let file = storage.open("seg.wal", OpenMode::CreateOrOpen).await?;
+        let from_link = io::Error::new(
+            io::ErrorKind::StorageFull,
+            "No space left on device (os error 28), op: Writing path: Some(\"/proc/self/fd/40\") with fd: Some(47)",
+        );
+        let elsewhere = io::Error::other("Input/output error (os error 5)");
+        let named = (file.named(from_link), file.named(elsewhere));
+        file.close().await?;
+        Ok::<_, io::Error>(named)
+    })
+    .expect("real disk I/O");
+    assert_eq!(from_link.kind(), io::ErrorKind::StorageFull);
+    let text = from_link.to_string();
+    assert!(
+        text.starts_with("No space left on device (os error 28), op: "),
+        "{text}"
+    );
+    let suffix = format!(
+        "(a second descriptor of {})",
+        root.path().join("seg.wal").display()
+    );
+    assert!(text.ends_with(&suffix), "{text}");
+    assert_eq!(elsewhere.to_string(), "Input/output error (os error 5)");
+}

@@ -252,9 +252,10 @@ pub enum LogError {
         /// The error.
         source: io::Error,
     },
-    /// fdatasync failed: the commit was discarded and the log is now poisoned.
+    /// A durable write (a write and its sync) or an fdatasync failed: the
+    /// commit was discarded and the log is now poisoned.
     SyncFailed(io::Error),
-    /// An earlier fdatasync failed; reopen the log.
+    /// An earlier durable write or fdatasync failed; reopen the log.
     Poisoned,
     /// The bytes read back from the device after the fsync are not the ones
     /// written; the commit was discarded and a retry may succeed.
@@ -282,10 +283,16 @@ impl fmt::Display for LogError {
         match self {
             LogError::Io { op, source } => write!(f, "partition log {op}: {source}"),
             LogError::SyncFailed(e) => {
-                write!(f, "partition log fdatasync failed, log poisoned: {e}")
+                write!(
+                    f,
+                    "partition log write or fdatasync failed, log poisoned: {e}"
+                )
             }
             LogError::Poisoned => {
-                write!(f, "partition log poisoned by an earlier fdatasync failure")
+                write!(
+                    f,
+                    "partition log poisoned by an earlier failed write or fdatasync"
+                )
             }
             LogError::ReadBackMismatch { offset, detail } => {
                 write!(

@@ -518,7 +518,7 @@ impl<S: Storage> Owner<S> {
             *slot.log.borrow_mut() = Some(log);
             return None;
         }
-        tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned (a failed fdatasync or roll); it will be reopened");
+        tracing::error!(topic = %slot.topic, partition = slot.partition.0, "partition log poisoned (a failed write, fdatasync or roll); it will be reopened");
         metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "fsync_poisoned")
             .increment(1);
         slot.retry_open_at
