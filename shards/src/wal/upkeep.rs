@@ -25,6 +25,7 @@ use super::checkpoint::CheckpointFile;
 use super::segment::{segment_name, PREP_FILE, SPARE_PREFIX};
 use super::Wal;
 use crate::ids::Seq;
+use crate::lines::LineThrottle;
 
 /// Where a zero-filled segment is made before it is renamed `PREP_FILE`.
 const PREP_TMP_FILE: &str = "next-segment.tmp";
@@ -35,6 +36,31 @@ const RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 /// Pause after a failed segment preparation: on a full disk, each attempt would
 /// write up to a segment of zeros again, competing with the appends' syncs.
 const PREP_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(10);
+/// At most one line this often for checkpoint and compaction failures, which a
+/// failing disk repeats every [`RETRY_DELAY`] for as long as it fails.
+const ERROR_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+thread_local! {
+    /// One throttle per kind of failure, for every WAL of the thread (a shard's
+    /// own and the leftover ones it drains fail together on one disk).
+    static STORE_ERRORS: LineThrottle = const { LineThrottle::new(ERROR_LINE_EVERY) };
+    static SYNC_ERRORS: LineThrottle = const { LineThrottle::new(ERROR_LINE_EVERY) };
+    static COMPACT_ERRORS: LineThrottle = const { LineThrottle::new(ERROR_LINE_EVERY) };
+}
+
+/// Whether a failure counted by `lines` gets its line now (always while the
+/// WAL closes: the last word matters then), and how many went without one.
+fn error_line_due(
+    lines: &'static std::thread::LocalKey<LineThrottle>,
+    closing: bool,
+) -> Option<u64> {
+    let due = lines.with(|l| l.due(Instant::now()));
+    if closing {
+        Some(due.unwrap_or(0))
+    } else {
+        due
+    }
+}
 
 async fn signalled<S: Storage>(wal: &Wal<S>) {
     poll_fn(|cx| {
@@ -95,7 +121,9 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
             // Overwrite now, so that a process crash keeps the newest value.
             next_store_at = Some(now + store_interval);
             if let Err(e) = file.store(wanted).await {
-                tracing::error!(error = %e, "ingress WAL: cannot store the dispatch checkpoint");
+                if let Some(held_back) = error_line_due(&STORE_ERRORS, closing) {
+                    tracing::error!(error = %e, held_back, retry_in = ?RETRY_DELAY, "ingress WAL: cannot store the dispatch checkpoint (a restart replays what was committed since it last moved: duplicates, no loss)");
+                }
                 // A checkpoint left behind only replays (duplicates) what was already
                 // committed; a closing WAL must not wait for a disk that fails.
                 if closing {
@@ -121,7 +149,9 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
                 continue;
             }
             if let Err(e) = file.sync().await {
-                tracing::error!(error = %e, "ingress WAL: cannot sync the dispatch checkpoint");
+                if let Some(held_back) = error_line_due(&SYNC_ERRORS, closing) {
+                    tracing::error!(error = %e, held_back, retry_in = ?RETRY_DELAY, "ingress WAL: cannot sync the dispatch checkpoint");
+                }
                 // A failed sync may have dropped the stored value from the
                 // device: store it again before the next sync vouches for it.
                 wal.inner.shared.borrow_mut().checkpoint_written = synced;
@@ -205,7 +235,9 @@ async fn compact_logged<S: Storage>(wal: &Wal<S>) -> bool {
     match compact(wal).await {
         Ok(()) => true,
         Err(e) => {
-            tracing::error!(error = %e, retry_in = ?RETRY_DELAY, "ingress WAL: compaction failed");
+            if let Some(held_back) = error_line_due(&COMPACT_ERRORS, false) {
+                tracing::error!(error = %e, held_back, retry_in = ?RETRY_DELAY, "ingress WAL: compaction failed");
+            }
             false
         }
     }
