@@ -120,7 +120,12 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
         );
     }
     let data_dir = config.storage.data_dir.clone();
-    if data_dir.exists() && !data_dir.is_dir() {
+    // A directory that cannot even be looked at (a disk failing its reads)
+    // is not one to create.
+    let found = data_dir
+        .try_exists()
+        .map_err(|e| format!("cannot read data directory {}: {e}", data_dir.display()))?;
+    if found && !data_dir.is_dir() {
         return Err(format!(
             "data directory {} is not a directory (a file is there); point --data-dir elsewhere",
             data_dir.display()

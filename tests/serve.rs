@@ -163,6 +163,23 @@ fn serve_refuses_a_data_directory_that_is_a_file() {
     assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
 }
 
+/// A data directory that cannot even be looked up (here a path through a
+/// file; on a failing disk, an I/O error) is reported as unreadable, not as
+/// one the node failed to create.
+#[test]
+fn serve_reports_a_data_directory_it_cannot_look_up() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("afile");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let output = narad(&["serve", "--dev", "--port", "0"], &file.join("data"))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert!(message.contains("cannot read data directory"), "{message}");
+    assert!(!message.contains("cannot create"), "{message}");
+}
+
 /// A data directory whose `topics` the process cannot create files in is
 /// refused at the start, naming it, instead of a node that answers ready and
 /// accepts produces it can never commit.

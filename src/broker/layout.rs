@@ -40,7 +40,7 @@ pub const DELETING_MARKER: &str = "DELETING";
 pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
     let mut missing = Vec::new();
     let mut at = dir;
-    while !at.exists() {
+    while !at.try_exists()? {
         missing.push(at);
         match at.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => at = parent,
