@@ -568,6 +568,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         waiters,
         persister,
         consume_turn: Cell::new(index),
+        wal_stalled: Cell::new(false),
         node: api.node.clone(),
         traffic: crate::metrics::Traffic::default(),
         storage_metrics,
@@ -648,6 +649,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     }
     // After the leftover WALs are registered: the first poll's dispatch
     // backlog counts them (a 0 there says a downgrade is safe).
+    narad_io::rt::spawn_local(crate::broker::shard::watch_wal_stall(shard.clone()));
     narad_io::rt::spawn_local(crate::metrics::run_poller(
         shard.clone(),
         metrics_poll,

@@ -80,6 +80,29 @@ pub struct Shard {
     pub storage_metrics: Rc<crate::metrics::StorageMetrics>,
     /// Acks on their way to other owner shards.
     pub acks: crate::consume::acks::AckLanes,
+    /// This shard's ingress WAL has waited for the disk past
+    /// [`WAL_STALL_AFTER`](crate::http::node::WAL_STALL_AFTER): produces are
+    /// refused here until it answers (set by the metrics poller).
+    pub wal_stalled: Cell<bool>,
+}
+
+/// How often a shard looks at how long its ingress WAL has waited for the
+/// disk ([`watch_wal_stall`]).
+const WAL_STALL_CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Marks the shard's WAL stalled while its records have waited past
+/// [`WAL_STALL_AFTER`](crate::http::node::WAL_STALL_AFTER) for the disk, and
+/// not once it answers, until the shard stops. A task of its own that does no
+/// I/O: the metrics poller reads partition logs, which a stalled disk would
+/// hold up, the check with them.
+pub async fn watch_wal_stall(shard: Rc<Shard>) {
+    while !shard.stopping.get() {
+        let waited = shard.wal.stalled_for(std::time::Instant::now());
+        shard
+            .node
+            .note_wal_wait(shard.index, &shard.wal_stalled, waited);
+        narad_io::rt::sleep(WAL_STALL_CHECK_EVERY).await;
+    }
 }
 
 impl Shard {

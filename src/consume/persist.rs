@@ -126,8 +126,22 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     // Ticks start `tick` apart, start to start: a pass's own time is not added
     // to the wait, and a pass slower than a tick is followed at once.
     let mut next_tick: Option<Instant> = None;
+    // Whether the last pass failed a write or sync (counted node-wide for
+    // `/readyz`); a pass without errors, or nothing left to sync, clears it.
+    let failing = std::cell::Cell::new(false);
+    let note_failing = |now_failing: bool| {
+        if now_failing != failing.replace(now_failing) {
+            shard.node.note_consumer_state_failing(now_failing);
+            if !now_failing {
+                tracing::info!(shard = shard.index, "consumer offsets persisted again");
+            }
+        }
+    };
     loop {
         let idle = committer.pending_sync() == 0;
+        if idle {
+            note_failing(false);
+        }
         if idle && !shard.persister.closing.get() {
             // Acks after a quiet spell gather for a whole tick.
             next_tick = None;
@@ -204,6 +218,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
                 );
             }
         }
+        note_failing(!report.errors.is_empty());
         if !report.errors.is_empty() {
             ::metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "consumer_state")
                 .increment(report.errors.len() as u64);

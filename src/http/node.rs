@@ -43,7 +43,20 @@ pub struct NodeState {
     /// A shard's ingress WAL latched after a disk failure: that shard refuses
     /// every produce until the node restarts, so the node is not ready.
     wal_failed: AtomicBool,
+    /// Shards whose ingress WAL has waited longer than [`WAL_STALL_AFTER`]
+    /// for the disk: they refuse produces (503) and the node is not ready,
+    /// until the disk answers.
+    wal_stalled_shards: AtomicUsize,
+    /// Shards whose consumer offsets failed their last write or sync: acks
+    /// are answered but would be redelivered after a crash (`degraded`).
+    consumer_state_failing_shards: AtomicUsize,
 }
+
+/// How long records may wait for the disk to make them durable, with none
+/// made so, before their WAL counts as stalled: far beyond any write or sync a
+/// working disk takes (a 16 MiB write run on a slow one takes a fraction of a
+/// second), so only a disk that stopped answering gets there.
+pub const WAL_STALL_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// When the data directory's free space runs low, produces are answered 503
 /// instead of being staged: a WAL that runs out of space latches and refuses
@@ -150,7 +163,63 @@ impl NodeState {
             disk_low: AtomicBool::new(false),
             disk_room: Arc::new(AtomicU64::new(u64::MAX)),
             wal_failed: AtomicBool::new(false),
+            wal_stalled_shards: AtomicUsize::new(0),
+            consumer_state_failing_shards: AtomicUsize::new(0),
         }
+    }
+
+    /// Updates shard `shard`'s stall flag (`flag`, the shard's own) from how
+    /// long its WAL's records have waited for the disk (`waited`, from
+    /// `Wal::stalled_for`), counting the change node-wide and logging it;
+    /// returns whether the shard is stalled now.
+    pub fn note_wal_wait(
+        &self,
+        shard: usize,
+        flag: &std::cell::Cell<bool>,
+        waited: Option<std::time::Duration>,
+    ) -> bool {
+        let stalled = waited.is_some_and(|w| w >= WAL_STALL_AFTER);
+        if stalled == flag.get() {
+            return stalled;
+        }
+        flag.set(stalled);
+        if stalled {
+            self.wal_stalled_shards.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                shard,
+                waited = ?waited.unwrap_or_default(),
+                "an ingress WAL has waited this long for the disk to complete a write: its shard refuses produces (503) and /readyz answers 503 until the disk answers"
+            );
+        } else {
+            self.wal_stalled_shards.fetch_sub(1, Ordering::Relaxed);
+            tracing::info!(
+                shard,
+                "the ingress WAL's disk answered again: produces are accepted"
+            );
+        }
+        stalled
+    }
+
+    /// Whether some shard's ingress WAL is stalled now.
+    pub fn wal_stalled(&self) -> bool {
+        self.wal_stalled_shards.load(Ordering::Relaxed) > 0
+    }
+
+    /// A shard's consumer offsets started failing to persist (`true`), or
+    /// persisted again.
+    pub fn note_consumer_state_failing(&self, failing: bool) {
+        if failing {
+            self.consumer_state_failing_shards
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.consumer_state_failing_shards
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether some shard's consumer offsets are failing to persist now.
+    pub fn consumer_state_failing(&self) -> bool {
+        self.consumer_state_failing_shards.load(Ordering::Relaxed) > 0
     }
 
     /// A produce found its shard's ingress WAL latched.

@@ -9,7 +9,8 @@
 //!
 //! Errors: 400 bad input (nothing staged), 404 unknown topic, 413 too large, 415 bad
 //! `Content-Encoding`, 500 when the WAL has latched after a disk failure (until
-//! restart), 503 while stopping or when the node's batch body budget is full.
+//! restart), 503 while stopping, when the node's batch body budget is full, or
+//! while the disk is nearly full or has stopped answering.
 //!
 //! Which cores: the shard that accepted the connection; no cross-shard hop.
 
@@ -121,6 +122,32 @@ fn disk_low() -> Response<Body> {
     )
 }
 
+/// 503 while this shard's ingress WAL has waited past
+/// [`WAL_STALL_AFTER`](super::node::WAL_STALL_AFTER) for a disk that stopped
+/// answering: a produce staged now would only wait with the others, its
+/// client holding on with no answer; refused, it is retried once the disk
+/// answers (or elsewhere).
+fn wal_stalled() -> Response<Body> {
+    response::retry_later(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the broker's disk has not completed a write for several seconds: produces are refused until it answers",
+        "5",
+    )
+}
+
+/// The 503 of a disk that cannot take produces now (nearly full, or not
+/// answering), if it is so. A latched WAL answers its own 500 at the append:
+/// a 503 would have the client retry what no retry on this shard can do
+/// before a restart.
+fn disk_refusal(api: &Api, shard: &Shard) -> Option<Response<Body>> {
+    let low = api.node.disk_low();
+    let stalled = shard.wal_stalled.get();
+    if !(low || stalled) || shard.wal.is_latched() {
+        return None;
+    }
+    Some(if low { disk_low() } else { wal_stalled() })
+}
+
 pub async fn single<B>(api: &Api, shard: &Shard, topic: &str, request: Request<B>) -> Response<Body>
 where
     B: hyper::body::Body,
@@ -131,10 +158,8 @@ where
     let Some(record) = snapshot.topics.get(topic) else {
         return not_found(topic);
     };
-    // A latched WAL answers its own 500 below: a 503 would have the client
-    // retry what no retry on this shard can do before a restart.
-    if api.node.disk_low() && !shard.wal.is_latched() {
-        return disk_low();
+    if let Some(refused) = disk_refusal(api, shard) {
+        return refused;
     }
     let query = match produce_input::parse_produce_query(request.uri().query()) {
         Ok(query) => query,
@@ -201,10 +226,8 @@ where
     if !shard.meta.snapshot().topics.contains_key(topic) {
         return not_found(topic);
     }
-    // A latched WAL answers its own 500 below: a 503 would have the client
-    // retry what no retry on this shard can do before a restart.
-    if api.node.disk_low() && !shard.wal.is_latched() {
-        return disk_low();
+    if let Some(refused) = disk_refusal(api, shard) {
+        return refused;
     }
     if let Err(message) = produce_input::batch_query_check(request.uri().query()) {
         return response::error(StatusCode::BAD_REQUEST, &message);

@@ -482,12 +482,16 @@ impl Routes {
         }
     }
 
-    /// `GET /readyz`: 503 until storage recovery is done, and for good once an
+    /// `GET /readyz`: 503 until storage recovery is done, for good once an
     /// ingress WAL has latched (its shard refuses every produce until the node
-    /// restarts); ready but `degraded` while produces are refused for want of
-    /// disk, which passes by itself (`data_dir_low`), and once the metadata
-    /// store has failed, which lasts until a restart (`metastore_failed`: topic
-    /// changes answer 500; produce, consume and ack go on).
+    /// restarts), and while an ingress WAL waits on a disk that stopped
+    /// answering (its shard refuses produces until it answers); ready but
+    /// `degraded` while produces are refused for want of disk, which passes
+    /// by itself (`data_dir_low`), while consumer offsets fail to persist
+    /// (`consumer_offsets_failing`: acks are answered, but a crash would
+    /// redeliver them), and once the metadata store has failed, which lasts
+    /// until a restart (`metastore_failed`: topic changes answer 500;
+    /// produce, consume and ack go on).
     fn readyz(&self) -> Response<Body> {
         let node = &self.api.node;
         if !node.is_ready() {
@@ -500,6 +504,11 @@ impl Routes {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not ready: an ingress WAL failed after a disk error and refuses produces until the node restarts",
             )
+        } else if node.wal_stalled() {
+            response::error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: an ingress WAL has waited several seconds for the disk to complete a write; produces are refused until it answers",
+            )
         } else {
             let metastore_failed = self
                 .api
@@ -510,6 +519,7 @@ impl Routes {
             let degraded: Vec<&str> = [
                 (node.disk_low(), "data_dir_low"),
                 (metastore_failed, "metastore_failed"),
+                (node.consumer_state_failing(), "consumer_offsets_failing"),
             ]
             .into_iter()
             .filter_map(|(on, name)| on.then_some(name))
@@ -698,6 +708,40 @@ mod tests {
             )
         );
         assert!(!node.note_disk(50 * gib, 100 * gib));
+        assert_eq!(
+            call(&routes, Method::GET, "/readyz").1,
+            r#"{"status":"ready"}"#
+        );
+        // Consumer offsets that fail to persist: ready, degraded, until they
+        // persist again.
+        node.note_consumer_state_failing(true);
+        assert_eq!(
+            call(&routes, Method::GET, "/readyz"),
+            (
+                StatusCode::OK,
+                r#"{"status":"ready","degraded":["consumer_offsets_failing"]}"#.to_string()
+            )
+        );
+        node.note_consumer_state_failing(false);
+        assert_eq!(
+            call(&routes, Method::GET, "/readyz").1,
+            r#"{"status":"ready"}"#
+        );
+        // A WAL waiting on a disk that stopped answering: not ready until it
+        // answers.
+        let stalled = std::cell::Cell::new(false);
+        let waited = |s| Some(std::time::Duration::from_secs(s));
+        assert!(!node.note_wal_wait(0, &stalled, waited(1)));
+        assert_eq!(call(&routes, Method::GET, "/readyz").0, StatusCode::OK);
+        assert!(node.note_wal_wait(0, &stalled, waited(6)));
+        assert!(node.note_wal_wait(0, &stalled, waited(7)), "counted once");
+        let (status, body) = call(&routes, Method::GET, "/readyz");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.contains("waited several seconds for the disk"),
+            "{body}"
+        );
+        assert!(!node.note_wal_wait(0, &stalled, None));
         assert_eq!(
             call(&routes, Method::GET, "/readyz").1,
             r#"{"status":"ready"}"#

@@ -293,6 +293,11 @@ struct Shared {
     next_seq: Seq,
     /// Every sequence number below this is durable.
     durable_next: Seq,
+    /// Since when records have waited to become durable with none becoming
+    /// so: set when the first is staged into an all-durable WAL, moved on by
+    /// every flush that leaves some waiting, cleared by one that leaves none.
+    /// What [`Wal::stalled_for`] reads.
+    waiting_since: Option<std::time::Instant>,
     /// `next_seq` when the flush in progress took its buffer.
     inflight_end: Seq,
     staging_waiters: Vec<Waker>,
@@ -485,6 +490,7 @@ impl<S: Storage> Wal<S> {
             sealed_bytes: 0,
             next_seq,
             durable_next: next_seq,
+            waiting_since: None,
             inflight_end: next_seq,
             staging_waiters: Vec::new(),
             inflight_waiters: Vec::new(),
@@ -589,6 +595,9 @@ impl<S: Storage> Wal<S> {
         // One growth for the whole batch, not one per frame that overflows.
         sh.staging.reserve(total_bytes);
         let first = sh.next_seq;
+        if first == sh.durable_next && !records.is_empty() {
+            sh.waiting_since = Some(std::time::Instant::now());
+        }
         for record in records {
             let frame_len = record.frame_len() as u64;
             let full = sh.active_bytes > 0
@@ -734,6 +743,20 @@ impl<S: Storage> Wal<S> {
     /// Whether the failure latch is set.
     pub fn is_latched(&self) -> bool {
         self.inner.shared.borrow().latched.is_some()
+    }
+
+    /// How long records have waited to become durable with none becoming so,
+    /// at `now`; `None` when every staged record is durable. A disk that
+    /// stops answering shows here (the flush in flight never completes),
+    /// as does one too slow for its load; a latched WAL is reported by
+    /// [`Wal::is_latched`] instead.
+    pub fn stalled_for(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        let sh = self.inner.shared.borrow();
+        if sh.latched.is_some() {
+            return None;
+        }
+        sh.waiting_since
+            .map(|since| now.saturating_duration_since(since))
     }
 
     /// Counters so far.

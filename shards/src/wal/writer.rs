@@ -301,6 +301,7 @@ fn release<S: Storage>(wal: &Wal<S>, job: &Job, result: &io::Result<()>, device_
     if result.is_ok() && job.end_seq > sh.durable_next {
         sh.durable_next = job.end_seq;
         sh.stats.flushes += 1;
+        sh.waiting_since = (sh.next_seq > sh.durable_next).then(std::time::Instant::now);
     }
     sh.stats.device_bytes = sh.stats.device_bytes.max(device_bytes);
     drop(sh);

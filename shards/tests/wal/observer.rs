@@ -106,3 +106,51 @@ fn a_batch_whose_sync_failed_is_not_reported() {
         wal.close().await;
     });
 }
+
+/// `Wal::stalled_for` is how long records have waited for a disk that does
+/// not answer: none while everything is durable, the time since the first
+/// waiting record was staged while its sync is out, none again once it lands,
+/// and none for a latched WAL (which says so by itself).
+#[test]
+fn records_waiting_for_the_disk_show_how_long_they_waited() {
+    let disk = SimDisk::new(11, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", pipeline_config(false))
+            .await
+            .unwrap();
+        let payload = payload_for(1, 100);
+        wal.append(&record(&payload, None)).await.unwrap();
+        assert_eq!(wal.stalled_for(Instant::now()), None, "all durable");
+
+        disk.set_sync_turns(50);
+        let staged_at = Instant::now();
+        let done = Rc::new(std::cell::Cell::new(false));
+        let appending = {
+            let (wal, payload, done) = (wal.clone(), payload.clone(), done.clone());
+            narad_io::rt::spawn_local(async move {
+                wal.append(&record(&payload, None)).await.unwrap();
+                done.set(true);
+            })
+        };
+        for _ in 0..10 {
+            narad_io::sim::yield_once().await;
+        }
+        assert!(!done.get(), "its sync is still out");
+        // Staged between `staged_at` and now.
+        let later = staged_at + Duration::from_secs(30);
+        let waited = wal.stalled_for(later).expect("a record waits for the disk");
+        assert!(
+            waited <= later - staged_at && waited >= later - Instant::now(),
+            "{waited:?}"
+        );
+        appending.await.unwrap();
+        assert_eq!(wal.stalled_for(later), None, "durable again");
+
+        disk.set_sync_turns(1);
+        disk.fail_next_syncs(1);
+        assert!(wal.append(&record(&payload, None)).await.is_err());
+        assert!(wal.is_latched());
+        assert_eq!(wal.stalled_for(later), None, "a latch is no stall");
+        wal.close().await;
+    });
+}
