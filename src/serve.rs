@@ -688,6 +688,20 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     owner.close_all().await;
     reaper.await;
     wal.close().await;
+    // A checkpoint left unsynced (a disk failing the stop's last sync) costs
+    // no record, but the next start commits again what lies above the synced
+    // one: the stop was not clean, and says so as an unsaved ack does.
+    let (reached, synced) = (wal.checkpoint(), wal.synced_checkpoint());
+    if synced < reached {
+        let e = format!(
+            "the ingress WAL's dispatch checkpoint could not be made durable at the stop (synced {}, reached {}): the next start commits those {} records again",
+            synced.0,
+            reached.0,
+            reached.0 - synced.0
+        );
+        tracing::error!(shard = index, "{e}");
+        failed.get_or_insert(e);
+    }
     api.broker.borrow_mut().take();
     match failed {
         Some(e) => Err(e),

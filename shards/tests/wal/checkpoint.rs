@@ -346,3 +346,26 @@ async fn write_file(disk: &SimDisk, name: &str, bytes: &[u8]) {
     file.sync_data().await.unwrap();
     file.close().await.unwrap();
 }
+
+/// A close whose last checkpoint sync fails does not wait for the disk, and
+/// leaves the checkpoint it could not make durable visible, so that the node
+/// can say its stop was not clean (a restart replays what lies between).
+#[test]
+fn a_close_whose_checkpoint_sync_fails_shows_the_checkpoint_left_behind() {
+    let disk = SimDisk::new(33, SimFaults::default());
+    run_local(None, async move {
+        let config = WalConfig {
+            checkpoint_sync_delay: Duration::from_secs(3600),
+            ..small_config(false)
+        };
+        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let payload = payload_for(1, 256);
+        let records: Vec<_> = (0..8).map(|_| record(&payload, None)).collect();
+        wal.append_many(&records).await.unwrap();
+        wal.store_checkpoint(wal.durable_next());
+        disk.fail_next_syncs(1);
+        wal.close().await;
+        assert_eq!(wal.checkpoint(), Seq(8));
+        assert_eq!(wal.synced_checkpoint(), Seq(0), "its sync failed");
+    });
+}
