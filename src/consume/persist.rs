@@ -126,11 +126,15 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     // Ticks start `tick` apart, start to start: a pass's own time is not added
     // to the wait, and a pass slower than a tick is followed at once.
     let mut next_tick: Option<Instant> = None;
-    // Whether the last pass failed a write or sync (counted node-wide for
-    // `/readyz`); a pass without errors, or nothing left to sync, clears it.
-    let failing = std::cell::Cell::new(false);
+    // Partitions whose latest state failed a write or sync and has not been
+    // made durable since (counted node-wide for `/readyz` while any is). A
+    // pass without errors proves nothing by itself: most passes only write
+    // to the page cache, and only the sync a durability interval brings
+    // finds a failing disk.
+    let mut failing: HashSet<PartitionKey> = HashSet::new();
+    let was_failing = std::cell::Cell::new(false);
     let note_failing = |now_failing: bool| {
-        if now_failing != failing.replace(now_failing) {
+        if now_failing != was_failing.replace(now_failing) {
             shard.node.note_consumer_state_failing(now_failing);
             if !now_failing {
                 tracing::info!(shard = shard.index, "consumer offsets persisted again");
@@ -140,6 +144,8 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     loop {
         let idle = committer.pending_sync() == 0;
         if idle {
+            // Every state given is durable.
+            failing.clear();
             note_failing(false);
         }
         if idle && !shard.persister.closing.get() {
@@ -169,6 +175,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
                 .collect();
             for key in keys {
                 committer.forget(key).await;
+                failing.remove(&key);
                 known.remove(&key);
             }
         }
@@ -218,7 +225,11 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
                 );
             }
         }
-        note_failing(!report.errors.is_empty());
+        for key in &report.durable {
+            failing.remove(key);
+        }
+        failing.extend(report.errors.iter().map(|(key, _)| *key));
+        note_failing(!failing.is_empty());
         if !report.errors.is_empty() {
             ::metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "consumer_state")
                 .increment(report.errors.len() as u64);
