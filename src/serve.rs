@@ -681,13 +681,14 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     }
     // Every shard's HTTP is drained by now: no more acks arrive.
     shard.persister.close();
-    if let Some(Err(e)) = persister_task.await {
+    let persisted = waiting_on_disk(index, "persisting the acks", persister_task).await;
+    if let Some(Err(e)) = persisted {
         tracing::error!(shard = index, error = %e, "the stop could not persist every ack");
         failed.get_or_insert(e);
     }
-    owner.close_all().await;
+    waiting_on_disk(index, "closing the partition logs", owner.close_all()).await;
     reaper.await;
-    wal.close().await;
+    waiting_on_disk(index, "flushing the ingress WAL", wal.close()).await;
     // A checkpoint left unsynced (a disk failing the stop's last sync) costs
     // no record, but the next start commits again what lies above the synced
     // one: the stop was not clean, and says so as an unsaved ack does.
@@ -706,6 +707,38 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     match failed {
         Some(e) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// How often a stop step that waits on the disk says it is still waiting.
+const STOP_WAIT_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs `step` of shard `shard`'s stop, a step whose writes and syncs a disk
+/// that stopped answering holds up, with a warning every
+/// [`STOP_WAIT_LINE_EVERY`] while it waits: a hung device otherwise shows
+/// as a stop that goes silent.
+async fn waiting_on_disk<T>(
+    shard: usize,
+    step: &str,
+    step_done: impl std::future::Future<Output = T>,
+) -> T {
+    let started = std::time::Instant::now();
+    let mut step_done = std::pin::pin!(step_done);
+    loop {
+        let waited = async {
+            narad_io::rt::sleep(STOP_WAIT_LINE_EVERY).await;
+            None
+        };
+        let done = async { Some((&mut step_done).await) };
+        if let Some(out) = futures_lite::future::or(done, waited).await {
+            return out;
+        }
+        tracing::warn!(
+            shard,
+            step,
+            waited = ?started.elapsed(),
+            "the stop is still waiting for the disk (a write or sync that has not completed)"
+        );
     }
 }
 
