@@ -65,7 +65,7 @@ pub const BUCKETS_SECONDS: [f64; 19] = [
 ];
 
 /// Gauges that read as the largest value any thread set rather than the sum.
-const MAX_GAUGES: &[&str] = &["narad_ingress_wal_failed"];
+const MAX_GAUGES: &[&str] = &["narad_ingress_wal_failed", "narad_ingress_wal_stalled"];
 
 /// Gauges that read as the smallest value any thread set rather than the sum.
 const MIN_GAUGES: &[&str] = &["narad_poller_last_success_timestamp_seconds"];

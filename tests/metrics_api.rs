@@ -168,6 +168,11 @@ fn counters_follow_a_known_sequence_of_requests() {
         "{samples:?}"
     );
     assert_eq!(sum(&samples, "narad_ingress_wal_failed", &[]), 0.0);
+    assert!(
+        samples.contains_key("narad_ingress_wal_stalled"),
+        "{samples:?}"
+    );
+    assert_eq!(sum(&samples, "narad_ingress_wal_stalled", &[]), 0.0);
     // The only 5xx answers are /readyz's 503s while the node started: the
     // node's state, not errors.
     let server_errors = sum(&samples, "narad_http_requests_total", &["status=\"5"]);

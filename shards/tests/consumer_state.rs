@@ -166,6 +166,33 @@ fn the_oldest_write_waiting_for_its_writeout_is_reported_until_it_is_durable() {
     });
 }
 
+/// A partition whose sync failed stays unsettled while its retry is owed,
+/// settles once a later sync makes its state durable (its levelling, due
+/// then too, done), and a partition that was never given a state is settled.
+#[test]
+fn a_failed_sync_leaves_its_partition_unsettled_until_a_later_one_succeeds() {
+    let disk = disk_with_partitions(12, 2);
+    block_on(async {
+        let interval = Duration::from_secs(60);
+        let mut committer = Committer::new(disk.clone(), config(interval, 8));
+        let t0 = Instant::now();
+        assert!(!committer.unsettled(&key(0)));
+        committer.tick(t0, changed(0, &acked(5, &[7]))).await;
+        assert!(committer.unsettled(&key(0)), "written, not durable");
+        disk.fail_next_syncs(1);
+        let report = committer.tick(t0 + interval, vec![]).await;
+        assert!(!report.errors.is_empty(), "{report:?}");
+        assert!(committer.unsettled(&key(0)), "its sync failed");
+        let mut at = t0 + interval;
+        for _ in 0..3 {
+            at += interval;
+            committer.tick(at, vec![]).await;
+        }
+        assert!(!committer.unsettled(&key(0)), "synced and levelled since");
+        assert!(!committer.unsettled(&key(1)), "never given a state");
+    });
+}
+
 /// Ticks `synced` and makes it durable (it waits a whole interval), then ticks
 /// `ticked` without a sync.
 async fn sync_then_tick(disk: &SimDisk, synced: &AckedState, ticked: &AckedState) {

@@ -82,7 +82,7 @@ pub struct Shard {
     pub acks: crate::consume::acks::AckLanes,
     /// This shard's ingress WAL has waited for the disk past
     /// [`WAL_STALL_AFTER`](crate::http::node::WAL_STALL_AFTER): produces are
-    /// refused here until it answers (set by the metrics poller).
+    /// refused here until it answers (set by [`watch_wal_stall`]).
     pub wal_stalled: Cell<bool>,
 }
 
@@ -98,9 +98,10 @@ const WAL_STALL_CHECK_EVERY: std::time::Duration = std::time::Duration::from_sec
 pub async fn watch_wal_stall(shard: Rc<Shard>) {
     while !shard.stopping.get() {
         let waited = shard.wal.stalled_for(std::time::Instant::now());
+        let latched = shard.wal.is_latched();
         shard
             .node
-            .note_wal_wait(shard.index, &shard.wal_stalled, waited);
+            .note_wal_wait(shard.index, &shard.wal_stalled, waited, latched);
         narad_io::rt::sleep(WAL_STALL_CHECK_EVERY).await;
     }
 }

@@ -126,11 +126,11 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     // Ticks start `tick` apart, start to start: a pass's own time is not added
     // to the wait, and a pass slower than a tick is followed at once.
     let mut next_tick: Option<Instant> = None;
-    // Partitions whose latest state failed a write or sync and has not been
-    // made durable since (counted node-wide for `/readyz` while any is). A
-    // pass without errors proves nothing by itself: most passes only write
-    // to the page cache, and only the sync a durability interval brings
-    // finds a failing disk.
+    // Partitions whose state failed a write, sync or levelling and has not
+    // settled since (durable, levelled, not stranded): counted node-wide for
+    // `/readyz` while any is. A pass without errors proves nothing by itself:
+    // most passes only write to the page cache, and only the sync a
+    // durability interval brings finds a failing disk.
     let mut failing: HashSet<PartitionKey> = HashSet::new();
     let was_failing = std::cell::Cell::new(false);
     let note_failing = |now_failing: bool| {
@@ -143,11 +143,8 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     };
     loop {
         let idle = committer.pending_sync() == 0;
-        if idle {
-            // Every state given is durable.
-            failing.clear();
-            note_failing(false);
-        }
+        failing.retain(|key| committer.unsettled(key));
+        note_failing(!failing.is_empty());
         if idle && !shard.persister.closing.get() {
             // Acks after a quiet spell gather for a whole tick.
             next_tick = None;
@@ -225,10 +222,13 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
                 );
             }
         }
+        // Durable in this pass: well again, unless this pass failed it anew
+        // (a levelling after its sync, say).
         for key in &report.durable {
             failing.remove(key);
         }
         failing.extend(report.errors.iter().map(|(key, _)| *key));
+        failing.retain(|key| committer.unsettled(key));
         note_failing(!failing.is_empty());
         if !report.errors.is_empty() {
             ::metrics::counter!("narad_errors_total", "component" => "storage", "kind" => "consumer_state")

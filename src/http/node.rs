@@ -177,13 +177,26 @@ impl NodeState {
         shard: usize,
         flag: &std::cell::Cell<bool>,
         waited: Option<std::time::Duration>,
+        latched: bool,
     ) -> bool {
+        if latched {
+            // A stalled write that ended in an error: the latch speaks now
+            // (it may be seen here before any produce or poll sees it).
+            self.note_wal_failed();
+        }
         let stalled = waited.is_some_and(|w| w >= WAL_STALL_AFTER);
+        ::metrics::gauge!("narad_ingress_wal_stalled").set(if stalled { 1.0 } else { 0.0 });
         if stalled == flag.get() {
             return stalled;
         }
         flag.set(stalled);
-        if stalled {
+        if latched {
+            self.wal_stalled_shards.fetch_sub(1, Ordering::Relaxed);
+            tracing::error!(
+                shard,
+                "the ingress WAL's stalled write failed: the WAL latched"
+            );
+        } else if stalled {
             self.wal_stalled_shards.fetch_add(1, Ordering::Relaxed);
             tracing::error!(
                 shard,

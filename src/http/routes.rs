@@ -731,21 +731,30 @@ mod tests {
         // answers.
         let stalled = std::cell::Cell::new(false);
         let waited = |s| Some(std::time::Duration::from_secs(s));
-        assert!(!node.note_wal_wait(0, &stalled, waited(1)));
+        assert!(!node.note_wal_wait(0, &stalled, waited(1), false));
         assert_eq!(call(&routes, Method::GET, "/readyz").0, StatusCode::OK);
-        assert!(node.note_wal_wait(0, &stalled, waited(6)));
-        assert!(node.note_wal_wait(0, &stalled, waited(7)), "counted once");
+        assert!(node.note_wal_wait(0, &stalled, waited(6), false));
+        assert!(
+            node.note_wal_wait(0, &stalled, waited(7), false),
+            "counted once"
+        );
         let (status, body) = call(&routes, Method::GET, "/readyz");
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(
             body.contains("waited several seconds for the disk"),
             "{body}"
         );
-        assert!(!node.note_wal_wait(0, &stalled, None));
+        assert!(!node.note_wal_wait(0, &stalled, None, false));
         assert_eq!(
             call(&routes, Method::GET, "/readyz").1,
             r#"{"status":"ready"}"#
         );
+        // A stall that ends in a failed write: not ready, for the latch.
+        assert!(node.note_wal_wait(0, &stalled, waited(9), false));
+        assert!(!node.note_wal_wait(0, &stalled, None, true));
+        let (status, body) = call(&routes, Method::GET, "/readyz");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("ingress WAL failed"), "{body}");
         // A latched WAL: not ready, for good; alive all the same.
         node.note_wal_failed();
         let (status, body) = call(&routes, Method::GET, "/readyz");

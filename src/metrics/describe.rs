@@ -65,6 +65,10 @@ pub(super) fn describe_all() {
         "1 while any ingress WAL of the node is latched after a disk failure (its appends fail until restart), else 0."
     );
     describe_gauge!(
+        "narad_ingress_wal_stalled",
+        "1 while any ingress WAL of the node has waited 5 s or more for the disk to complete a write (its shard refuses produces until it does), else 0."
+    );
+    describe_gauge!(
         "narad_ingress_dispatch_backlog_records",
         "Records durable in the ingress WALs and not yet committed to their partitions (behind the dispatch checkpoint)."
     );

@@ -585,7 +585,7 @@ impl<S: Storage> PartitionLog<S> {
         self.sealed.front().map_or(self.active.base, |s| s.base)
     }
 
-    /// Whether a failed fdatasync poisoned the log.
+    /// Whether a failed durable write or fdatasync poisoned the log.
     pub fn is_poisoned(&self) -> bool {
         self.poisoned
     }

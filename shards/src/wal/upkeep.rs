@@ -54,12 +54,11 @@ fn error_line_due(
     lines: &'static std::thread::LocalKey<LineThrottle>,
     closing: bool,
 ) -> Option<u64> {
-    let due = lines.with(|l| l.due(Instant::now()));
     if closing {
-        Some(due.unwrap_or(0))
-    } else {
-        due
+        // Outside the throttle: the line is the stop's, and counts nothing.
+        return Some(0);
     }
+    lines.with(|l| l.due(Instant::now()))
 }
 
 async fn signalled<S: Storage>(wal: &Wal<S>) {

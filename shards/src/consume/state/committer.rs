@@ -293,6 +293,16 @@ impl<S: Storage> Committer<S> {
         self.partitions.values().filter(|p| p.pending()).count()
     }
 
+    /// Whether `key`'s state is not settled: given and not durable yet, its
+    /// `consumer.offset` levelling still owed, or stranded (its writes are
+    /// refused). A partition reported failing is well again once it is not.
+    pub fn unsettled(&self, key: &PartitionKey) -> bool {
+        self.partitions
+            .get(key)
+            .is_some_and(|p| p.stranded || p.pending())
+            || self.level_pending.contains(key)
+    }
+
     /// The partitions whose writes wait for their writeout, and how long the
     /// oldest of those writes has waited at `now`.
     pub fn oldest_unsynced(&self, now: Instant) -> Option<(usize, Duration)> {
