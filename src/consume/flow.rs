@@ -145,13 +145,23 @@ async fn consume_queue(
     // A consumer that arrives now takes only what those waiting before it
     // (here or on other shards) leave.
     let share = newcomer_share(shard, topic, record, &mut local, None, request.max).await;
+    // A local partition that cannot be read (a failing disk, say) does not
+    // fail a consume the topic's other shards can serve: it answers 500 only
+    // if nothing else has a record for it now and it will not wait.
+    let mut local_failure = None;
     if let (false, Some(max)) = (local.is_empty(), share) {
-        let got = shard
+        match shard
             .queues
             .take(topic, record, &local, max, TAKE_BYTES_MAX)
-            .await?;
-        if !got.is_empty() {
-            return Ok(got);
+            .await
+        {
+            Ok(got) if !got.is_empty() => return Ok(got),
+            Ok(_) => {}
+            Err(ConsumeError::NotFound) => return Err(ConsumeError::NotFound),
+            Err(e) => {
+                tracing::warn!(topic = %topic, error = ?e, "this shard's partitions could not be read; asking the topic's other shards");
+                local_failure = Some(e);
+            }
         }
     }
     let remote = shard.remote_owners(record);
@@ -166,7 +176,10 @@ async fn consume_queue(
         }
     }
     if request.wait.is_zero() || shard.stopping.get() {
-        return Ok(Vec::new());
+        return match local_failure {
+            Some(e) => Err(e),
+            None => Ok(Vec::new()),
+        };
     }
     let (waiter, answer) = Waiter::new_at(request.max, now_ms(), deadline_ms);
     // Guarded from the moment it is parked: the pump may hand it records while
