@@ -126,8 +126,9 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     // Ticks start `tick` apart, start to start: a pass's own time is not added
     // to the wait, and a pass slower than a tick is followed at once.
     let mut next_tick: Option<Instant> = None;
-    // Partitions whose state failed a write, sync or levelling and has not
-    // settled since (durable, levelled, not stranded): counted node-wide for
+    // Partitions whose state failed a write or sync (a levelling that fails
+    // leaves the acks durable) and has not settled since (durable, levelled,
+    // not stranded): counted node-wide for
     // `/readyz` while any is. A pass without errors proves nothing by itself:
     // most passes only write to the page cache, and only the sync a
     // durability interval brings finds a failing disk.
@@ -227,7 +228,13 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
         for key in &report.durable {
             failing.remove(key);
         }
-        failing.extend(report.errors.iter().map(|(key, _)| *key));
+        failing.extend(
+            report
+                .errors
+                .iter()
+                .filter(|(_, error)| !error.starts_with("level "))
+                .map(|(key, _)| *key),
+        );
         failing.retain(|key| committer.unsettled(key));
         note_failing(!failing.is_empty());
         if !report.errors.is_empty() {
@@ -236,7 +243,14 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
         }
         if !report.errors.is_empty() && (closing || error_lines.due(Instant::now()).is_some()) {
             for (key, error) in report.errors.iter().take(8) {
-                tracing::error!(partition = key.1 .0, %error, "consumer offsets not persisted; acks will be redelivered after a crash until this clears");
+                // The levelled file trails the durable window; a start reads
+                // both and takes the larger frontier, so nothing is redelivered
+                // for it alone.
+                if error.starts_with("level ") {
+                    tracing::warn!(partition = key.1 .0, %error, "consumer.offset not brought level (the acks are durable in consumer.ahead); tried again at the next levelling");
+                } else {
+                    tracing::error!(partition = key.1 .0, %error, "consumer offsets not persisted; acks will be redelivered after a crash until this clears");
+                }
             }
         }
         if closing {
