@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use narad_io::rt::Notify;
 use narad_shards::consume::state::{
-    AckedState, Committer, CommitterConfig, PartitionKey, SYNCS_AT_ONCE,
+    AckedState, Committer, CommitterConfig, PartitionKey, LEVEL_ERROR_PREFIX, SYNCS_AT_ONCE,
 };
 use narad_shards::ids::IncarnationId;
 use narad_shards::lines::LineThrottle;
@@ -232,7 +232,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
             report
                 .errors
                 .iter()
-                .filter(|(_, error)| !error.starts_with("level "))
+                .filter(|(_, error)| !error.starts_with(LEVEL_ERROR_PREFIX))
                 .map(|(key, _)| *key),
         );
         failing.retain(|key| committer.unsettled(key));
@@ -246,7 +246,7 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
                 // The levelled file trails the durable window; a start reads
                 // both and takes the larger frontier, so nothing is redelivered
                 // for it alone.
-                if error.starts_with("level ") {
+                if error.starts_with(LEVEL_ERROR_PREFIX) {
                     tracing::warn!(partition = key.1 .0, %error, "consumer.offset not brought level (the acks are durable in consumer.ahead); tried again at the next levelling");
                 } else {
                     tracing::error!(partition = key.1 .0, %error, "consumer offsets not persisted; acks will be redelivered after a crash until this clears");

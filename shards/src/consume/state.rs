@@ -39,8 +39,8 @@ use crate::ids::Offset;
 
 pub use committer::{
     Committer, CommitterConfig, PartitionKey, TickReport, DURABILITY_INTERVAL_DEFAULT,
-    DURABILITY_INTERVAL_MAX, DURABILITY_INTERVAL_MIN, LEVEL_EVERY_DEFAULT, OPEN_FILES_MAX_DEFAULT,
-    SYNCS_AT_ONCE, TICK_DEFAULT,
+    DURABILITY_INTERVAL_MAX, DURABILITY_INTERVAL_MIN, LEVEL_ERROR_PREFIX, LEVEL_EVERY_DEFAULT,
+    OPEN_FILES_MAX_DEFAULT, SYNCS_AT_ONCE, TICK_DEFAULT,
 };
 pub use offset::read_offset_file;
 pub use slot::{decode, encode, fitted, newest, SlotRecord, PAYLOAD_BYTES_MAX, SLOTS, SLOT_BYTES};

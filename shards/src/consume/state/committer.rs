@@ -122,6 +122,11 @@ pub struct TickReport {
     pub cut: usize,
 }
 
+/// How the error of a failed `consumer.offset` levelling starts in
+/// [`TickReport::errors`]: the acks behind it are durable in `consumer.ahead`,
+/// so a caller may tell it from the failures that lose them on a crash.
+pub const LEVEL_ERROR_PREFIX: &str = "level ";
+
 /// One partition's bookkeeping.
 struct Partition<F> {
     dir: String,
@@ -692,7 +697,9 @@ impl<S: Storage> Committer<S> {
                         self.level_pending.remove(key);
                         report.levelled += usize::from(wrote);
                     }
-                    Err(e) => report.errors.push((*key, format!("level {path}: {e}"))),
+                    Err(e) => report
+                        .errors
+                        .push((*key, format!("{LEVEL_ERROR_PREFIX}{path}: {e}"))),
                 }
             }
         }
