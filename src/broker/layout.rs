@@ -71,8 +71,17 @@ pub fn check_writable(data_dir: &Path) -> Result<(), String> {
             .and_then(|()| std::fs::write(&probe, b""))
             .and_then(|()| std::fs::remove_file(&probe));
         if let Err(e) = written {
+            // A read-only mount (ext4 remounts so after errors) or a failing
+            // disk is no matter of the user's rights.
+            let remedy = if e.kind() == std::io::ErrorKind::ReadOnlyFilesystem {
+                "its file system is mounted read-only (after disk errors: check it and mount it again)"
+            } else if e.raw_os_error() == Some(libc::EIO) {
+                "the disk failed the write: check the disk and the file system it is on"
+            } else {
+                "give the user it runs as write access to the data directory and everything in it"
+            };
             return Err(format!(
-                "cannot create files in {} ({e}): narad keeps its topics and their consumer state there; give the user it runs as write access to the data directory and everything in it",
+                "cannot create files in {} ({e}): narad keeps its topics and their consumer state there; {remedy}",
                 dir.display()
             ));
         }
