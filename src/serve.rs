@@ -569,6 +569,7 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         persister,
         consume_turn: Cell::new(index),
         wal_stalled: Cell::new(false),
+        checkpoint_failing: Cell::new(false),
         node: api.node.clone(),
         traffic: crate::metrics::Traffic::default(),
         storage_metrics,

@@ -84,6 +84,9 @@ pub struct Shard {
     /// [`WAL_STALL_AFTER`](crate::http::node::WAL_STALL_AFTER): produces are
     /// refused here until it answers (set by [`watch_wal_stall`]).
     pub wal_stalled: Cell<bool>,
+    /// This shard's ingress WAL cannot make its dispatch checkpoint durable
+    /// (set by [`watch_wal_stall`]).
+    pub checkpoint_failing: Cell<bool>,
 }
 
 /// How often a shard looks at how long its ingress WAL has waited for the
@@ -102,6 +105,9 @@ pub async fn watch_wal_stall(shard: Rc<Shard>) {
         shard
             .node
             .note_wal_wait(shard.index, &shard.wal_stalled, waited, latched);
+        shard
+            .node
+            .note_checkpoint_failing(&shard.checkpoint_failing, shard.wal.checkpoint_failing());
         narad_io::rt::sleep(WAL_STALL_CHECK_EVERY).await;
     }
 }

@@ -50,6 +50,10 @@ pub struct NodeState {
     /// Shards whose consumer offsets failed their last write or sync: acks
     /// are answered but would be redelivered after a crash (`degraded`).
     consumer_state_failing_shards: AtomicUsize,
+    /// Shards whose ingress WAL cannot make its dispatch checkpoint durable:
+    /// a restart would commit again more and more, and the WAL does not
+    /// compact (`degraded`).
+    checkpoint_failing_shards: AtomicUsize,
 }
 
 /// How long records may wait for the disk to make them durable, with none
@@ -165,7 +169,28 @@ impl NodeState {
             wal_failed: AtomicBool::new(false),
             wal_stalled_shards: AtomicUsize::new(0),
             consumer_state_failing_shards: AtomicUsize::new(0),
+            checkpoint_failing_shards: AtomicUsize::new(0),
         }
+    }
+
+    /// Updates shard `shard`'s flag (`flag`, the shard's own) for a WAL
+    /// checkpoint that cannot be made durable, counting the change node-wide.
+    pub fn note_checkpoint_failing(&self, flag: &std::cell::Cell<bool>, failing: bool) {
+        if failing == flag.replace(failing) {
+            return;
+        }
+        if failing {
+            self.checkpoint_failing_shards
+                .fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.checkpoint_failing_shards
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether some shard's WAL checkpoint cannot be made durable now.
+    pub fn checkpoint_failing(&self) -> bool {
+        self.checkpoint_failing_shards.load(Ordering::Relaxed) > 0
     }
 
     /// Updates shard `shard`'s stall flag (`flag`, the shard's own) from how

@@ -489,7 +489,10 @@ impl Routes {
     /// `degraded` while produces are refused for want of disk, which passes
     /// by itself (`data_dir_low`), while consumer offsets fail to persist
     /// (`consumer_offsets_failing`: acks are answered, but a crash would
-    /// redeliver them), and once the metadata store has failed, which lasts
+    /// redeliver them), while an ingress WAL cannot make its dispatch
+    /// checkpoint durable (`wal_checkpoint_failing`: a restart would commit
+    /// again what was committed since, and the WAL does not compact), and
+    /// once the metadata store has failed, which lasts
     /// until a restart (`metastore_failed`: topic changes answer 500;
     /// produce, consume and ack go on).
     fn readyz(&self) -> Response<Body> {
@@ -520,6 +523,7 @@ impl Routes {
                 (node.disk_low(), "data_dir_low"),
                 (metastore_failed, "metastore_failed"),
                 (node.consumer_state_failing(), "consumer_offsets_failing"),
+                (node.checkpoint_failing(), "wal_checkpoint_failing"),
             ]
             .into_iter()
             .filter_map(|(on, name)| on.then_some(name))
@@ -723,6 +727,19 @@ mod tests {
             )
         );
         node.note_consumer_state_failing(false);
+        assert_eq!(
+            call(&routes, Method::GET, "/readyz").1,
+            r#"{"status":"ready"}"#
+        );
+        // A WAL checkpoint that cannot be made durable: the same.
+        let checkpoint = std::cell::Cell::new(false);
+        node.note_checkpoint_failing(&checkpoint, true);
+        node.note_checkpoint_failing(&checkpoint, true);
+        assert_eq!(
+            call(&routes, Method::GET, "/readyz").1,
+            r#"{"status":"ready","degraded":["wal_checkpoint_failing"]}"#
+        );
+        node.note_checkpoint_failing(&checkpoint, false);
         assert_eq!(
             call(&routes, Method::GET, "/readyz").1,
             r#"{"status":"ready"}"#

@@ -329,6 +329,9 @@ struct Shared {
     checkpoint_wanted: Seq,
     checkpoint_written: Seq,
     checkpoint_synced: Seq,
+    /// The last store or sync of the checkpoint failed, and none has synced
+    /// it since: what a restart would replay grows, and nothing compacts.
+    checkpoint_failing: bool,
     upkeep_signal: bool,
     upkeep: Option<Waker>,
     /// Durable batches for readers, oldest first, at most the configured bytes
@@ -511,6 +514,7 @@ impl<S: Storage> Wal<S> {
             checkpoint_wanted: checkpoint,
             checkpoint_written: checkpoint,
             checkpoint_synced: checkpoint,
+            checkpoint_failing: false,
             upkeep_signal: false,
             upkeep: None,
             recent: VecDeque::new(),
@@ -757,6 +761,13 @@ impl<S: Storage> Wal<S> {
         }
         sh.waiting_since
             .map(|since| now.saturating_duration_since(since))
+    }
+
+    /// Whether the dispatch checkpoint's last store or sync failed and none
+    /// has made it durable since: a restart would commit again more and more
+    /// records, and compaction waits, so the WAL's files grow.
+    pub fn checkpoint_failing(&self) -> bool {
+        self.inner.shared.borrow().checkpoint_failing
     }
 
     /// Counters so far.

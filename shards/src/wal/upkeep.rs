@@ -120,6 +120,7 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
             // Overwrite now, so that a process crash keeps the newest value.
             next_store_at = Some(now + store_interval);
             if let Err(e) = file.store(wanted).await {
+                wal.inner.shared.borrow_mut().checkpoint_failing = true;
                 if let Some(held_back) = error_line_due(&STORE_ERRORS, closing) {
                     tracing::error!(error = %e, held_back, retry_in = ?RETRY_DELAY, "ingress WAL: cannot store the dispatch checkpoint (a restart replays what was committed since it last moved: duplicates, no loss)");
                 }
@@ -148,6 +149,7 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
                 continue;
             }
             if let Err(e) = file.sync().await {
+                wal.inner.shared.borrow_mut().checkpoint_failing = true;
                 if let Some(held_back) = error_line_due(&SYNC_ERRORS, closing) {
                     tracing::error!(error = %e, held_back, retry_in = ?RETRY_DELAY, "ingress WAL: cannot sync the dispatch checkpoint");
                 }
@@ -165,6 +167,7 @@ pub(super) async fn upkeep_loop<S: Storage>(wal: Wal<S>, file: CheckpointFile<S:
                 let mut sh = wal.inner.shared.borrow_mut();
                 sh.checkpoint_synced = written;
                 sh.stats.checkpoint_syncs += 1;
+                sh.checkpoint_failing = false;
             }
             compaction_failed = !compact_logged(&wal).await;
             continue;

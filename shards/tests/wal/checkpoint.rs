@@ -123,15 +123,18 @@ fn a_failed_early_sync_compacts_nothing() {
         while wal.segment_count() < 3 {
             wal.append_many(&records).await.unwrap();
         }
+        assert!(!wal.checkpoint_failing());
         disk.fail_next_syncs(1);
         wal.store_checkpoint(wal.durable_next());
         narad_io::rt::sleep(Duration::from_millis(100)).await;
         assert_eq!(wal.synced_checkpoint(), Seq(0), "the sync failed");
         assert_eq!(wal.segment_count(), 3, "nothing compacted behind it");
+        assert!(wal.checkpoint_failing(), "and says so");
         // The retry (a second later) stores the value again and syncs it.
         let target = wal.durable_next();
         wait_until(|| wal.synced_checkpoint() == target).await;
         wait_until(|| wal.segment_count() == 1).await;
+        assert!(!wal.checkpoint_failing(), "synced since");
         wal.close().await;
     });
 }
