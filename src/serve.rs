@@ -194,8 +194,10 @@ pub fn run(flags: Flags, shards: Option<usize>) -> Result<(), String> {
     }
     let control = {
         let events = events_tx.clone();
-        Control::start(data_dir.join("metastore"), move || {
-            let _ = events.send(NodeEvent::ControlPanicked);
+        blocking_on_disk("recovering the metadata store", || {
+            Control::start(data_dir.join("metastore"), move || {
+                let _ = events.send(NodeEvent::ControlPanicked);
+            })
         })?
     };
     crate::broker::layout::remove_orphans(&data_dir, &control.published);
@@ -457,7 +459,12 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     crate::lifecycle::debug_panic_at_start(index);
     crate::lifecycle::debug_recovery_delay(index).await;
     let dir = format!("ingress/shard-{index}");
-    let opened = Wal::open(wal_storage, &dir, wal_config.clone()).await;
+    let opened = waiting_on_disk(
+        index,
+        "start: opening the ingress WAL",
+        Wal::open(wal_storage, &dir, wal_config.clone()),
+    )
+    .await;
     let wal = match opened {
         Ok(wal) => wal,
         Err(e) => {
@@ -682,14 +689,14 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     }
     // Every shard's HTTP is drained by now: no more acks arrive.
     shard.persister.close();
-    let persisted = waiting_on_disk(index, "persisting the acks", persister_task).await;
+    let persisted = waiting_on_disk(index, "stop: persisting the acks", persister_task).await;
     if let Some(Err(e)) = persisted {
         tracing::error!(shard = index, error = %e, "the stop could not persist every ack");
         failed.get_or_insert(e);
     }
-    waiting_on_disk(index, "closing the partition logs", owner.close_all()).await;
+    waiting_on_disk(index, "stop: closing the partition logs", owner.close_all()).await;
     reaper.await;
-    waiting_on_disk(index, "flushing the ingress WAL", wal.close()).await;
+    waiting_on_disk(index, "stop: flushing the ingress WAL", wal.close()).await;
     // A checkpoint left unsynced (a disk failing the stop's last sync) costs
     // no record, but the next start commits again what lies above the synced
     // one: the stop was not clean, and says so as an unsaved ack does.
@@ -711,13 +718,14 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
     }
 }
 
-/// How often a stop step that waits on the disk says it is still waiting.
-const STOP_WAIT_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often a start or stop step that waits on the disk says it is still
+/// waiting.
+const DISK_WAIT_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Runs `step` of shard `shard`'s stop, a step whose writes and syncs a disk
-/// that stopped answering holds up, with a warning every
-/// [`STOP_WAIT_LINE_EVERY`] while it waits: a hung device otherwise shows
-/// as a stop that goes silent.
+/// Runs `step` of shard `shard`'s start or stop, a step whose reads, writes
+/// and syncs a disk that stopped answering holds up, with a warning every
+/// [`DISK_WAIT_LINE_EVERY`] while it waits: a hung device otherwise shows as
+/// a node that goes silent.
 async fn waiting_on_disk<T>(
     shard: usize,
     step: &str,
@@ -727,7 +735,7 @@ async fn waiting_on_disk<T>(
     let mut step_done = std::pin::pin!(step_done);
     loop {
         let waited = async {
-            narad_io::rt::sleep(STOP_WAIT_LINE_EVERY).await;
+            narad_io::rt::sleep(DISK_WAIT_LINE_EVERY).await;
             None
         };
         let done = async { Some((&mut step_done).await) };
@@ -738,9 +746,33 @@ async fn waiting_on_disk<T>(
             shard,
             step,
             waited = ?started.elapsed(),
-            "the stop is still waiting for the disk (a write or sync that has not completed)"
+            "still waiting for the disk (a read, write or sync that has not completed)"
         );
     }
+}
+
+/// [`waiting_on_disk`] for a blocking `step` of the node's start, run on the
+/// calling thread while another one says every [`DISK_WAIT_LINE_EVERY`]
+/// that it still waits.
+fn blocking_on_disk<T>(step: &str, run: impl FnOnce() -> T) -> T {
+    let started = std::time::Instant::now();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                finished.recv_timeout(DISK_WAIT_LINE_EVERY)
+            {
+                tracing::warn!(
+                    step,
+                    waited = ?started.elapsed(),
+                    "still waiting for the disk (a read, write or sync that has not completed)"
+                );
+            }
+        });
+        let out = run();
+        drop(done);
+        out
+    })
 }
 
 /// The debug fault hook's budget (see the module docs): the value of
