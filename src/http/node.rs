@@ -62,6 +62,16 @@ pub struct NodeState {
 /// second), so only a disk that stopped answering gets there.
 pub const WAL_STALL_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Counts a shard into (`on`) or out of a node-wide count of shards in some
+/// state; each shard calls it only when its own flag changes.
+fn count_shard(shards: &AtomicUsize, on: bool) {
+    if on {
+        shards.fetch_add(1, Ordering::Relaxed);
+    } else {
+        shards.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// When the data directory's free space runs low, produces are answered 503
 /// instead of being staged: a WAL that runs out of space latches and refuses
 /// everything until the process restarts, while a refused produce is retried
@@ -179,13 +189,7 @@ impl NodeState {
         if failing == flag.replace(failing) {
             return;
         }
-        if failing {
-            self.checkpoint_failing_shards
-                .fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.checkpoint_failing_shards
-                .fetch_sub(1, Ordering::Relaxed);
-        }
+        count_shard(&self.checkpoint_failing_shards, failing);
     }
 
     /// Whether some shard's WAL checkpoint cannot be made durable now.
@@ -215,21 +219,19 @@ impl NodeState {
             return stalled;
         }
         flag.set(stalled);
+        count_shard(&self.wal_stalled_shards, stalled);
         if latched {
-            self.wal_stalled_shards.fetch_sub(1, Ordering::Relaxed);
             tracing::error!(
                 shard,
                 "the ingress WAL's stalled write failed: the WAL latched"
             );
         } else if stalled {
-            self.wal_stalled_shards.fetch_add(1, Ordering::Relaxed);
             tracing::error!(
                 shard,
                 waited = ?waited.unwrap_or_default(),
                 "an ingress WAL has waited this long for the disk to complete a write: its shard refuses produces (503) and /readyz answers 503 until the disk answers"
             );
         } else {
-            self.wal_stalled_shards.fetch_sub(1, Ordering::Relaxed);
             tracing::info!(
                 shard,
                 "the ingress WAL's disk answered again: produces are accepted"
@@ -246,13 +248,7 @@ impl NodeState {
     /// A shard's consumer offsets started failing to persist (`true`), or
     /// persisted again.
     pub fn note_consumer_state_failing(&self, failing: bool) {
-        if failing {
-            self.consumer_state_failing_shards
-                .fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.consumer_state_failing_shards
-                .fetch_sub(1, Ordering::Relaxed);
-        }
+        count_shard(&self.consumer_state_failing_shards, failing);
     }
 
     /// Whether some shard's consumer offsets are failing to persist now.
