@@ -68,9 +68,12 @@ use crate::lifecycle::{self, Dispatching, NodeEvent};
 mod descriptors;
 mod retention;
 mod start;
+mod waits;
+
 use descriptors::{connections_max, open_logs_max, OPEN_FILES_MARGIN};
 use retention::{supervise_reaper, RetentionSettings};
 use start::{lock_data_dir, StartGate};
+use waits::{blocking_on_disk, waiting_on_disk};
 
 /// Ops a shard's inbox from one peer holds before the peer waits.
 const MESH_CHANNEL_CAPACITY: usize = 1_024;
@@ -716,63 +719,6 @@ async fn run_shard(start: ShardStart) -> Result<(), String> {
         Some(e) => Err(e),
         None => Ok(()),
     }
-}
-
-/// How often a start or stop step that waits on the disk says it is still
-/// waiting.
-const DISK_WAIT_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Runs `step` of shard `shard`'s start or stop, a step whose reads, writes
-/// and syncs a disk that stopped answering holds up, with a warning every
-/// [`DISK_WAIT_LINE_EVERY`] while it waits: a hung device otherwise shows as
-/// a node that goes silent.
-async fn waiting_on_disk<T>(
-    shard: usize,
-    step: &str,
-    step_done: impl std::future::Future<Output = T>,
-) -> T {
-    let started = std::time::Instant::now();
-    let mut step_done = std::pin::pin!(step_done);
-    loop {
-        let waited = async {
-            narad_io::rt::sleep(DISK_WAIT_LINE_EVERY).await;
-            None
-        };
-        let done = async { Some((&mut step_done).await) };
-        if let Some(out) = futures_lite::future::or(done, waited).await {
-            return out;
-        }
-        tracing::warn!(
-            shard,
-            step,
-            waited = ?started.elapsed(),
-            "still waiting for the disk (a read, write or sync that has not completed)"
-        );
-    }
-}
-
-/// [`waiting_on_disk`] for a blocking `step` of the node's start, run on the
-/// calling thread while another one says every [`DISK_WAIT_LINE_EVERY`]
-/// that it still waits.
-fn blocking_on_disk<T>(step: &str, run: impl FnOnce() -> T) -> T {
-    let started = std::time::Instant::now();
-    let (done, finished) = std::sync::mpsc::channel::<()>();
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                finished.recv_timeout(DISK_WAIT_LINE_EVERY)
-            {
-                tracing::warn!(
-                    step,
-                    waited = ?started.elapsed(),
-                    "still waiting for the disk (a read, write or sync that has not completed)"
-                );
-            }
-        });
-        let out = run();
-        drop(done);
-        out
-    })
 }
 
 /// The debug fault hook's budget (see the module docs): the value of
