@@ -47,11 +47,14 @@ pub mod key;
 mod place;
 pub mod progress;
 pub mod reader;
+mod recent;
 mod recover;
 mod room;
 pub mod segment;
 mod upkeep;
 mod writer;
+
+use recent::{PositionMark, RecentBatch};
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -259,26 +262,6 @@ pub trait WalObserver {
     fn synced(&self, took: Duration, records: u64, device_bytes_total: u64);
 }
 
-/// A flushed (durable) batch of frames kept for readers.
-struct RecentBatch {
-    first: Seq,
-    end: Seq,
-    frames: Rc<Vec<u8>>,
-}
-
-/// Where the frame of `seq` starts: in segment `segment`, at byte `pos`.
-#[derive(Clone, Copy, Debug)]
-struct PositionMark {
-    seq: Seq,
-    segment: Seq,
-    pos: u64,
-}
-
-/// Position marks kept, one or more per flush: about a minute of flushes at
-/// full speed, 24 bytes each. They spare a lagging reader a scan from the start
-/// of a 64 MiB segment.
-const POSITION_MARKS_MAX: usize = 65_536;
-
 /// State shared by appenders, the flush loop, the upkeep task and readers, all on
 /// one core. Never borrowed across an `.await`.
 struct Shared {
@@ -347,29 +330,6 @@ struct Shared {
 }
 
 impl Shared {
-    /// Keeps a flushed batch for readers and returns a buffer the budget evicted
-    /// (if no reader still holds it), for reuse as a staging buffer.
-    fn keep_recent(&mut self, batch: RecentBatch, bytes_max: usize) -> Option<Vec<u8>> {
-        self.recent_bytes += batch.frames.len();
-        self.recent.push_back(batch);
-        let mut reusable = None;
-        while self.recent_bytes > bytes_max && self.recent.len() > 1 {
-            let old = self.recent.pop_front().expect("more than one batch");
-            self.recent_bytes -= old.frames.len();
-            if let Ok(buf) = Rc::try_unwrap(old.frames) {
-                reusable = Some(buf);
-            }
-        }
-        reusable
-    }
-
-    /// The kept batch holding `seq`, if any.
-    fn recent_holding(&self, seq: Seq) -> Option<(Seq, Rc<Vec<u8>>)> {
-        let index = self.recent.partition_point(|b| b.end <= seq);
-        let batch = self.recent.get(index)?;
-        (batch.first <= seq).then(|| (batch.first, batch.frames.clone()))
-    }
-
     /// Queues the staging buffer as a batch of its own and starts a new one.
     fn seal(&mut self, capacity: usize) {
         let first_seq = self.sealed.back().map_or(self.inflight_end, |j| j.end_seq);
@@ -387,32 +347,6 @@ impl Shared {
         };
         self.sealed_bytes += job.buf.len();
         self.sealed.push_back(job);
-    }
-
-    fn add_mark(&mut self, mark: PositionMark) {
-        if self.marks.len() == POSITION_MARKS_MAX {
-            self.marks.pop_front();
-        }
-        self.marks.push_back(mark);
-    }
-
-    /// The latest mark at or before `seq` inside `segment`.
-    fn mark_before(&self, segment: Seq, seq: Seq) -> Option<PositionMark> {
-        let index = self.marks.partition_point(|m| m.seq <= seq);
-        let kept = index
-            .checked_sub(1)
-            .and_then(|i| self.marks.get(i).copied())
-            .filter(|m| m.segment == segment);
-        let pinned = self
-            .pinned_marks
-            .iter()
-            .filter(|m| m.segment == segment && m.seq <= seq)
-            .max_by_key(|m| m.seq)
-            .copied();
-        match (kept, pinned) {
-            (Some(k), Some(p)) => Some(if p.seq > k.seq { p } else { k }),
-            (k, p) => k.or(p),
-        }
     }
 
     /// Asks for a roll onto the prepared segment when the active one grows.
