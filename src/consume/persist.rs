@@ -128,10 +128,10 @@ pub async fn run_persister(shard: Rc<Shard>, config: CommitterConfig) -> Result<
     let mut next_tick: Option<Instant> = None;
     // Partitions whose state failed a write or sync (a levelling that fails
     // leaves the acks durable) and has not settled since (durable, levelled,
-    // not stranded): counted node-wide for
-    // `/readyz` while any is. A pass without errors proves nothing by itself:
-    // most passes only write to the page cache, and only the sync a
-    // durability interval brings finds a failing disk.
+    // not stranded): counted node-wide for `/readyz` while any is. A pass
+    // without errors proves nothing by itself: most passes only write to the
+    // page cache, and only the sync a durability interval brings finds a
+    // failing disk.
     let mut failing: HashSet<PartitionKey> = HashSet::new();
     let was_failing = std::cell::Cell::new(false);
     let note_failing = |now_failing: bool| {
