@@ -356,8 +356,10 @@ impl<S: Storage> HeldRelease<S> {
 
 impl<S: Storage> Drop for HeldRelease<S> {
     fn drop(&mut self) {
-        // Unwinding with the WAL's state possibly borrowed: leave it be.
-        if !std::thread::panicking() {
+        // Dropped while unwinding, or with the WAL's state borrowed: leave it
+        // be (a drop runs where the runtime turns a panic into an abort).
+        let free = self.wal.inner.shared.try_borrow_mut().is_ok();
+        if free && !std::thread::panicking() {
             self.settle();
         }
     }
