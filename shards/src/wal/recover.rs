@@ -131,11 +131,7 @@ pub(super) async fn recover<S: Storage>(
         )
         .await
         .map_err(|e| corrupt(&name, e))?;
-        resumed.extend(
-            end.skipped
-                .iter()
-                .map(|run| (first, run.seqs.end, run.resume_bytes)),
-        );
+        note_resumed(&mut resumed, first, &end);
         file.close().await?;
     }
     let last = *segments.back().expect("at least one segment");
@@ -144,11 +140,7 @@ pub(super) async fn recover<S: Storage>(
     let end = segment::scan_past_dispatched(&file, last, None, checkpoint, key_check)
         .await
         .map_err(|e| corrupt(&name, e))?;
-    resumed.extend(
-        end.skipped
-            .iter()
-            .map(|run| (last, run.seqs.end, run.resume_bytes)),
-    );
+    note_resumed(&mut resumed, last, &end);
     let resume_bytes = erase_torn_run(&file, &end).await?;
     // Frames a killed process wrote but never synced are readable and valid, and
     // the scan took them: make them durable before they count as such (before
@@ -187,6 +179,16 @@ pub(super) async fn recover<S: Storage>(
         prep_ready,
         resumed,
     })
+}
+
+/// Adds where segment `first`'s scan resumed past damage (`end.skipped`) to
+/// `resumed`, as (segment, first seq after the run, byte to resume at).
+fn note_resumed(resumed: &mut Vec<(Seq, Seq, u64)>, first: Seq, end: &segment::ScanEnd) {
+    resumed.extend(
+        end.skipped
+            .iter()
+            .map(|run| (first, run.seqs.end, run.resume_bytes)),
+    );
 }
 
 /// Zeroes the frames of a torn run that survived past a hole, so that no frame of
