@@ -32,7 +32,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
@@ -226,14 +226,24 @@ pub struct Stream {
     read_limits: Option<ReadLimits>,
     /// When the bytes of the request now arriving began, if one is.
     request_started: Option<Instant>,
-    /// Fires at the read deadline it was made for.
-    read_timer: Option<(Instant, glommio::timer::Timer)>,
+    /// Fires at the read deadline it was made for, which may be earlier than
+    /// the deadline now (see [`Stream::read_timed_out`]).
+    read_timer: Option<ReadTimer>,
     /// See [`Stream::linger_on_close`]; `None`: a drop closes at once.
     linger: Option<Linger>,
     /// The peer closed its side (a read or an edge saw the end) or the socket
     /// failed: nothing more will come to read, so a close need not linger. The
     /// handlers of this connection's requests watch it too.
     peer_end: PeerEnd,
+}
+
+/// The timer of a read waiting for the peer, with what it will wake.
+struct ReadTimer {
+    /// When it fires.
+    at: Instant,
+    timer: glommio::timer::Timer,
+    /// The waker it was last polled with: the one it wakes.
+    waker: Waker,
 }
 
 /// Where a connection's exchange stands, as its server tells the stream: a
@@ -397,9 +407,18 @@ impl Stream {
 
     /// Whether a read that found nothing has waited past its deadline; if not,
     /// the read timer will wake the task at the deadline.
+    ///
+    /// The timer is kept across requests: a keep-alive connection's deadline
+    /// moves later with each request, and a timer that will fire no later than
+    /// the deadline, registered with this task's waker, wakes the task in time.
+    /// So a request costs one clock read here, not a timer (a glommio timer
+    /// re-registers itself with the reactor on every poll); the timer is made
+    /// again only when it fired before the deadline it now guards, or when the
+    /// deadline moves earlier than it.
     fn read_timed_out(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(deadline) = self.read_deadline() else {
-            self.read_timer = None;
+            // Busy: the timer stays for the next wait; firing now it only
+            // wakes the task once for nothing.
             if let Some(limits) = &self.read_limits {
                 limits.exchange.parked_read.set(Some(cx.waker().clone()));
             }
@@ -409,14 +428,23 @@ impl Stream {
         if now >= deadline {
             return true;
         }
-        let timer = match &mut self.read_timer {
-            Some((at, timer)) if *at == deadline => timer,
-            slot => {
-                let timer = glommio::timer::Timer::new(deadline - now);
-                &mut slot.insert((deadline, timer)).1
+        if let Some(armed) = &mut self.read_timer {
+            if armed.at <= deadline && now < armed.at {
+                if !armed.waker.will_wake(cx.waker()) {
+                    let _ = Pin::new(&mut armed.timer).poll(cx);
+                    armed.waker = cx.waker().clone();
+                }
+                return false;
             }
-        };
-        Pin::new(timer).poll(cx).is_ready()
+        }
+        let mut timer = glommio::timer::Timer::new(deadline - now);
+        let fired = Pin::new(&mut timer).poll(cx).is_ready();
+        self.read_timer = Some(ReadTimer {
+            at: deadline,
+            timer,
+            waker: cx.waker().clone(),
+        });
+        fired
     }
 
     /// Makes a drop of this stream a lingering close when the peer may still be
