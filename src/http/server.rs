@@ -27,7 +27,6 @@
 //! that the node is full.
 
 use std::cell::{Cell, RefCell};
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
@@ -239,21 +238,22 @@ impl Shared {
 
     /// Resolves once the shard reaches `phase`; `id` names the waiter.
     fn until(&self, id: u64, phase: Phase) -> impl Future<Output = ()> + '_ {
+        // Polled on every wake of its connection: the map is touched only when
+        // the waker changed or a phase change (which empties the map) came
+        // since this waiter registered.
+        let mut registered: Option<(Phase, Waker)> = None;
         poll_fn(move |cx| {
-            if self.phase.get() >= phase {
+            let now = self.phase.get();
+            if now >= phase {
                 return Poll::Ready(());
             }
-            // Polled on every wake of its connection: the waker is cloned
-            // only when it changed.
-            match self.waiters.borrow_mut().entry(id) {
-                Entry::Occupied(known) if known.get().will_wake(cx.waker()) => {}
-                Entry::Occupied(mut known) => {
-                    known.insert(cx.waker().clone());
-                }
-                Entry::Vacant(slot) => {
-                    slot.insert(cx.waker().clone());
+            if let Some((at, waker)) = &registered {
+                if *at == now && waker.will_wake(cx.waker()) {
+                    return Poll::Pending;
                 }
             }
+            self.waiters.borrow_mut().insert(id, cx.waker().clone());
+            registered = Some((now, cx.waker().clone()));
             Poll::Pending
         })
     }
