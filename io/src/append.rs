@@ -171,8 +171,8 @@ impl<F: BlockFile> AppendFile<F> {
     /// ([`BlockFile::write_durable_with`]): a commit in one device round trip
     /// instead of two. Earlier appends not yet synced are not made durable by it,
     /// unless the append grows the file: then it is plain writes and an
-    /// `fdatasync` (see the module doc), which makes them durable too. An error
-    /// of kind [`io::ErrorKind::StorageFull`] means nothing of the append was
+    /// `fdatasync` (see the module doc), which makes them durable too. A
+    /// refusal for space ([`crate::out_of_space`]) means nothing of the append was
     /// written (its device writes were refused before they were issued, or
     /// never issued), so the blocks before and after the end are as they
     /// were; after any other error the blocks the append covered, the
@@ -515,13 +515,13 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
     // A refusal for space leaves what its piece covered untouched; any other
     // failure leaves its piece unknown, which is what the caller must hear.
     let mut failures: Vec<io::Error> = [a, b, c, d].into_iter().filter_map(Result::err).collect();
-    failures.sort_by_key(|e| e.kind() == io::ErrorKind::StorageFull);
+    failures.sort_by_key(crate::out_of_space);
     match failures.into_iter().next() {
         None => Ok(()),
         // Refused, but other pieces were written: the append's bytes lie on
         // the device past the end the caller goes back to, which a refusal
         // promises they do not.
-        Some(e) if e.kind() == io::ErrorKind::StorageFull && written.get() => Err(io::Error::other(
+        Some(e) if crate::out_of_space(&e) && written.get() => Err(io::Error::other(
             format!("a write of {len} bytes at {pos} was refused in part, after other parts were written: {e}"),
         )),
         Some(e) => Err(e),

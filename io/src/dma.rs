@@ -335,11 +335,11 @@ impl BlockFile for DmaBlockFile {
         // half, or a file system that allocates late): not a clean refusal.
         issued
             .map_err(|e| self.named(e))
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::StorageFull => io::Error::other(format!(
+            .map_err(|e| match crate::out_of_space(&e) {
+                true => io::Error::other(format!(
                     "durable write of {len} bytes at {pos} failed after it was issued: {e}"
                 )),
-                _ => e,
+                false => e,
             })
     }
 

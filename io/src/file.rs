@@ -66,8 +66,8 @@ pub trait BlockFile {
     /// write and a sync; see [`crate::append`]). Other writes not yet
     /// synced are not made durable by it. If it fails, which of its sectors
     /// survive is unknown, as after a failed `sync_data`, with one exception:
-    /// an error of kind [`io::ErrorKind::StorageFull`] means the write was
-    /// refused before any byte of it was issued. (A device that reports a full
+    /// a refusal for space ([`crate::out_of_space`]: a full file system or
+    /// quota) means the write was refused before any byte of it was issued. (A device that reports a full
     /// disk once the write was issued gives an error of another kind.)
     async fn write_durable_with(
         &self,
@@ -112,8 +112,8 @@ pub trait BlockFile {
 
     /// Allocates the file's blocks up to `len` bytes without changing its size
     /// (`fallocate` with `FALLOC_FL_KEEP_SIZE`), so that writes below `len`
-    /// that grow the file cannot run out of space. An error of kind
-    /// [`io::ErrorKind::StorageFull`] means the file system lacks the room;
+    /// that grow the file cannot run out of space. A refusal for space
+    /// ([`crate::out_of_space`]) means the file system or quota lacks the room;
     /// one of kind [`io::ErrorKind::Unsupported`], that it cannot reserve.
     async fn reserve(&self, len: u64) -> io::Result<()>;
 

@@ -39,6 +39,18 @@ pub mod sim;
 pub use append::{AppendFile, AppendSource};
 pub use file::{BlockFile, Storage, BLOCK_BYTES, SECTOR_BYTES};
 
+/// Whether `e` is a refusal for want of room: a full file system (`ENOSPC`) or
+/// a used-up disk quota (`EDQUOT`). Both are refused when the blocks are
+/// allocated, before any byte of the write is issued, and both clear once room
+/// is made, so callers treat them alike wherever this crate's docs speak of
+/// [`io::ErrorKind::StorageFull`].
+pub fn out_of_space(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    )
+}
+
 /// Rounds `value` up to a multiple of [`BLOCK_BYTES`].
 pub const fn align_up(value: u64) -> u64 {
     value.div_ceil(BLOCK_BYTES as u64) * BLOCK_BYTES as u64

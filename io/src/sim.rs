@@ -23,7 +23,8 @@
 //!   ([`SimFaults::sync_eio_ppm`], or [`SimDisk::fail_next_syncs`]); each
 //!   sector it covered is then durable, still pending, or lost.
 //! - writes fail with `ENOSPC` once the disk's capacity is used
-//!   ([`SimDisk::set_capacity`]); nothing of a refused write is applied.
+//!   ([`SimDisk::set_capacity`]), or `EDQUOT` once a quota is
+//!   ([`SimDisk::set_quota`]); nothing of a refused write is applied.
 //! - reads flip one bit of the returned bytes ([`SimFaults::read_flip_ppm`],
 //!   [`SimDisk::flip_next_reads`], or at a chosen byte of a file with
 //!   [`SimDisk::flip_next_read_at`]); the stored bytes stay intact.
@@ -160,6 +161,9 @@ struct Inner {
     sync_turns: u32,
     syncs_in_flight: u64,
     capacity_bytes: Option<u64>,
+    /// What a write past the capacity fails with: `ENOSPC`, or `EDQUOT` for
+    /// a capacity that is the user's quota ([`SimDisk::set_quota`]).
+    refusal_errno: i32,
     /// [`crate::BlockFile::reserve`] fails as on a file system without
     /// `fallocate` ([`SimDisk::set_reserve_unsupported`]).
     reserve_unsupported: bool,
@@ -216,6 +220,7 @@ impl SimDisk {
                 syncs_in_flight: 0,
                 unreadable: BTreeSet::new(),
                 capacity_bytes: None,
+                refusal_errno: libc::ENOSPC,
                 reserve_unsupported: false,
                 stats: SimStats::default(),
             })),
@@ -388,7 +393,17 @@ impl SimDisk {
 
     /// Limits the bytes all files may occupy; writes past it fail with `ENOSPC`.
     pub fn set_capacity(&self, capacity_bytes: Option<u64>) {
-        self.inner.borrow_mut().capacity_bytes = capacity_bytes;
+        let mut inner = self.inner.borrow_mut();
+        inner.capacity_bytes = capacity_bytes;
+        inner.refusal_errno = libc::ENOSPC;
+    }
+
+    /// As [`SimDisk::set_capacity`], for a limit that is the user's disk
+    /// quota: writes past it fail with `EDQUOT`.
+    pub fn set_quota(&self, quota_bytes: Option<u64>) {
+        let mut inner = self.inner.borrow_mut();
+        inner.capacity_bytes = quota_bytes;
+        inner.refusal_errno = libc::EDQUOT;
     }
 
     /// Makes every reservation fail as on a file system that cannot reserve

@@ -215,6 +215,18 @@ fn failed_fdatasync_poisons_the_log_until_reopen() {
 
 #[test]
 fn enospc_fails_the_commit_and_keeps_earlier_data() {
+    space_refusal_fails_the_commit_and_keeps_earlier_data(SimDisk::set_capacity);
+}
+
+/// A used-up disk quota (`EDQUOT`) is a refusal for space like a full disk:
+/// the commit fails cleanly and the log is not poisoned, so the next commit
+/// once there is room again succeeds without a reopen.
+#[test]
+fn a_full_quota_fails_the_commit_as_a_full_disk_does() {
+    space_refusal_fails_the_commit_and_keeps_earlier_data(SimDisk::set_quota);
+}
+
+fn space_refusal_fails_the_commit_and_keeps_earlier_data(limit: fn(&SimDisk, Option<u64>)) {
     block_on(async {
         let disk = SimDisk::new(5, SimFaults::default());
         let cfg = LogConfig {
@@ -226,16 +238,17 @@ fn enospc_fails_the_commit_and_keeps_earlier_data() {
             .unwrap();
         commit_n(&mut log, 0, 20, 1).await.unwrap();
         let size = log.stats().size_bytes;
-        disk.set_capacity(Some(narad_io::align_up(size)));
+        limit(&disk, Some(narad_io::align_up(size)));
         let failed = commit_n(&mut log, 20, 200, 2).await;
         assert!(matches!(failed, Err(LogError::Io { .. })), "{failed:?}");
+        assert!(!log.is_poisoned());
         assert_eq!(log.high_watermark(), Offset(20));
         assert_eq!(
             log.read(Offset(20), 10, 1 << 20).await.unwrap().items,
             vec![]
         );
         assert_holds(&mut log, 20).await;
-        disk.set_capacity(None);
+        limit(&disk, None);
         commit_n(&mut log, 20, 200, 3).await.unwrap();
         assert_holds(&mut log, 220).await;
         drop(log);

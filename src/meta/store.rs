@@ -502,11 +502,7 @@ fn write_synced_or_full(path: &Path, bytes: &[u8]) -> Result<Result<(), Full>, M
     match create_synced(path, bytes) {
         Ok(()) => Ok(Ok(())),
         // A full disk, or a full quota.
-        Err((_, e))
-            if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(libc::EDQUOT) =>
-        {
-            Ok(Err(Full))
-        }
+        Err((_, e)) if narad_io::out_of_space(&e) => Ok(Err(Full)),
         Err((what, e)) => Err(io_error(path, what, e)),
     }
 }

@@ -13,6 +13,8 @@ struct QueueingFile {
     issued: std::cell::RefCell<Vec<(u64, u32)>>,
     /// A position whose write is refused for space, at once.
     refused_at: Option<u64>,
+    /// The refusal's error number: `ENOSPC` when `None`.
+    refused_with: Option<i32>,
     /// Every other write fails with `EIO`, and every failure is reported
     /// two rounds after its write was issued (as a device reports it).
     others_fail: bool,
@@ -41,7 +43,8 @@ impl BlockFile for QueueingFile {
             }
         }
         if self.refused_at == Some(pos) {
-            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+            let errno = self.refused_with.unwrap_or(libc::ENOSPC);
+            return Err(io::Error::from_raw_os_error(errno));
         }
         if self.others_fail {
             return Err(io::Error::from_raw_os_error(libc::EIO));
@@ -141,9 +144,15 @@ fn pieces_go_out_one_round_apart_and_the_hook_runs_after_the_last() {
 /// A four-piece durable append to a file that refuses the write at
 /// `refused_at`: its error, the positions it issued, and its length after.
 fn append_refused_at(refused_at: u64) -> (io::Error, Vec<u64>, u64) {
+    append_refused_with(refused_at, libc::ENOSPC)
+}
+
+/// [`append_refused_at`] with the refusal's error number.
+fn append_refused_with(refused_at: u64, errno: i32) -> (io::Error, Vec<u64>, u64) {
     use futures_lite::future::block_on;
     let file = std::rc::Rc::new(QueueingFile {
         refused_at: Some(refused_at),
+        refused_with: Some(errno),
         ..QueueingFile::default()
     });
     let mut append = block_on(AppendFile::open_at(file.clone(), 0)).unwrap();
@@ -173,6 +182,18 @@ fn a_refused_first_piece_is_a_clean_refusal() {
     assert_eq!(issued, [0]);
     assert_eq!(len, 0);
     assert_eq!(err.kind(), io::ErrorKind::StorageFull, "{err}");
+}
+
+/// A full quota refuses as a full disk does: a clean refusal when nothing
+/// else was written, and not one after another piece was.
+#[test]
+fn a_quota_refusal_is_a_refusal_for_space() {
+    let (err, issued, len) = append_refused_with(0, libc::EDQUOT);
+    assert_eq!((issued, len), (vec![0], 0));
+    assert!(crate::out_of_space(&err), "{err}");
+    assert_eq!(err.kind(), io::ErrorKind::QuotaExceeded, "{err}");
+    let (err, _, _) = append_refused_with(PIECE_BYTES_MIN as u64, libc::EDQUOT);
+    assert!(!crate::out_of_space(&err), "{err}");
 }
 
 /// A large durable append goes out in pieces; one refused for space and one

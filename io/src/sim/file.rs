@@ -18,7 +18,7 @@ impl SimFile {
         if let Some(capacity) = inner.capacity_bytes {
             let grow = align_up(end as u64).saturating_sub(allocated);
             if grow > 0 && SimDisk::used_bytes(inner) + grow > capacity {
-                return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+                return Err(io::Error::from_raw_os_error(inner.refusal_errno));
             }
         }
         let data = inner
@@ -422,7 +422,7 @@ impl BlockFile for SimFile {
             Some(capacity) if used + grow > capacity => {
                 let left = align_down(capacity.saturating_sub(used));
                 data.reserved = data.allocated_bytes() + left;
-                Err(io::Error::from_raw_os_error(libc::ENOSPC))
+                Err(io::Error::from_raw_os_error(inner.refusal_errno))
             }
             _ => {
                 data.reserved = data.reserved.max(align_up(len));

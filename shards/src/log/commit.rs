@@ -271,7 +271,7 @@ impl<S: Storage> PartitionLog<S> {
         // One `O_DSYNC` write, or a write and a sync where it grows the file
         // (no zeros prepared ahead of it): see `narad_io::append`.
         if let Err(e) = self.active.file.append_durable_from(frames).await {
-            if e.kind() == std::io::ErrorKind::StorageFull {
+            if narad_io::out_of_space(&e) {
                 // Refused for space before any of it went out (a commit
                 // refused in part, after a piece was written, is an error of
                 // another kind): the device holds what the log does, and the
