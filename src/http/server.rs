@@ -27,7 +27,6 @@
 //! that the node is full.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
 use std::rc::Rc;
@@ -43,6 +42,9 @@ use narad_io::net::{Exchange, ExchangeCell, Linger, Listener, ReadLimits, ShardT
 use super::node::{ConnectionPermit, NodeState};
 use super::routes::Routes;
 use crate::config::HttpConfig;
+
+mod phases;
+use phases::{Phase, Phases};
 
 /// How long a connection that has sent nothing yet may still send its first request
 /// once the node stops (it is answered 503).
@@ -104,13 +106,6 @@ impl From<&HttpConfig> for HttpSettings {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Phase {
-    Serving,
-    Draining,
-    Closing,
-}
-
 /// One shard's HTTP server.
 pub struct ShardServer {
     shared: Rc<Shared>,
@@ -126,9 +121,9 @@ struct Shared {
     idle_timeout: Duration,
     write_timeout: Duration,
     shutdown_grace: Duration,
-    phase: Cell<Phase>,
-    /// Who to wake when the phase changes: the accept loop and every connection.
-    waiters: RefCell<HashMap<u64, Waker>>,
+    /// The phase, and who to wake when it changes: the accept loop and every
+    /// connection.
+    phases: Phases,
     next_id: Cell<u64>,
     open: Cell<usize>,
     /// The accept loop runs (until it has taken what was queued at the stop).
@@ -172,8 +167,7 @@ impl ShardServer {
             idle_timeout: settings.idle_timeout,
             write_timeout: settings.write_timeout,
             shutdown_grace: settings.shutdown_grace,
-            phase: Cell::new(Phase::Serving),
-            waiters: RefCell::new(HashMap::new()),
+            phases: Phases::default(),
             next_id: Cell::new(ACCEPTOR_ID + 1),
             open: Cell::new(0),
             accepting: Cell::new(true),
@@ -228,34 +222,12 @@ impl Shared {
     }
 
     fn broadcast(&self, phase: Phase) {
-        assert!(phase > self.phase.get(), "phases only move forward");
-        self.phase.set(phase);
-        let waiters: Vec<Waker> = self.waiters.borrow_mut().drain().map(|(_, w)| w).collect();
-        for waker in waiters {
-            waker.wake();
-        }
+        self.phases.broadcast(phase);
     }
 
     /// Resolves once the shard reaches `phase`; `id` names the waiter.
     fn until(&self, id: u64, phase: Phase) -> impl Future<Output = ()> + '_ {
-        // Polled on every wake of its connection: the map is touched only when
-        // the waker changed or a phase change (which empties the map) came
-        // since this waiter registered.
-        let mut registered: Option<(Phase, Waker)> = None;
-        poll_fn(move |cx| {
-            let now = self.phase.get();
-            if now >= phase {
-                return Poll::Ready(());
-            }
-            if let Some((at, waker)) = &registered {
-                if *at == now && waker.will_wake(cx.waker()) {
-                    return Poll::Pending;
-                }
-            }
-            self.waiters.borrow_mut().insert(id, cx.waker().clone());
-            registered = Some((now, cx.waker().clone()));
-            Poll::Pending
-        })
+        self.phases.until(id, phase)
     }
 
     /// Resolves once the accept loop has ended and every connection closed.
@@ -295,7 +267,7 @@ async fn accept_loop(shared: Rc<Shared>, listener: Listener) {
             }
         }
     }
-    shared.waiters.borrow_mut().remove(&ACCEPTOR_ID);
+    shared.phases.forget(ACCEPTOR_ID);
     // The close would reset the connections the kernel already queued on
     // this socket: they are taken first, and hear the stopping node's 503
     // like any connection open at the stop. At most a full queue's worth, so
@@ -350,7 +322,7 @@ struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         let shared = &self.shared;
-        shared.waiters.borrow_mut().remove(&self.id);
+        shared.phases.forget(self.id);
         let open = shared.open.get();
         assert!(open > 0, "shard connection count went below zero");
         shared.open.set(open - 1);
@@ -510,7 +482,7 @@ fn drain_after_answer(
         let id = shared.fresh_id();
         let stopping = shared.until(id, Phase::Draining);
         or(read, or(narad_io::rt::sleep(shared.read_timeout), stopping)).await;
-        shared.waiters.borrow_mut().remove(&id);
+        shared.phases.forget(id);
         exchange.answered_for(request);
     });
 }
