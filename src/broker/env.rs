@@ -3,6 +3,7 @@
 //!
 //! Which cores: one per dispatch task, on its shard.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -21,21 +22,44 @@ use crate::control::Snapshot;
 pub struct NodeCluster {
     snapshot: Snapshot,
     shards: usize,
+    /// The last topic looked up, and what the snapshot holds under its name.
+    /// The dispatcher asks about every record it reads, twice, and a read's
+    /// records mostly share their topic: a name compared is cheaper than a
+    /// name hashed. The snapshot never changes under a view, so neither does
+    /// the answer.
+    last: RefCell<Option<(Box<str>, Option<TopicMeta>)>>,
+}
+
+impl NodeCluster {
+    pub fn new(snapshot: Snapshot, shards: usize) -> NodeCluster {
+        NodeCluster {
+            snapshot,
+            shards,
+            last: RefCell::new(None),
+        }
+    }
 }
 
 impl Cluster for NodeCluster {
     fn topic(&self, name: &str) -> Option<TopicMeta> {
-        self.snapshot.topics.get(name).map(|t| TopicMeta {
+        if let Some((last, meta)) = &*self.last.borrow() {
+            if **last == *name {
+                return *meta;
+            }
+        }
+        let meta = self.snapshot.topics.get(name).map(|t| TopicMeta {
             incarnation: t.id,
             partitions: t.partitions,
-        })
+        });
+        *self.last.borrow_mut() = Some((name.into(), meta));
+        meta
     }
 
     fn owner(&self, topic: &str, partition: PartitionId) -> Option<OwnerId> {
-        let t = self.snapshot.topics.get(topic)?;
+        let t = self.topic(topic)?;
         (partition.0 < t.partitions).then(|| OwnerId {
             node: 0,
-            shard: super::owner_shard(t.id, partition, self.shards) as u32,
+            shard: super::owner_shard(t.incarnation, partition, self.shards) as u32,
         })
     }
 
@@ -55,10 +79,7 @@ impl DispatchEnv for ShardEnv {
     type View = NodeCluster;
 
     fn view(&self) -> NodeCluster {
-        NodeCluster {
-            snapshot: self.0.meta.snapshot(),
-            shards: self.0.shards,
-        }
+        NodeCluster::new(self.0.meta.snapshot(), self.0.shards)
     }
 
     fn commit(
@@ -82,5 +103,69 @@ impl DispatchEnv for ShardEnv {
 
     fn drain_held_bytes(&self) -> Option<Rc<std::cell::Cell<u64>>> {
         Some(self.0.drain_held_bytes.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use narad_shards::dispatch::{Cluster, OwnerId, TopicMeta};
+    use narad_shards::ids::{IncarnationId, PartitionId};
+
+    use super::NodeCluster;
+    use crate::meta::{Command, MetaState, TopicRecord};
+
+    fn topic(name: &str, id: u128, partitions: u32) -> Command {
+        Command::CreateTopic(TopicRecord {
+            name: name.to_string(),
+            id: IncarnationId(id),
+            partitions,
+            retention_ms: 604_800_000,
+            visibility_timeout_ms: 30_000,
+            max_in_flight_per_partition: 1024,
+            max_acked_ahead_per_partition: 1024,
+            created_at: 1_700_000_000,
+        })
+    }
+
+    /// Lookups that alternate between topics, and of a name the snapshot does
+    /// not hold, answer each from its own entry, not from the one before.
+    #[test]
+    fn each_lookup_answers_for_its_own_topic() {
+        let mut state = MetaState::default();
+        state.apply(&topic("a", 1, 3)).unwrap();
+        state.apply(&topic("ab", 2, 8)).unwrap();
+        let shards = 4;
+        let view = NodeCluster::new(std::rc::Rc::new(Arc::new(state)), shards);
+        let a = Some(TopicMeta {
+            incarnation: IncarnationId(1),
+            partitions: 3,
+        });
+        let ab = Some(TopicMeta {
+            incarnation: IncarnationId(2),
+            partitions: 8,
+        });
+        for _ in 0..2 {
+            assert_eq!(view.topic("a"), a);
+            assert_eq!(view.topic("a"), a);
+            assert_eq!(view.topic("ab"), ab);
+            assert_eq!(view.topic("gone"), None);
+            assert_eq!(view.topic("gone"), None);
+            assert_eq!(view.topic("ab"), ab);
+        }
+        for p in 0..8 {
+            let owner = |id| OwnerId {
+                node: 0,
+                shard: super::super::owner_shard(IncarnationId(id), PartitionId(p), shards) as u32,
+            };
+            assert_eq!(
+                view.owner("a", PartitionId(p)),
+                (p < 3).then(|| owner(1)),
+                "a {p}"
+            );
+            assert_eq!(view.owner("ab", PartitionId(p)), Some(owner(2)), "ab {p}");
+        }
+        assert_eq!(view.owner("gone", PartitionId(0)), None);
     }
 }
