@@ -27,7 +27,14 @@ pub struct NodeCluster {
     /// records mostly share their topic: a name compared is cheaper than a
     /// name hashed. The snapshot never changes under a view, so neither does
     /// the answer.
-    last: RefCell<Option<(Box<str>, Option<TopicMeta>)>>,
+    last: RefCell<Option<(Box<str>, Option<Placed>)>>,
+}
+
+/// A topic as the snapshot holds it, with what places its partitions.
+#[derive(Clone, Copy)]
+struct Placed {
+    meta: TopicMeta,
+    hash: u32,
 }
 
 impl NodeCluster {
@@ -38,28 +45,36 @@ impl NodeCluster {
             last: RefCell::new(None),
         }
     }
+
+    /// The topic under `name`, from the last lookup when it was the same name.
+    fn placed(&self, name: &str) -> Option<Placed> {
+        if let Some((last, placed)) = &*self.last.borrow() {
+            if **last == *name {
+                return *placed;
+            }
+        }
+        let placed = self.snapshot.topics.get(name).map(|t| Placed {
+            meta: TopicMeta {
+                incarnation: t.id,
+                partitions: t.partitions,
+            },
+            hash: super::placement_hash(t.id),
+        });
+        *self.last.borrow_mut() = Some((name.into(), placed));
+        placed
+    }
 }
 
 impl Cluster for NodeCluster {
     fn topic(&self, name: &str) -> Option<TopicMeta> {
-        if let Some((last, meta)) = &*self.last.borrow() {
-            if **last == *name {
-                return *meta;
-            }
-        }
-        let meta = self.snapshot.topics.get(name).map(|t| TopicMeta {
-            incarnation: t.id,
-            partitions: t.partitions,
-        });
-        *self.last.borrow_mut() = Some((name.into(), meta));
-        meta
+        self.placed(name).map(|p| p.meta)
     }
 
     fn owner(&self, topic: &str, partition: PartitionId) -> Option<OwnerId> {
-        let t = self.topic(topic)?;
-        (partition.0 < t.partitions).then(|| OwnerId {
+        let placed = self.placed(topic)?;
+        (partition.0 < placed.meta.partitions).then(|| OwnerId {
             node: 0,
-            shard: super::owner_shard(t.incarnation, partition, self.shards) as u32,
+            shard: super::owner_shard_placed(placed.hash, partition, self.shards) as u32,
         })
     }
 

@@ -32,8 +32,18 @@ use narad_shards::ids::{IncarnationId, PartitionId};
 
 /// The shard that owns partition `partition` of the incarnation `id`.
 pub fn owner_shard(id: IncarnationId, partition: PartitionId, shards: usize) -> usize {
+    owner_shard_placed(placement_hash(id), partition, shards)
+}
+
+/// What places the partitions of the incarnation `id` ([`owner_shard`]): kept
+/// by callers that place many of its records.
+pub fn placement_hash(id: IncarnationId) -> u32 {
+    crate::partition::fnv1a32(&id.0.to_be_bytes())
+}
+
+/// [`owner_shard`] from the incarnation's [`placement_hash`].
+pub fn owner_shard_placed(hash: u32, partition: PartitionId, shards: usize) -> usize {
     assert!(shards > 0);
-    let hash = crate::partition::fnv1a32(&id.0.to_be_bytes());
     ((hash as u64 + partition.0 as u64) % shards as u64) as usize
 }
 
