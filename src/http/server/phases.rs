@@ -83,12 +83,17 @@ mod tests {
         }
     }
 
+    /// A waker that counts its wakes.
+    fn counting_waker() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
     /// A waiter for a phase two steps on is woken by the first step, and must
     /// be woken again by the second: the first emptied the map it was in.
     #[test]
     fn a_waiter_for_a_later_phase_is_woken_by_each_step_until_it_arrives() {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let phases = Phases::default();
         let mut closing = std::pin::pin!(phases.until(7, Phase::Closing));
@@ -106,8 +111,7 @@ mod tests {
     /// A waiter forgotten is not woken.
     #[test]
     fn a_forgotten_waiter_is_not_woken() {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let phases = Phases::default();
         let mut draining = std::pin::pin!(phases.until(3, Phase::Draining));
