@@ -15,6 +15,16 @@ use narad_shards::ids::Seq;
 use narad_shards::wal::dispatched::DISPATCHED_FILE;
 use narad_shards::wal::{DispatchProgress, Wal, WalConfig};
 
+/// Opens the small test WAL on `disk` with its checkpoint syncs held back an
+/// hour, so that a test decides when one is due (`dsync`: see `small_config`).
+async fn open_with_syncs_held(disk: &SimDisk, dsync: bool) -> Wal<SimDisk> {
+    let config = WalConfig {
+        checkpoint_sync_delay: Duration::from_secs(3600),
+        ..small_config(dsync)
+    };
+    Wal::open(disk.clone(), "wal", config).await.unwrap()
+}
+
 /// Opens a WAL of 100 records on `disk`, moves its checkpoint to each of them
 /// in turn, `pause` apart, and waits until the last is synced; the disk's
 /// counts before the moves and after the sync.
@@ -49,11 +59,7 @@ async fn move_checkpoint_100_times(
 fn the_dispatch_backlog_is_what_the_checkpoint_has_not_passed() {
     let disk = SimDisk::new(5, SimFaults::default());
     run_local(None, async move {
-        let config = WalConfig {
-            checkpoint_sync_delay: Duration::from_secs(3600),
-            ..small_config(false)
-        };
-        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let wal = open_with_syncs_held(&disk, false).await;
         let payload = payload_for(1, 16);
         let records: Vec<_> = (0..10).map(|_| record(&payload, None)).collect();
         wal.append_many(&records).await.unwrap();
@@ -75,11 +81,7 @@ fn the_dispatch_backlog_is_what_the_checkpoint_has_not_passed() {
 fn a_checkpoint_past_a_segment_start_is_synced_at_once() {
     let disk = SimDisk::new(31, SimFaults::default());
     run_local(None, async move {
-        let config = WalConfig {
-            checkpoint_sync_delay: Duration::from_secs(3600),
-            ..small_config(true)
-        };
-        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let wal = open_with_syncs_held(&disk, true).await;
         let payload = payload_for(1, 1024);
         let records: Vec<_> = (0..8).map(|_| record(&payload, None)).collect();
         // Within the first segment: nothing to free, so the sync waits.
@@ -113,11 +115,7 @@ fn a_checkpoint_past_a_segment_start_is_synced_at_once() {
 fn a_failed_early_sync_compacts_nothing() {
     let disk = SimDisk::new(32, SimFaults::default());
     run_local(None, async move {
-        let config = WalConfig {
-            checkpoint_sync_delay: Duration::from_secs(3600),
-            ..small_config(false)
-        };
-        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let wal = open_with_syncs_held(&disk, false).await;
         let payload = payload_for(1, 1024);
         let records: Vec<_> = (0..8).map(|_| record(&payload, None)).collect();
         while wal.segment_count() < 3 {
@@ -357,11 +355,7 @@ async fn write_file(disk: &SimDisk, name: &str, bytes: &[u8]) {
 fn a_close_whose_checkpoint_sync_fails_shows_the_checkpoint_left_behind() {
     let disk = SimDisk::new(33, SimFaults::default());
     run_local(None, async move {
-        let config = WalConfig {
-            checkpoint_sync_delay: Duration::from_secs(3600),
-            ..small_config(false)
-        };
-        let wal = Wal::open(disk.clone(), "wal", config).await.unwrap();
+        let wal = open_with_syncs_held(&disk, false).await;
         let payload = payload_for(1, 256);
         let records: Vec<_> = (0..8).map(|_| record(&payload, None)).collect();
         wal.append_many(&records).await.unwrap();
