@@ -193,6 +193,7 @@ async fn commit_partition(
             .map(|(_, p)| RecordRef {
                 key: None,
                 payload: p,
+                mask: 0,
             })
             .collect();
         if let Err(e) = log.commit_durable(&records, narad_io::rt::unix_ms()).await {

@@ -47,6 +47,7 @@ pub async fn run_commit(ctx: Ctx) -> RunResult {
     let records = [RecordRef {
         key: None,
         payload: &payload,
+        mask: 0,
     }; COMMIT_RECORDS];
     let mut latency = measure::latency_histogram();
     let mut commits = 0u64;
@@ -144,6 +145,7 @@ async fn fill(log: &mut PartitionLog<DmaStorage>, bytes: u64) -> Result<(), LogE
     let records = [RecordRef {
         key: None,
         payload: &payload,
+        mask: 0,
     }; COMMIT_RECORDS];
     while log.stats().size_bytes < bytes {
         log.commit_durable(&records, rt::unix_ms()).await?;

@@ -13,6 +13,7 @@
 //!   records go to which partition commit, and the checkpoint.
 //! - [`produce`]: the dispatch task and the commit combiner: from a durable WAL
 //!   record to a verified, visible partition record.
+//! - [`mask`]: the XOR masks that keep client bytes off the disks as sent.
 //! - [`testkit`]: self-checking payloads for crash tests.
 //! - [`lines`]: one log line a period for events that come by the thousand.
 //! - [`log`]: the partition log: CRC-framed batches, commit durable (append,
@@ -45,6 +46,7 @@ pub mod dispatch;
 pub mod ids;
 pub mod lines;
 pub mod log;
+pub mod mask;
 pub mod produce;
 pub mod testkit;
 pub mod wal;

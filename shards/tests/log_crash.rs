@@ -137,6 +137,7 @@ async fn run_cycle(
             .map(|(k, p)| RecordRef {
                 key: k.as_deref(),
                 payload: p,
+                mask: 0,
             })
             .collect();
         let commit_ms = (*now_ms).max(acked.last().map_or(0, |e| e.commit_time_ms));

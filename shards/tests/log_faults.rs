@@ -50,14 +50,17 @@ fn keys_commit_times_and_empty_keys_round_trip() {
             RecordRef {
                 key: None,
                 payload: b"a",
+                mask: 0,
             },
             RecordRef {
                 key: Some(b""),
                 payload: b"",
+                mask: 0,
             },
             RecordRef {
                 key: Some(b"k"),
                 payload: b"c",
+                mask: 0,
             },
         ];
         log.commit_durable(&records, 5000).await.unwrap();
@@ -399,6 +402,7 @@ fn oversized_batches_are_refused_before_any_write() {
                 &[RecordRef {
                     key: None,
                     payload: &big,
+                    mask: 0,
                 }],
                 1,
             )
@@ -413,6 +417,7 @@ fn oversized_batches_are_refused_before_any_write() {
                 &[RecordRef {
                     key: Some(&long_key),
                     payload: b"",
+                    mask: 0,
                 }],
                 1,
             )

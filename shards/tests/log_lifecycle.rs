@@ -44,6 +44,7 @@ async fn commit(log: &mut PartitionLog<SimDisk>, n: u64, now_ms: u64) -> std::op
         .map(|p| RecordRef {
             key: Some(b"k"),
             payload: p,
+            mask: 0,
         })
         .collect();
     log.commit_durable(&records, now_ms).await.expect("commit")
@@ -332,6 +333,7 @@ fn a_failed_roll_that_cannot_remove_its_new_segment_poisons_the_log() {
         let after = RecordRef {
             key: None,
             payload: b"after the failed roll",
+            mask: 0,
         };
         assert!(log.commit_durable(&[after], 300).await.is_err());
         assert_eq!(log.high_watermark(), Offset(3));

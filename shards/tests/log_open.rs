@@ -35,6 +35,7 @@ async fn commit_n<S: narad_io::Storage>(log: &mut PartitionLog<S>, n: u64, now_m
         let records = [RecordRef {
             key: None,
             payload: &p,
+            mask: 0,
         }];
         log.commit_durable(&records, now_ms).await.expect("commit");
     }
@@ -181,6 +182,7 @@ fn a_bad_read_of_the_last_block_sends_the_open_to_the_scan() {
             let records = [RecordRef {
                 key: None,
                 payload: &p,
+                mask: 0,
             }];
             log.commit_durable(&records, 5_000).await.unwrap();
             let in_block = log.stats().size_bytes % 4096;
@@ -203,6 +205,7 @@ fn a_bad_read_of_the_last_block_sends_the_open_to_the_scan() {
         let records = [RecordRef {
             key: None,
             payload: &p,
+            mask: 0,
         }];
         log.commit_durable(&records, 6_000)
             .await
@@ -257,6 +260,7 @@ fn no_hint_is_trusted_after_a_failure_or_damage() {
         let records = [RecordRef {
             key: None,
             payload: &p,
+            mask: 0,
         }];
         assert!(log.commit_durable(&records, 6_000).await.is_err());
         log.close().await.unwrap();

@@ -10,7 +10,11 @@ const DIR: &str = "topics/t/p00000";
 const CHUNK: u64 = 1 << 20;
 
 async fn commit(log: &mut PartitionLog<SimDisk>, payload: &[u8], now_ms: u64) {
-    let records = [RecordRef { key: None, payload }];
+    let records = [RecordRef {
+        key: None,
+        payload,
+        mask: 0,
+    }];
     log.commit_durable(&records, now_ms).await.expect("commit");
 }
 

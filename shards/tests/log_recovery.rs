@@ -59,6 +59,7 @@ fn a_failed_commits_frames_never_complete_a_later_torn_commit() {
                         .map(|p| RecordRef {
                             key: None,
                             payload: p,
+                            mask: 0,
                         })
                         .collect();
                     log.commit_durable(&records, now_ms).await
@@ -172,6 +173,7 @@ fn a_frame_forged_in_a_payload_is_never_recovered_as_one() {
         let record = RecordRef {
             key: None,
             payload: &forged,
+            mask: 0,
         };
         log.commit_durable(&[record], 2).await.unwrap();
         log.close().await.unwrap();

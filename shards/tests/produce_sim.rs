@@ -169,7 +169,7 @@ impl DispatchEnv for Env {
         };
         let ids: Vec<u64> = records
             .iter()
-            .filter_map(|r| check_payload(&r.payload))
+            .filter_map(|r| check_payload(&r.plain_payload()))
             .collect();
         let committed = self.committed.clone();
         Box::pin(async move {

@@ -33,7 +33,7 @@ use narad_io::append::AppendMark;
 use narad_io::{align_down, Storage};
 
 use super::cache::CachedFrame;
-use super::envelope::{encode_envelope, envelope_len, KEY_BYTES_MAX};
+use super::envelope::{encode_masked_envelope, envelope_len, KEY_BYTES_MAX};
 #[cfg(not(feature = "broken-log-unmasked"))]
 use super::frame::mask_word;
 use super::frame::{
@@ -216,7 +216,7 @@ impl<S: Storage> PartitionLog<S> {
         for (i, record) in records.iter().enumerate() {
             let len = envelope_len(record.key, record.payload.len());
             push_record(&mut building, len, |out| {
-                encode_envelope(out, record.key, commit_ms, record.payload)
+                encode_masked_envelope(out, record.key, commit_ms, record.payload, record.mask)
             });
             left -= RECORD_LEN_BYTES + len;
             count += 1;
@@ -492,6 +492,7 @@ fn verify_frames(read: &[u8], frames: &[EncodedFrame]) -> Result<usize, LogError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::envelope::encode_envelope;
 
     /// One uncompressed first-and-last frame of a commit at offset 10,
     /// holding `payload` as its only record, masked with `word`.

@@ -12,6 +12,8 @@
 use std::fmt;
 use std::ops::Range;
 
+use crate::mask::extend_unmasked;
+
 /// The version byte every envelope written today carries.
 pub const ENVELOPE_VERSION: u8 = 1;
 
@@ -77,6 +79,19 @@ pub fn envelope_len(key: Option<&[u8]>, payload_len: usize) -> usize {
 /// Appends one envelope to `out`. The key must be at most [`KEY_BYTES_MAX`]; the
 /// commit path checks that before encoding anything.
 pub fn encode_envelope(out: &mut Vec<u8>, key: Option<&[u8]>, commit_time_ms: u64, payload: &[u8]) {
+    encode_masked_envelope(out, key, commit_time_ms, payload, 0);
+}
+
+/// [`encode_envelope`] for a key and payload still masked with `mask` as one
+/// region (the payload continuing the key's phase; see [`crate::mask`]): the
+/// envelope holds them plain, unmasked as they are copied in.
+pub fn encode_masked_envelope(
+    out: &mut Vec<u8>,
+    key: Option<&[u8]>,
+    commit_time_ms: u64,
+    payload: &[u8],
+    mask: u64,
+) {
     let key_bytes = key.unwrap_or(&[]);
     assert!(
         key_bytes.len() <= KEY_BYTES_MAX,
@@ -90,9 +105,9 @@ pub fn encode_envelope(out: &mut Vec<u8>, key: Option<&[u8]>, commit_time_ms: u6
         value >>= 7;
     }
     out.push(value as u8);
-    out.extend_from_slice(key_bytes);
+    extend_unmasked(out, key_bytes, mask, 0);
     out.extend_from_slice(&commit_time_ms.to_be_bytes());
-    out.extend_from_slice(payload);
+    extend_unmasked(out, payload, mask, key_bytes.len());
 }
 
 /// Decodes one envelope that spans all of `bytes`.
@@ -174,6 +189,32 @@ mod tests {
             prop_assert_eq!(view.key.map(|r| out[r].to_vec()), key);
             prop_assert_eq!(view.commit_time_ms, time);
             prop_assert_eq!(&out[view.payload], payload.as_slice());
+        }
+
+        /// A key and payload handed over masked as one region are stored as
+        /// the same envelope as their plain bytes.
+        #[test]
+        fn a_masked_record_encodes_as_its_plain_bytes(
+            key in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20)),
+            payload in proptest::collection::vec(any::<u8>(), 0..100),
+            word in any::<u64>(),
+        ) {
+            let mut region = key.clone().unwrap_or_default();
+            let key_len = region.len();
+            region.extend_from_slice(&payload);
+            crate::mask::apply_mask(word, 0, &mut region);
+            let (masked_key, masked_payload) = region.split_at(key_len);
+            let mut masked = Vec::new();
+            encode_masked_envelope(
+                &mut masked,
+                key.as_ref().map(|_| masked_key),
+                9,
+                masked_payload,
+                word,
+            );
+            let mut plain = Vec::new();
+            encode_envelope(&mut plain, key.as_deref(), 9, &payload);
+            prop_assert_eq!(masked, plain);
         }
 
         #[test]

@@ -333,6 +333,11 @@ pub struct RecordRef<'a> {
     pub key: Option<&'a [u8]>,
     /// The payload.
     pub payload: &'a [u8],
+    /// The word the key and payload are still masked with, as the ingress WAL
+    /// stored them (the payload continuing the key's phase; see
+    /// [`crate::mask`]); 0 for plain bytes. The commit unmasks them as it
+    /// copies them into the records area.
+    pub mask: u64,
 }
 
 /// One committed record, as read.

@@ -427,6 +427,7 @@ impl<S: Storage> Owner<S> {
             .map(|r| RecordRef {
                 key: r.key.as_deref(),
                 payload: &r.payload,
+                mask: r.mask,
             })
             .collect();
         // Usually one piece; a run past the log's commit limit (a backlog of large
@@ -721,6 +722,7 @@ mod tests {
             .map(|&n| RecordRef {
                 key: None,
                 payload: &payload[..n],
+                mask: 0,
             })
             .collect()
     }

@@ -9,9 +9,10 @@
 //! through [`DispatchEnv`], so the simulation runs this same task over the
 //! fault-injecting disk.
 //!
-//! One turn: read what the dispatcher's budget allows (each record decoded once, its
-//! key and payload copied into one buffer held until its commit lands or it goes
-//! back to the WAL), feed a tick, feed the commit outcomes that arrived, carry out
+//! One turn: read what the dispatcher's budget allows (each record decoded once;
+//! its key and payload, still masked, shared with the batch the WAL keeps in
+//! memory, or copied out of a read from the device; held until its commit lands
+//! or it goes back to the WAL), feed a tick, feed the commit outcomes that arrived, carry out
 //! the actions (start commits as tasks, seek the reader, store the checkpoint, drop
 //! bytes), then sleep until a record becomes durable, a commit is answered, the
 //! dispatcher's deadline, or the backstop: 10 ms while it holds records or has
@@ -42,7 +43,7 @@ use crate::dispatch::{
     Action, Cluster, CommitId, CommitOutcome, DispatchConfig, Dispatcher, Event, RecordRead,
 };
 use crate::ids::{DenseIdMap, IncarnationId, PartitionId, Seq};
-use crate::wal::{Wal, WalReader};
+use crate::wal::{SharedRecord, Wal, WalReader};
 
 /// Records read per turn at most.
 const READ_CHUNK_RECORDS: usize = 4_096;
@@ -51,10 +52,13 @@ pub const READ_CHUNK_BYTES: u64 = 16 << 20;
 /// Bytes of read buffers the records held may keep alive, past which nothing
 /// more is read until commits release some.
 pub const HELD_BYTES_MAX: u64 = 256 << 20;
-/// A read's keys and payloads share buffers of at most about this size, so
-/// that a record held a while keeps at most one such buffer alive, not the
-/// whole read. (One held for long, a failing partition's probe, is copied out
-/// into bytes of its own: see `HeldBytes::detach`.)
+/// Records read from the device copy their keys and payloads into buffers
+/// the read's records share, of at most about this size, so that a record
+/// held a while keeps at most one such buffer alive, not the whole read.
+/// (Records read from the WAL's memory are not copied: they share the kept
+/// batch they lie in, which the WAL's flushes bound the same way. One held for
+/// long, a failing partition's probe, is copied out into bytes of its own: see
+/// `HeldBytes::detach`.)
 const SHARED_BUFFER_BYTES: usize = 1 << 20;
 /// A read's first shared buffer; each next one doubles, up to
 /// [`SHARED_BUFFER_BYTES`]. At low rates a read holds a few records, and a
@@ -127,26 +131,75 @@ pub trait DispatchEnv: 'static {
     }
 }
 
-/// A record read from the WAL in this round: where its key and payload sit in
-/// the round's buffer.
+/// A record read from the WAL in this round, and where its key and payload are.
 struct Visited {
-    /// Which of the round's buffers.
-    buffer: usize,
     seq: Seq,
     incarnation: IncarnationId,
-    key: Option<std::ops::Range<usize>>,
-    payload: std::ops::Range<usize>,
+    bytes: VisitedBytes,
     accept_time_ms: u64,
 }
 
-/// A record's bytes while the dispatcher holds it: slices of the buffer of the
-/// read that took it (the buffer lives until its last record is released).
+enum VisitedBytes {
+    /// Read from the WAL's memory: slices of the round's kept batch `kept`,
+    /// still masked.
+    Shared { kept: usize, record: SharedRecord },
+    /// Read from the device: copied, plain, into the round's buffer `buffer`.
+    Copied {
+        buffer: usize,
+        key: Option<std::ops::Range<usize>>,
+        payload: std::ops::Range<usize>,
+    },
+}
+
+/// What a round's records keep alive, each part counted once while any of its
+/// records is held: the WAL's kept batches they were read from (the frame
+/// bytes the round visited in each), and the buffers that records read from
+/// the device were copied into.
+#[derive(Default)]
+struct RoundBytes {
+    /// Per kept batch: its address, to tell batches apart, and the frame
+    /// bytes visited in it.
+    kept: Vec<(*const u8, u64)>,
+    buffers: Vec<Vec<u8>>,
+}
+
+impl RoundBytes {
+    /// The index of the kept batch `kept`, counting `frame_bytes` more in it.
+    fn kept(&mut self, kept: &Bytes, frame_bytes: u64) -> usize {
+        match self.kept.last_mut() {
+            Some((at, bytes)) if *at == kept.as_ptr() => *bytes += frame_bytes,
+            _ => self.kept.push((kept.as_ptr(), frame_bytes)),
+        }
+        self.kept.len() - 1
+    }
+
+    /// The buffer to copy a record of `need` plain bytes into, and its index.
+    fn buffer(&mut self, need: usize) -> (usize, &mut Vec<u8>) {
+        let next = match self.buffers.last() {
+            Some(last) if last.is_empty() || last.len() + need <= last.capacity() => None,
+            Some(last) => Some((last.capacity() * 2).min(SHARED_BUFFER_BYTES)),
+            None => Some(FIRST_BUFFER_BYTES),
+        };
+        if let Some(capacity) = next {
+            self.buffers.push(Vec::with_capacity(capacity.max(need)));
+        }
+        let index = self.buffers.len() - 1;
+        (index, &mut self.buffers[index])
+    }
+}
+
+/// A record's bytes while the dispatcher holds it: slices of the WAL's kept
+/// batch it was read from, or of the buffer of the read that copied it (either
+/// lives until its last record is released).
 struct HeldBytes {
-    /// Counts its buffer as held until the buffer's last record is released.
+    /// Counts what it keeps alive as held until the last record sharing it is
+    /// released.
     charge: Rc<Charge>,
     incarnation: IncarnationId,
     key: Option<Bytes>,
     payload: Bytes,
+    /// See [`OwnedRecord::mask`].
+    mask: u64,
     /// When the accepting shard took the record (Unix ms), for the
     /// produce-to-committed histogram.
     accept_time_ms: u64,
@@ -159,18 +212,20 @@ impl HeldBytes {
     fn detach(&mut self, total: &Rc<std::cell::Cell<u64>>) {
         let key_len = self.key.as_ref().map_or(0, Bytes::len);
         let len = key_len + self.payload.len();
-        if Rc::strong_count(&self.charge) == 1 && self.charge.bytes == len as u64 {
+        if self.mask == 0 && Rc::strong_count(&self.charge) == 1 && self.charge.bytes == len as u64
+        {
             return; // detached by an earlier failure
         }
         let mut own = Vec::with_capacity(len);
         if let Some(key) = &self.key {
-            own.extend_from_slice(key);
+            crate::mask::extend_unmasked(&mut own, key, self.mask, 0);
         }
-        own.extend_from_slice(&self.payload);
+        crate::mask::extend_unmasked(&mut own, &self.payload, self.mask, key_len);
         let own = Bytes::from(own);
         self.charge = Charge::new(own.len() as u64, total);
         self.key = self.key.is_some().then(|| own.slice(..key_len));
         self.payload = own.slice(key_len..);
+        self.mask = 0;
     }
 }
 
@@ -272,35 +327,41 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         };
         let mut read_failed = false;
         if budget > 0 && reader.position() < wal.durable_next() {
-            // The keys and payloads of one read share a few buffers (one
-            // allocation per megabyte, not two per record), each sized up front
-            // so that no record's copy first moves the ones before it; the
-            // records are held once the read is done.
-            let mut buffers: Vec<Vec<u8>> = vec![Vec::with_capacity(FIRST_BUFFER_BYTES)];
+            // A record read from the WAL's memory shares the kept batch it
+            // lies in, still masked. One read from the device is copied out:
+            // the keys and payloads of one read share a few buffers (one
+            // allocation per megabyte, not two per record), each sized up
+            // front so that no record's copy first moves the ones before it.
+            // The records are held once the read is done.
+            let mut round = RoundBytes::default();
             let mut visited: Vec<Visited> = Vec::with_capacity(budget.min(1_024));
             let read = reader
                 .read_bounded(budget, config.read_bytes_max, |seq, record| {
                     if !dispatcher.visit(seq) {
                         return;
                     }
-                    let last = buffers.last().expect("one at least");
-                    let need = record.plain_len();
-                    if !last.is_empty() && last.len() + need > last.capacity() {
-                        let next = (last.capacity() * 2).min(SHARED_BUFFER_BYTES);
-                        buffers.push(Vec::with_capacity(next.max(need)));
-                    }
-                    let buffer = buffers.len() - 1;
-                    let bytes = &mut buffers[buffer];
-                    let start = bytes.len();
-                    record.key_to(bytes);
-                    let key_end = bytes.len();
-                    record.payload_to(bytes);
+                    let bytes = match (record.kept(), record.shared()) {
+                        (Some(kept), Some(shared)) => VisitedBytes::Shared {
+                            kept: round.kept(kept, record.frame_len() as u64),
+                            record: shared,
+                        },
+                        _ => {
+                            let (index, buffer) = round.buffer(record.plain_len());
+                            let start = buffer.len();
+                            record.key_to(buffer);
+                            let key_end = buffer.len();
+                            record.payload_to(buffer);
+                            VisitedBytes::Copied {
+                                buffer: index,
+                                key: record.has_key().then_some(start..key_end),
+                                payload: key_end..buffer.len(),
+                            }
+                        }
+                    };
                     visited.push(Visited {
-                        buffer,
                         seq,
                         incarnation: record.incarnation,
-                        key: record.has_key().then_some(start..key_end),
-                        payload: key_end..bytes.len(),
+                        bytes,
                         accept_time_ms: record.accept_time_ms,
                     });
                     let encoded_bytes = record.frame_len() as u32;
@@ -320,7 +381,11 @@ pub async fn run<E: DispatchEnv, S: Storage>(
             // Before any action is applied: commits look their records up here.
             // Only records the dispatcher holds keep their bytes: one it skipped
             // is read again later, and one it discarded is done.
-            let buffers: Vec<(Bytes, Rc<Charge>)> = buffers
+            let kept: Vec<Rc<Charge>> = (round.kept.iter())
+                .map(|&(_, bytes)| Charge::new(bytes, &held_bytes))
+                .collect();
+            let buffers: Vec<(Bytes, Rc<Charge>)> = round
+                .buffers
                 .into_iter()
                 .map(|mut b| {
                     // Room a short read left unused goes back (the allocator
@@ -331,19 +396,33 @@ pub async fn run<E: DispatchEnv, S: Storage>(
                 })
                 .collect();
             for v in visited.into_iter().filter(|v| dispatcher.is_held(v.seq)) {
-                let (bytes, charge) = &buffers[v.buffer];
+                let (charge, key, payload, mask) = match v.bytes {
+                    VisitedBytes::Shared { kept: i, record } => {
+                        (&kept[i], record.key, record.payload, record.mask)
+                    }
+                    VisitedBytes::Copied {
+                        buffer: i,
+                        key,
+                        payload,
+                    } => {
+                        let (buffer, charge) = &buffers[i];
+                        let key = key.map(|range| buffer.slice(range));
+                        (charge, key, buffer.slice(payload), 0)
+                    }
+                };
                 held.insert(
                     v.seq,
                     HeldBytes {
                         charge: charge.clone(),
                         incarnation: v.incarnation,
-                        key: v.key.map(|range| bytes.slice(range)),
-                        payload: bytes.slice(v.payload),
+                        key,
+                        payload,
+                        mask,
                         accept_time_ms: v.accept_time_ms,
                     },
                 );
             }
-            drop(buffers);
+            drop((kept, buffers));
             if let Err(e) = read {
                 tracing::error!(wal = %name, error = %e, "cannot read the ingress WAL; dispatch paused");
                 read_failed = true;
@@ -522,6 +601,7 @@ fn apply<E: DispatchEnv, S: Storage>(
                 records.push(OwnedRecord {
                     key: bytes.key.clone(),
                     payload: bytes.payload.clone(),
+                    mask: bytes.mask,
                 });
                 accepted_ms.push(bytes.accept_time_ms);
                 mixed |= incarnation.is_some_and(|i| i != bytes.incarnation);

@@ -12,6 +12,26 @@ use crate::ids::{Offset, PartitionId};
 pub struct OwnedRecord {
     pub key: Option<Bytes>,
     pub payload: Bytes,
+    /// The word the key and payload are still masked with, as the ingress WAL
+    /// stored them (the payload continuing the key's phase; see
+    /// [`crate::mask`]); 0 for plain bytes. A record read from the WAL's
+    /// memory keeps its bytes there until the owner's commit copies them into
+    /// the partition log, unmasking them on the way.
+    pub mask: u64,
+}
+
+impl OwnedRecord {
+    /// The payload's plain bytes: shared when the record is plain, a copy when
+    /// it is still masked.
+    pub fn plain_payload(&self) -> Bytes {
+        if self.mask == 0 {
+            return self.payload.clone();
+        }
+        let mut out = Vec::with_capacity(self.payload.len());
+        let phase = self.key.as_ref().map_or(0, Bytes::len);
+        crate::mask::extend_unmasked(&mut out, &self.payload, self.mask, phase);
+        Bytes::from(out)
+    }
 }
 
 /// Why a commit did not happen.

@@ -18,7 +18,10 @@
 //! Format 1 frames (written before format 2) are still read. The byte-level
 //! layout is in `docs/FORMAT.md`.
 
+use bytes::Bytes;
+
 use crate::ids::{IncarnationId, PartitionId, Seq};
+use crate::mask::{apply_mask, extend_unmasked};
 
 /// Frame magic, the first four bytes of every frame.
 pub const FRAME_MAGIC: [u8; 4] = *b"NWAL";
@@ -166,6 +169,18 @@ pub struct StoredRecord<'a> {
     /// The mask word; 0 for a format 1 frame, whose bytes are plain.
     mask: u64,
     frame_len: usize,
+    /// The WAL's kept batch the frame lies in, when it was read from memory.
+    kept: Option<&'a Bytes>,
+}
+
+/// A record's key and payload as the WAL stored them, shared with the kept
+/// batch they lie in rather than copied: still masked with `mask` (0 for a
+/// format 1 frame), the payload continuing the key's phase.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedRecord {
+    pub key: Option<Bytes>,
+    pub payload: Bytes,
+    pub mask: u64,
 }
 
 impl StoredRecord<'_> {
@@ -207,7 +222,40 @@ impl StoredRecord<'_> {
             payload: r.bytes,
             mask,
             frame_len: FRAME_HEADER_BYTES + body.len(),
+            kept: None,
         })
+    }
+
+    /// The record as [`StoredRecord::decode`] gives it, noting that `body`
+    /// lies in `kept`, a batch the WAL keeps in memory: see
+    /// [`StoredRecord::shared`].
+    pub(super) fn decode_kept<'a>(
+        kept: &'a Bytes,
+        body: &'a [u8],
+        seq: Seq,
+        key: &FrameKey,
+    ) -> Result<StoredRecord<'a>, RecordError> {
+        let mut record = Self::decode(body, seq, key)?;
+        record.kept = Some(kept);
+        Ok(record)
+    }
+
+    /// The key and payload without a copy, when the record was read from the
+    /// WAL's memory: slices of the kept batch, which they keep alive. `None`
+    /// for a record read from the device (copy it out with
+    /// [`StoredRecord::key_to`] and [`StoredRecord::payload_to`]).
+    pub fn shared(&self) -> Option<SharedRecord> {
+        let kept = self.kept?;
+        Some(SharedRecord {
+            key: self.key.map(|key| kept.slice_ref(key)),
+            payload: kept.slice_ref(self.payload),
+            mask: self.mask,
+        })
+    }
+
+    /// The kept batch the record lies in, when it was read from memory.
+    pub fn kept(&self) -> Option<&Bytes> {
+        self.kept
     }
 
     /// Whether the record has a key (an empty key is a key).
@@ -224,18 +272,14 @@ impl StoredRecord<'_> {
     /// Appends the key's plain bytes to `out`, if there is a key.
     pub fn key_to(&self, out: &mut Vec<u8>) {
         if let Some(key) = self.key {
-            let start = out.len();
-            out.extend_from_slice(key);
-            apply_mask(self.mask, 0, &mut out[start..]);
+            extend_unmasked(out, key, self.mask, 0);
         }
     }
 
     /// Appends the payload's plain bytes to `out`.
     pub fn payload_to(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.extend_from_slice(self.payload);
         let phase = self.key.map_or(0, <[u8]>::len);
-        apply_mask(self.mask, phase, &mut out[start..]);
+        extend_unmasked(out, self.payload, self.mask, phase);
     }
 
     /// The payload's plain bytes.
@@ -309,24 +353,6 @@ fn splitmix64(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-/// XORs `bytes` with `word` repeated, where `bytes` starts `phase` bytes into
-/// the masked region (the key, then the payload). Its own inverse; 0 leaves the
-/// bytes as they are.
-pub fn apply_mask(word: u64, phase: usize, bytes: &mut [u8]) {
-    if word == 0 {
-        return;
-    }
-    let word = word.rotate_right(8 * (phase % 8) as u32);
-    let mut chunks = bytes.chunks_exact_mut(8);
-    for chunk in &mut chunks {
-        let v = u64::from_le_bytes(chunk.try_into().expect("8 bytes")) ^ word;
-        chunk.copy_from_slice(&v.to_le_bytes());
-    }
-    for (i, b) in chunks.into_remainder().iter_mut().enumerate() {
-        *b ^= word.to_le_bytes()[i];
-    }
 }
 
 struct Reader<'a> {

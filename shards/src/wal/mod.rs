@@ -38,7 +38,12 @@
 //!
 //! Memory: two staging buffers, each kept at most [`STAGING_KEEP_BYTES`] between
 //! batches and never grown past [`WalConfig::staging_bytes_max`] (appenders wait
-//! for the flush instead); one chunk buffer per reader; the segment list.
+//! for the flush instead); one chunk buffer per reader; the segment list; the
+//! flushed batches kept for readers ([`WalConfig::reader_cache_bytes_max`]). A
+//! record the dispatcher holds on its way to a partition shares the kept batch
+//! it lies in (`StoredRecord::shared`), which then outlives its eviction until
+//! the record is committed: the dispatcher counts those bytes as held, within
+//! its own bound.
 
 pub mod checkpoint;
 pub mod dispatched;
@@ -68,7 +73,7 @@ use std::time::{Duration, Instant};
 
 use narad_io::Storage;
 
-pub use frame::{IngressRecord, StoredRecord};
+pub use frame::{IngressRecord, SharedRecord, StoredRecord};
 pub use progress::DispatchProgress;
 pub use reader::WalReader;
 

@@ -6,7 +6,7 @@
 //! a byte budget), so a dispatcher that keeps up never touches the device; their
 //! checksums are not verified again, since they are the very bytes the checksums
 //! were computed over when staged (frames read from disk always are). A kept
-//! batch is immutable behind its `Rc` and only ever the staged buffer of a
+//! batch is immutable shared bytes and only ever the staged buffer of a
 //! write that succeeded; what this gives up is catching a memory fault in it,
 //! which no record held in memory between two checks is protected from either
 //! (ECC is the host's part). A reader
@@ -16,8 +16,7 @@
 //! not decode where a durable one must be is read again from the device once
 //! before it counts as corrupt.
 
-use std::rc::Rc;
-
+use bytes::Bytes;
 use narad_io::file::{join, OpenMode};
 use narad_io::Storage;
 
@@ -42,7 +41,7 @@ pub struct WalReader<S: Storage> {
     chunk: ChunkBuf,
     /// The kept batch last read from memory, and the seq and byte position of
     /// the frame after the last one read in it.
-    memory: Option<(Rc<Vec<u8>>, Seq, usize)>,
+    memory: Option<(Bytes, Seq, usize)>,
 }
 
 impl<S: Storage> WalReader<S> {
@@ -156,7 +155,7 @@ impl<S: Storage> WalReader<S> {
             return Ok(None);
         };
         let (mut seq, mut pos) = match &self.memory {
-            Some((buf, seq, pos)) if Rc::ptr_eq(buf, &frames) && *seq <= self.next => (*seq, *pos),
+            Some((buf, seq, pos)) if same_batch(buf, &frames) && *seq <= self.next => (*seq, *pos),
             _ => (first, 0),
         };
         let mut visited = 0;
@@ -174,8 +173,9 @@ impl<S: Storage> WalReader<S> {
                 return Err(corrupt(format!("frame carries seq {}", frame.seq)));
             }
             if seq >= self.next {
-                let record = StoredRecord::decode(frame.body, seq, &self.wal.inner.key)
-                    .map_err(|e| corrupt(format!("{e:?}")))?;
+                let record =
+                    StoredRecord::decode_kept(&frames, frame.body, seq, &self.wal.inner.key)
+                        .map_err(|e| corrupt(format!("{e:?}")))?;
                 visit(seq, record);
                 visited += 1;
                 bytes += frame.len as u64;
@@ -230,4 +230,9 @@ impl<S: Storage> WalReader<S> {
         });
         Ok(())
     }
+}
+
+/// Whether two handles share one kept batch (each batch is its own allocation).
+fn same_batch(a: &Bytes, b: &Bytes) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len()
 }

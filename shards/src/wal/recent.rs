@@ -5,16 +5,18 @@
 //!
 //! Which cores: the WAL's shard, inside its shared state.
 
-use std::rc::Rc;
+use bytes::Bytes;
 
 use super::Shared;
 use crate::ids::Seq;
 
-/// A flushed (durable) batch of frames kept for readers.
+/// A flushed (durable) batch of frames kept for readers. Shared bytes: the
+/// dispatcher hands slices of it to partition commits without copying them
+/// (`StoredRecord::shared`), and those keep it alive after it is evicted.
 pub(super) struct RecentBatch {
     pub(super) first: Seq,
     pub(super) end: Seq,
-    pub(super) frames: Rc<Vec<u8>>,
+    pub(super) frames: Bytes,
 }
 
 /// Where the frame of `seq` starts: in segment `segment`, at byte `pos`.
@@ -32,7 +34,7 @@ const POSITION_MARKS_MAX: usize = 65_536;
 
 impl Shared {
     /// Keeps a flushed batch for readers and returns a buffer the budget evicted
-    /// (if no reader still holds it), for reuse as a staging buffer.
+    /// (if nothing still holds a slice of it), for reuse as a staging buffer.
     pub(super) fn keep_recent(&mut self, batch: RecentBatch, bytes_max: usize) -> Option<Vec<u8>> {
         self.recent_bytes += batch.frames.len();
         self.recent.push_back(batch);
@@ -40,15 +42,15 @@ impl Shared {
         while self.recent_bytes > bytes_max && self.recent.len() > 1 {
             let old = self.recent.pop_front().expect("more than one batch");
             self.recent_bytes -= old.frames.len();
-            if let Ok(buf) = Rc::try_unwrap(old.frames) {
-                reusable = Some(buf);
+            if let Ok(buf) = old.frames.try_into_mut() {
+                reusable = Some(Vec::from(buf));
             }
         }
         reusable
     }
 
     /// The kept batch holding `seq`, if any.
-    pub(super) fn recent_holding(&self, seq: Seq) -> Option<(Seq, Rc<Vec<u8>>)> {
+    pub(super) fn recent_holding(&self, seq: Seq) -> Option<(Seq, Bytes)> {
         let index = self.recent.partition_point(|b| b.end <= seq);
         let batch = self.recent.get(index)?;
         (batch.first <= seq).then(|| (batch.first, batch.frames.clone()))

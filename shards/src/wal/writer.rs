@@ -234,7 +234,7 @@ fn latch_reason(e: &io::Error) -> String {
 /// Hands a flushed batch to the readers' memory; returns an evicted buffer to
 /// reuse for staging.
 fn keep_for_readers<S: Storage>(wal: &Wal<S>, job: &mut Job) -> Option<Vec<u8>> {
-    let frames = Rc::new(std::mem::take(&mut job.buf));
+    let frames = bytes::Bytes::from(std::mem::take(&mut job.buf));
     let batch = super::RecentBatch {
         first: job.first_seq,
         end: job.end_seq,
@@ -269,7 +269,13 @@ fn poll_take_job<S: Storage>(wal: &Wal<S>, cx: &mut Context<'_>) -> Poll<Option<
         job.taken = std::time::Instant::now();
         job
     } else if !sh.staging.is_empty() {
-        let spare = std::mem::take(&mut sh.spare);
+        // Without a spare (the kept batch it would have been is still shared
+        // by records on their way to a partition), the next staging buffer
+        // starts at this one's size instead of doubling its way there.
+        let spare = match std::mem::take(&mut sh.spare) {
+            spare if spare.capacity() > 0 => spare,
+            _ => Vec::with_capacity(sh.staging.len().min(STAGING_KEEP_BYTES)),
+        };
         Job {
             buf: std::mem::replace(&mut sh.staging, spare),
             roll_points: std::mem::take(&mut sh.roll_points),

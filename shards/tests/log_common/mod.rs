@@ -44,6 +44,7 @@ pub async fn commit_n<S: Storage>(
         .map(|(j, (p, k))| RecordRef {
             key: (j % 3 != 0).then_some(k.as_slice()),
             payload: p,
+            mask: 0,
         })
         .collect();
     log.commit_durable(&records, now_ms).await

@@ -33,6 +33,7 @@ pub fn keyless(payloads: &[String]) -> Vec<OwnedRecord> {
         .map(|p| OwnedRecord {
             key: None,
             payload: p.clone().into_bytes().into(),
+            mask: 0,
         })
         .collect()
 }

@@ -68,6 +68,7 @@ fn a_run_past_the_commit_limit_commits_whole_in_order() {
                 .map(|p| OwnedRecord {
                     key: None,
                     payload: p.clone().into(),
+                    mask: 0,
                 })
                 .collect();
             let (reply, answer) = oneshot::channel();

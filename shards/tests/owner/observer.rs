@@ -170,6 +170,7 @@ async fn commit(owner: &Rc<Owner<SimDisk>>, partition: u32, n: usize) -> CommitR
         .map(|i| OwnedRecord {
             key: None,
             payload: format!("record-{i}").into_bytes().into(),
+            mask: 0,
         })
         .collect();
     let (reply, answer) = oneshot::channel();

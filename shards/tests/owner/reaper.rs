@@ -196,6 +196,7 @@ fn a_panic_on_one_partition_does_not_keep_the_others_from_retention() {
         let records = vec![OwnedRecord {
             key: None,
             payload: b"doomed".to_vec().into(),
+            mask: 0,
         }];
         owner.commit(Arc::from(DOOMED), DOOMED_ID, PartitionId(0), records, reply);
         answer.await.unwrap().unwrap();
@@ -743,6 +744,7 @@ fn an_owner_closed_for_the_stop_refuses_commits_and_reads() {
         let records = vec![OwnedRecord {
             key: None,
             payload: b"late".to_vec().into(),
+            mask: 0,
         }];
         owner.commit(topic(), ID, PartitionId(0), records, reply);
         assert!(matches!(
@@ -772,6 +774,7 @@ fn a_commit_queued_when_the_stop_begins_fails_as_stopping() {
             let records = vec![OwnedRecord {
                 key: None,
                 payload: payload.as_bytes().to_vec().into(),
+                mask: 0,
             }];
             owner.commit(topic(), ID, PartitionId(0), records, reply);
             answer

@@ -630,6 +630,80 @@ async fn read_one(reader: &mut narad_shards::wal::WalReader<SimDisk>) -> Vec<(u6
     got
 }
 
+/// `(key, payload)` of a record handed out without a copy, unmasked.
+fn unmask(shared: &narad_shards::wal::SharedRecord) -> (Option<Vec<u8>>, Vec<u8>) {
+    let key_len = shared.key.as_ref().map_or(0, |k| k.len());
+    let mut region = shared.key.as_ref().map_or_else(Vec::new, |k| k.to_vec());
+    region.extend_from_slice(&shared.payload);
+    narad_shards::mask::apply_mask(shared.mask, 0, &mut region);
+    let payload = region.split_off(key_len);
+    (shared.key.as_ref().map(|_| region), payload)
+}
+
+/// A record read from the WAL's memory is handed out as slices of the batch
+/// kept there, still masked, and unmasks to what was appended (keys of every
+/// length, so that the payload continues the key's phase); those slices stay
+/// as they were while later batches push theirs out of memory and their
+/// buffers are staged into again. A record read from the device has no
+/// slices to share.
+#[test]
+fn records_read_from_memory_share_the_kept_batch() {
+    let disk = SimDisk::new(31, SimFaults::default());
+    run_local(None, async move {
+        let wal = Wal::open(disk.clone(), "wal", small_config(false))
+            .await
+            .unwrap();
+        let keys: Vec<Option<Vec<u8>>> = (0..12u8)
+            .map(|n| (n % 11 != 10).then(|| vec![b'k'; n as usize]))
+            .collect();
+        let payloads: Vec<Vec<u8>> = (0..12u64).map(|id| payload_for(id, 300)).collect();
+        for (key, payload) in keys.iter().zip(&payloads) {
+            wal.append(&record(payload, key.as_deref())).await.unwrap();
+        }
+        let mut reader = wal.reader(Seq(0));
+        let mut shared = Vec::new();
+        reader
+            .read(100, |_, rec| {
+                shared.push(rec.shared().expect("read from memory"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(shared.len(), 12);
+        for (i, held) in shared.iter().enumerate() {
+            assert_ne!(held.mask, 0, "format 2 frames are masked");
+            assert_ne!(
+                held.payload.as_ref(),
+                payloads[i].as_slice(),
+                "still masked"
+            );
+            assert_eq!(unmask(held), (keys[i].clone(), payloads[i].clone()));
+        }
+        // Many more batches than memory keeps (64 KiB), through the staging
+        // buffers the evicted ones would give back.
+        for id in 12..400u64 {
+            wal.append(&record(&payload_for(id, 1000), Some(b"key")))
+                .await
+                .unwrap();
+        }
+        for (i, held) in shared.iter().enumerate() {
+            assert_eq!(unmask(held), (keys[i].clone(), payloads[i].clone()));
+        }
+        wal.close().await;
+        let wal = Wal::open(disk, "wal", small_config(false)).await.unwrap();
+        let mut reader = wal.reader(Seq(0));
+        let mut from_disk = 0;
+        reader
+            .read(12, |_, rec| {
+                assert!(rec.shared().is_none(), "read from the device");
+                from_disk += 1;
+            })
+            .await
+            .unwrap();
+        assert_eq!(from_disk, 12);
+        wal.close().await;
+    });
+}
+
 /// A dispatcher waiting for records to become durable is woken by the close,
 /// not left to notice it at its next timer.
 #[test]

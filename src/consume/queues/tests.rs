@@ -32,6 +32,7 @@ async fn commit(owner: &Rc<Owner>, topic: &Arc<str>, partition: u32, n: usize) {
             // Large enough that the first records sit in whole blocks on the
             // device, not in the log's in-memory tail block.
             payload: vec![b'a' + i as u8; 3_000].into(),
+            mask: 0,
         })
         .collect();
     let (reply, answer) = oneshot::channel();
@@ -144,6 +145,7 @@ async fn commit_large(owner: &Rc<Owner>, topic: &Arc<str>, n: u8) {
         let records = vec![OwnedRecord {
             key: None,
             payload: vec![b'a' + i; 100_000].into(),
+            mask: 0,
         }];
         owner.commit(topic.clone(), ID, PartitionId(0), records, reply);
         answer.await.unwrap().unwrap();
