@@ -76,8 +76,9 @@ impl fmt::Display for IncarnationId {
     }
 }
 
-/// Hashes the integer ids this process hands out itself (WAL sequence numbers,
-/// commit ids, topic incarnations with partition indexes) for maps that the
+/// Hashes the integer ids this process hands out itself (commit ids, topic
+/// incarnations with partition indexes; WAL sequence numbers take
+/// [`SeqHasher`]) for maps that the
 /// produce and consume paths touch once or more per record: one
 /// rotate and multiply per word (the FxHash step) instead of SipHash, whose
 /// defence against chosen keys buys nothing for keys no client picks. A
@@ -126,6 +127,43 @@ pub type DenseIdMap<K, V> = HashMap<K, V, BuildHasherDefault<DenseIdHasher>>;
 /// A hash set of ids this process hands out; see [`DenseIdHasher`].
 pub type DenseIdSet<K> = HashSet<K, BuildHasherDefault<DenseIdHasher>>;
 
+/// Hashes WAL sequence numbers for the maps of records in flight, which hold
+/// runs of nearby numbers and touch each one a few times: the number itself
+/// picks the bucket, so the records of a read sit in consecutive buckets and a
+/// pass over them walks the table in order instead of missing the cache at
+/// every record as a scattering hash ([`DenseIdHasher`]) makes it. A multiply
+/// mixes the number into the top bits, which the table's tags take.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SeqHasher(u64);
+
+/// The hash bits a hashbrown table takes its tags from.
+const TAG_BITS: u64 = 0xfe00_0000_0000_0000;
+
+impl Hasher for SeqHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        let word = self.0.rotate_left(5) ^ word;
+        self.0 = word ^ (word.wrapping_mul(DENSE_ID_MULTIPLIER) & TAG_BITS);
+    }
+}
+
+/// A hash map keyed by WAL sequence numbers; see [`SeqHasher`].
+pub type SeqMap<V> = HashMap<Seq, V, BuildHasherDefault<SeqHasher>>;
+
+/// A hash set of WAL sequence numbers; see [`SeqHasher`].
+pub type SeqSet = HashSet<Seq, BuildHasherDefault<SeqHasher>>;
+
 #[cfg(test)]
 mod tests {
     use std::hash::BuildHasher;
@@ -162,5 +200,27 @@ mod tests {
         set.extend((0..100_000).map(Seq));
         assert!((0..100_000).all(|n| set.contains(&Seq(n))));
         assert!(!set.contains(&Seq(100_000)));
+    }
+
+    #[test]
+    fn consecutive_seqs_take_consecutive_buckets_and_varied_tags() {
+        let build = BuildHasherDefault::<SeqHasher>::default();
+        let start = 7_000_000_123u64;
+        let hashes: Vec<u64> = (start..start + 4_096)
+            .map(|n| build.hash_one(Seq(n)))
+            .collect();
+        // The bucket bits follow the number: a run of records is a run of
+        // buckets.
+        assert!(hashes
+            .windows(2)
+            .all(|w| (w[1] & !TAG_BITS) == (w[0] & !TAG_BITS) + 1));
+        // The tags (top seven bits) vary from one to the next, so a probe
+        // seldom compares keys it does not want.
+        let tags: HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+        assert!(tags.len() >= 100, "only {} distinct tags", tags.len());
+        let mut map = SeqMap::default();
+        map.extend((0..100_000).map(|n| (Seq(n), n)));
+        assert!((0..100_000).all(|n| map.get(&Seq(n)) == Some(&n)));
+        assert!(map.remove(&Seq(100_000)).is_none());
     }
 }

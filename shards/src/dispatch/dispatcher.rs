@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::config::DESTINATIONS_MAX;
 use super::destination::{Destination, Held};
 use super::{Action, Cluster, CommitId, DispatchConfig, DispatchProgress, Event, OwnerId};
-use crate::ids::{DenseIdSet, IncarnationId, PartitionId, Seq};
+use crate::ids::{IncarnationId, PartitionId, Seq, SeqSet};
 
 /// Per-topic state: its destinations and what the leader said about incarnations.
 #[derive(Debug, Default)]
@@ -58,7 +58,7 @@ pub struct Dispatcher {
     pub(super) commits: BTreeMap<CommitId, Commit>,
     pub(super) commit_next: u64,
     /// Queued or in flight (hung included).
-    pub(super) held: DenseIdSet<Seq>,
+    pub(super) held: SeqSet,
     /// Queued, or in a commit in flight that is not hung: what the window bounds.
     pub(super) held_counting: usize,
     pub(super) commits_counting: usize,
@@ -108,7 +108,7 @@ impl Dispatcher {
             destinations: 0,
             commits: BTreeMap::new(),
             commit_next: 0,
-            held: DenseIdSet::default(),
+            held: SeqSet::default(),
             held_counting: 0,
             commits_counting: 0,
             commits_hung: 0,

@@ -42,7 +42,7 @@ use super::types::{CommitError, CommitReply, OwnedRecord};
 use crate::dispatch::{
     Action, Cluster, CommitId, CommitOutcome, DispatchConfig, Dispatcher, Event, RecordRead,
 };
-use crate::ids::{DenseIdMap, IncarnationId, PartitionId, Seq};
+use crate::ids::{DenseIdMap, IncarnationId, PartitionId, Seq, SeqMap};
 use crate::wal::{SharedRecord, Wal, WalReader};
 
 /// Records read per turn at most.
@@ -291,7 +291,7 @@ pub async fn run<E: DispatchEnv, S: Storage>(
         None => Dispatcher::new(config.dispatch.clone(), start, Instant::now()),
     };
     let mut reader: WalReader<S> = wal.reader(start);
-    let mut held: DenseIdMap<Seq, HeldBytes> = DenseIdMap::default();
+    let mut held: SeqMap<HeldBytes> = SeqMap::default();
     let held_bytes = match (mode, env.drain_held_bytes()) {
         (Mode::Drain, Some(shared)) => shared,
         _ => Rc::new(std::cell::Cell::new(0u64)),
@@ -576,7 +576,7 @@ fn apply<E: DispatchEnv, S: Storage>(
     wal: &Wal<S>,
     reader: &mut WalReader<S>,
     dispatcher: &mut Dispatcher,
-    held: &mut DenseIdMap<Seq, HeldBytes>,
+    held: &mut SeqMap<HeldBytes>,
     commits: &mut DenseIdMap<CommitId, Vec<Seq>>,
     discards: &mut DiscardNotes,
     outcomes: &Rc<Outcomes>,
