@@ -37,9 +37,10 @@ use super::envelope::{encode_masked_envelope, envelope_len, KEY_BYTES_MAX};
 #[cfg(not(feature = "broken-log-unmasked"))]
 use super::frame::mask_word;
 use super::frame::{
-    push_record, Codec, FrameSpec, FRAME_HEADER_BYTES, MASK_WORD_BYTES, RECORD_LEN_BYTES,
+    push_record, Codec, FrameError, FrameSpec, FRAME_HEADER_BYTES, MASK_WORD_BYTES,
+    RECORD_LEN_BYTES,
 };
-use super::outgoing::OutgoingFrame;
+use super::outgoing::{OutgoingFrame, ReadBackFault};
 use super::{LogError, PartitionLog, RecordRef, RECORD_BYTES_MAX};
 use crate::ids::Offset;
 
@@ -462,8 +463,8 @@ fn verify_frames(read: &[u8], frames: &[EncodedFrame]) -> Result<usize, LogError
             offset: frame.base,
             detail,
         };
-        let (header, _) =
-            super::frame::check_frame(&read[at..]).map_err(|e| mismatch(e.to_string()))?;
+        let header =
+            super::frame::decode_header(&read[at..]).map_err(|e| mismatch(e.to_string()))?;
         let expected = (
             frame.base,
             frame.count,
@@ -481,8 +482,15 @@ fn verify_frames(read: &[u8], frames: &[EncodedFrame]) -> Result<usize, LogError
         if expected != found {
             return Err(mismatch(format!("header {found:?}, wrote {expected:?}")));
         }
-        if !frame.frame.is(&read[at..at + frame.len()]) {
-            return Err(mismatch("bytes differ from those written".to_string()));
+        let bytes = read
+            .get(at..at + frame.len())
+            .ok_or_else(|| mismatch(FrameError::Short.to_string()))?;
+        match frame.frame.check_read_back(bytes) {
+            Ok(()) => {}
+            Err(ReadBackFault::BadCrc) => return Err(mismatch(FrameError::BadCrc.to_string())),
+            Err(ReadBackFault::Differs) => {
+                return Err(mismatch("bytes differ from those written".to_string()))
+            }
         }
         at += frame.len();
     }
