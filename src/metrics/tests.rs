@@ -85,6 +85,24 @@ fn series_are_summed_over_threads_and_rendered_as_prometheus_text() {
 }
 
 #[test]
+fn many_observations_of_one_value_count_each() {
+    let recorder = ShardedRecorder::default();
+    ::metrics::with_local_recorder(&recorder, || {
+        let h = ::metrics::histogram!("narad_h_seconds");
+        h.record_many(0.003, 100);
+        h.record_many(20.0, 0);
+        h.record(0.003);
+    });
+    let text = recorder.render();
+    assert!(
+        text.contains("narad_h_seconds_bucket{le=\"0.005\"} 101\n"),
+        "{text}"
+    );
+    assert!(text.contains("narad_h_seconds_count 101\n"), "{text}");
+    assert!(text.contains("narad_h_seconds_sum 0.303"), "{text}");
+}
+
+#[test]
 fn infinities_are_written_as_the_text_format_spells_them() {
     let recorder = ShardedRecorder::default();
     ::metrics::with_local_recorder(&recorder, || {
