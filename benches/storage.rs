@@ -18,13 +18,17 @@
 //!
 //! Usage: `cargo bench --bench storage -- [--quick] [--only NAME] [--dir PATH]
 //! [--seconds S] [--runs N] [--json FILE] [--cpu N] [--no-dispatch]`. `--only`
-//! takes a name or a group (`wal`, `wal-batch`, `log`, `log-read`, `acks`).
+//! takes a name or a group (`wal`, `wal-batch`, `log`, `log-read`, `acks`,
+//! `pipeline`).
 //!
 //! The consumer-offset committer is measured too (`acks-…`): the syncs of
-//! acks across many partitions, one at a time and many at once.
+//! acks across many partitions, one at a time and many at once. And the
+//! produce path below HTTP as a whole (`pipeline-…`): WAL staging, the real
+//! dispatch task, the commit combiner and partition logs, with the core's CPU
+//! time per committed record.
 //!
 //! Files: `storage/measure.rs` (samples, histograms, memory), `storage/wal.rs`,
-//! `storage/log.rs`, `storage/acks.rs` (the benchmarks), `storage/report.rs`
+//! `storage/log.rs`, `storage/acks.rs`, `storage/pipeline.rs` (the benchmarks), `storage/report.rs`
 //! (medians and output).
 
 #[path = "storage/acks.rs"]
@@ -33,6 +37,8 @@ mod acks;
 mod log;
 #[path = "storage/measure.rs"]
 mod measure;
+#[path = "storage/pipeline.rs"]
+mod pipeline;
 #[path = "storage/report.rs"]
 mod report;
 #[path = "storage/wal.rs"]
@@ -131,6 +137,10 @@ const BENCHES: &[Bench] = &[
     Bench {
         name: "log-read-disk",
         start: |ctx| Box::pin(log::run_read_disk(ctx)),
+    },
+    Bench {
+        name: "pipeline-batch-64",
+        start: |ctx| Box::pin(pipeline::run(ctx, 64)),
     },
     Bench {
         name: "acks-2000-serial",
