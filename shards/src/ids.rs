@@ -96,11 +96,7 @@ impl Hasher for DenseIdHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
+        for_each_word(bytes, |word| self.write_u64(word));
     }
 
     fn write_u64(&mut self, word: u64) {
@@ -118,6 +114,16 @@ impl Hasher for DenseIdHasher {
 
     fn write_usize(&mut self, word: usize) {
         self.write_u64(word as u64);
+    }
+}
+
+/// Hands `bytes` to `write` as little-endian 64-bit words, the last one
+/// zero-padded: how the id hashers take keys that are not plain integers.
+fn for_each_word(bytes: &[u8], mut write: impl FnMut(u64)) {
+    for chunk in bytes.chunks(8) {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        write(u64::from_le_bytes(word));
     }
 }
 
@@ -145,11 +151,7 @@ impl Hasher for SeqHasher {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
+        for_each_word(bytes, |word| self.write_u64(word));
     }
 
     fn write_u64(&mut self, word: u64) {
