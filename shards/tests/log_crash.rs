@@ -32,6 +32,8 @@ fn config(rng: &mut ChaCha8Rng) -> LogConfig {
         segment_bytes_max: rng.random_range(4096..24 * 1024),
         segment_ms: 50,
         prep_chunk_bytes: [0, 4096, 8192][rng.random_range(0..3)],
+        // Commits average about 4 KiB: zeros always, seldom, or on and off.
+        prep_commit_bytes_max: [u64::MAX, 2048, 4096][rng.random_range(0..3)],
         index_interval_bytes: 1024,
         frame_area_bytes_target: rng.random_range(200..3000),
         commit_bytes_max: 64 * 1024,

@@ -1,10 +1,17 @@
 //! What the partition log's zeros ahead of its commits cost on disk: a segment
 //! holding a few records takes a small multiple of them, not a whole chunk, and
-//! one written fast soon prepares full chunks, so few commits change its size.
+//! one written fast soon prepares full chunks, so few commits change its size;
+//! a log whose commits are large writes no zeros at all.
+
+#[path = "log_common/mod.rs"]
+mod log_common;
 
 use futures_lite::future::block_on;
+use narad_io::align_up;
 use narad_io::sim::{SimDisk, SimFaults};
-use narad_shards::log::{LogConfig, PartitionLog, RecordRef};
+use narad_shards::log::{LogConfig, PartitionLog, RecordRef, PREP_COMMIT_BYTES_MAX};
+
+use log_common::{assert_holds, commit_n};
 
 const DIR: &str = "topics/t/p00000";
 const CHUNK: u64 = 1 << 20;
@@ -54,5 +61,47 @@ fn a_quiet_partition_takes_little_disk_and_a_busy_one_prepares_full_chunks() {
             size_changes <= 12,
             "{size_changes} of 1,000 commits changed the file's size"
         );
+    });
+}
+
+/// Commits of about 250 KiB grow the file themselves once the recent average
+/// passes the bound: no zeros past their data. Small commits after them make
+/// zeros pay again, written from the end of the data on: the records the large
+/// commits left are all there after a reopen, read from the device.
+#[test]
+fn large_commits_write_no_zeros_and_small_ones_after_them_prepare_past_the_data() {
+    block_on(async {
+        let disk = SimDisk::new(5, SimFaults::default());
+        let config = LogConfig {
+            segment_bytes_max: 64 << 20,
+            prep_chunk_bytes: CHUNK,
+            commit_bytes_max: 1 << 20,
+            ..LogConfig::default()
+        };
+        assert_eq!(config.prep_commit_bytes_max, PREP_COMMIT_BYTES_MAX);
+        let path = format!("{DIR}/{:020}.log", 0);
+        let mut log = PartitionLog::open(disk.clone(), DIR, config.clone())
+            .await
+            .unwrap();
+        let file_len = || disk.contents(&path).unwrap().len() as u64;
+        let mut n = 0;
+        for i in 0..16 {
+            commit_n(&mut log, n, 1_000, i).await.unwrap();
+            n += 1_000;
+        }
+        let data = log.stats().size_bytes;
+        assert!(data > 3 * CHUNK, "{data} bytes of large commits");
+        assert_eq!(file_len(), align_up(data), "large commits grow the file");
+        // The average halves about every five commits.
+        let mut zeros_ahead = false;
+        for i in 0..40 {
+            commit_n(&mut log, n, 2, 100 + i).await.unwrap();
+            n += 2;
+            zeros_ahead |= file_len() > align_up(log.stats().size_bytes);
+        }
+        assert!(zeros_ahead, "small commits prepare zeros again");
+        log.close().await.unwrap();
+        let mut log = PartitionLog::open(disk.clone(), DIR, config).await.unwrap();
+        assert_holds(&mut log, n).await;
     });
 }

@@ -127,6 +127,7 @@ impl<S: Storage> PartitionLog<S> {
                 self.config.commit_bytes_max
             )));
         }
+        self.note_commit_bytes(commit_bytes);
         if self.hint_to_retire || self.stale_hint {
             // Before anything passes the tail the hint names (see `hint.rs`).
             #[cfg(not(feature = "broken-log-trust-stale-hint"))]
@@ -268,6 +269,11 @@ impl<S: Storage> PartitionLog<S> {
         let write_start = Instant::now();
         let end = mark.len() + commit_bytes;
         self.prepare_active(end).await?;
+        // Zeros landing after this commit's write would wipe it.
+        assert!(
+            end <= self.active.prepared_bytes || self.active.preparing.is_none(),
+            "a commit past the prepared space runs beside zeros in flight"
+        );
         let sync_start = Instant::now();
         // One `O_DSYNC` write, or a write and a sync where it grows the file
         // (no zeros prepared ahead of it): see `narad_io::append`.
@@ -283,6 +289,7 @@ impl<S: Storage> PartitionLog<S> {
             tracing::error!(dir = %self.dir, error = %e, "partition log durable write failed; log poisoned until reopened");
             return Err(LogError::SyncFailed(e));
         }
+        self.committed_to(end);
         let io = CommitIo {
             write: sync_start - write_start,
             sync: sync_start.elapsed(),

@@ -63,7 +63,7 @@ use self::index::{SparseIndex, INDEX_ENTRIES_MAX};
 use self::segment::SealedSegment;
 use crate::ids::Offset;
 
-pub use self::segment::RetentionOutcome;
+pub use self::segment::{RetentionOutcome, PREP_COMMIT_BYTES_MAX};
 
 /// Largest payload of one record: the ingress WAL's record limit.
 pub const RECORD_BYTES_MAX: usize = 16 * 1024 * 1024;
@@ -103,6 +103,10 @@ pub struct LogConfig {
     /// The active segment is grown by writing zeros in chunks of this size ahead of
     /// the write position (0: grow by appending).
     pub prep_chunk_bytes: u64,
+    /// Zeros are written ahead only while the log's recent commits average
+    /// fewer bytes than this; larger ones grow the file themselves (see
+    /// `segment.rs`). `u64::MAX`: whatever their size.
+    pub prep_commit_bytes_max: u64,
     /// One index entry per this many bytes of segment data.
     pub index_interval_bytes: u64,
     /// Largest commit, checked both on its records (before compression) and on
@@ -126,6 +130,7 @@ impl Default for LogConfig {
             cache_bytes_max: 1024 * 1024,
             cache_pool: None,
             prep_chunk_bytes: 1024 * 1024,
+            prep_commit_bytes_max: PREP_COMMIT_BYTES_MAX,
             index_interval_bytes: 128 * 1024,
             commit_bytes_max: 64 * 1024 * 1024,
             frame_area_bytes_target: 1024 * 1024,
@@ -453,6 +458,9 @@ pub struct PartitionLog<S: Storage> {
     stale_hint: bool,
     /// The device time of the last commit, if it succeeded (for metrics).
     last_commit_io: Option<CommitIo>,
+    /// Bytes of the recent commits, a moving average (each commit weighs an
+    /// eighth): whether zeros ahead pay for themselves (`segment.rs`).
+    commit_bytes_avg: u64,
     /// Shared with the owner, which serves reads of the cached tail without
     /// taking the partition's lock (so a consume never waits for a commit's
     /// fdatasync). Only `publish` adds to it, in the same step that moves the
@@ -502,6 +510,7 @@ impl<S: Storage> PartitionLog<S> {
             hint_to_retire: opened.from_hint,
             stale_hint: opened.stale_hint,
             last_commit_io: None,
+            commit_bytes_avg: 0,
             cache,
             gaps: opened.gaps,
             sealed_file: None,
