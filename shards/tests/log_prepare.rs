@@ -64,7 +64,7 @@ fn a_quiet_partition_takes_little_disk_and_a_busy_one_prepares_full_chunks() {
     });
 }
 
-/// Commits of about 250 KiB grow the file themselves once the recent average
+/// Commits of about 540 KiB grow the file themselves once the recent average
 /// passes the bound: no zeros past their data. Small commits after them make
 /// zeros pay again, written from the end of the data on: the records the large
 /// commits left are all there after a reopen, read from the device.
@@ -86,13 +86,14 @@ fn large_commits_write_no_zeros_and_small_ones_after_them_prepare_past_the_data(
         let file_len = || disk.contents(&path).unwrap().len() as u64;
         let mut n = 0;
         for i in 0..16 {
-            commit_n(&mut log, n, 1_000, i).await.unwrap();
-            n += 1_000;
+            commit_n(&mut log, n, 2_000, i).await.unwrap();
+            n += 2_000;
         }
         let data = log.stats().size_bytes;
         assert!(data > 3 * CHUNK, "{data} bytes of large commits");
         assert_eq!(file_len(), align_up(data), "large commits grow the file");
         // The average halves about every five commits.
+        const _: () = assert!(PREP_COMMIT_BYTES_MAX < 540 << 10);
         let mut zeros_ahead = false;
         for i in 0..40 {
             commit_n(&mut log, n, 2, 100 + i).await.unwrap();
