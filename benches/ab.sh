@@ -14,14 +14,15 @@
 # the flags given, pinned to CPU 1, for 6 s. Over a 4 s window from the first
 # second it reads the messages counted in `/metrics` (consumed when anything was
 # consumed, produced otherwise), the broker's CPU time from /proc/<pid>/stat,
-# and the writes and reads the data directory's device completed, from
-# /proc/diskstats (the whole device: anything else writing to it counts too;
-# flushes count as writes on some kernels). Prints one line per run, then each
-# build's medians.
+# and the writes and reads the data directory's device completed and the bytes
+# it wrote, from /proc/diskstats (the whole device: anything else writing to it
+# counts too; flushes count as writes on some kernels), the last over the
+# payload bytes produced (`narad_bytes_produced_total`): the write
+# amplification. Prints one line per run, then each build's medians.
 set -euo pipefail
 
 if [ $# -lt 3 ]; then
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
 fi
 OLD=$1
@@ -43,11 +44,13 @@ cleanup() {
 trap cleanup EXIT
 
 counted() {
-    # produced and consumed message totals, from the broker's /metrics
+    # produced and consumed message totals and produced payload bytes, from
+    # the broker's /metrics
     curl -s "$1/metrics" | awk '
         /^narad_messages_produced_total/ { p += $NF }
         /^narad_messages_consumed_total/ { c += $NF }
-        END { printf "%d %d\n", p, c }'
+        /^narad_bytes_produced_total/ { b += $NF }
+        END { printf "%.0f %.0f %.0f\n", p, c, b }'
 }
 
 cpu_ticks() {
@@ -59,8 +62,8 @@ cpu_ticks() {
 DEVICE=$(awk -v mm="$(stat -c '%Hd %Ld' "$WORK")" '$1 " " $2 == mm { print $3 }' /proc/diskstats)
 
 disk_ops() {
-    # writes and reads completed by $DEVICE so far
-    awk -v d="$DEVICE" '$3 == d { w = $8; r = $4 } END { printf "%d %d\n", w, r }' /proc/diskstats
+    # writes and reads completed by $DEVICE so far, and sectors written
+    awk -v d="$DEVICE" '$3 == d { w = $8; r = $4; s = $10 } END { printf "%.0f %.0f %.0f\n", w, r, s }' /proc/diskstats
 }
 
 run_once() {
@@ -104,40 +107,44 @@ run_once() {
     python3 - "$before" "$after" "$((ticks_after - ticks_before))" "$(getconf CLK_TCK)" \
         "$disk_before" "$disk_after" > "$WORK/result" <<'EOF'
 import sys
-(p0, c0), (p1, c1) = (map(int, s.split()) for s in sys.argv[1:3])
+(p0, c0, b0), (p1, c1, b1) = (map(int, s.split()) for s in sys.argv[1:3])
 ticks, hz = int(sys.argv[3]), int(sys.argv[4])
-(w0, r0), (w1, r1) = (map(int, s.split()) for s in sys.argv[5:7])
+(w0, r0, s0), (w1, r1, s1) = (map(int, s.split()) for s in sys.argv[5:7])
 messages = c1 - c0 if c1 > c0 else p1 - p0
 if messages <= 0:
     sys.exit("no message was counted in the window")
+# Device bytes written per payload byte produced (0 when nothing was produced).
+amplification = (s1 - s0) * 512 / (b1 - b0) if b1 > b0 else 0.0
 print(f"{messages / 4:.0f} {ticks / hz / messages * 1e6:.2f} "
-      f"{(w1 - w0) / messages:.3f} {(r1 - r0) / messages:.3f}")
+      f"{(w1 - w0) / messages:.3f} {(r1 - r0) / messages:.3f} {amplification:.2f}")
 EOF
 }
 
-declare -A RATES CPUS WRITES READS
+declare -A RATES CPUS WRITES READS AMPS
 for round in $(seq "$ROUNDS"); do
     for build in old new; do
         binary=$OLD
         [ "$build" = new ] && binary=$NEW
         # In this shell, not a subshell, so that the trap ends its processes.
         run_once "$binary" "$@"
-        read -r rate cpu writes reads < "$WORK/result"
-        echo "round $round $build: $rate msg/s, broker CPU $cpu µs/msg, device $writes writes and $reads reads/msg"
+        read -r rate cpu writes reads amp < "$WORK/result"
+        echo "round $round $build: $rate msg/s, broker CPU $cpu µs/msg, device $writes writes and $reads reads/msg, $amp bytes written/byte produced"
         RATES[$build]+="$rate "
         CPUS[$build]+="$cpu "
         WRITES[$build]+="$writes "
         READS[$build]+="$reads "
+        AMPS[$build]+="$amp "
     done
 done
 for build in old new; do
     python3 - "$build" "${RATES[$build]}" "${CPUS[$build]}" "${WRITES[$build]}" \
-        "${READS[$build]}" <<'EOF'
+        "${READS[$build]}" "${AMPS[$build]}" <<'EOF'
 import statistics, sys
 build = sys.argv[1]
-rate, cpu, writes, reads = (statistics.median(float(v) for v in a.split()) for a in sys.argv[2:6])
+rate, cpu, writes, reads, amp = (statistics.median(float(v) for v in a.split()) for a in sys.argv[2:7])
 runs = len(sys.argv[2].split())
 print(f"{build}: median {rate:,.0f} msg/s, broker CPU {cpu:.2f} µs/msg, "
-      f"device {writes:.3f} writes and {reads:.3f} reads/msg over {runs} runs")
+      f"device {writes:.3f} writes and {reads:.3f} reads/msg, "
+      f"{amp:.2f} bytes written/byte produced over {runs} runs")
 EOF
 done
