@@ -29,11 +29,15 @@
 //! every scanner takes as the end of the data. Sealing trims the file to its data,
 //! so sealed segments hold frames and nothing else.
 //! Zeros pay only for small commits. A commit that grows the file carries a
-//! journal commit in its fdatasync: a near-constant cost, which a commit of a
-//! few records feels (its median took about 175 µs more without zeros) and a
-//! large one does not, while the zeros cost the device a second write of every
-//! byte, which matters once the device is busy, and a busy device is what makes
-//! commits large (records queue while the commit before them runs). With one
+//! journal commit in its fdatasync (on ext4 without a journal, a synchronous
+//! write of the inode), and its extending write is one the kernel cannot issue
+//! without blocking, so io_uring runs it on a worker thread (about 8% more
+//! broker CPU a message under batch produce): a near-constant cost per
+//! commit, which a commit of a few records feels (its median took about 175 µs
+//! more without zeros) and a large one does not, while the zeros cost the
+//! device a second write of every byte, which matters once the device is
+//! busy, and a busy device is what makes commits large (records queue while
+//! the commit before them runs). With one
 //! shard saturated by batch produce (commits of 300 KiB and more) the device
 //! wrote 1.35x as much with zeros for 5-15% fewer records a second, and queued
 //! nearly twice as deep. So zeros are written, inline or ahead, only while the
