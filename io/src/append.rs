@@ -13,7 +13,9 @@
 //! kernels' ext4 did not make durable with it, while an `fdatasync` after the
 //! write makes it durable on every one. [`AppendFile`] knows the file's size
 //! (from its opening, its own writes, and what the caller tells it of writes
-//! made beside it) and sends such an append as a write and a sync.
+//! made beside it) and sends such an append as a write and a sync, the write
+//! whole, never in concurrent pieces (see [`AppendFile::append_durable`]'s
+//! code: pieces that each extend the file only queue behind each other).
 //!
 //! A write that fails leaves the logical length where it was: the caller decides
 //! whether the file is still usable (the partition log rewinds to its high
@@ -195,14 +197,15 @@ impl<F: BlockFile> AppendFile<F> {
             .await
     }
 
-    /// Whether an append of `added` bytes goes to the device in several
+    /// Whether a durable append of `added` bytes goes to the device in several
     /// pieces, submitted one executor round apart while the next is copied: a
     /// write long enough to copy that work which can wait
     /// ([`AppendFile::append_durable_then`]) is worth holding back until it
-    /// was all submitted.
+    /// was all submitted. One that grows the file goes whole.
     pub fn goes_in_pieces(&self, added: usize) -> bool {
         let start = align_down(self.len);
-        pieces(align_up(self.len + added as u64 - start) as usize) > 1
+        !self.would_grow(added as u64)
+            && pieces(align_up(self.len + added as u64 - start) as usize) > 1
     }
 
     /// [`AppendFile::append_durable`] of bytes that `source` produces as they
@@ -236,6 +239,14 @@ impl<F: BlockFile> AppendFile<F> {
         };
         let padded_len = align_up(end - start) as usize;
         let result = if durability == Durability::Now && self.grows_to(start + padded_len as u64) {
+            // One device write, however large: concurrent pieces that each
+            // extend the file are serialized by the file system anyway (ext4
+            // holds the inode's lock for an extending direct write), and each
+            // is one the kernel cannot issue without blocking, so io_uring
+            // hands every piece to a worker thread of its own. Measured on a
+            // batch produce whose commits grow the file (about 550 KiB each):
+            // commits in 3.5 ms instead of 3.5-5.6, broker CPU 4% lower. A
+            // refusal for space is then whole: a clean one.
             let written = write_pieces(
                 &self.file,
                 start,
@@ -243,6 +254,7 @@ impl<F: BlockFile> AppendFile<F> {
                 &data,
                 Durability::Later,
                 submitted,
+                1,
             );
             match written.await {
                 // Whatever the sync reports came after the write went out:
@@ -253,7 +265,16 @@ impl<F: BlockFile> AppendFile<F> {
                 Err(e) => Err(e),
             }
         } else {
-            write_pieces(&self.file, start, padded_len, &data, durability, submitted).await
+            write_pieces(
+                &self.file,
+                start,
+                padded_len,
+                &data,
+                durability,
+                submitted,
+                pieces(padded_len),
+            )
+            .await
         };
         if result.is_ok() {
             self.file_bytes = self.file_bytes.max(start + padded_len as u64);
@@ -286,13 +307,15 @@ impl<F: BlockFile> AppendFile<F> {
             head: &self.tail,
             parts: &[0u8; 0][..],
         };
+        let len = (end - start) as usize;
         write_pieces(
             &self.file,
             start,
-            (end - start) as usize,
+            len,
             &data,
             Durability::Later,
             NOTHING,
+            pieces(len),
         )
         .await?;
         self.device_bytes_written += end - start;
@@ -450,7 +473,8 @@ impl<P: AppendSource + ?Sized> Concat<'_, P> {
 /// copy: each piece after the first is filled only once the one before it
 /// was submitted, and goes to the device while the next one is copied (a
 /// 1 MiB write: the device starts after a quarter of the copy rather than all
-/// of it). `submitted` runs once the last piece was submitted.
+/// of it). `submitted` runs once the last piece was submitted. `count` is how
+/// many pieces: [`pieces`] of the length, or 1 for a write that must go whole.
 async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
     file: &F,
     pos: u64,
@@ -458,6 +482,7 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
     data: &Concat<'_, P>,
     durability: Durability,
     submitted: Option<impl FnOnce()>,
+    count: usize,
 ) -> io::Result<()> {
     let write = async |at: usize, to: usize| {
         let fill = |out: &mut [u8]| data.copy_to(at, out);
@@ -469,7 +494,7 @@ async fn write_pieces<F: BlockFile, P: AppendSource + ?Sized>(
             }
         }
     };
-    let count = pieces(len);
+    assert!((1..=PIECES_MAX).contains(&count));
     // Polled after the pieces (`zip` polls in order), so in step with them:
     // piece `i` is queued after `i` waits and submitted by the next, the
     // last one by the `count`th, which this waits for.

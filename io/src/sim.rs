@@ -167,6 +167,9 @@ struct Inner {
     /// [`crate::BlockFile::reserve`] fails as on a file system without
     /// `fallocate` ([`SimDisk::set_reserve_unsupported`]).
     reserve_unsupported: bool,
+    /// A write past the capacity writes the blocks that fit first
+    /// ([`SimDisk::set_short_writes`]).
+    short_writes: bool,
     /// Inodes whose reads fail with `EIO`.
     unreadable: BTreeSet<u64>,
     stats: SimStats,
@@ -222,6 +225,7 @@ impl SimDisk {
                 capacity_bytes: None,
                 refusal_errno: libc::ENOSPC,
                 reserve_unsupported: false,
+                short_writes: false,
                 stats: SimStats::default(),
             })),
         }
@@ -404,6 +408,15 @@ impl SimDisk {
         let mut inner = self.inner.borrow_mut();
         inner.capacity_bytes = quota_bytes;
         inner.refusal_errno = libc::EDQUOT;
+    }
+
+    /// A write that runs past the capacity from now on writes the blocks that
+    /// fit and then fails as a short write (`WriteZero`, as the real disk's
+    /// layer reports a direct write that returned fewer bytes), as ext4 does
+    /// when the disk fills in the middle of one; off (the default), it is
+    /// refused whole.
+    pub fn set_short_writes(&self, short: bool) {
+        self.inner.borrow_mut().short_writes = short;
     }
 
     /// Makes every reservation fail as on a file system that cannot reserve

@@ -260,14 +260,16 @@ fn space_refusal_fails_the_commit_and_keeps_earlier_data(limit: fn(&SimDisk, Opt
     });
 }
 
-/// A commit that grows its segment in pieces, whose later piece is refused
-/// for space after an earlier one was written, is not a clean refusal: that
-/// piece's frames lie on the device past the end the log goes back to. The
-/// log is poisoned, and the reopen (the owner's, within a second) zeros them.
+/// A commit that grows its segment, whose write the disk fills in the middle
+/// of (a short write: the blocks that fit are written), is not a clean
+/// refusal: those frames lie on the device past the end the log goes back
+/// to. The log is poisoned, and the reopen (the owner's, within a second)
+/// zeros them.
 #[test]
 fn a_commit_refused_in_part_poisons_the_log_and_its_frames_are_zeroed() {
     block_on(async {
         let disk = SimDisk::new(8, SimFaults::default());
+        disk.set_short_writes(true);
         let cfg = LogConfig {
             zstd_level: None,
             prep_chunk_bytes: 0,
@@ -280,7 +282,7 @@ fn a_commit_refused_in_part_poisons_the_log_and_its_frames_are_zeroed() {
             .unwrap();
         commit_n(&mut log, 0, 20, 1).await.unwrap();
         let tail = log.stats().size_bytes;
-        // Room for the first of the pieces of a commit of about 1 MB.
+        // Room for some of a commit of about 1 MB.
         disk.set_capacity(Some(narad_io::align_up(tail) + (384 << 10)));
         let failed = commit_n(&mut log, 20, 3_600, 2).await;
         assert!(matches!(failed, Err(LogError::SyncFailed(_))), "{failed:?}");
@@ -289,7 +291,7 @@ fn a_commit_refused_in_part_poisons_the_log_and_its_frames_are_zeroed() {
         let written = disk.contents(&file).unwrap();
         assert!(
             written[tail as usize..].iter().any(|&b| b != 0),
-            "the first piece was written"
+            "what fitted was written"
         );
         disk.set_capacity(None);
         drop(log);
@@ -306,6 +308,38 @@ fn a_commit_refused_in_part_poisons_the_log_and_its_frames_are_zeroed() {
         );
         commit_n(&mut log, 20, 5, 3).await.unwrap();
         assert_holds(&mut log, 25).await;
+    });
+}
+
+/// A commit that grows its segment and that the disk refuses whole is a
+/// clean refusal: nothing of it reaches the device, the log is not poisoned,
+/// and it commits once there is room.
+#[test]
+fn a_growing_commit_refused_whole_is_a_clean_failure() {
+    block_on(async {
+        let disk = SimDisk::new(10, SimFaults::default());
+        let cfg = LogConfig {
+            prep_chunk_bytes: 0,
+            commit_bytes_max: 4 << 20,
+            ..config()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        commit_n(&mut log, 0, 20, 1).await.unwrap();
+        let tail = log.stats().size_bytes;
+        disk.set_capacity(Some(narad_io::align_up(tail) + (384 << 10)));
+        let failed = commit_n(&mut log, 20, 3_600, 2).await;
+        assert!(matches!(failed, Err(LogError::Io { .. })), "{failed:?}");
+        assert!(!log.is_poisoned());
+        let file = format!("{DIR}/{:020}.log", 0);
+        let written = disk.contents(&file).unwrap();
+        assert!(
+            written.len() as u64 <= narad_io::align_up(tail),
+            "{} bytes on the device for {tail} of data",
+            written.len()
+        );
+        disk.set_capacity(None);
+        commit_n(&mut log, 20, 3_600, 3).await.unwrap();
+        assert_holds(&mut log, 3_620).await;
     });
 }
 
@@ -384,6 +418,34 @@ fn a_large_batch_is_several_frames_in_one_write() {
             assert_holds(&mut log, from + 400).await;
         });
     }
+}
+
+/// A commit that grows the file is one device write however large it is
+/// (pieces that each extend the file would only queue behind each other in
+/// the file system), then one fdatasync.
+#[test]
+fn a_commit_that_grows_the_file_is_one_write_however_large() {
+    block_on(async {
+        let disk = SimDisk::new(9, SimFaults::default());
+        let cfg = LogConfig {
+            prep_chunk_bytes: 0,
+            ..config()
+        };
+        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let before = disk.stats();
+        commit_n(&mut log, 0, 3_000, 1).await.unwrap();
+        let after = disk.stats();
+        assert!(
+            log.stats().size_bytes > 512 * 1024,
+            "{} bytes: large enough for pieces",
+            log.stats().size_bytes
+        );
+        let writes = after.writes - before.writes;
+        let durable = after.durable_writes - before.durable_writes;
+        let syncs = after.syncs - before.syncs;
+        assert_eq!((writes, durable, syncs), (1, 0, 1), "one write and a sync");
+        assert_holds(&mut log, 3_000).await;
+    });
 }
 
 #[test]

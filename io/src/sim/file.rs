@@ -17,8 +17,24 @@ impl SimFile {
         let allocated = inner.inodes[&self.inode].allocated_bytes();
         if let Some(capacity) = inner.capacity_bytes {
             let grow = align_up(end as u64).saturating_sub(allocated);
-            if grow > 0 && SimDisk::used_bytes(inner) + grow > capacity {
-                return Err(io::Error::from_raw_os_error(inner.refusal_errno));
+            let used = SimDisk::used_bytes(inner);
+            if grow > 0 && used + grow > capacity {
+                let room = capacity.saturating_sub(used);
+                // What fits: the blocks already allocated, then `room` more.
+                let fits = align_down(
+                    (allocated + room)
+                        .saturating_sub(pos)
+                        .min(bytes.len() as u64),
+                );
+                if !inner.short_writes || fits == 0 {
+                    return Err(io::Error::from_raw_os_error(inner.refusal_errno));
+                }
+                drop(guard);
+                self.apply_write(pos, &bytes[..fits as usize])?;
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write: {fits} of {} bytes", bytes.len()),
+                ));
             }
         }
         let data = inner
