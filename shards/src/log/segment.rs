@@ -31,7 +31,7 @@
 //! Zeros pay only for small commits. A commit that grows the file carries a
 //! journal commit in its fdatasync (on ext4 without a journal, a synchronous
 //! write of the inode), and its extending write is one the kernel cannot issue
-//! without blocking, so io_uring runs it on a worker thread (about 8% more
+//! without blocking, so io_uring runs it on a worker thread (about 4% more
 //! broker CPU a message under batch produce): a near-constant cost per
 //! commit, which a commit of a few records feels (its median took about 175 µs
 //! more without zeros) and a large one does not, while the zeros cost the
