@@ -14,8 +14,9 @@
 //! write makes it durable on every one. [`AppendFile`] knows the file's size
 //! (from its opening, its own writes, and what the caller tells it of writes
 //! made beside it) and sends such an append as a write and a sync, the write
-//! whole, never in concurrent pieces (see [`AppendFile::append_durable`]'s
-//! code: pieces that each extend the file only queue behind each other).
+//! whole, never in concurrent pieces: pieces that each extend the file only
+//! queue behind each other in the file system (the comment where the write
+//! is issued has the measurement).
 //!
 //! A write that fails leaves the logical length where it was: the caller decides
 //! whether the file is still usable (the partition log rewinds to its high
