@@ -271,7 +271,7 @@ impl<S: Storage> PartitionLog<S> {
         self.prepare_active(end).await?;
         // Zeros landing after this commit's write would wipe it.
         assert!(
-            end <= self.active.prepared_bytes || self.active.preparing.is_none(),
+            end <= self.active.prepared_bytes() || self.active.preparing.is_none(),
             "a commit past the prepared space runs beside zeros in flight"
         );
         let sync_start = Instant::now();
@@ -289,7 +289,6 @@ impl<S: Storage> PartitionLog<S> {
             tracing::error!(dir = %self.dir, error = %e, "partition log durable write failed; log poisoned until reopened");
             return Err(LogError::SyncFailed(e));
         }
-        self.committed_to(end);
         let io = CommitIo {
             write: sync_start - write_start,
             sync: sync_start.elapsed(),

@@ -222,7 +222,7 @@ pub(super) async fn recover<S: Storage>(
         return Ok(None);
     };
     match check_tail(&file, &hint).await {
-        Ok(Some((size, tail_block))) => {
+        Ok(Some(tail_block)) => {
             let file = Rc::new(file);
             // The appender reads the last block again until two reads agree.
             // The check verified only the last frame's bytes of that block:
@@ -242,7 +242,6 @@ pub(super) async fn recover<S: Storage>(
             let active = ActiveSegment {
                 base,
                 file: appender,
-                prepared_bytes: align_down(size).max(align_up(data_bytes)),
                 tail_block,
                 index: hint.index.clone(),
                 first_commit_ms: hint.first_commit_ms,
@@ -266,9 +265,9 @@ pub(super) async fn recover<S: Storage>(
     }
 }
 
-/// Checks the segment against the hint; on success, the file's size and the
-/// data bytes of its last, partial block.
-async fn check_tail<F: BlockFile>(file: &F, hint: &TailHint) -> io::Result<Option<(u64, Vec<u8>)>> {
+/// Checks the segment against the hint; on success, the data bytes of its
+/// last, partial block.
+async fn check_tail<F: BlockFile>(file: &F, hint: &TailHint) -> io::Result<Option<Vec<u8>>> {
     let data_bytes = hint.index.data_bytes;
     let size = file.size().await?;
     if size < data_bytes {
@@ -301,7 +300,7 @@ async fn check_tail<F: BlockFile>(file: &F, hint: &TailHint) -> io::Result<Optio
         }
     }
     let tail_block = bytes[at(align_down(data_bytes))..at(data_bytes)].to_vec();
-    Ok(Some((size, tail_block)))
+    Ok(Some(tail_block))
 }
 
 #[cfg(test)]

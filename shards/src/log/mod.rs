@@ -56,7 +56,7 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use narad_io::rt::{LocalGuard, LocalSemaphore};
-use narad_io::{AppendFile, BlockFile, Storage, BLOCK_BYTES};
+use narad_io::{align_down, align_up, AppendFile, BlockFile, Storage, BLOCK_BYTES};
 
 use self::cache::FrameCache;
 use self::index::{SparseIndex, INDEX_ENTRIES_MAX};
@@ -403,8 +403,6 @@ pub struct LogStats {
 struct ActiveSegment<F> {
     base: Offset,
     file: AppendFile<F>,
-    /// Bytes of the file that exist on the device (zeros past the data).
-    prepared_bytes: u64,
     /// The data bytes of the file's last, partial block: every append rewrites
     /// them, so the read-back checks they are still there.
     tail_block: Vec<u8>,
@@ -415,6 +413,17 @@ struct ActiveSegment<F> {
     last_frame_pos: Option<u64>,
     /// The zero chunk being written ahead of the appends, if any.
     preparing: Option<Preparing>,
+}
+
+impl<F: BlockFile> ActiveSegment<F> {
+    /// Bytes of the file that exist on the device, where zeros written ahead
+    /// start: its whole blocks, and at least the block the data ends in. Read
+    /// from the appender, which learns of every size change (its own writes,
+    /// growing commits among them; the zeros written beside it; the trim at
+    /// sealing), so it never trails the data.
+    fn prepared_bytes(&self) -> u64 {
+        align_down(self.file.file_bytes()).max(align_up(self.file.len()))
+    }
 }
 
 /// A device write submitted and not yet collected.

@@ -293,7 +293,6 @@ async fn recover_active<S: Storage>(
     let active = ActiveSegment {
         base,
         file: appender,
-        prepared_bytes: align_down(size).max(align_up(data_bytes)),
         tail_block: bytes[align_down(data_bytes) as usize..data_bytes as usize].to_vec(),
         index,
         first_commit_ms,

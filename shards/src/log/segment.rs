@@ -47,8 +47,9 @@
 //! 80 KiB a commit, keeps them and the median commit time they give); past
 //! that a commit that outruns the prepared space grows the file itself, after
 //! any zero chunk still in flight has landed (a zero write landing after a
-//! commit's would wipe it), and the prepared size follows the commits, so
-//! zeros written again later start past the data.
+//! commit's would wipe it). Where zeros start is read from the appender's
+//! idea of the file's size, never stored beside it, and never below the
+//! data's last block: zeros written again later start past the data.
 //! A `prep_chunk_bytes` of 0 (the broker's `storage.log_prealloc` off) writes no
 //! zeros: commits extend the file, each as a plain write and an fdatasync that
 //! commits the new size (never one `O_DSYNC` write that grows the file).
@@ -138,37 +139,30 @@ impl<S: Storage> PartitionLog<S> {
         self.commit_bytes_avg = (self.commit_bytes_avg * 7 + bytes) / 8;
     }
 
-    /// Says that the file now holds data up to `end`: a commit that grew it
-    /// made its blocks exist, so zeros written later start past them.
-    pub(super) fn committed_to(&mut self, end: u64) {
-        self.active.prepared_bytes = self.active.prepared_bytes.max(align_up(end));
-    }
-
     /// Makes sure the active file exists on the device, zeroed, up to `end`, by
     /// writing zero chunks ahead of the write position, while zeros pay; when
     /// they do not, only waits for a chunk in flight below `end` (see the
     /// module docs).
     pub(super) async fn prepare_active(&mut self, end: u64) -> Result<(), LogError> {
         let chunk = self.prep_chunk_at(end);
-        if chunk == 0 || end <= self.active.prepared_bytes {
+        if chunk == 0 || end <= self.active.prepared_bytes() {
             return Ok(());
         }
         // The chunk being prepared in the background is the one this needs, or
         // lies where a commit growing the file is about to write.
         self.finish_preparing().await?;
-        if end <= self.active.prepared_bytes || !self.zeros_pay() {
+        if end <= self.active.prepared_bytes() || !self.zeros_pay() {
             return Ok(());
         }
         let target = (align_up(end) + chunk).div_ceil(chunk) * chunk;
         // Bounded: target - prepared is at most one commit plus two chunks.
-        while self.active.prepared_bytes < target {
-            let from = self.active.prepared_bytes;
+        while self.active.prepared_bytes() < target {
+            let from = self.active.prepared_bytes();
             let len = (target - from).min(chunk);
             let file = self.active.file.file();
             file.write_zeros(from, len as usize)
                 .await
                 .map_err(io_err("prepare segment"))?;
-            self.active.prepared_bytes = from + len;
             self.active.file.grew_to(from + len);
         }
         Ok(())
@@ -186,7 +180,7 @@ impl<S: Storage> PartitionLog<S> {
     /// needs no executor of its own and runs the same under the simulations.
     pub(super) async fn prepare_ahead(&mut self, end: u64) {
         let chunk = self.prep_chunk_at(end);
-        let prepared = self.active.prepared_bytes;
+        let prepared = self.active.prepared_bytes();
         if chunk == 0
             || !self.zeros_pay()
             || self.active.preparing.is_some()
@@ -201,10 +195,7 @@ impl<S: Storage> PartitionLog<S> {
         let first = futures_lite::future::poll_once(&mut write).await;
         let end = from + chunk;
         match first {
-            Some(Ok(())) => {
-                self.active.prepared_bytes = end;
-                self.active.file.grew_to(end);
-            }
+            Some(Ok(())) => self.active.file.grew_to(end),
             // The next commit that needs the space prepares it inline.
             Some(Err(e)) => {
                 tracing::warn!(dir = %self.dir, error = %e, "partition log could not prepare ahead");
@@ -221,7 +212,6 @@ impl<S: Storage> PartitionLog<S> {
             return Ok(());
         };
         preparing.write.await.map_err(io_err("prepare segment"))?;
-        self.active.prepared_bytes = self.active.prepared_bytes.max(preparing.end);
         self.active.file.grew_to(preparing.end);
         Ok(())
     }
@@ -315,7 +305,6 @@ impl<S: Storage> PartitionLog<S> {
             .await
             .map_err(io_err("trim segment"))?;
         self.active.file.truncated_to(data_bytes);
-        self.active.prepared_bytes = align_up(data_bytes);
         if let Err(e) = self.active.file.sync().await {
             self.poisoned = true;
             return Err(LogError::SyncFailed(e));
@@ -364,7 +353,6 @@ impl<S: Storage> PartitionLog<S> {
             ActiveSegment {
                 base,
                 file: appender,
-                prepared_bytes: 0,
                 tail_block: Vec::new(),
                 index: SparseIndex::new(base),
                 first_commit_ms: None,
