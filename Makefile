@@ -37,6 +37,7 @@ prove-tests-fail: ## Show that the durability tests fail against broken variants
 bench: ## Install benchmark tools, run the fio baseline, the cargo benchmarks and the narad bench matrix.
 	tools/install-deps.sh
 	benches/fio/run.sh
+	python3 benches/fio/readback.py
 	$(CARGO) bench
 	$(MAKE) bench-matrix
 

@@ -25,6 +25,7 @@ beside it. Figures are MB (10^6 bytes) a second.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -82,6 +83,8 @@ def main():
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=6)
     options = parser.parse_args()
+    if shutil.which("fio") is None:
+        sys.exit("fio is not installed: run tools/install-deps.sh")
     directory = os.environ.get("FIO_DIR", "target/fio")
     os.makedirs(directory, exist_ok=True)
 
