@@ -1,8 +1,10 @@
-//! The partition owner: its open-log budget, large commit runs, the events it
-//! reports to its observer, and the retention reaper with idle eviction. One
-//! test binary, so the owner's code is built once for all of them.
+//! The partition owner: its open-log budget, the commit combiner, large commit
+//! runs, the events it reports to its observer, and the retention reaper with
+//! idle eviction. One test binary, so the owner's code is built once for all
+//! of them.
 
 mod budget;
+mod combine;
 mod common;
 mod large_runs;
 mod observer;
