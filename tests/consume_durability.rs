@@ -202,3 +202,46 @@ fn a_quiet_partitions_consumer_offset_is_levelled_without_another_ack() {
         (frontier() == Some(2)).then_some(())
     });
 }
+
+/// A topic made again under a deleted one's name starts with no consumer
+/// state: the old incarnation's acks, made durable by a graceful stop, settle
+/// nothing of the new one, whose records are all delivered, whether the
+/// delete and the new records come after a restart or the new ones are read
+/// after another.
+#[test]
+fn a_topic_made_again_carries_none_of_the_old_ones_acks() {
+    let mut node = Node::start_shards(2, &[]);
+    let count = 40;
+    let mut client = setup(&node, "again", count);
+    assert_eq!(drain(&mut client, "again", |_| true).len(), count);
+    drop(client);
+    node.sigterm();
+    assert!(node.wait_for_exit(Duration::from_secs(20)).success());
+    let data = node.data.clone();
+
+    let mut restarted = Node::start_in(&data, 2, &[]);
+    let mut client = restarted.client();
+    let deleted = client
+        .request("DELETE", "/v1/topics/again", &[], "")
+        .unwrap();
+    assert_eq!(deleted.status, 204, "{deleted:?}");
+    let fresh = 12;
+    let body = json!({ "name": "again", "partitions": 4, "visibility_timeout_ms": 600_000 });
+    assert_eq!(post_topic(&mut client, &body.to_string()).status, 201);
+    for i in 0..fresh {
+        produce_ok(&mut client, "again", "", format!("n{i:04}").as_bytes());
+    }
+    wait_for_total(&mut client, "again", 4, fresh, Duration::from_secs(20));
+    let expected: BTreeSet<String> = (0..fresh).map(|i| format!("n{i:04}")).collect();
+    // Read, not acked: a restart must deliver them all again.
+    let seen: BTreeSet<String> = drain(&mut client, "again", |_| false).into_iter().collect();
+    assert_eq!(seen, expected, "the new topic's records, each once");
+    drop(client);
+    restarted.sigterm();
+    assert!(restarted.wait_for_exit(Duration::from_secs(20)).success());
+
+    let again = Node::start_in(&data, 2, &[]);
+    let mut client = again.client();
+    let seen: BTreeSet<String> = drain(&mut client, "again", |_| true).into_iter().collect();
+    assert_eq!(seen, expected, "after a restart, still none settled");
+}

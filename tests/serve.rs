@@ -1,7 +1,7 @@
 //! `narad serve` as a process: it starts one shard per requested core over the
 //! data directory, refuses a second process on the same directory, refuses to run
 //! with security on (no authentication exists yet), runs without transparent huge
-//! pages, and stops cleanly on SIGTERM.
+//! pages, and stops cleanly on SIGTERM and SIGINT.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -105,11 +105,11 @@ fn serve_dev_runs_locks_its_directory_and_stops_on_sigterm() {
     assert!(status.success(), "graceful stop exits 0, got {status}");
 }
 
-/// A stop signal sent the moment the address is printed (as a script that
-/// starts a node, reads its address and stops it would) is a graceful stop,
-/// not death by the signal's default action.
+/// A stop signal, SIGTERM or SIGINT (Ctrl-C), sent the moment the address is
+/// printed (as a script that starts a node, reads its address and stops it
+/// would) is a graceful stop, not death by the signal's default action.
 #[test]
-fn a_sigterm_as_soon_as_the_address_is_printed_stops_gracefully() {
+fn a_stop_signal_as_soon_as_the_address_is_printed_stops_gracefully() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     for round in 0..6 {
         let mut node = KillOnDrop(
@@ -127,12 +127,13 @@ fn a_sigterm_as_soon_as_the_address_is_printed_stops_gracefully() {
             .read_line(&mut line)
             .unwrap();
         assert!(line.starts_with("narad listening on"), "{line:?}");
-        // SAFETY: sends SIGTERM to the child this test started.
-        unsafe { libc::kill(node.0.id() as i32, libc::SIGTERM) };
+        let signal = [libc::SIGTERM, libc::SIGINT][round % 2];
+        // SAFETY: sends a stop signal to the child this test started.
+        unsafe { libc::kill(node.0.id() as i32, signal) };
         let status = wait_for_exit(&mut node.0, Duration::from_secs(20));
         assert!(
             status.success(),
-            "round {round}: graceful stop exits 0, got {status}"
+            "round {round}, signal {signal}: graceful stop exits 0, got {status}"
         );
     }
 }
