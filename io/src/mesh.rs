@@ -249,6 +249,59 @@ mod tests {
         }
     }
 
+    /// Back-pressure: a send to a full channel waits, and goes on once the
+    /// receiver takes a message; nothing is dropped or reordered.
+    #[test]
+    fn a_full_channel_holds_its_sender_until_the_receiver_makes_room() {
+        let ends = full_mesh::<u32>(2, 2);
+        let mut ends = ends.into_iter();
+        let (sender_end, receiver_end) = (ends.next().unwrap(), ends.next().unwrap());
+        let (connected_tx, connected_rx) = std::sync::mpsc::channel();
+        let (read_tx, read_rx) = std::sync::mpsc::channel::<()>();
+        let receiver = std::thread::spawn(move || {
+            crate::rt::run_local(None, async move {
+                let (_link, receivers) = receiver_end.connect().await;
+                connected_tx.send(()).unwrap();
+                // Reads only when told, then everything.
+                read_rx.recv().unwrap();
+                let (from, channel) = &receivers[0];
+                assert_eq!(*from, 0);
+                let mut got = Vec::new();
+                for _ in 0..3 {
+                    got.push(channel.recv().await.expect("open"));
+                }
+                got
+            })
+        });
+        crate::rt::run_local(None, async move {
+            let (link, _receivers) = sender_end.connect().await;
+            connected_rx.recv().unwrap();
+            link.send(1, 1).await.unwrap();
+            link.send(1, 2).await.unwrap();
+            let waiting = link.send(1, 3);
+            futures_lite::pin!(waiting);
+            for _ in 0..10 {
+                assert!(
+                    futures_lite::future::poll_once(waiting.as_mut())
+                        .await
+                        .is_none(),
+                    "a send to a full channel went through"
+                );
+                crate::rt::yield_now().await;
+            }
+            read_tx.send(()).unwrap();
+            let bounded = futures_lite::future::or(async { Some(waiting.await) }, async {
+                crate::rt::sleep(Duration::from_secs(5)).await;
+                None
+            });
+            assert!(
+                matches!(bounded.await, Some(Ok(()))),
+                "the send did not go on once the receiver made room"
+            );
+        });
+        assert_eq!(receiver.join().unwrap(), [1, 2, 3]);
+    }
+
     /// A send waiting for room in the channel of a shard that went away gives up
     /// once it is marked gone, and later sends to it fail at once; before, the
     /// wait never ended.
