@@ -1,6 +1,7 @@
 //! The batch produce budget (`http.max_batch_body_bytes_in_flight`) as a client
 //! sees it: what a batch holds in it while its body arrives and until its
-//! records are durable, and when a batch is refused 503 for it.
+//! records are durable, and when a batch is refused 503 for it; and the 16 MiB
+//! a compressed batch may decode to.
 
 mod common;
 
@@ -8,9 +9,39 @@ use std::io::Write;
 use std::time::Duration;
 
 use common::{
-    batch_doc, batch_ok, create_topic, gzip, post_batch, wait_for_total, Node, VISIBLE_WAIT_MAX,
+    batch_doc, batch_ok, create_topic, error_of, gzip, next_offsets, post_batch, wait_for_total,
+    Node, JSON, VISIBLE_WAIT_MAX,
 };
 use serde_json::json;
+
+/// A well-formed batch, each payload under the message limit, small on the
+/// wire but past the 16 MiB body limit once decompressed, is a 413 in either
+/// encoding and leaves nothing behind.
+#[test]
+fn a_batch_past_16_mib_once_decompressed_is_413() {
+    let node = Node::start(&[]);
+    let mut client = node.client();
+    create_topic(&mut client, "inflated");
+    let inflated = batch_doc(
+        &(0..20)
+            .map(|i| json!({"payload": format!("{i}-{}", "y".repeat(900 << 10))}))
+            .collect::<Vec<_>>(),
+    );
+    assert!(inflated.len() > 16 << 20);
+    let packed = [
+        ("zstd", zstd::encode_all(inflated.as_bytes(), 3).unwrap()),
+        ("gzip", gzip(inflated.as_bytes())),
+    ];
+    for (encoding, body) in packed {
+        assert!(body.len() < 1 << 20, "{encoding}: {} bytes", body.len());
+        let headers = [JSON[0], ("content-encoding", encoding)];
+        let response = post_batch(&mut node.client(), "inflated", "", &headers, &body);
+        assert_eq!(response.status, 413, "{encoding}: {response:?}");
+        let message = error_of(&response);
+        assert!(message.contains("too large"), "{message:?}");
+    }
+    assert_eq!(next_offsets(&mut client, "inflated"), [0, 0, 0]);
+}
 
 /// The batch budget (`http.max_batch_body_bytes_in_flight`) holds what a batch
 /// decodes to, not only its compressed body: records wait in memory until they

@@ -205,6 +205,21 @@ impl<T: Send + 'static> MeshLink<T> {
 mod tests {
     use super::*;
 
+    /// The two ends of a mesh of two shards whose channels hold `capacity`.
+    fn two_shards(capacity: usize) -> (MeshEnd<u32>, MeshEnd<u32>) {
+        let mut ends = full_mesh::<u32>(2, capacity).into_iter();
+        (ends.next().unwrap(), ends.next().unwrap())
+    }
+
+    /// What `future` gives, or `None` if it takes more than 5 s.
+    async fn within_5s<T>(future: impl std::future::Future<Output = T>) -> Option<T> {
+        let late = async {
+            crate::rt::sleep(Duration::from_secs(5)).await;
+            None
+        };
+        futures_lite::future::or(async { Some(future.await) }, late).await
+    }
+
     #[test]
     fn every_pair_talks_in_order() {
         let shards = 3;
@@ -253,9 +268,7 @@ mod tests {
     /// receiver takes a message; nothing is dropped or reordered.
     #[test]
     fn a_full_channel_holds_its_sender_until_the_receiver_makes_room() {
-        let ends = full_mesh::<u32>(2, 2);
-        let mut ends = ends.into_iter();
-        let (sender_end, receiver_end) = (ends.next().unwrap(), ends.next().unwrap());
+        let (sender_end, receiver_end) = two_shards(2);
         let (connected_tx, connected_rx) = std::sync::mpsc::channel();
         let (read_tx, read_rx) = std::sync::mpsc::channel::<()>();
         let receiver = std::thread::spawn(move || {
@@ -290,12 +303,8 @@ mod tests {
                 crate::rt::yield_now().await;
             }
             read_tx.send(()).unwrap();
-            let bounded = futures_lite::future::or(async { Some(waiting.await) }, async {
-                crate::rt::sleep(Duration::from_secs(5)).await;
-                None
-            });
             assert!(
-                matches!(bounded.await, Some(Ok(()))),
+                matches!(within_5s(waiting).await, Some(Ok(()))),
                 "the send did not go on once the receiver made room"
             );
         });
@@ -307,9 +316,7 @@ mod tests {
     /// wait never ended.
     #[test]
     fn a_send_to_a_gone_shard_gives_up() {
-        let ends = full_mesh::<u32>(2, 2);
-        let mut ends = ends.into_iter();
-        let (sender_end, idle_end) = (ends.next().unwrap(), ends.next().unwrap());
+        let (sender_end, idle_end) = two_shards(2);
         let departure = idle_end.departure();
         let (connected_tx, connected_rx) = std::sync::mpsc::channel();
         let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
@@ -334,11 +341,7 @@ mod tests {
                 .await
                 .is_none());
             leave_tx.send(()).unwrap();
-            let bounded = futures_lite::future::or(async { Some(waiting.await) }, async {
-                crate::rt::sleep(Duration::from_secs(5)).await;
-                None
-            });
-            let outcome = bounded.await;
+            let outcome = within_5s(waiting).await;
             assert!(
                 matches!(outcome, Some(Err(SendError::Gone))),
                 "still waiting after 5 s: {}",

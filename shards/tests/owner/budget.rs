@@ -6,12 +6,12 @@ use std::ops::Range;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::common::{topic, TOPIC};
+use crate::common::TOPIC;
 use narad_io::dma::DmaStorage;
 use narad_io::rt::run_local;
 use narad_io::Storage;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::{LogConfig, ReadItem, ReadRange};
+use narad_shards::log::LogConfig;
 use narad_shards::produce::{OwnedPartition, Owner};
 
 const ID: IncarnationId = IncarnationId(0xb0d9e7);
@@ -38,35 +38,6 @@ async fn commit<S: Storage>(owner: &Rc<Owner<S>>, partition: u32, tag: &str) -> 
     crate::common::try_commit(owner, ID, partition, &payloads)
         .await
         .expect("commit")
-}
-
-/// Every payload of the partition, in offset order.
-async fn payloads<S: Storage>(owner: &Rc<Owner<S>>, partition: u32) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut at = Offset(0);
-    loop {
-        let batch = owner
-            .read(
-                &topic(),
-                ID,
-                PartitionId(partition),
-                ReadRange::new(at, 64, 1 << 20),
-            )
-            .await
-            .expect("read");
-        if batch.items.is_empty() {
-            return out;
-        }
-        for item in batch.items {
-            match item {
-                ReadItem::Record(r) => {
-                    at = Offset(r.offset.0 + 1);
-                    out.push(String::from_utf8(r.payload.to_vec()).unwrap());
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-    }
 }
 
 #[test]
@@ -104,7 +75,11 @@ fn past_the_budget_the_least_recently_used_log_closes_and_loses_nothing() {
             for round in rounds {
                 expected.extend((0..3).map(|i| format!("{round}-{i}")));
             }
-            assert_eq!(payloads(&owner, p).await, expected, "partition {p}");
+            assert_eq!(
+                crate::common::payloads_of(&owner, ID, p).await,
+                expected,
+                "partition {p}"
+            );
             assert!(owner.open_log_count() <= 2);
         }
         owner.close_all().await;

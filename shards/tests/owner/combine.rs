@@ -9,17 +9,16 @@
 //! for a few executor turns, so batches can be queued while one is out.
 
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_channel::oneshot;
 use narad_io::rt::{run_local, sleep, yield_now};
 use narad_io::sim::{SimDisk, SimFaults, SimStats};
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
-use narad_shards::log::{LogConfig, ReadItem, ReadRange};
+use narad_shards::log::LogConfig;
 use narad_shards::produce::{CommitError, CommitReply, Owner};
 
-use super::common::{keyless, topic, TOPIC};
+use super::common::{keyless, payloads_of, topic, TOPIC};
 
 const ID: IncarnationId = IncarnationId(0xc0b1);
 
@@ -46,35 +45,6 @@ fn queue(owner: &Rc<Owner<SimDisk>>, tag: &str, count: usize) -> oneshot::Receiv
 /// Writes made durable so far: synced ones and durable writes.
 fn durable(stats: &SimStats) -> u64 {
     stats.syncs + stats.durable_writes
-}
-
-/// Every record of partition 0 from offset 0, as text.
-async fn all_records(owner: &Rc<Owner<SimDisk>>) -> Vec<String> {
-    let mut records = Vec::new();
-    let mut at = Offset(0);
-    loop {
-        let read = owner
-            .read(
-                &Arc::from(TOPIC),
-                ID,
-                PartitionId(0),
-                ReadRange::new(at, 64, 1 << 20),
-            )
-            .await
-            .expect("read");
-        if read.items.is_empty() {
-            return records;
-        }
-        for item in read.items {
-            match item {
-                ReadItem::Record(r) => {
-                    records.push(String::from_utf8(r.payload.to_vec()).expect("text"))
-                }
-                ReadItem::Corrupt(range) => panic!("corrupt {range:?}"),
-            }
-        }
-        at = read.next_offset;
-    }
 }
 
 #[test]
@@ -121,7 +91,7 @@ fn batches_queued_while_a_commit_runs_share_the_next_one() {
             "one commit for `a`, one shared by the three queued behind it"
         );
         assert_eq!(
-            all_records(&owner).await,
+            payloads_of(&owner, ID, 0).await,
             ["w-0", "a-0", "b-0", "b-1", "c-0", "c-1", "c-2", "d-0"]
         );
     });
@@ -153,7 +123,7 @@ fn every_batch_of_a_cycle_gets_its_failure() {
         // (at least once).
         sleep(Duration::from_millis(20)).await;
         let range = queue(&owner, "d", 1).await.unwrap().expect("committed");
-        let records = all_records(&owner).await;
+        let records = payloads_of(&owner, ID, 0).await;
         assert_eq!(records.first().map(String::as_str), Some("w-0"));
         assert_eq!(records.last().map(String::as_str), Some("d-0"));
         assert_eq!(range.end.0 as usize, records.len());

@@ -1,5 +1,5 @@
-//! What the owner tests share: the topic they commit to, and a commit that
-//! waits for the owner's answer.
+//! What the owner tests share: the topic they commit to, a commit that waits
+//! for the owner's answer, and a read of every payload back.
 
 use std::ops::Range;
 use std::rc::Rc;
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures_channel::oneshot;
 use narad_io::Storage;
 use narad_shards::ids::{IncarnationId, Offset, PartitionId};
+use narad_shards::log::{ReadItem, ReadRange};
 use narad_shards::produce::{CommitError, OwnedPartition, OwnedRecord, Owner};
 
 /// The topic every owner test commits to.
@@ -54,4 +55,34 @@ pub async fn try_commit<S: Storage>(
         reply,
     );
     answer.await.expect("the owner answers")
+}
+
+/// Every payload of partition `partition` of incarnation `id`, in offset order,
+/// as text.
+pub async fn payloads_of<S: Storage>(
+    owner: &Rc<Owner<S>>,
+    id: IncarnationId,
+    partition: u32,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut at = Offset(0);
+    loop {
+        let range = ReadRange::new(at, 64, 1 << 20);
+        let batch = (owner
+            .read(&topic(), id, PartitionId(partition), range)
+            .await)
+            .expect("read");
+        if batch.items.is_empty() {
+            return out;
+        }
+        for item in batch.items {
+            match item {
+                ReadItem::Record(r) => {
+                    at = Offset(r.offset.0 + 1);
+                    out.push(String::from_utf8(r.payload.to_vec()).unwrap());
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
 }
