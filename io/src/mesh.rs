@@ -211,6 +211,49 @@ mod tests {
         (ends.next().unwrap(), ends.next().unwrap())
     }
 
+    type Receivers = Vec<(usize, ConnectedReceiver<u32>)>;
+
+    /// Runs shard `end` on a thread of its own: it connects, says so, waits for
+    /// the word and then runs `then` over its receivers. Returns the thread,
+    /// where it says it connected, and where the word goes.
+    fn on_its_own_thread<R, F>(
+        end: MeshEnd<u32>,
+        then: impl FnOnce(Receivers) -> F + Send + 'static,
+    ) -> (
+        std::thread::JoinHandle<R>,
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<()>,
+    )
+    where
+        R: Send + 'static,
+        F: std::future::Future<Output = R>,
+    {
+        let (connected_tx, connected_rx) = std::sync::mpsc::channel();
+        let (word_tx, word_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            crate::rt::run_local(None, async move {
+                let (_link, receivers) = end.connect().await;
+                connected_tx.send(()).unwrap();
+                word_rx.recv().unwrap();
+                then(receivers).await
+            })
+        });
+        (thread, connected_rx, word_tx)
+    }
+
+    /// Connects shard 0 once shard 1 has, and fills its channel to shard 1
+    /// (of 2) with 1 and 2.
+    async fn connect_and_fill(
+        end: MeshEnd<u32>,
+        peer_connected: std::sync::mpsc::Receiver<()>,
+    ) -> (MeshLink<u32>, Receivers) {
+        let (link, receivers) = end.connect().await;
+        peer_connected.recv().unwrap();
+        link.send(1, 1).await.unwrap();
+        link.send(1, 2).await.unwrap();
+        (link, receivers)
+    }
+
     /// What `future` gives, or `None` if it takes more than 5 s.
     async fn within_5s<T>(future: impl std::future::Future<Output = T>) -> Option<T> {
         let late = async {
@@ -269,28 +312,18 @@ mod tests {
     #[test]
     fn a_full_channel_holds_its_sender_until_the_receiver_makes_room() {
         let (sender_end, receiver_end) = two_shards(2);
-        let (connected_tx, connected_rx) = std::sync::mpsc::channel();
-        let (read_tx, read_rx) = std::sync::mpsc::channel::<()>();
-        let receiver = std::thread::spawn(move || {
-            crate::rt::run_local(None, async move {
-                let (_link, receivers) = receiver_end.connect().await;
-                connected_tx.send(()).unwrap();
-                // Reads only when told, then everything.
-                read_rx.recv().unwrap();
-                let (from, channel) = &receivers[0];
-                assert_eq!(*from, 0);
-                let mut got = Vec::new();
-                for _ in 0..3 {
-                    got.push(channel.recv().await.expect("open"));
-                }
-                got
-            })
+        // Reads only when told, then everything.
+        let (receiver, connected, read) = on_its_own_thread(receiver_end, |receivers| async move {
+            let (from, channel) = &receivers[0];
+            assert_eq!(*from, 0);
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                got.push(channel.recv().await.expect("open"));
+            }
+            got
         });
         crate::rt::run_local(None, async move {
-            let (link, _receivers) = sender_end.connect().await;
-            connected_rx.recv().unwrap();
-            link.send(1, 1).await.unwrap();
-            link.send(1, 2).await.unwrap();
+            let (link, _receivers) = connect_and_fill(sender_end, connected).await;
             let waiting = link.send(1, 3);
             futures_lite::pin!(waiting);
             for _ in 0..10 {
@@ -302,7 +335,7 @@ mod tests {
                 );
                 crate::rt::yield_now().await;
             }
-            read_tx.send(()).unwrap();
+            read.send(()).unwrap();
             assert!(
                 matches!(within_5s(waiting).await, Some(Ok(()))),
                 "the send did not go on once the receiver made room"
@@ -318,29 +351,20 @@ mod tests {
     fn a_send_to_a_gone_shard_gives_up() {
         let (sender_end, idle_end) = two_shards(2);
         let departure = idle_end.departure();
-        let (connected_tx, connected_rx) = std::sync::mpsc::channel();
-        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
         // Shard 1 connects, never reads, and leaves when told.
-        let idle = std::thread::spawn(move || {
-            crate::rt::run_local(None, async move {
-                let (_link, _receivers) = idle_end.connect().await;
-                connected_tx.send(()).unwrap();
-                leave_rx.recv().unwrap();
-                drop(departure);
-            })
+        let (idle, connected, leave) = on_its_own_thread(idle_end, |receivers| async move {
+            drop(departure);
+            drop(receivers);
         });
         crate::rt::run_local(None, async move {
-            let (link, _receivers) = sender_end.connect().await;
-            connected_rx.recv().unwrap();
-            link.send(1, 1).await.unwrap();
-            link.send(1, 2).await.unwrap();
+            let (link, _receivers) = connect_and_fill(sender_end, connected).await;
             // Full: this send waits for room nobody will make.
             let waiting = link.send(1, 3);
             futures_lite::pin!(waiting);
             assert!(futures_lite::future::poll_once(waiting.as_mut())
                 .await
                 .is_none());
-            leave_tx.send(()).unwrap();
+            leave.send(()).unwrap();
             let outcome = within_5s(waiting).await;
             assert!(
                 matches!(outcome, Some(Err(SendError::Gone))),
