@@ -107,6 +107,14 @@ impl RoundRobin {
 
     /// The partition the next keyless message of `topic_id` goes to.
     pub fn next(&mut self, topic_id: u128, partitions: u32) -> u32 {
+        self.take(topic_id, partitions, 1)
+    }
+
+    /// The first of the partitions the next `count` keyless messages of
+    /// `topic_id` go to, one after another: the k-th goes to `(first + k) %
+    /// partitions`, as `count` calls of [`RoundRobin::next`] would say. A
+    /// batch's records take their turns with one lookup.
+    pub fn take(&mut self, topic_id: u128, partitions: u32, count: u32) -> u32 {
         assert!(partitions > 0, "a topic has at least one partition");
         let slot = match self.index.get(&topic_id) {
             Some(&slot) => {
@@ -119,7 +127,8 @@ impl RoundRobin {
 
         let rotation = &mut self.rotations[slot as usize];
         let partition = rotation.next_partition % partitions;
-        rotation.next_partition = (partition + 1) % partitions;
+        rotation.next_partition =
+            ((u64::from(partition) + u64::from(count)) % u64::from(partitions)) as u32;
 
         assert!(partition < partitions);
         assert!(self.index.len() == self.rotations.len());
@@ -213,6 +222,21 @@ mod tests {
         assert_eq!(fnv1a32(b""), 0x811c_9dc5);
         assert_eq!(fnv1a32(b"a"), 0xe40c_292c);
         assert_eq!(fnv1a32(b"foobar"), 0xbf9c_f968);
+    }
+
+    /// Taking a run of turns at once hands out the partitions one call per
+    /// message would, and leaves the rotation where those calls would.
+    #[test]
+    fn a_run_of_turns_is_the_turns_one_by_one() {
+        let (mut at_once, mut one_by_one) = (RoundRobin::new(9), RoundRobin::new(9));
+        for (i, count) in [1u32, 5, 7, 1, 13, 1000, 2, 6].into_iter().enumerate() {
+            let (topic, partitions) = (i as u128 % 3, 6 + i as u32 % 2);
+            let first = at_once.take(topic, partitions, count);
+            for k in 0..count {
+                let want = one_by_one.next(topic, partitions);
+                assert_eq!((first + k) % partitions, want, "run {i}, turn {k}");
+            }
+        }
     }
 
     #[test]

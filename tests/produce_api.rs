@@ -144,6 +144,19 @@ fn single_records_land_by_partition_key_or_rotation() {
             assert_eq!(record.get("key"), None, "{record}");
         }
     }
+    // A batch's keyless records (numbers here) take consecutive turns, whatever
+    // lies between them: 30 among 10 pinned to partition 0 land 10 on each.
+    let messages: Vec<Value> = (0..40)
+        .map(|i| match i % 4 {
+            3 => json!({"payload": "pin", "partition": 0}),
+            _ => json!({"payload": i}),
+        })
+        .collect();
+    batch_ok(&mut client, "spread", &JSON, batch_doc(&messages), 40);
+    let partitions = wait_for_total(&mut client, "spread", 3, 70, VISIBLE_WAIT_MAX);
+    let turns = |records: &Vec<Value>| records.iter().filter(|r| r["payload"].is_number()).count();
+    let counts: Vec<usize> = partitions.iter().map(turns).collect();
+    assert_eq!(counts, [10, 10, 10]);
 }
 
 #[test]

@@ -291,14 +291,32 @@ where
         return produce_cap_full();
     };
     let accept_time_ms = narad_io::rt::unix_ms();
+    // The records with neither key nor partition take their round-robin turns
+    // in one go.
+    let turns = records
+        .records()
+        .filter(|r| r.partition.is_none() && r.key.is_none())
+        .count() as u32;
+    let first_turn = match turns {
+        0 => 0,
+        n => (shard.round_robin.borrow_mut()).take(record.id.0, record.partitions, n),
+    };
+    let mut turn = 0u32;
     let ingress: Vec<IngressRecord<'_>> = records
         .records()
         .map(|r| {
             let key = r.key;
+            let partition = match (r.partition, key) {
+                (None, None) => {
+                    turn += 1;
+                    (first_turn + turn - 1) % record.partitions
+                }
+                (explicit, key) => choose(shard, record, explicit, key),
+            };
             IngressRecord {
                 topic,
                 incarnation: record.id,
-                partition: PartitionId(choose(shard, record, r.partition, key)),
+                partition: PartitionId(partition),
                 accept_time_ms,
                 key,
                 payload: r.payload,
