@@ -16,15 +16,12 @@ use common::*;
 fn round_trip_on_the_simulated_disk_with_and_without_zstd() {
     for zstd_level in [None, Some(3)] {
         block_on(async {
-            let disk = SimDisk::new(1, SimFaults::default());
             let cfg = LogConfig {
                 zstd_level,
                 segment_bytes_max: 32 * 1024,
                 ..config()
             };
-            let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
-                .await
-                .unwrap();
+            let (disk, mut log) = fresh_log(1, DIR, cfg.clone()).await;
             let mut n = 0;
             for round in 0..30 {
                 let size = 1 + round % 9 * 20;
@@ -44,8 +41,7 @@ fn round_trip_on_the_simulated_disk_with_and_without_zstd() {
 #[test]
 fn keys_commit_times_and_empty_keys_round_trip() {
     block_on(async {
-        let disk = SimDisk::new(2, SimFaults::default());
-        let mut log = PartitionLog::open(disk, DIR, config()).await.unwrap();
+        let (_, mut log) = fresh_log(2, DIR, config()).await;
         let records = [
             RecordRef {
                 key: None,
@@ -124,10 +120,7 @@ fn round_trip_on_the_real_disk() {
 #[test]
 fn read_back_bit_flip_fails_the_commit_and_a_retry_succeeds() {
     block_on(async {
-        let disk = SimDisk::new(3, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(3, DIR, config()).await;
         commit_n(&mut log, 0, 10, 1).await.unwrap();
         disk.flip_next_reads(1);
         let failed = commit_n(&mut log, 10, 20, 2).await;
@@ -162,11 +155,8 @@ fn read_back_bit_flip_fails_the_commit_and_a_retry_succeeds() {
 #[test]
 fn a_write_that_damages_the_last_commits_block_is_repaired_at_once() {
     block_on(async {
-        let disk = SimDisk::new(17, SimFaults::default());
         let segment = format!("{DIR}/{:020}.log", 0);
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(17, DIR, config()).await;
         commit_n(&mut log, 0, 3, 1).await.unwrap();
         let end = log.stats().size_bytes;
         assert!(end % 4096 != 0, "the commit ends inside a block");
@@ -188,10 +178,7 @@ fn a_write_that_damages_the_last_commits_block_is_repaired_at_once() {
 #[test]
 fn failed_fdatasync_poisons_the_log_until_reopen() {
     block_on(async {
-        let disk = SimDisk::new(4, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(4, DIR, config()).await;
         commit_n(&mut log, 0, 25, 1).await.unwrap();
         disk.fail_next_syncs(1);
         let failed = commit_n(&mut log, 25, 5, 2).await;
@@ -231,14 +218,11 @@ fn a_full_quota_fails_the_commit_as_a_full_disk_does() {
 
 fn space_refusal_fails_the_commit_and_keeps_earlier_data(limit: fn(&SimDisk, Option<u64>)) {
     block_on(async {
-        let disk = SimDisk::new(5, SimFaults::default());
         let cfg = LogConfig {
             prep_chunk_bytes: 0,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(5, DIR, cfg.clone()).await;
         commit_n(&mut log, 0, 20, 1).await.unwrap();
         let size = log.stats().size_bytes;
         limit(&disk, Some(narad_io::align_up(size)));
@@ -317,13 +301,12 @@ fn a_commit_refused_in_part_poisons_the_log_and_its_frames_are_zeroed() {
 #[test]
 fn a_growing_commit_refused_whole_is_a_clean_failure() {
     block_on(async {
-        let disk = SimDisk::new(10, SimFaults::default());
         let cfg = LogConfig {
             prep_chunk_bytes: 0,
             commit_bytes_max: 4 << 20,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let (disk, mut log) = fresh_log(10, DIR, cfg).await;
         commit_n(&mut log, 0, 20, 1).await.unwrap();
         let tail = log.stats().size_bytes;
         disk.set_capacity(Some(narad_io::align_up(tail) + (384 << 10)));
@@ -346,10 +329,7 @@ fn a_growing_commit_refused_whole_is_a_clean_failure() {
 #[test]
 fn enospc_while_preparing_space_is_a_clean_failure() {
     block_on(async {
-        let disk = SimDisk::new(6, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(6, DIR, config()).await;
         commit_n(&mut log, 0, 5, 1).await.unwrap();
         let prepared = disk
             .contents(&format!("{DIR}/{:020}.log", 0))
@@ -381,7 +361,6 @@ fn enospc_while_preparing_space_is_a_clean_failure() {
 fn a_large_batch_is_several_frames_in_one_write() {
     for prepared in [true, false] {
         block_on(async {
-            let disk = SimDisk::new(7, SimFaults::default());
             let cfg = if prepared {
                 LogConfig {
                     prep_chunk_bytes: 1 << 20,
@@ -393,7 +372,7 @@ fn a_large_batch_is_several_frames_in_one_write() {
                     ..config()
                 }
             };
-            let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+            let (disk, mut log) = fresh_log(7, DIR, cfg).await;
             if prepared {
                 // The first commit waits for the first zeros.
                 commit_n(&mut log, 0, 1, 1).await.unwrap();
@@ -426,12 +405,11 @@ fn a_large_batch_is_several_frames_in_one_write() {
 #[test]
 fn a_commit_that_grows_the_file_is_one_write_however_large() {
     block_on(async {
-        let disk = SimDisk::new(9, SimFaults::default());
         let cfg = LogConfig {
             prep_chunk_bytes: 0,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let (disk, mut log) = fresh_log(9, DIR, cfg).await;
         let before = disk.stats();
         commit_n(&mut log, 0, 3_000, 1).await.unwrap();
         let after = disk.stats();
@@ -451,12 +429,11 @@ fn a_commit_that_grows_the_file_is_one_write_however_large() {
 #[test]
 fn oversized_batches_are_refused_before_any_write() {
     block_on(async {
-        let disk = SimDisk::new(8, SimFaults::default());
         let cfg = LogConfig {
             commit_bytes_max: 4096,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let (disk, mut log) = fresh_log(8, DIR, cfg).await;
         let big = vec![0u8; 5000];
         let writes = disk.stats().writes;
         let refused = log
@@ -505,13 +482,12 @@ fn scattered_reads_from_disk_return_the_records_asked_for() {
     use rand::{Rng, SeedableRng};
     for seed in 0..8u64 {
         block_on(async {
-            let disk = SimDisk::new(seed, SimFaults::default());
             // A cache of one frame: nearly every read goes to the segments.
             let cfg = LogConfig {
                 cache_bytes_max: 8 * 1024,
                 ..config()
             };
-            let mut log = PartitionLog::open(disk, DIR, cfg).await.unwrap();
+            let (_, mut log) = fresh_log(seed, DIR, cfg).await;
             let mut n = 0;
             for round in 0..60 {
                 let size = 1 + round % 13 * 7;
@@ -558,11 +534,8 @@ fn scattered_reads_from_disk_return_the_records_asked_for() {
 #[test]
 fn one_bad_read_of_a_committed_frame_does_not_make_its_records_corrupt() {
     block_on(async {
-        let disk = SimDisk::new(12, SimFaults::default());
         let segment = format!("{DIR}/{:020}.log", 0);
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(12, DIR, config()).await;
         let mut ends = Vec::new();
         for commit in 0..6u64 {
             commit_n(&mut log, commit * 5, 5, commit + 1).await.unwrap();

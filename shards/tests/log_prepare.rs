@@ -11,9 +11,8 @@ use narad_io::align_up;
 use narad_io::sim::{SimDisk, SimFaults};
 use narad_shards::log::{LogConfig, PartitionLog, RecordRef, PREP_COMMIT_BYTES_MAX};
 
-use log_common::{assert_holds, commit_n};
+use log_common::{assert_holds, commit_n, fresh_log, DIR};
 
-const DIR: &str = "topics/t/p00000";
 const CHUNK: u64 = 1 << 20;
 
 async fn commit(log: &mut PartitionLog<SimDisk>, payload: &[u8], now_ms: u64) {
@@ -28,13 +27,12 @@ async fn commit(log: &mut PartitionLog<SimDisk>, payload: &[u8], now_ms: u64) {
 #[test]
 fn a_quiet_partition_takes_little_disk_and_a_busy_one_prepares_full_chunks() {
     block_on(async {
-        let disk = SimDisk::new(3, SimFaults::default());
         let config = LogConfig {
             segment_bytes_max: 64 << 20,
             prep_chunk_bytes: CHUNK,
             ..LogConfig::default()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, config).await.unwrap();
+        let (disk, mut log) = fresh_log(3, DIR, config).await;
         let path = format!("{DIR}/{:020}.log", 0);
         for i in 0..3 {
             commit(&mut log, b"a small record", i).await;

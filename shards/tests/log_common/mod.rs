@@ -2,7 +2,7 @@
 //! derived from record indexes, and committing, reading and checking them.
 #![allow(dead_code)]
 
-use narad_io::sim::SimDisk;
+use narad_io::sim::{SimDisk, SimFaults};
 use narad_io::Storage;
 use narad_shards::ids::Offset;
 use narad_shards::log::{LogConfig, LogError, PartitionLog, ReadItem, RecordRef};
@@ -22,6 +22,17 @@ pub fn config() -> LogConfig {
 
 pub fn payload(i: u64, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+/// A simulated disk of `seed` with no faults, and a log opened in `dir` on it.
+pub async fn fresh_log(
+    seed: u64,
+    dir: &str,
+    config: LogConfig,
+) -> (SimDisk, PartitionLog<SimDisk>) {
+    let disk = SimDisk::new(seed, SimFaults::default());
+    let log = (PartitionLog::open(disk.clone(), dir, config).await).expect("a fresh log opens");
+    (disk, log)
 }
 
 /// Commits `n` records with payloads derived from their index `first..first+n`.

@@ -2,20 +2,23 @@
 //! and gaps.
 
 use futures_lite::future::block_on;
-use narad_io::sim::{SimDisk, SimFaults};
+use narad_io::sim::SimDisk;
 use narad_io::Storage;
 use narad_shards::ids::Offset;
 use narad_shards::log::{read_cached, PartitionLog, ReadRange};
 
 use crate::*;
 
+/// The names of the index files in the log's directory.
+async fn index_files(disk: &SimDisk) -> Vec<String> {
+    let names = disk.list(DIR).await.unwrap().into_iter();
+    names.filter(|f| f.ends_with(".index")).collect()
+}
+
 #[test]
 fn rot_in_the_active_segment_keeps_later_commits_and_reports_the_gap() {
     block_on(async {
-        let disk = SimDisk::new(11, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(11, DIR, config()).await;
         commit(&mut log, 5, 10).await;
         let rotten_at = log.stats().size_bytes;
         let rotten = commit(&mut log, 4, 20).await;
@@ -58,15 +61,12 @@ fn rot_in_the_active_segment_keeps_later_commits_and_reports_the_gap() {
 #[test]
 fn rot_in_a_sealed_segment_is_reported_by_reads_and_skipped() {
     block_on(async {
-        let disk = SimDisk::new(12, SimFaults::default());
         let cfg = LogConfig {
             cache_bytes_max: 0,
             segment_bytes_max: 8 * 1024,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(12, DIR, cfg.clone()).await;
         for i in 0..40 {
             commit(&mut log, 20, i).await;
         }
@@ -107,10 +107,7 @@ fn a_roll_that_fails_to_create_its_segment_leaves_no_file_to_hide_later_commits(
 
 fn a_roll_that_fails_to_create_its_segment(seed: u64) {
     block_on(async {
-        let disk = SimDisk::new(seed, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(seed, DIR, config()).await;
         commit(&mut log, 3, 100).await;
         // The reaper's roll at a short retention: the new file is created, then
         // its creation fails.
@@ -141,10 +138,7 @@ fn a_roll_that_fails_to_create_its_segment(seed: u64) {
 #[test]
 fn a_failed_roll_that_cannot_remove_its_new_segment_poisons_the_log() {
     block_on(async {
-        let disk = SimDisk::new(16, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(16, DIR, config()).await;
         commit(&mut log, 3, 100).await;
         // The new segment is created, its creation fails, and so does its removal:
         // it would open as the active segment, above any record committed to the
@@ -181,27 +175,18 @@ fn a_failed_roll_that_cannot_remove_its_new_segment_poisons_the_log() {
 #[test]
 fn a_missing_or_corrupt_index_is_rebuilt_and_reads_stay_bounded() {
     block_on(async {
-        let disk = SimDisk::new(14, SimFaults::default());
         let cfg = LogConfig {
             segment_bytes_max: 1024 * 1024,
             cache_bytes_max: 0,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg.clone())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(14, DIR, cfg.clone()).await;
         let mut n = 0;
         while log.stats().segment_count < 3 {
             n = commit(&mut log, 50, 7).await.end.0;
         }
         log.close().await.unwrap();
-        let indexes: Vec<String> = disk
-            .list(DIR)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|f| f.ends_with(".index"))
-            .collect();
+        let indexes = index_files(&disk).await;
         assert_eq!(indexes.len(), 2);
         disk.remove(&format!("{DIR}/{}", indexes[0])).await.unwrap();
         disk.rot(&format!("{DIR}/{}", indexes[1]), 50, 1);
@@ -209,13 +194,7 @@ fn a_missing_or_corrupt_index_is_rebuilt_and_reads_stay_bounded() {
             .await
             .unwrap();
         assert_records(&read_all(&mut log, 0).await, 0..n);
-        let rebuilt: Vec<String> = disk
-            .list(DIR)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|f| f.ends_with(".index"))
-            .collect();
+        let rebuilt = index_files(&disk).await;
         assert_eq!(rebuilt, indexes, "rebuilt indexes are written back");
         drop(log);
         // With intact indexes, one record in the middle of a 1 MiB segment costs a
@@ -237,12 +216,11 @@ fn a_missing_or_corrupt_index_is_rebuilt_and_reads_stay_bounded() {
 #[test]
 fn reads_right_behind_the_high_watermark_never_touch_the_disk() {
     block_on(async {
-        let disk = SimDisk::new(15, SimFaults::default());
         let cfg = LogConfig {
             cache_bytes_max: 8 * 1024,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let (disk, mut log) = fresh_log(15, DIR, cfg).await;
         for i in 0..100 {
             let range = commit(&mut log, 3, i).await;
             let before = disk.stats().bytes_read;
@@ -287,12 +265,11 @@ fn reads_right_behind_the_high_watermark_never_touch_the_disk() {
 #[test]
 fn reading_a_backlog_one_record_at_a_time_reads_each_byte_about_once() {
     block_on(async {
-        let disk = SimDisk::new(16, SimFaults::default());
         let cfg = LogConfig {
             cache_bytes_max: 0,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let (disk, mut log) = fresh_log(16, DIR, cfg).await;
         for i in 0..40 {
             commit(&mut log, 10, i).await;
         }
@@ -313,13 +290,12 @@ fn reading_a_backlog_one_record_at_a_time_reads_each_byte_about_once() {
 #[test]
 fn preparation_keeps_file_growth_to_one_chunk_ahead() {
     block_on(async {
-        let disk = SimDisk::new(16, SimFaults::default());
         let cfg = LogConfig {
             segment_bytes_max: 1024 * 1024,
             prep_chunk_bytes: 64 * 1024,
             ..config()
         };
-        let mut log = PartitionLog::open(disk.clone(), DIR, cfg).await.unwrap();
+        let (disk, mut log) = fresh_log(16, DIR, cfg).await;
         let path = segment_path(0);
         let mut size_changes = 0;
         let mut file_bytes = 0;
@@ -348,10 +324,7 @@ fn preparation_keeps_file_growth_to_one_chunk_ahead() {
 #[test]
 fn advancing_past_lost_offsets_leaves_a_gap_that_reads_report_and_reopens_keep() {
     block_on(async {
-        let disk = SimDisk::new(29, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(29, DIR, config()).await;
         commit(&mut log, 5, 1_000).await;
         assert!(
             !log.advance_to(Offset(3)).await.unwrap(),

@@ -4,7 +4,11 @@
 //! damaged segments and indexes (`retention.rs`). The helpers below are theirs.
 
 mod damage;
+#[path = "../log_common/mod.rs"]
+mod log_common;
 mod retention;
+
+pub use log_common::fresh_log;
 
 use narad_io::sim::SimDisk;
 use narad_shards::ids::Offset;
@@ -56,15 +60,7 @@ pub async fn commit(
 
 /// Reads `from..hwm` and returns the items.
 pub async fn read_all(log: &mut PartitionLog<SimDisk>, from: u64) -> Vec<ReadItem> {
-    let mut items = Vec::new();
-    let mut at = Offset(from);
-    while at < log.high_watermark() {
-        let batch = log.read(at, 64, 1 << 20).await.expect("read");
-        assert!(batch.next_offset > at);
-        at = batch.next_offset;
-        items.extend(batch.items);
-    }
-    items
+    log_common::read_all(log, Offset(from)).await
 }
 
 /// Checks that `items` are exactly the records of `offsets`, in order.

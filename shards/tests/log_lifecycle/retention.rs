@@ -12,10 +12,7 @@ use crate::*;
 #[test]
 fn time_based_roll_and_retention_by_age() {
     block_on(async {
-        let disk = SimDisk::new(13, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(13, DIR, config()).await;
         assert_eq!(log.stats().oldest_segment_ms, None, "no record, no time");
         commit(&mut log, 3, 0).await;
         commit(&mut log, 3, 500).await;
@@ -92,10 +89,7 @@ fn time_based_roll_and_retention_by_age() {
 #[test]
 fn a_segment_rolled_after_a_reopen_keeps_its_commit_time_for_retention() {
     block_on(async {
-        let disk = SimDisk::new(14, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(14, DIR, config()).await;
         commit(&mut log, 3, 100).await;
         commit(&mut log, 3, 900).await;
         log.close().await.unwrap();
@@ -148,10 +142,7 @@ async fn reopen_after_retention(disk: &SimDisk) {
 #[test]
 fn an_empty_log_advanced_starts_at_the_floor_and_retention_drops_the_gap() {
     block_on(async {
-        let disk = SimDisk::new(31, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(31, DIR, config()).await;
         assert!(log.advance_to(Offset(7)).await.unwrap());
         disk.crash();
         disk.reboot();
@@ -227,10 +218,7 @@ fn an_unreadable_oldest_segment_is_judged_by_the_records_after_it() {
 #[test]
 fn a_log_whose_last_sealed_segment_cannot_be_read_still_opens() {
     block_on(async {
-        let disk = SimDisk::new(47, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(47, DIR, config()).await;
         commit(&mut log, 3, 1_000).await;
         assert!(log.maybe_roll(2_000).await.unwrap());
         log.close().await.unwrap();
@@ -255,10 +243,7 @@ fn a_log_whose_last_sealed_segment_cannot_be_read_still_opens() {
 #[test]
 fn a_gap_after_a_roll_takes_the_last_commit_time_for_retention() {
     block_on(async {
-        let disk = SimDisk::new(43, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(43, DIR, config()).await;
         commit(&mut log, 3, 1_000).await;
         assert!(log.maybe_roll(2_000).await.unwrap());
         // The active segment is empty: the gap is a segment of no record.
@@ -330,10 +315,7 @@ fn a_failed_directory_sync_after_retention_leaves_the_segments_deleted() {
 #[test]
 fn a_bad_read_while_rebuilding_an_index_does_not_age_a_segment_early() {
     block_on(async {
-        let disk = SimDisk::new(53, SimFaults::default());
-        let mut log = PartitionLog::open(disk.clone(), DIR, config())
-            .await
-            .unwrap();
+        let (disk, mut log) = fresh_log(53, DIR, config()).await;
         commit(&mut log, 2, 100).await;
         commit(&mut log, 1, 500).await;
         let last_frame_end = log.stats().size_bytes;
